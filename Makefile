@@ -1,0 +1,51 @@
+# magrpo: every target that runs code depends on `setup`, so each is complete on a fresh clone.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TORCH_VERSION ?= 2.13.0
+STAMP := $(VENV)/.installed
+ARGS ?=
+RUNS ?= outputs multirun
+OUT ?= outputs/table
+
+.DEFAULT_GOAL := help
+.PHONY: help setup train test test-slow bench sweep table lint clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+	@echo "  pass options with ARGS='...', e.g. make train ARGS='task=tldr seed=1'"
+
+setup: $(STAMP) ## create .venv: torch (CPU wheel) first, then the package with dev extras
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first and pinned, so no dependency pulls a multi-GB CUDA build
+	$(PIP) install -q torch==$(TORCH_VERSION)
+	$(PIP) install -q -e '.[dev]'
+	touch $(STAMP)
+
+train: setup ## train with the embedded default (tiny agents, length_ratio); ARGS= for overrides
+	$(VENV)/bin/magrpo-train $(ARGS)
+
+test: setup ## the test suite (under 10 minutes on 2 cores)
+	$(PY) -m pytest -q $(ARGS)
+
+test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up
+	$(PY) -m pytest -q -m slow $(ARGS)
+
+bench: setup ## throughput of MAGRPO on the builtin "small" model (SPEC §9 bench contract)
+	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 $(ARGS)
+
+sweep: setup ## an example multirun sweep: 3 seeds x 2 advantage estimators
+	$(VENV)/bin/magrpo-train -m seed=0,1,2 algo.advantage=mean,rloo $(ARGS)
+
+table: setup ## tables (md/csv/tex) and learning curves from run directories: RUNS=... OUT=...
+	$(VENV)/bin/magrpo-table $(RUNS) --out $(OUT) $(ARGS)
+
+lint: setup ## ruff
+	$(VENV)/bin/ruff check magrpo scripts tests
+
+clean: ## remove run outputs (not the venv)
+	rm -rf outputs multirun

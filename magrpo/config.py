@@ -1,0 +1,319 @@
+"""Typed schemas for the config groups, and the start-up check that runs before any work.
+
+Two layers: the dataclasses below catch unknown keys (typos) and wrong types by merging the
+composed config into them; `validate` then checks values against the allowed sets and ranges.
+Either way a bad config stops the run with a message that names the key, the bad value and what
+is allowed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is meant for the user as it is."""
+
+
+@dataclass
+class LoraSchema:
+    r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.05
+    target_modules: Any = "all-linear"
+    bias: str = "none"
+
+
+@dataclass
+class ModelSchema:
+    name_or_path: str = MISSING          # hub id, local directory, or builtin:NAME
+    tokenizer: str | None = None         # defaults to name_or_path
+    revision: str | None = None
+    dtype: str = "float32"
+    trust_remote_code: bool = False
+    attn_implementation: str | None = None
+    lora: LoraSchema | None = None
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class AgentsSchema:
+    num_agents: int = 2
+    models: list[ModelSchema] = field(default_factory=list)
+    share_base: bool = False             # one base model, one LoRA adapter per agent
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class AlgoSchema:
+    name: str = "magrpo"
+    single_agent: bool = False           # one model writes the whole joint answer (GRPO)
+    num_generations: int = 4
+    joint_mode: str = "aligned"
+    cross_credit: str = "mean"
+    num_turns: int = 1
+    discount: float = 1.0
+    early_termination_threshold: float | None = None
+    advantage: str = "mean"
+    scale: str = "none"
+    loss_agg: str = "seq_sum"
+    num_iterations: int = 1
+    epsilon: float = 0.2
+    epsilon_high: float = 0.2
+    beta: float = 0.0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 32
+    max_prompt_length: int = 1024
+    batch_size: int = 8
+    micro_batch_size: int = 64           # sequences per forward/backward (gradient accumulation)
+    eval_every: int = 10
+
+
+@dataclass
+class OptimizerSchema:
+    name: str = "adamw"
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    schedule: str = "constant"
+    warmup_steps: int = 0
+    max_grad_norm: float | None = 1.0
+
+
+@dataclass
+class HardwareSchema:
+    name: str = "cpu"
+    device: str = "cpu"
+    agent_devices: list[str] | None = None
+    num_threads: int | None = None
+    deterministic: bool = False
+
+
+@dataclass
+class LoggerSchema:
+    name: str = "none"
+    project: str = "magrpo"
+    entity: str | None = None
+    group: str | None = None
+    run_name: str | None = None
+    tags: list[str] = field(default_factory=list)
+    job_type: str = "train"
+    mode: str = "offline"
+    log_every: int = 1
+
+
+@dataclass
+class FeedbackSchema:
+    mode: str = "none"
+
+
+@dataclass
+class EvalSchema:
+    every: int = 10
+    num_items: int | None = None
+    num_samples: int = 2
+    do_sample: bool = True
+    temperature: float = 1.0
+    batch_size: int = 64
+    log_completions: int = 8
+
+
+@dataclass
+class TrainSchema:
+    seed: int = 0
+    max_steps: int = 60
+    resume: str | None = None
+    save_every: int = 0
+    save_final: bool = True
+    output_dir: str = "outputs/run"
+    agents: AgentsSchema = field(default_factory=AgentsSchema)
+    task: Any = None
+    reward: Any = None
+    algo: AlgoSchema = field(default_factory=AlgoSchema)
+    optimizer: OptimizerSchema = field(default_factory=OptimizerSchema)
+    hardware: HardwareSchema = field(default_factory=HardwareSchema)
+    logger: LoggerSchema = field(default_factory=LoggerSchema)
+    feedback: FeedbackSchema = field(default_factory=FeedbackSchema)
+    eval: EvalSchema = field(default_factory=EvalSchema)
+
+
+# Allowed values of the enumerated keys. The estimator and aggregation names come from their
+# registries, so a new entry there is allowed here without a second edit.
+def _choices() -> dict[str, list[str]]:
+    from magrpo.algos import ALGOS
+    from magrpo.algos.core import ADVANTAGES, LOSS_AGG, SCALES
+
+    return {
+        "algo.name": sorted(ALGOS),
+        "algo.joint_mode": ["aligned", "cross"],
+        "algo.cross_credit": ["mean", "sum"],
+        "algo.advantage": sorted(ADVANTAGES),
+        "algo.scale": sorted(SCALES),
+        "algo.loss_agg": sorted(LOSS_AGG),
+        "optimizer.name": ["adamw"],
+        "optimizer.schedule": ["constant", "linear", "cosine"],
+        "logger.name": ["none", "wandb"],
+        "logger.mode": ["offline", "online", "disabled"],
+        "feedback.mode": ["none"],
+    }
+
+
+# (key, test, what is allowed)
+_RANGES: list[tuple[str, Any, str]] = [
+    ("seed", lambda v: v >= 0, ">= 0"),
+    ("max_steps", lambda v: v >= 0, ">= 0"),
+    ("save_every", lambda v: v >= 0, ">= 0 (0 = final checkpoint only)"),
+    ("agents.num_agents", lambda v: v >= 1, ">= 1"),
+    ("algo.num_generations", lambda v: v >= 2, ">= 2 (a group needs at least two samples)"),
+    ("algo.num_turns", lambda v: v == 1, "1 (multi-turn training arrives with the feedback group)"),
+    ("algo.discount", lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
+    ("algo.num_iterations", lambda v: v >= 1, ">= 1"),
+    ("algo.epsilon", lambda v: v > 0, "> 0"),
+    ("algo.epsilon_high", lambda v: v > 0, "> 0"),
+    ("algo.beta", lambda v: v >= 0, ">= 0"),
+    ("algo.temperature", lambda v: v > 0, "> 0"),
+    ("algo.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+    ("algo.top_k", lambda v: v >= 0, ">= 0 (0 = off)"),
+    ("algo.max_new_tokens", lambda v: v >= 1, ">= 1"),
+    ("algo.max_prompt_length", lambda v: v >= 1, ">= 1"),
+    ("algo.batch_size", lambda v: v >= 1, ">= 1"),
+    ("algo.micro_batch_size", lambda v: v >= 1, ">= 1"),
+    ("algo.eval_every", lambda v: v >= 0, ">= 0 (0 = only before and after training)"),
+    ("optimizer.lr", lambda v: v > 0, "> 0"),
+    ("optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
+    ("optimizer.warmup_steps", lambda v: v >= 0, ">= 0"),
+    ("optimizer.max_grad_norm", lambda v: v is None or v > 0, "> 0, or null to turn clipping off"),
+    ("eval.num_samples", lambda v: v >= 1, ">= 1"),
+    ("eval.num_items", lambda v: v is None or v >= 1, ">= 1, or null for the whole split"),
+    ("eval.temperature", lambda v: v > 0, "> 0"),
+    ("eval.batch_size", lambda v: v >= 1, ">= 1"),
+]
+
+DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
+
+
+def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
+    """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key."""
+    try:
+        return OmegaConf.merge(OmegaConf.structured(schema), cfg)
+    except ConfigKeyError as e:
+        key = f"{prefix}{e.full_key}" if e.full_key else prefix.rstrip(".")
+        node = key.rsplit(".", 1)[0] if "." in key else "the top level"
+        allowed = _keys_at(schema, key[len(prefix):].rsplit(".", 1)[0] if "." in key[len(prefix):] else "")
+        raise ConfigError(f"unknown config key {key!r}; keys allowed in {node}: {', '.join(allowed)}") from None
+    except ValidationError as e:
+        key = f"{prefix}{e.full_key}"
+        raise ConfigError(f"{key}={e.value!r} has the wrong type: {str(e).splitlines()[0]}") from None
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"bad config under {prefix.rstrip('.') or 'the top level'}: {e}") from None
+
+
+def _keys_at(schema: type, dotted: str) -> list[str]:
+    node = OmegaConf.structured(schema)
+    for part in [p for p in dotted.split(".") if p]:
+        if part.isdigit():
+            node = node[int(part)] if len(node) > int(part) else OmegaConf.structured(ModelSchema)
+        else:
+            child = node.get(part)
+            if child is None or not OmegaConf.is_config(child):
+                sub = {"lora": LoraSchema, "models": ModelSchema}.get(part)
+                child = OmegaConf.structured(sub) if sub else child
+            node = child
+    if OmegaConf.is_list(node):
+        node = OmegaConf.structured(ModelSchema)
+    return sorted(node.keys()) if OmegaConf.is_dict(node) else []
+
+
+def _get(cfg: DictConfig, key: str) -> Any:
+    return OmegaConf.select(cfg, key, throw_on_missing=False)
+
+
+def validate(cfg: DictConfig) -> DictConfig:
+    """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
+    from magrpo.tasks import TASKS, available_tasks
+
+    raw = OmegaConf.to_container(cfg, resolve=True)
+    raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
+    typed = _typed(OmegaConf.create(raw), TrainSchema, "")
+
+    # Task and reward nodes are checked against the schemas their task registers.
+    if not raw_task or "name" not in raw_task:
+        raise ConfigError(f"task.name is missing; choose one of: {', '.join(available_tasks())}")
+    if raw_task["name"] not in available_tasks():
+        raise ConfigError(f"task.name={raw_task['name']!r} is not a known task; choose one of: "
+                          f"{', '.join(available_tasks())}")
+    task_cls = TASKS[raw_task["name"]]
+    task_node = _typed(OmegaConf.create(raw_task), task_cls.config_schema, "task.") \
+        if task_cls.config_schema else OmegaConf.create(raw_task)
+    reward_node = _typed(OmegaConf.create(raw_reward or {}), task_cls.reward_schema, "reward.") \
+        if task_cls.reward_schema else OmegaConf.create(raw_reward or {})
+    with _open(typed):
+        typed.task = task_node
+        typed.reward = reward_node
+
+    for key, allowed in _choices().items():
+        value = _get(typed, key)
+        if value not in allowed:
+            raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
+    for key, ok, allowed in _RANGES:
+        value = _get(typed, key)
+        if not ok(value):
+            raise ConfigError(f"{key}={value!r} is out of range; it must be {allowed}")
+
+    _validate_agents(typed)
+    if typed.resume and not Path(typed.resume).expanduser().exists():
+        raise ConfigError(f"resume={typed.resume!r}: no such checkpoint directory")
+    return typed
+
+
+def _validate_agents(cfg: DictConfig) -> None:
+    from magrpo.models import BUILTIN_PREFIX, looks_local
+    from magrpo.tiny import BUILTIN_MODELS
+
+    agents = cfg.agents
+    n = 1 if cfg.algo.single_agent else agents.num_agents
+    models = agents.models
+    if len(models) == 0:
+        raise ConfigError("agents.models is empty; give at least one model entry (name_or_path: ...)")
+    if len(models) > agents.num_agents:
+        raise ConfigError(f"agents.models has {len(models)} entries but agents.num_agents={agents.num_agents}; "
+                          f"give one entry per agent, or one entry shared by all agents")
+    if 1 < len(models) < agents.num_agents:
+        raise ConfigError(f"agents.models has {len(models)} entries for agents.num_agents={agents.num_agents}; "
+                          f"give one entry per agent, or a single entry shared by all agents")
+    for i, spec in enumerate(models[:max(n, 1)] if len(models) > 1 else models):
+        key = f"agents.models[{i}]"
+        path = spec.name_or_path
+        if path.startswith(BUILTIN_PREFIX) and path[len(BUILTIN_PREFIX):] not in BUILTIN_MODELS:
+            raise ConfigError(f"{key}.name_or_path={path!r}: unknown builtin model; choose one of: "
+                              + ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS)))
+        if looks_local(path) and not Path(path).expanduser().exists():
+            raise ConfigError(f"{key}.name_or_path={path!r}: no such local model directory")
+        if spec.dtype not in DTYPE_CHOICES:
+            raise ConfigError(f"{key}.dtype={spec.dtype!r} is not allowed; choose one of: {', '.join(DTYPE_CHOICES)}")
+        if agents.share_base and spec.lora is None:
+            raise ConfigError(f"agents.share_base=true needs a LoRA config: {key}.lora is null")
+    if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
+        raise ConfigError("agents.share_base=true needs every agent on the same base model; "
+                          f"agents.models name {sorted({m.name_or_path for m in models})}")
+
+
+class _open:
+    """Temporarily lift struct mode so validated nodes of a free-form type can be attached."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    def __enter__(self):
+        OmegaConf.set_struct(self.cfg, False)
+
+    def __exit__(self, *exc):
+        OmegaConf.set_struct(self.cfg, True)

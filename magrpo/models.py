@@ -1,0 +1,200 @@
+"""Agents: a causal LM, its tokenizer and its device, loaded from the `agents` config group.
+
+Each agent has its own weights (or its own LoRA adapter); with `agents.share_base=true` all
+agents are adapters on ONE copy of the base weights, switched with `set_adapter` before each use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from magrpo.tiny import build_builtin
+
+log = logging.getLogger(__name__)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+BUILTIN_PREFIX = "builtin:"
+
+
+def resolve_model_path(name_or_path: str) -> str:
+    """A loadable location: builtin:NAME is built locally, local paths must exist, anything
+    else is a hub id."""
+    if name_or_path.startswith(BUILTIN_PREFIX):
+        return str(build_builtin(name_or_path[len(BUILTIN_PREFIX):]))
+    return name_or_path
+
+
+def looks_local(name_or_path: str) -> bool:
+    return name_or_path.startswith(("/", "./", "../", "~")) or os.path.isabs(name_or_path)
+
+
+@dataclass
+class Agent:
+    index: int
+    model: Any                       # PreTrainedModel or PeftModel
+    tokenizer: Any
+    device: torch.device
+    adapter: str | None = None       # adapter name when agents share one base model
+    chat_template_kwargs: dict = field(default_factory=dict)
+    reference: Any = None            # frozen copy for the KL term (full fine-tuning only)
+
+    @property
+    def name(self) -> str:
+        return f"agent_{self.index + 1}"
+
+    def activate(self) -> None:
+        if self.adapter is not None:
+            self.model.set_adapter(self.adapter)
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        if self.adapter is not None:
+            return [p for n, p in self.model.named_parameters() if f".{self.adapter}." in n]
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def format_prompt(self, text: str) -> str:
+        """The chat template when the tokenizer has one, else the plain prompt."""
+        if getattr(self.tokenizer, "chat_template", None):
+            return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                                      add_generation_prompt=True, **self.chat_template_kwargs)
+        return text
+
+    @contextlib.contextmanager
+    def reference_mode(self):
+        """Context in which `reference_model()` forwards give the frozen reference policy."""
+        if self.reference is not None:
+            yield self.reference
+        elif hasattr(self.model, "disable_adapter"):
+            with self.model.disable_adapter():
+                yield self.model
+        else:
+            raise RuntimeError(f"{self.name} has no reference model (algo.beta > 0 needs one)")
+
+
+def _lora_config(lora: Any):
+    from peft import LoraConfig
+
+    target = lora.target_modules
+    target = target if isinstance(target, str) else list(target)
+    return LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
+                      target_modules=target, bias=lora.bias, task_type="CAUSAL_LM")
+
+
+def _load_tokenizer(spec: Any, path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(spec.tokenizer) if spec.tokenizer else path,
+                                        revision=spec.revision, trust_remote_code=spec.trust_remote_code)
+    tok.padding_side = "left"  # generation appends to the right end of every row
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def _load_model(spec: Any, path: str, device: torch.device):
+    from transformers import AutoModelForCausalLM
+
+    dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
+    kwargs: dict[str, Any] = dict(revision=spec.revision, trust_remote_code=spec.trust_remote_code, dtype=dtype)
+    if spec.attn_implementation:
+        kwargs["attn_implementation"] = spec.attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    except OSError as e:
+        raise OSError(f"could not load model {spec.name_or_path!r}: {e}\nOffline, download it first "
+                      f"(huggingface-cli download {spec.name_or_path}) and give its local path.") from e
+    return model.to(device)
+
+
+def agent_devices(hw: Any, n: int) -> list[torch.device]:
+    if hw.agent_devices:
+        devs = list(hw.agent_devices)
+        return [torch.device(devs[i % len(devs)]) for i in range(n)]
+    dev = hw.device
+    if dev == "auto":
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+    return [torch.device(dev)] * n
+
+
+def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
+    """Load `num_agents` agents (the first `num_agents` model entries; one entry serves all)."""
+    models = list(agents_cfg.models)
+    specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
+    devices = agent_devices(hw_cfg, num_agents)
+    agents: list[Agent] = []
+    if agents_cfg.share_base:
+        from peft import get_peft_model
+
+        spec = specs[0]
+        path = resolve_model_path(spec.name_or_path)
+        tok = _load_tokenizer(spec, path)
+        base = _load_model(spec, path, devices[0])
+        if agents_cfg.gradient_checkpointing:
+            base.gradient_checkpointing_enable()
+        model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
+        for i in range(1, num_agents):
+            model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
+        for i in range(num_agents):
+            agents.append(Agent(i, model, tok, devices[0], adapter=f"agent_{i + 1}",
+                                chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
+        return agents
+    for i, spec in enumerate(specs):
+        path = resolve_model_path(spec.name_or_path)
+        tok = _load_tokenizer(spec, path)
+        model = _load_model(spec, path, devices[i])
+        if agents_cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        reference = None
+        if spec.lora is not None:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, _lora_config(spec.lora))
+        elif need_reference:
+            reference = _load_model(spec, path, devices[i]).eval().requires_grad_(False)
+        agents.append(Agent(i, model, tok, devices[i], reference=reference,
+                            chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
+    log.info("loaded %d agent(s): %s", num_agents,
+             ", ".join(f"{a.name}={s.name_or_path}@{a.device}" for a, s in zip(agents, specs)))
+    return agents
+
+
+def save_agent(agent: Agent, out: Path) -> None:
+    """Weights (or the adapter) and tokenizer of one agent, loadable with from_pretrained."""
+    out.mkdir(parents=True, exist_ok=True)
+    if agent.adapter is not None:
+        agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter])
+    else:
+        agent.model.save_pretrained(str(out))
+    agent.tokenizer.save_pretrained(str(out))
+
+
+def load_agent_weights(agent: Agent, src: Path) -> None:
+    """Restore weights saved by `save_agent` into an already built agent (for resume)."""
+    from safetensors.torch import load_file
+
+    files = sorted(src.rglob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no weights (*.safetensors) under {src}")
+    if agent.adapter is not None or hasattr(agent.model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        state = {}
+        for f in files:
+            state.update(load_file(str(f)))
+        set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
+        return
+    state = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    missing, unexpected = agent.model.load_state_dict(state, strict=False)
+    # Tied embeddings are saved once; everything else must match.
+    missing = [k for k in missing if "lm_head" not in k]
+    if missing or unexpected:
+        raise RuntimeError(f"checkpoint {src} does not match {agent.name}: missing={missing[:5]} "
+                           f"unexpected={unexpected[:5]}")

@@ -1,0 +1,101 @@
+"""The contract between the trainer and a task.
+
+A task turns dataset items into one prompt per agent, scores joint answers, and computes
+its evaluation metrics. Rewards follow TRL's convention, extended to teams:
+
+    reward(prompts, completions, **columns) -> Scores
+
+`prompts[k]` and `completions[k]` are the k-th joint action: one string per agent (one string
+in total for the single-agent form used by GRPO and the `single` baseline). `columns` are the
+items' dataset columns, each a list aligned with k. `Scores` is a plain `list[float]` of
+totals, so it drops into TRL-style code, with the reward's components attached.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+Item = dict[str, Any]
+
+
+class Scores(list):
+    """Totals as a list of floats, plus named components (each a list aligned with the totals)."""
+
+    def __init__(self, totals: Sequence[float], components: dict[str, Sequence[float]] | None = None,
+                 extras: dict[str, Sequence[Any]] | None = None):
+        super().__init__(float(t) for t in totals)
+        self.components = {k: [float(x) for x in v] for k, v in (components or {}).items()}
+        self.extras = {k: list(v) for k, v in (extras or {}).items()}
+        for name, values in self.components.items():
+            if len(values) != len(self):
+                raise ValueError(f"reward component {name!r} has {len(values)} values for {len(self)} totals")
+
+    @classmethod
+    def concat(cls, parts: Sequence[Scores]) -> Scores:
+        totals = [t for p in parts for t in p]
+        names = list(dict.fromkeys(k for p in parts for k in p.components))
+        comps = {k: [x for p in parts for x in p.components.get(k, [0.0] * len(p))] for k in names}
+        extra_names = list(dict.fromkeys(k for p in parts for k in p.extras))
+        extras = {k: [x for p in parts for x in p.extras.get(k, [None] * len(p))] for k in extra_names}
+        return cls(totals, comps, extras)
+
+
+def columns(items: Sequence[Item]) -> dict[str, list[Any]]:
+    """Items as TRL-style keyword columns: {key: [value per item]}."""
+    keys = list(dict.fromkeys(k for it in items for k in it))
+    return {k: [it.get(k) for it in items] for k in keys}
+
+
+class Task:
+    """Base class: subclasses set `name`, `num_agents`, and implement the methods below.
+
+    `cfg` is the `task` config node, `reward_cfg` the `reward` node. Both arrive validated.
+    """
+
+    name: ClassVar[str] = ""
+    num_agents: ClassVar[int] = 2
+    # Metric that `best` in summary.json tracks and that sweeps compare on.
+    primary_metric: ClassVar[str] = "reward_mean"
+    # Dataclasses the `task` and `reward` config nodes are checked against at start-up, so a
+    # misspelt or mistyped key stops the run before any work (see magrpo.config).
+    config_schema: ClassVar[type | None] = None
+    reward_schema: ClassVar[type | None] = None
+
+    def __init__(self, cfg: Any, reward_cfg: Any):
+        self.cfg = cfg
+        self.reward_cfg = reward_cfg
+
+    # -- data -------------------------------------------------------------------------------
+    def load(self, split: str) -> list[Item]:
+        """Items of `split` ("train" or "eval"), each with a unique "id"."""
+        raise NotImplementedError
+
+    # -- prompts ----------------------------------------------------------------------------
+    def agent_prompts(self, item: Item) -> list[str]:
+        """First-turn prompt of each agent (multi-agent form), `num_agents` strings."""
+        raise NotImplementedError
+
+    def single_prompt(self, item: Item) -> str:
+        """Prompt for one model that writes the whole joint answer (GRPO, `single` baseline)."""
+        raise NotImplementedError
+
+    def prompts(self, item: Item, num_agents: int) -> list[str]:
+        if num_agents == 1:
+            return [self.single_prompt(item)]
+        if num_agents != self.num_agents:
+            raise ValueError(f"task {self.name!r} is written for {self.num_agents} agents, got {num_agents}")
+        return self.agent_prompts(item)
+
+    # -- reward -----------------------------------------------------------------------------
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
+        raise NotImplementedError
+
+    def score(self, items: Sequence[Item], prompts: list[list[str]], completions: list[list[str]]) -> Scores:
+        return self.reward(prompts, completions, **columns(items))
+
+    # -- evaluation metrics -----------------------------------------------------------------
+    def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
+        """Task metrics beyond the reward (ROUGE-L, CodeBLEU, pass@k...). `items` may repeat an
+        item once per sample; group by item["id"] where a metric needs it."""
+        return {}

@@ -1,0 +1,95 @@
+"""Loading task data through `datasets`: a hub id with the paper's split, or a local file.
+
+`task.data` config node (every task that reads a dataset has one):
+
+    hub_id: trl-lib/tldr          # used when `path` is null
+    config_name: null             # hub dataset configuration (e.g. "sanitized" for mbpp)
+    path: null                    # local .jsonl/.json/.parquet/.csv file, or a saved `datasets` dir
+    train_split: "train[:1000]"   # split expressions in `datasets` slicing syntax
+    eval_split: "test[:1000]"
+    limit: null                   # keep at most this many items per split (quick runs)
+
+A local file holds one split; its rows are sliced with the same expressions (`train[:1000]` on a
+file means rows 0..999 of that file), so a local copy of the hub data reproduces the paper's splits.
+A saved `datasets` directory (DatasetDict) is indexed by split name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+_SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(\[(?P<lo>-?\d*)\s*:\s*(?P<hi>-?\d*)\])?\s*$")
+
+
+class DataUnavailableError(RuntimeError):
+    """The data cannot be loaded here; the message says what to download or which path to set."""
+
+
+def parse_split(expr: str) -> tuple[str, slice]:
+    m = _SPLIT_RE.match(expr)
+    if not m:
+        raise ValueError(f"split expression {expr!r} is not of the form NAME or NAME[lo:hi]")
+    lo = int(m["lo"]) if m["lo"] else None
+    hi = int(m["hi"]) if m["hi"] else None
+    return m["name"], slice(lo, hi)
+
+
+def _rows(ds: Any, sl: slice) -> list[dict[str, Any]]:
+    idx = range(len(ds))[sl]
+    return [dict(ds[i]) for i in idx]
+
+
+def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]:
+    import datasets
+
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise DataUnavailableError(f"task.data.path={str(path)!r} does not exist")
+    name, sl = parse_split(split_expr)
+    if p.is_dir():
+        ds = datasets.load_from_disk(str(p))
+        if isinstance(ds, datasets.DatasetDict):
+            if name not in ds:
+                raise DataUnavailableError(
+                    f"split {name!r} is not in the saved dataset at {p}; it has: {', '.join(ds)}")
+            ds = ds[name]
+        return _rows(ds, sl)
+    builder = LOCAL_SUFFIXES.get(p.suffix.lower())
+    if builder is None:
+        raise DataUnavailableError(
+            f"task.data.path={str(path)!r}: unsupported file type {p.suffix!r}; use one of "
+            f"{', '.join(sorted(LOCAL_SUFFIXES))} or a directory saved with Dataset.save_to_disk")
+    ds = datasets.load_dataset(builder, data_files=str(p), split="train")
+    return _rows(ds, sl)
+
+
+def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> list[dict[str, Any]]:
+    import datasets
+
+    try:
+        ds = datasets.load_dataset(hub_id, config_name, split=split_expr)
+    except Exception as e:  # connection, offline mode, missing cache: all mean "not here"
+        raise DataUnavailableError(
+            f"could not load hub dataset {hub_id!r} (split {split_expr!r}): {type(e).__name__}: {e}\n"
+            f"Download it where the hub is reachable, e.g. "
+            f"`python -c \"import datasets; datasets.load_dataset({hub_id!r}"
+            f"{', ' + repr(config_name) if config_name else ''}).save_to_disk('DIR')\"`, "
+            f"then set task.data.path=DIR") from e
+    return [dict(r) for r in ds]
+
+
+def load_split(data_cfg: Any, split: str) -> list[dict[str, Any]]:
+    """Rows for split "train" or "eval" as described by a `task.data` node."""
+    expr = data_cfg.train_split if split == "train" else data_cfg.eval_split
+    if data_cfg.get("path"):
+        rows = load_local(data_cfg.path, expr)
+    elif data_cfg.get("hub_id"):
+        rows = load_hub(data_cfg.hub_id, expr, data_cfg.get("config_name"))
+    else:
+        raise DataUnavailableError("task.data needs either `path` (a local file) or `hub_id`")
+    limit = data_cfg.get("limit")
+    return rows[:limit] if limit else rows

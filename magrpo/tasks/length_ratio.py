@@ -1,0 +1,95 @@
+"""length_ratio: a built-in cooperation task with a dense, cheap reward.
+
+Agent 2's answer should be 2-3x as long as agent 1's (in characters). Reward: 1 inside the
+band, exp(-distance to the band) outside. It needs no data download and no grader, so it is
+the embedded default run and the benchmark task: a tiny random model can visibly learn it
+(agent 1 learns to stop early, agent 2 to keep going).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from magrpo.tasks import register_task
+from magrpo.tasks.base import Item, Scores, Task
+
+SPLIT_MARKER = "\n---\n"
+
+TOPICS = [
+    "the water cycle", "how bees make honey", "why the sky is blue", "the history of paper",
+    "how a bicycle stays upright", "the life of a star", "why leaves change colour",
+    "how vaccines work", "the invention of the printing press", "how tides form",
+    "what makes bread rise", "how a compass works", "the migration of birds",
+    "why we dream", "how volcanoes erupt", "the origin of chess", "how rainbows form",
+    "how a refrigerator keeps food cold", "the rules of football", "why cats purr",
+    "how glass is made", "the structure of an atom", "how coral reefs grow",
+    "why the moon has phases", "how a seed becomes a tree", "the first airplane flight",
+    "how sound travels", "how maps are drawn", "why ice floats", "how a library is organised",
+    "the journey of a letter through the post", "how coffee is grown", "why we need sleep",
+    "how a bridge carries weight", "the making of cheese", "how lightning forms",
+    "how an election is counted", "why oceans are salty", "how a clock keeps time",
+    "the life cycle of a butterfly", "how wind turbines make power", "why bread goes stale",
+    "how whales communicate", "the building of the pyramids", "how a lock and key work",
+    "why mountains have snow", "how ants find food", "how a camera captures light",
+]
+
+
+@dataclass
+class LengthRatioTaskConfig:
+    name: str = "length_ratio"
+    num_train: int = 32
+    num_eval: int = 16
+
+
+@dataclass
+class LengthRatioRewardConfig:
+    name: str = "length_ratio"
+    min_ratio: float = 2.0
+    max_ratio: float = 3.0
+    shift: float = 0.0
+    scale: float = 1.0
+
+
+def band_reward(ratio: float, lo: float, hi: float) -> float:
+    """1 inside [lo, hi], exp(-distance to the band) outside."""
+    if lo <= ratio <= hi:
+        return 1.0
+    return math.exp(-(lo - ratio if ratio < lo else ratio - hi))
+
+
+@register_task("length_ratio")
+class LengthRatioTask(Task):
+    num_agents = 2
+    config_schema = LengthRatioTaskConfig
+    reward_schema = LengthRatioRewardConfig
+
+    def load(self, split: str) -> list[Item]:
+        n_train, n_eval = self.cfg.num_train, self.cfg.num_eval
+        if n_train + n_eval > len(TOPICS):
+            raise ValueError(f"task.num_train + task.num_eval = {n_train + n_eval} exceeds the "
+                             f"{len(TOPICS)} built-in length_ratio topics")
+        topics = TOPICS[:n_train] if split == "train" else TOPICS[n_train:n_train + n_eval]
+        return [{"id": f"length_ratio/{split}/{i}", "topic": t} for i, t in enumerate(topics)]
+
+    def agent_prompts(self, item: Item) -> list[str]:
+        t = item["topic"]
+        return [f"In one short sentence, explain {t}.",
+                f"In a detailed paragraph two to three times longer than a one-sentence answer, explain {t}."]
+
+    def single_prompt(self, item: Item) -> str:
+        return (f"Explain {item['topic']} twice: first in one short sentence, then, after a line "
+                f"with '---', in a paragraph two to three times as long.")
+
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols) -> Scores:
+        r = self.reward_cfg
+        totals, ratios = [], []
+        for joint in completions:
+            if len(joint) == 1:  # single-agent form: both parts in one answer
+                first, _, second = joint[0].partition(SPLIT_MARKER.strip())
+                joint = [first.strip(), second.strip()]
+            a1, a2 = joint[0], joint[1]
+            ratio = len(a2) / max(len(a1), 1)
+            ratios.append(ratio)
+            totals.append((band_reward(ratio, r.min_ratio, r.max_ratio) + r.shift) * r.scale)
+        return Scores(totals, {"length_ratio": ratios})

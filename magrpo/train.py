@@ -1,0 +1,46 @@
+"""magrpo-train: the one training entry point (a Hydra app over conf/train.yaml).
+
+    magrpo-train                                   # embedded default: tiny agents, length_ratio
+    magrpo-train task=tldr agents=qwen3_1.7b hardware=gpu logger=wandb
+    magrpo-train -m seed=0,1,2 algo.advantage=mean,rloo     # a sweep
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig
+
+from magrpo.config import ConfigError, validate
+
+log = logging.getLogger("magrpo")
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+
+def run(cfg: DictConfig) -> dict:
+    """Validate, build and train; returns the final summary. Usable without Hydra (tests)."""
+    from magrpo.trainer import Trainer
+
+    cfg = validate(cfg)
+    return Trainer(cfg, Path(cfg.output_dir)).fit()
+
+
+@hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
+def _hydra_main(cfg: DictConfig) -> float:
+    try:
+        result = run(cfg)
+    except ConfigError as e:
+        log.error("config error: %s", e)
+        sys.exit(2)
+    return result["final_eval"]["reward_mean"]  # the value a Hydra sweeper optimises
+
+
+def main() -> None:
+    _hydra_main()
+
+
+if __name__ == "__main__":
+    main()

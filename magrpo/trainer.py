@@ -1,0 +1,186 @@
+"""The training loop around an algorithm: data order, evaluation, logging, checkpoints, resume.
+
+The algorithm (magrpo.algos) owns one step's math; this loop owns everything that repeats.
+Batches are a pure function of (seed, step), so a resumed run draws exactly the batches an
+uninterrupted run would.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+from tqdm import tqdm
+
+from magrpo.algos import ALGOS
+from magrpo.evaluation import eval_sampling, evaluate
+from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
+from magrpo.tasks import Task, build_task
+from magrpo.tracking import RunLogger
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.pt"
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def batch_for_step(num_items: int, batch_size: int, step: int, seed: int) -> list[int]:
+    """Item indices of `step`: consecutive slices of per-epoch permutations seeded by (seed, epoch)."""
+    out: list[int] = []
+    pos = step * batch_size
+    while len(out) < batch_size:
+        epoch, offset = divmod(pos, num_items)
+        perm = torch.randperm(num_items, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
+        take = min(batch_size - len(out), num_items - offset)
+        out += perm[offset:offset + take].tolist()
+        pos += take
+    return out
+
+
+def rng_state() -> dict:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.random.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.random.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Trainer:
+    def __init__(self, cfg: Any, run_dir: Path):
+        self.cfg, self.run_dir = cfg, run_dir
+        hw = cfg.hardware
+        if hw.num_threads:
+            torch.set_num_threads(hw.num_threads)
+        if hw.deterministic:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        seed_everything(cfg.seed)
+        self.task: Task = build_task(cfg.task, cfg.reward)
+        self.train_items = self.task.load("train")
+        eval_items = self.task.load("eval")
+        self.eval_items = eval_items[:cfg.eval.num_items] if cfg.eval.num_items else eval_items
+        if not self.train_items:
+            raise ValueError(f"task {cfg.task.name!r} has no training items")
+        num_agents = 1 if cfg.algo.single_agent else cfg.agents.num_agents
+        self.agents: list[Agent] = load_agents(cfg.agents, hw, num_agents, need_reference=cfg.algo.beta > 0)
+        self.algo = ALGOS[cfg.algo.name](cfg, self.agents, self.task)
+        self.logger = RunLogger(cfg, run_dir)
+        self.step = 0
+        self.initial_eval: dict[str, float] | None = None
+        self.best: dict[str, Any] | None = None
+        self.evals: list[dict[str, Any]] = []
+        self.started = time.time()
+        self.elapsed_before = 0.0   # wall seconds spent before a resume
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def run_eval(self) -> dict[str, float]:
+        cfg = self.cfg
+        metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
+                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions)
+        self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
+        self.logger.log_examples(self.step, "eval/samples", examples)
+        primary = metrics.get(self.task.primary_metric, metrics["reward_mean"])
+        if self.best is None or primary > self.best["value"]:
+            self.best = {"metric": self.task.primary_metric, "value": primary, "step": self.step}
+        self.evals.append({"step": self.step, "reward_mean": metrics["reward_mean"]})
+        log.info("eval @ step %d: reward_mean=%.4f %s", self.step, metrics["reward_mean"],
+                 " ".join(f"{k}={v:.3f}" for k, v in metrics.items() if k.startswith(("pass@", "rouge", "codebleu"))))
+        return metrics
+
+    # -- checkpoints ----------------------------------------------------------------------------
+    def save(self) -> Path:
+        out = self.run_dir / "checkpoints" / f"step_{self.step}"
+        for agent in self.agents:
+            save_agent(agent, out / agent.name)
+        torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_state(),
+                    "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
+                    "elapsed": self.elapsed(), "config": OmegaConf.to_container(self.cfg, resolve=True)},
+                   out / STATE_FILE)
+        log.info("saved checkpoint %s", out)
+        return out
+
+    def load(self, path: Path) -> None:
+        state = torch.load(path / STATE_FILE, weights_only=False)
+        for agent in self.agents:
+            load_agent_weights(agent, path / agent.name)
+        self.algo.load_state_dict(state["algo"])
+        set_rng_state(state["rng"])
+        self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
+        self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
+        log.info("resumed from %s at step %d", path, self.step)
+
+    def elapsed(self) -> float:
+        return self.elapsed_before + time.time() - self.started
+
+    # -- summary --------------------------------------------------------------------------------
+    def write_summary(self, status: str, final_eval: dict[str, float] | None = None) -> None:
+        cfg = self.cfg
+        self.logger.summary({
+            "status": status,
+            "initial_eval": self.initial_eval,
+            "final_eval": final_eval,
+            "best": self.best,
+            "steps": self.step,
+            "wall_seconds": self.elapsed(),
+            "evals": self.evals,
+            "config": {
+                "task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed,
+                "num_agents": len(self.agents), "models": [m.name_or_path for m in cfg.agents.models],
+                "num_generations": cfg.algo.num_generations, "joint_mode": cfg.algo.joint_mode,
+                "num_turns": cfg.algo.num_turns, "advantage": cfg.algo.advantage, "scale": cfg.algo.scale,
+                "loss_agg": cfg.algo.loss_agg, "num_iterations": cfg.algo.num_iterations, "beta": cfg.algo.beta,
+                "lr": cfg.optimizer.lr, "batch_size": cfg.algo.batch_size, "max_steps": cfg.max_steps,
+                "max_new_tokens": cfg.algo.max_new_tokens,
+            },
+        })
+
+    # -- the loop -------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        cfg = self.cfg
+        if cfg.resume:
+            self.load(Path(cfg.resume).expanduser())
+        try:
+            if self.initial_eval is None:
+                self.initial_eval = self.run_eval()
+                self.write_summary("running")
+            bar = tqdm(range(self.step, cfg.max_steps), initial=self.step, total=cfg.max_steps,
+                       desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True, disable=None)
+            for _ in bar:
+                idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
+                metrics = self.algo.step([self.train_items[i] for i in idx])
+                self.step += 1
+                if self.step % cfg.logger.log_every == 0 or self.step == cfg.max_steps:
+                    self.logger.log(self.step, metrics)
+                bar.set_postfix(reward=f"{metrics['train/reward_mean']:.3f}", step_s=f"{metrics['time/step_s']:.2f}")
+                if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.max_steps:
+                    self.run_eval()
+                    self.write_summary("running")
+                if cfg.save_every and self.step % cfg.save_every == 0 and self.step < cfg.max_steps:
+                    self.save()
+            final_eval = self.run_eval()
+            if cfg.save_final:
+                self.save()
+            self.write_summary("finished", final_eval)
+            return {"initial_eval": self.initial_eval, "final_eval": final_eval, "steps": self.step}
+        except BaseException:
+            self.write_summary("failed")
+            raise
+        finally:
+            self.logger.close()

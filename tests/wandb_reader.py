@@ -1,0 +1,58 @@
+"""Read logged history back from an offline W&B run file (run-*.wandb).
+
+The file is W&B's 7-byte header followed by LevelDB-log framed records (32 KiB blocks; each
+chunk has a 7-byte header: crc32c, little-endian length, type FULL/FIRST/MIDDLE/LAST), each
+record a protobuf `Record`. Only what the tests need: the history rows.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+BLOCK = 32768
+HEADER = 7  # ":W&B" + magic (2 bytes) + version (1 byte)
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def records(path: Path):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = path.read_bytes()
+    assert data[:4] == b":W&B", f"{path} is not a W&B run file"
+    pos, buf = HEADER, b""
+    while pos + 7 <= len(data):
+        if BLOCK - pos % BLOCK < 7:           # the tail of a block too small for a header is padding
+            pos += BLOCK - pos % BLOCK
+            continue
+        length, kind = struct.unpack("<HB", data[pos + 4:pos + 7])
+        chunk = data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind == FULL:
+            buf = chunk
+        elif kind == FIRST:
+            buf = chunk
+            continue
+        elif kind == MIDDLE:
+            buf += chunk
+            continue
+        elif kind == LAST:
+            buf += chunk
+        else:
+            break
+        rec = pb.Record()
+        rec.ParseFromString(buf)
+        yield rec
+
+
+def history(path: Path) -> list[dict]:
+    rows = []
+    for rec in records(path):
+        if rec.WhichOneof("record_type") == "history":
+            row = {}
+            for item in rec.history.item:
+                key = item.key or "/".join(item.nested_key)
+                row[key] = json.loads(item.value_json)
+            rows.append(row)
+    return rows
