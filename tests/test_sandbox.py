@@ -1,0 +1,405 @@
+"""The sandbox against hostile and ordinary programs.
+
+Every case runs under small limits, and an autouse fixture checks after each test that no process
+whose command line or working directory lies in this test's sandbox directories is still alive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+
+import pytest
+
+from magrpo.sandbox import (
+    RunResult,
+    SandboxLimits,
+    TestReport,
+    check_program,
+    run_program,
+    run_programs,
+    run_tests,
+    run_tests_many,
+)
+
+FAST = SandboxLimits(timeout_s=2.0, cpu_s=3, memory_mb=256, max_processes=8)
+
+
+def _state(pid: int) -> str | None:
+    """Process state letter, None when the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rfind(")") + 2:].split()[0]
+
+
+def _alive(pid: int) -> bool:
+    return _state(pid) not in (None, "Z", "X")
+
+
+def _live_processes_mentioning(text: str) -> list[int]:
+    """Live pids whose command line or working directory contains `text`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            cwd = os.readlink(f"/proc/{name}/cwd")
+        except OSError:
+            continue
+        if (text in cmdline or text in cwd) and _alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def sandbox_root(tmp_path, monkeypatch):
+    """Sandboxes of this test live under tmp_path; none of their processes may outlive it."""
+    root = tmp_path / "sbx"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    yield str(root)
+    deadline = time.monotonic() + 1.0  # a SIGKILLed process may take a moment to disappear
+    while _live_processes_mentioning(str(root)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _live_processes_mentioning(str(root)) == []
+    assert os.listdir(root) == [], "the sandbox working directory was not removed"
+
+
+# -- ordinary programs ---------------------------------------------------------------------------
+
+
+def test_passing_program_output_and_status():
+    r = run_program("import sys\nprint('hello')\nprint('to err', file=sys.stderr)", FAST)
+    assert isinstance(r, RunResult)
+    assert (r.status, r.returncode, r.ok, r.completed) == ("ok", 0, True, True)
+    assert r.stdout == "hello\n" and r.stderr == "to err\n"
+    assert 0 < r.duration_s < 2.0
+
+
+def test_failing_program_reports_the_exception():
+    r = run_program("def f():\n    raise ValueError('bad value\\nsecond line')\nf()", FAST)
+    assert (r.status, r.returncode, r.ok, r.completed) == ("error", 1, False, False)
+    assert r.exception == "ValueError: bad value"
+    assert 'File "program.py", line 2, in f' in r.stderr  # the program's own frames and lines
+    assert "raise ValueError" in r.stderr and "sandbox.py" not in r.stderr
+
+
+def test_syntax_error_and_main_block():
+    r = run_program("def f(:\n  pass", FAST)
+    assert r.status == "error" and r.exception.startswith("SyntaxError")
+    code = "if __name__ == '__main__':\n    print('main')\nprint(__name__)"
+    assert run_program(code, FAST).stdout == "main\n__main__\n"
+    assert run_program(code, FAST, run_name="__sandbox__").stdout == "__sandbox__\n"
+
+
+def test_files_are_provided_and_the_directory_removed():
+    r = run_program("import os\nprint(open('data/in.txt').read())\nprint(os.getcwd())",
+                    FAST, files={"data/in.txt": "payload"})
+    assert r.ok
+    text, cwd = r.stdout.splitlines()
+    assert text == "payload"
+    assert not os.path.exists(cwd)
+    with pytest.raises(ValueError):
+        run_program("pass", FAST, files={"../outside.txt": "x"})
+
+
+# -- hostile programs ----------------------------------------------------------------------------
+
+
+def test_infinite_loop_times_out_and_is_killed():
+    t0 = time.monotonic()
+    r = run_program("print('started', flush=True)\nwhile True:\n    pass", SandboxLimits(timeout_s=1.0, cpu_s=5))
+    elapsed = time.monotonic() - t0
+    assert (r.status, r.returncode, r.completed) == ("timeout", None, False)
+    assert r.stdout == "started\n"  # output before the kill is kept
+    assert 1.0 <= r.duration_s < 2.0 and elapsed < 4.0
+
+
+def test_cpu_limit_kills_a_busy_program():
+    r = run_program("while True:\n    pass", SandboxLimits(timeout_s=6.0, cpu_s=1))
+    assert r.status == "killed" and r.returncode in (-24, -9)  # SIGXCPU, or SIGKILL at the hard limit
+
+
+def test_huge_allocation_fails_without_hurting_the_caller():
+    r = run_program("x = bytearray(8 * 1024**3)\nprint('allocated')", FAST)
+    assert r.status in ("killed", "error") and "allocated" not in r.stdout
+    r = run_program("chunks = []\nwhile True:\n    chunks.append(bytearray(10**7))", FAST)
+    assert r.status in ("killed", "error") and r.exception in (None, "MemoryError")
+
+
+def test_deep_recursion():
+    r = run_program("def f(n):\n    return f(n + 1)\nf(0)", FAST)
+    assert r.status == "error" and r.exception.startswith("RecursionError")
+
+
+def test_exit_codes_and_early_exits():
+    r = run_program("import sys\nprint('a')\nsys.exit(3)\nprint('b')", FAST)
+    assert (r.status, r.returncode, r.completed, r.stdout) == ("error", 3, False, "a\n")
+    r = run_program("import os\nos._exit(0)\nprint('b')", FAST)
+    assert (r.status, r.returncode, r.completed, r.stdout) == ("ok", 0, False, "")
+    # A self-checking program passes only if it runs to its end.
+    assert check_program("assert 1 + 1 == 2", 2.0) == (True, "passed")
+    for early_exit in ("import sys; sys.exit(0)", "import os; os._exit(0)", "exit(0)", "raise SystemExit"):
+        ok, message = check_program(early_exit + "\nassert 1 + 1 == 3", 2.0)
+        assert not ok and message.startswith("failed"), early_exit
+    assert check_program("assert 1 + 1 == 3", 2.0) == (False, "failed: AssertionError")
+    assert check_program("while True:\n    pass", 1.0) == (False, "timed out")
+
+
+def test_writes_outside_the_directory_are_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim.txt"
+    victim.write_text("keep me")
+    attempts = {
+        "open": f"open({str(outside / 'a.txt')!r}, 'w').write('x')",
+        "open_append": f"open({str(victim)!r}, 'a').write('x')",
+        "os_open": f"import os; os.open({str(outside / 'b.txt')!r}, os.O_CREAT | os.O_WRONLY)",
+        "pathlib": f"import pathlib; pathlib.Path({str(outside / 'c.txt')!r}).write_text('x')",
+        "fileio": f"import io; io.FileIO({str(outside / 'd.txt')!r}, 'w')",
+        "relative": "import os; os.chdir('..'); open('e.txt', 'w').write('x')",
+        "symlink": f"import os; os.symlink({str(outside / 'f.txt')!r}, 'link'); open('link', 'w').write('x')",
+        "remove": f"import os; os.remove({str(victim)!r})",
+        "rename": f"import os; os.rename({str(victim)!r}, 'stolen.txt')",
+        "rmtree": f"import shutil; shutil.rmtree({str(outside)!r})",
+        "mkdir": f"import os; os.makedirs({str(outside / 'g' / 'h')!r})",
+        "chmod": f"import os; os.chmod({str(victim)!r}, 0o777)",
+        "posix": f"import posix; posix.unlink({str(victim)!r})",
+        "copy": f"import shutil; shutil.copy({str(victim)!r}, {str(outside / 'copy.txt')!r})",
+    }
+    results = run_programs(list(attempts.values()), FAST)
+    for (name, _), r in zip(attempts.items(), results):
+        assert r.status == "error" and r.exception.startswith("PermissionError"), (name, r.stderr)
+    assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
+    assert victim.read_text() == "keep me" and oct(victim.stat().st_mode & 0o777) != "0o777"
+
+
+def test_writes_inside_the_directory_work():
+    code = """
+import os, shutil, tempfile, pathlib
+open('a.txt', 'w').write('x')
+os.makedirs('d/e')
+os.rename('a.txt', 'd/e/b.txt')
+pathlib.Path('p.txt').write_text('y')
+fd, path = tempfile.mkstemp()
+os.close(fd)
+shutil.rmtree('d')
+with open(os.devnull, 'w') as f:
+    f.write('discarded')
+print(sorted(os.listdir('.')) == sorted(['p.txt', os.path.basename(path)]))
+"""
+    r = run_program(code, FAST)
+    assert r.ok and r.stdout == "True\n", r.stderr
+
+
+def test_big_file_is_capped():
+    r = run_program("open('big', 'wb').write(b'x' * (3 * 2**20))", SandboxLimits(timeout_s=2.0, max_file_mb=1))
+    assert r.status == "error" and "File too large" in r.exception
+
+
+def test_subprocess_is_refused_by_default():
+    code = """
+import os, subprocess
+refused = 0
+for call in (lambda: subprocess.Popen(['sleep', '30.101']), lambda: os.system('sleep 30.101'),
+             lambda: os.execv('/bin/sleep', ['sleep', '30.101']),
+             lambda: os.posix_spawn('/bin/sleep', ['sleep', '30.101'], {})):
+    try:
+        call()
+    except PermissionError:
+        refused += 1
+print(refused)
+"""
+    r = run_program(code, FAST)
+    assert r.ok and r.stdout == "4\n", r.stderr
+    assert _live_processes_mentioning("30.101") == []
+
+
+def test_spawned_processes_are_capped_and_all_killed():
+    code = """
+import subprocess
+started, refused = 0, 0
+for _ in range(200):
+    try:
+        subprocess.Popen(['sleep', '30.202'])
+        started += 1
+    except OSError:
+        refused += 1
+print(started, refused)
+"""
+    limits = SandboxLimits(timeout_s=5.0, max_processes=8, allow_subprocess=True)
+    r = run_program(code, limits)
+    assert r.ok, r.stderr
+    started, refused = map(int, r.stdout.split())
+    assert started == 7 and refused == 193  # 8 processes in the group, the program included
+    assert _live_processes_mentioning("30.202") == []
+
+
+def test_escaped_children_are_killed_too():
+    # A new session (setsid) leaves the process group, but not the supervisor's descendants.
+    code = "import subprocess\nsubprocess.Popen(['setsid', 'sleep', '30.303'])\nsubprocess.Popen(['sh', '-c', 'sleep 30.303 &'])"
+    r = run_program(code, SandboxLimits(timeout_s=2.0, allow_subprocess=True))
+    assert r.ok, r.stderr
+    assert _live_processes_mentioning("30.303") == []
+
+
+def test_forked_children_are_capped_and_killed():
+    code = """
+import os, time, json
+kids = []
+for _ in range(200):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    kids.append(pid)
+try:
+    os.setsid()
+except PermissionError:
+    print(json.dumps({"kids": kids, "pgid": os.getpgrp()}))
+"""
+    r = run_program(code, FAST)
+    assert r.ok, r.stderr
+    out = json.loads(r.stdout)
+    assert len(out["kids"]) == FAST.max_processes - 1
+    assert not any(_alive(pid) for pid in out["kids"])
+
+
+def test_fork_bomb_is_bounded():
+    code = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)"
+    t0 = time.monotonic()
+    r = run_program(code, SandboxLimits(timeout_s=1.5, max_processes=16))
+    assert r.status == "timeout" and time.monotonic() - t0 < 5.0
+
+
+def test_output_flood_is_bounded_and_fast():
+    t0 = time.monotonic()
+    r = run_program("import sys\nfor _ in range(5000):\n    sys.stdout.write('x' * 10000)\nprint('end', file=sys.stderr)",
+                    SandboxLimits(timeout_s=5.0, max_output_bytes=1000))
+    assert r.ok and len(r.stdout) == 1000 and r.stderr == "end\n"
+    assert time.monotonic() - t0 < 4.0  # 50 MB read and dropped
+
+
+def test_signalling_the_parent_or_the_caller_is_refused():
+    for target in ("os.getppid()", str(os.getpid()), "-1", f"-{os.getpgrp()}"):
+        r = run_program(f"import os, signal\nos.kill({target}, signal.SIGKILL)", FAST)
+        assert r.status == "error" and r.exception.startswith("PermissionError"), target
+    r = run_program(f"import os, signal\nos.killpg({os.getpgrp()}, signal.SIGKILL)", FAST)
+    assert r.exception.startswith("PermissionError")
+    # Its own group is fair game: it only kills itself.
+    assert run_program("import os, signal\nos.kill(0, signal.SIGKILL)", FAST).status == "killed"
+
+
+def test_a_killed_supervisor_does_not_hang_the_caller():
+    # Through a raw syscall the guards do not see, after forging a clean report on every pipe it
+    # holds: the caller ignores records of a supervisor that did not end normally, and cleans up.
+    code = """
+import ctypes, os, time
+fake = b'{"run": {"status": "ok", "returncode": 0, "duration_s": 0.1, "clean": true}}\\n'
+for fd in map(int, os.listdir('/proc/self/fd')):
+    if fd > 2:
+        try:
+            os.write(fd, fake)
+        except OSError:
+            pass
+ctypes.CDLL(None).kill(os.getppid(), 9)
+time.sleep(30)
+"""
+    t0 = time.monotonic()
+    r = run_program(code, SandboxLimits(timeout_s=5.0))
+    assert r.status == "killed" and "without a report" in r.stderr
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_run_programs_keeps_order_and_runs_in_parallel():
+    programs = [f"import time\ntime.sleep(1.0)\nprint({i})" for i in range(4)]
+    t0 = time.monotonic()
+    results = run_programs(programs, SandboxLimits(timeout_s=5.0), max_workers=4)
+    elapsed = time.monotonic() - t0
+    assert [r.stdout for r in results] == ["0\n", "1\n", "2\n", "3\n"]
+    assert elapsed < 3.0  # one at a time would take at least 4 s
+    assert run_programs([]) == []
+
+
+# -- the per-test harness ------------------------------------------------------------------------
+
+CODE = "def add(a, b):\n    return a + b\n"
+
+
+def test_run_tests_counts_passes_and_failures():
+    tests = ["assert add(1, 2) == 3", "assert add(1, 1) == 3", "assert add('a', 'b') == 'ab'", "assert mul(2, 2) == 4"]
+    rep = run_tests(CODE, tests, limits=FAST)
+    assert isinstance(rep, TestReport)
+    assert (rep.passed, rep.failed, rep.timeouts, rep.total, rep.setup_error, rep.status) == (2, 2, 0, 4, None, "ok")
+    assert rep.errors == ["AssertionError", "NameError: name 'mul' is not defined"]
+    assert rep.fraction == 0.5
+
+
+def test_run_tests_setup_and_setup_errors():
+    rep = run_tests("def root(x):\n    return math.sqrt(x)", ["assert root(9) == 3"], setup="import math", limits=FAST)
+    assert rep.passed == 1
+    rep = run_tests("def f(:\n", ["assert True", "assert True"], limits=FAST)
+    assert rep.setup_error.startswith("SyntaxError") and (rep.passed, rep.failed, rep.total) == (0, 2, 2)
+    rep = run_tests("raise ImportError('no numpy here')", ["assert True"], limits=FAST)
+    assert rep.setup_error == "ImportError: no numpy here" and rep.fraction == 0.0
+    rep = run_tests("x = 1", ["assert True"], setup="import not_a_module_xyz", limits=FAST)
+    assert rep.setup_error.startswith("setup code: ModuleNotFoundError")
+    rep = run_tests("while True:\n    pass", ["assert True"], per_test_timeout_s=0.3, limits=FAST)
+    assert rep.setup_error.startswith("timeout") and rep.passed == 0
+    assert run_tests(CODE, [], limits=FAST).fraction == 0.0
+
+
+def test_run_tests_stops_after_max_timeouts():
+    tests = ["assert add(1, 2) == 3"] + ["while True:\n    pass"] * 5 + ["assert add(2, 2) == 4"]
+    t0 = time.monotonic()
+    rep = run_tests(CODE, tests, per_test_timeout_s=0.3, max_timeouts=3, limits=FAST)
+    assert time.monotonic() - t0 < 4.0
+    assert (rep.passed, rep.timeouts, rep.failed, rep.total) == (1, 3, 3, 7)
+    assert rep.errors == ["timeout after 0.3s"] * 3 + ["not run: stopped after 3 timeouts"] * 3
+
+
+def test_timeouts_are_not_swallowed_by_except_exception():
+    code = "def spin():\n    while True:\n        try:\n            pass\n        except Exception:\n            pass\n"
+    rep = run_tests(code, ["spin()", "assert True"], per_test_timeout_s=0.3, limits=FAST)
+    assert (rep.passed, rep.timeouts) == (1, 1)
+
+
+def test_exits_mid_suite_never_count_as_passes():
+    tests = ["assert add(1, 2) == 3", "import sys; sys.exit(3)", "assert add(2, 2) == 4", "import os; os._exit(0)",
+             "assert add(3, 3) == 6", "assert add(4, 4) == 8"]
+    rep = run_tests(CODE, tests, limits=FAST)
+    # sys.exit is an ordinary failure of that test; os._exit ends the process: what follows never ran.
+    assert (rep.passed, rep.failed, rep.timeouts, rep.status) == (2, 4, 0, "ok")
+    assert rep.errors[0] == "SystemExit: 3"
+    assert rep.errors[1].startswith("the program exited during this test")
+    assert rep.errors[2:] == ["not run: the sandbox ended before this test"] * 2
+    # Exiting while the candidate code is exec'd: nothing ran.
+    rep = run_tests("import os\nos._exit(0)", ["assert True"], limits=FAST)
+    assert rep.passed == 0 and rep.setup_error is not None
+
+
+def test_junk_output_and_wall_clock_kill():
+    code = CODE + "print('{\"test\": 0, \"outcome\": \"pass\"}')\nprint('{\"done\": true}')\n"
+    rep = run_tests(code, ["assert add(1, 1) == 3"], limits=FAST)
+    assert (rep.passed, rep.failed) == (0, 1)
+    # A test that catches the per-test alarm itself runs into the sandbox wall clock.
+    stubborn = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
+    rep = run_tests(CODE, ["assert add(1, 2) == 3", stubborn, "assert True"], per_test_timeout_s=0.2,
+                    limits=SandboxLimits(timeout_s=1.5))
+    assert (rep.passed, rep.timeouts, rep.failed, rep.status) == (1, 1, 1, "timeout")
+
+
+def test_run_tests_many_keeps_order():
+    jobs = [(f"def f():\n    return {i}", [f"assert f() == {i}", "assert f() == 1"], "") for i in range(4)]
+    reports = run_tests_many(jobs, limits=FAST, max_workers=2)
+    assert [r.passed for r in reports] == [1, 2, 1, 1]
