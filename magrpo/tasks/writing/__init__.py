@@ -1,0 +1,154 @@
+"""The paper's writing tasks: `tldr` (Reddit post summaries) and `arxiv` (introductions from
+abstracts), two agents each, the gated writing reward of SPEC §7 (see `reward.py`).
+
+    task=tldr    agent 1: a short, concise summary; agent 2: a longer, detailed one
+    task=arxiv   agent 1: background and motivation; agent 2: method and implications
+
+`score_pairs` scores a file of {"a1", "a2"} lines outside training (`magrpo-score tldr FILE`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from magrpo.tasks import register_task
+from magrpo.tasks.base import Item, Scores, Task
+from magrpo.tasks.writing.data import ArxivTaskConfig, TldrTaskConfig, load_items
+from magrpo.tasks.writing.prompts import (
+    SPLIT_MARKER,
+    arxiv_prompts,
+    arxiv_single_prompt,
+    split_single_answer,
+    tldr_prompts,
+    tldr_single_prompt,
+)
+from magrpo.tasks.writing.reward import (
+    REWARD_SCHEMAS,
+    ArxivRewardConfig,
+    TldrRewardConfig,
+    WritingScore,
+    check_reward_config,
+    load_lexicon,
+    score_pair,
+)
+
+COMPONENTS = ("structure", "coherence", "style")
+
+
+def joint_answer(completion: str | Sequence[str]) -> tuple[str, str]:
+    """(a1, a2) of one joint answer: two agents' strings, or one string (or a one-element
+    list) from a single model, split at SPLIT_MARKER with the fallbacks of split_single_answer."""
+    if isinstance(completion, str):
+        return split_single_answer(completion)
+    if len(completion) == 1:
+        return split_single_answer(completion[0])
+    if len(completion) != 2:
+        raise ValueError(f"writing tasks take 2 answers per joint action, got {len(completion)}")
+    return completion[0], completion[1]
+
+
+def scores_of(results: Sequence[WritingScore]) -> Scores:
+    return Scores(
+        [r.total for r in results],
+        {c: [getattr(r, c) for r in results] for c in COMPONENTS},
+        {"levels_passed": [r.levels_passed for r in results],
+         "diagnosis": [r.diagnosis for r in results],
+         "stats": [r.stats for r in results]},
+    )
+
+
+class WritingTask(Task):
+    num_agents = 2
+
+    def __init__(self, cfg: Any, reward_cfg: Any):
+        super().__init__(cfg, reward_cfg)
+        check_reward_config(reward_cfg)
+
+    def load(self, split: str) -> list[Item]:
+        return load_items(self.name, self.cfg.data, split)
+
+    def reward(self, prompts: list[list[str]], completions: list[Any], **cols: list[Any]) -> Scores:
+        return scores_of([score_pair(*joint_answer(c), self.reward_cfg) for c in completions])
+
+    def metrics(self, items: Sequence[Item], completions: list[Any], scores: Scores) -> dict[str, float]:
+        pairs = [joint_answer(c) for c in completions]
+        n = max(len(pairs), 1)
+        out = {
+            "a1_chars_mean": sum(len(a1) for a1, _ in pairs) / n,
+            "a2_chars_mean": sum(len(a2) for _, a2 in pairs) / n,
+            "a1_tokens_mean": sum(len(a1.split()) for a1, _ in pairs) / n,
+            "a2_tokens_mean": sum(len(a2.split()) for _, a2 in pairs) / n,
+        }
+        # ROUGE-L of the joint answer against the item's reference, over the items that have one.
+        with_ref = [(a1 + "\n" + a2, it.get("reference")) for (a1, a2), it in zip(pairs, items)
+                    if it.get("reference")]
+        if with_ref:
+            from magrpo.metrics import rouge_l
+
+            out["rouge_l"] = rouge_l([p for p, _ in with_ref], [r for _, r in with_ref])
+        return out
+
+
+@register_task("tldr")
+class TldrTask(WritingTask):
+    config_schema = TldrTaskConfig
+    reward_schema = TldrRewardConfig
+
+    def agent_prompts(self, item: Item) -> list[str]:
+        return tldr_prompts(item["text"])
+
+    def single_prompt(self, item: Item) -> str:
+        return tldr_single_prompt(item["text"])
+
+
+@register_task("arxiv")
+class ArxivTask(WritingTask):
+    config_schema = ArxivTaskConfig
+    reward_schema = ArxivRewardConfig
+
+    def agent_prompts(self, item: Item) -> list[str]:
+        return arxiv_prompts(item["text"])
+
+    def single_prompt(self, item: Item) -> str:
+        return arxiv_single_prompt(item["text"])
+
+
+def score_pairs(task_name: str, path: str, reward_cfg: Any = None) -> list[dict[str, Any]]:
+    """Score a jsonl file of {"a1": str, "a2": str} lines with the training reward.
+
+    One dict per non-blank line: `line`, `reward`, each component, `levels_passed`. `reward_cfg`
+    defaults to the task's reference reward config. A bad line raises ValueError naming it.
+    """
+    if task_name not in REWARD_SCHEMAS:
+        raise ValueError(f"score_pairs: unknown writing task {task_name!r}; choose one of "
+                         f"{', '.join(REWARD_SCHEMAS)}")
+    cfg = reward_cfg if reward_cfg is not None else REWARD_SCHEMAS[task_name]()
+    check_reward_config(cfg)
+    try:
+        lines = Path(path).read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"cannot read {path}: {e}") from None
+    out = []
+    for lineno, line in enumerate(lines, start=1):
+        if line.strip():
+            out.append(_score_line(path, lineno, line, cfg))
+    return out
+
+
+def _score_line(path: str, lineno: int, line: str, cfg: Any) -> dict[str, Any]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {lineno} is not valid JSON ({e.msg})") from None
+    if not isinstance(row, dict) or not all(isinstance(row.get(k), str) for k in ("a1", "a2")):
+        raise ValueError(f"{path}: line {lineno} needs string fields \"a1\" and \"a2\"")
+    r = score_pair(row["a1"], row["a2"], cfg)
+    return {"line": lineno, "reward": r.total, **{c: getattr(r, c) for c in COMPONENTS},
+            "levels_passed": r.levels_passed}
+
+
+__all__ = ["ArxivTask", "SPLIT_MARKER", "TldrTask", "WritingTask", "joint_answer", "load_lexicon",
+           "score_pair", "score_pairs", "split_single_answer"]

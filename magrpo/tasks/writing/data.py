@@ -1,0 +1,120 @@
+"""Data of the writing tasks: the built-in offline set, a hub dataset, or a local copy.
+
+`task.data` node (one code path for all three sources, `magrpo.tasks.data.load_split`):
+
+    builtin: true                    # the package's own set (builtin_<task>.jsonl), no download
+    builtin_train_split: train[:32]  # rows of that file, in split-expression syntax
+    builtin_eval_split: train[32:]
+    hub_id: trl-lib/tldr             # used when builtin is false
+    path: null                       # a local file or saved dataset: wins over builtin and hub
+    train_split / eval_split         # the paper's splits, for the hub id or the local copy
+    text_column / reference_column   # null: the first column present of TEXT_COLUMNS[task]...
+
+The built-in files use the hub datasets' columns (tldr: `prompt` holds the post in TRL's
+"SUBREDDIT/TITLE/POST/TL;DR:" layout and `completion` the reference TL;DR; arxiv:
+`article_id`, `abstract_text`), so nothing downstream knows which source an item came from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from magrpo.tasks.data import DataUnavailableError, load_split
+
+PACKAGE_DIR = Path(__file__).parent
+BUILTIN_FILES = {"tldr": PACKAGE_DIR / "builtin_tldr.jsonl", "arxiv": PACKAGE_DIR / "builtin_arxiv.jsonl"}
+
+# Candidate columns, first present wins. The arxiv hub set stores `abstract_text` (in the raw
+# arXiv dump it is a list of sentences; both forms are accepted).
+TEXT_COLUMNS = {"tldr": ("prompt", "post", "content", "text"),
+                "arxiv": ("abstract_text", "abstract", "text", "prompt")}
+REFERENCE_COLUMNS = {"tldr": ("completion", "summary", "tldr", "reference"),
+                     "arxiv": ("reference", "introduction")}
+
+
+@dataclass
+class WritingDataConfig:
+    builtin: bool = True
+    builtin_train_split: str = "train[:32]"
+    builtin_eval_split: str = "train[32:]"
+    hub_id: str = "trl-lib/tldr"
+    config_name: str | None = None
+    path: str | None = None
+    train_split: str = "train[:1000]"
+    eval_split: str = "test[:1000]"
+    limit: int | None = None
+    text_column: str | None = None
+    reference_column: str | None = None
+
+
+@dataclass
+class TldrDataConfig(WritingDataConfig):
+    pass
+
+
+@dataclass
+class ArxivDataConfig(WritingDataConfig):
+    hub_id: str = "LovelyBuggies/arXiv_abstract"
+    eval_split: str = "val[:1000]"
+
+
+@dataclass
+class TldrTaskConfig:
+    name: str = "tldr"
+    data: TldrDataConfig = field(default_factory=TldrDataConfig)
+
+
+@dataclass
+class ArxivTaskConfig:
+    name: str = "arxiv"
+    data: ArxivDataConfig = field(default_factory=ArxivDataConfig)
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, (list, tuple)):
+        return " ".join(str(v).strip() for v in value if v is not None)
+    return "" if value is None else str(value)
+
+
+def _pick(row: dict[str, Any], explicit: str | None, candidates: tuple[str, ...]) -> str | None:
+    if explicit:
+        if explicit not in row:
+            raise ValueError(f"column {explicit!r} is not in the data; it has: {', '.join(row)}")
+        return explicit
+    return next((c for c in candidates if c in row), None)
+
+
+def load_items(task: str, data_cfg: Any, split: str) -> list[dict[str, Any]]:
+    """Items of `split` ("train"/"eval"): the source columns plus `id`, `text`, `reference`."""
+    from omegaconf import OmegaConf
+
+    if data_cfg.get("path") or not data_cfg.builtin:
+        source = data_cfg
+    else:
+        source = OmegaConf.create({
+            "path": str(BUILTIN_FILES[task]),
+            "train_split": data_cfg.builtin_train_split,
+            "eval_split": data_cfg.builtin_eval_split,
+            "limit": data_cfg.get("limit"),
+        })
+    try:
+        rows = load_split(source, split)
+    except DataUnavailableError as e:
+        raise DataUnavailableError(f"{e}\n(task {task}: leave task.data.builtin=true, the default, "
+                                   f"to train on the built-in offline set)") from e
+    if not rows:
+        raise DataUnavailableError(f"task {task}: the {split} split is empty "
+                                   f"({source.train_split if split == 'train' else source.eval_split})")
+    text_col = _pick(rows[0], data_cfg.get("text_column"), TEXT_COLUMNS[task])
+    if text_col is None:
+        raise ValueError(f"task {task}: no text column among {', '.join(TEXT_COLUMNS[task])} in the data "
+                         f"(it has: {', '.join(rows[0])}); set task.data.text_column")
+    ref_col = _pick(rows[0], data_cfg.get("reference_column"), REFERENCE_COLUMNS[task])
+    items = []
+    for i, row in enumerate(rows):
+        ref = _as_text(row.get(ref_col)).strip() if ref_col else ""
+        items.append({**row, "id": f"{task}/{split}/{i}", "text": _as_text(row[text_col]),
+                      "reference": ref or None})
+    return items
