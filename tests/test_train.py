@@ -116,4 +116,5 @@ def test_wandb_offline_files_hold_the_logged_metrics(make_cfg, tmp_path, monkeyp
         for key, value in row.items():
             if key != "step":
                 assert by_step[step][key] == pytest.approx(value), (step, key)
-    assert "eval/samples" in by_step[2], "a table of sample completions is logged at eval"
+    table = by_step[2]["eval/samples"]   # a table of sample completions at each eval
+    assert table["_type"] == "table-file" and table["nrows"] == 2

@@ -52,7 +52,13 @@ def history(path: Path) -> list[dict]:
         if rec.WhichOneof("record_type") == "history":
             row = {}
             for item in rec.history.item:
-                key = item.key or "/".join(item.nested_key)
-                row[key] = json.loads(item.value_json)
+                if item.key:
+                    row[item.key] = json.loads(item.value_json)
+                else:  # a media object (a table): one item per field, under nested keys
+                    *path, leaf = item.nested_key
+                    node = row
+                    for part in path:
+                        node = node.setdefault(part, {})
+                    node[leaf] = json.loads(item.value_json)
             rows.append(row)
     return rows
