@@ -145,6 +145,15 @@ class TrainSchema:
     eval: EvalSchema = field(default_factory=EvalSchema)
 
 
+@dataclass
+class EvalRunSchema(TrainSchema):
+    """magrpo-eval: the training groups plus what to evaluate."""
+
+    methods: list[str] | None = None
+    checkpoint: str | None = None
+    split: str = "eval"
+
+
 # Allowed values of the enumerated keys. The estimator and aggregation names come from their
 # registries, so a new entry there is allowed here without a second edit.
 def _choices() -> dict[str, list[str]]:
@@ -236,13 +245,13 @@ def _get(cfg: DictConfig, key: str) -> Any:
     return OmegaConf.select(cfg, key, throw_on_missing=False)
 
 
-def validate(cfg: DictConfig) -> DictConfig:
+def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
     from magrpo.tasks import TASKS, available_tasks
 
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
-    typed = _typed(OmegaConf.create(raw), TrainSchema, "")
+    typed = _typed(OmegaConf.create(raw), schema, "")
 
     # Task and reward nodes are checked against the schemas their task registers.
     if not raw_task or "name" not in raw_task:
@@ -269,6 +278,8 @@ def validate(cfg: DictConfig) -> DictConfig:
             raise ConfigError(f"{key}={value!r} is out of range; it must be {allowed}")
 
     _validate_agents(typed)
+    if schema is EvalRunSchema:
+        _validate_eval(typed)
     if typed.resume and not Path(typed.resume).expanduser().exists():
         raise ConfigError(f"resume={typed.resume!r}: no such checkpoint directory")
     return typed
@@ -304,6 +315,18 @@ def _validate_agents(cfg: DictConfig) -> None:
     if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
         raise ConfigError("agents.share_base=true needs every agent on the same base model; "
                           f"agents.models name {sorted({m.name_or_path for m in models})}")
+
+
+def _validate_eval(cfg: DictConfig) -> None:
+    from magrpo.evaluation import PROTOCOLS
+
+    for m in cfg.methods or []:
+        if m not in PROTOCOLS:
+            raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(PROTOCOLS)}")
+    if cfg.split not in ("eval", "train"):
+        raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
+    if cfg.checkpoint and not Path(cfg.checkpoint).expanduser().exists():
+        raise ConfigError(f"checkpoint={cfg.checkpoint!r}: no such checkpoint or run directory")
 
 
 class _open:

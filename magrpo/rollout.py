@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from magrpo.algos.core import completion_mask
 from magrpo.models import Agent
 
 
@@ -57,6 +56,14 @@ class Generation:
         ids = self.prompt_ids.repeat_interleave(self.num_generations, dim=0)
         mask = self.prompt_mask.repeat_interleave(self.num_generations, dim=0)
         return (ids, mask) if rows is None else (ids[rows], mask[rows])
+
+
+def completion_mask(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
+    """1 for every token up to and including the first EOS, 0 after it (padding included)."""
+    is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids, device=completion_ids.device))
+    # number of EOS strictly before each position; a token counts only if there is none
+    eos_before = is_eos.long().cumsum(-1) - is_eos.long()
+    return (eos_before == 0).to(torch.float32)
 
 
 def eos_ids(agent: Agent) -> list[int]:

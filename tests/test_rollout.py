@@ -2,8 +2,7 @@
 
 import torch
 
-from magrpo.algos.core import completion_mask
-from magrpo.rollout import credit, joint_indices
+from magrpo.rollout import completion_mask, credit, joint_indices
 
 
 def test_aligned_joint_actions_pair_same_index():

@@ -4,8 +4,8 @@
 - SCALES: optional division by a standard deviation.
 - LOSS_AGG: how per-token losses become one scalar; each entry is written so that the sum of its
   value over micro-batches equals its value on the whole batch (gradient accumulation is exact).
-- token_logprobs: log pi(token | prefix) over completion tokens, with padding and everything
-  after the first EOS masked out.
+- token_logprobs: log pi(token | prefix) over completion tokens; the completion mask from
+  magrpo.rollout zeroes padding and everything after the first EOS.
 """
 
 from __future__ import annotations
@@ -90,14 +90,6 @@ LOSS_AGG: dict[str, Callable[[torch.Tensor, torch.Tensor, AggContext], torch.Ten
 
 
 # --- log-probabilities ---------------------------------------------------------------------------
-
-
-def completion_mask(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
-    """1 for every token up to and including the first EOS, 0 after it (padding included)."""
-    is_eos = torch.isin(completion_ids, torch.tensor(eos_token_ids, device=completion_ids.device))
-    # number of EOS strictly before each position; a token counts only if there is none
-    eos_before = is_eos.long().cumsum(-1) - is_eos.long()
-    return (eos_before == 0).to(torch.float32)
 
 
 def token_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,

@@ -87,6 +87,17 @@ class Task:
             raise ValueError(f"task {self.name!r} is written for {self.num_agents} agents, got {num_agents}")
         return self.agent_prompts(item)
 
+    def context_prompt(self, item: Item, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:
+        """Agent `agent`'s prompt extended with answers it may see (the `sequential` and
+        `discussion` baselines): its own earlier answer and the other agents' answers by index."""
+        parts = [prompt]
+        if own is not None:
+            parts.append(f"Your previous answer:\n{own.strip()}")
+        parts += [f"Agent {j + 1}'s answer:\n{text.strip()}" for j, text in sorted(others.items())]
+        parts.append("Write your part again, consistent with the answers above and without repeating them."
+                     if own is not None else "Write your part so that it fits with the answer(s) above.")
+        return "\n\n".join(parts)
+
     # -- reward -----------------------------------------------------------------------------
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         raise NotImplementedError

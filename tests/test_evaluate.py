@@ -1,0 +1,54 @@
+"""magrpo-eval: every prompting baseline on the tiny agents, and a trained checkpoint."""
+
+import json
+
+import pytest
+
+from magrpo.evaluate import run_eval
+from magrpo.train import run
+from tests.conftest import compose_cfg
+
+SMALL = ["algo.max_new_tokens=8", "eval.num_items=2", "eval.num_samples=2"]
+
+
+def _eval_cfg(tmp_path, overrides):
+    return compose_cfg([f"output_dir={tmp_path / 'eval'}", *SMALL, *overrides], config_name="eval")
+
+
+def test_every_prompting_baseline_runs_and_is_written(tmp_path):
+    report = run_eval(_eval_cfg(tmp_path, []))
+    assert list(report["results"]) == ["single", "naive_concat", "sequential", "discussion"]
+    for metrics in report["results"].values():
+        assert 0.0 <= metrics["reward_mean"] <= 1.0 and metrics["num_items"] == 2
+    on_disk = json.loads((tmp_path / "eval" / "eval.json").read_text())
+    for method, metrics in report["results"].items():
+        assert on_disk["results"][method] == pytest.approx(metrics)
+    md = (tmp_path / "eval" / "eval.md").read_text()
+    for method in report["results"]:
+        assert f"| {method} |" in md
+    # sequential: agent 2's prompt holds agent 1's answer; discussion: a second round that shows
+    # each agent the other's first answer
+    seq = [json.loads(line) for line in (tmp_path / "eval" / "samples_sequential.jsonl").read_text().splitlines()]
+    first = seq[0]
+    assert first["completions"][0].strip() in first["prompts"][1]
+    disc = [json.loads(line) for line in (tmp_path / "eval" / "samples_discussion.jsonl").read_text().splitlines()]
+    assert "Agent 2's answer" in disc[0]["prompts"][0] and "Agent 1's answer" in disc[0]["prompts"][1]
+    single = [json.loads(line) for line in (tmp_path / "eval" / "samples_single.jsonl").read_text().splitlines()]
+    assert len(single[0]["completions"]) == 1
+
+
+def test_checkpoint_eval_reproduces_the_final_training_eval(tmp_path):
+    train_dir = tmp_path / "train"
+    result = run(compose_cfg([f"output_dir={train_dir}", "max_steps=2", "algo.batch_size=2", "algo.eval_every=0",
+                              "eval.num_items=2", "eval.num_samples=2", "algo.max_new_tokens=8"]))
+    report = run_eval(_eval_cfg(tmp_path, [f"checkpoint={train_dir}"]))
+    assert list(report["results"]) == ["team"]
+    assert report["checkpoint"].endswith("step_2")
+    assert report["results"]["team"]["reward_mean"] == pytest.approx(result["final_eval"]["reward_mean"])
+
+
+def test_pass_at_k_reported_on_humaneval(tmp_path):
+    report = run_eval(_eval_cfg(tmp_path, ["task=humaneval", "methods=[naive_concat]", "eval.num_samples=3"]))
+    m = report["results"]["naive_concat"]
+    assert {"pass@1", "pass@3", "codebleu"} <= set(m)
+    assert "pass@5" not in m, "k above the samples per item is not reported"
