@@ -6,7 +6,7 @@ PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
 STAMP := $(VENV)/.installed
 ARGS ?=
-RUNS ?= outputs multirun
+RUNS ?= $(wildcard outputs multirun)
 OUT ?= outputs/table
 
 .DEFAULT_GOAL := help

@@ -1,0 +1,311 @@
+"""`magrpo-table`: hand-computed mean ± std in every format, grouping, skipped runs, curves, errors.
+
+Fake run directories are written here file by file (summary.json, metrics.jsonl, .hydra/config.yaml)
+in the layout magrpo-train produces, so every expected number is known in advance; one real smoke
+run checks that the layout really is what the trainer writes.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from magrpo.table import aggregate, main, mean_std, tex_escape
+
+# Two methods x three seeds. Final reward_mean: [0.5, 0.6, 0.7] -> 0.6 ± 0.1 (sample std);
+# [1, 2, 4] -> 7/3 ± sqrt(((4/3)^2 + (1/3)^2 + (5/3)^2) / 2) = sqrt(7/3).
+FINAL = {"mean": [0.5, 0.6, 0.7], "rloo": [1.0, 2.0, 4.0]}
+COMPONENT = {"mean": [1.0, 1.5, 2.0], "rloo": [3.0, 3.0, 3.0]}
+INITIAL = {"mean": [0.1, 0.2, 0.3], "rloo": [0.3, 0.3, 0.6]}
+
+
+def write_run(path: Path, *, seed: int, final: dict | None, initial: dict, algo: str = "magrpo",
+              advantage: str = "mean", joint_mode: str = "aligned", task: str = "length_ratio",
+              status: str = "finished", evals: dict[int, float] | None = None, hydra: bool = True) -> Path:
+    """A run directory as magrpo-train leaves it (only the files magrpo-table reads)."""
+    path.mkdir(parents=True)
+    config = {"task": task, "algo": algo, "seed": seed, "num_agents": 1 if algo == "grpo" else 2,
+              "models": ["builtin:tiny"], "num_generations": 4, "joint_mode": joint_mode, "advantage": advantage,
+              "loss_agg": "seq_sum", "lr": 0.001}
+    summary = {"status": status, "initial_eval": initial, "final_eval": final, "best": None, "steps": 4,
+               "wall_seconds": 1.0, "config": config}
+    (path / "summary.json").write_text(json.dumps(summary))
+    evals = evals or {0: initial["reward_mean"], 4: (final or {}).get("reward_mean", 0.0)}
+    rows = [{"step": s, "eval/reward_mean": v, "eval/reward/length_ratio": 2 * v} for s, v in evals.items()]
+    rows += [{"step": s, "train/reward_mean": 0.1 * s + seed, "train/agent_1/loss": 0.5} for s in range(1, 5)]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sorted(rows, key=lambda r: r["step"])))
+    if hydra:
+        (path / ".hydra").mkdir()
+        cfg = {"seed": seed, "max_steps": 4, "output_dir": "${hydra:runtime.output_dir}",
+               "eval": {"temperature": "${algo.temperature}", "num_samples": 2},
+               "agents": {"num_agents": config["num_agents"], "models": [{"name_or_path": "builtin:tiny"}]},
+               "task": {"name": task, "num_train": 32},
+               "algo": {"name": algo, "single_agent": algo == "grpo", "advantage": advantage,
+                        "joint_mode": joint_mode, "temperature": 1.0, "loss_agg": "seq_sum"},
+               # differs per seed, yet says nothing about the method: must not split the rows
+               "logger": {"name": "none", "run_name": f"run_s{seed}"}}
+        (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+        (path / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"seed={seed}", f"algo.advantage={advantage}"]))
+    return path
+
+
+def final_eval(reward: float, component: float) -> dict:
+    # Bookkeeping entries (reward_std, num_items, timings, turn_1/...) must not become default columns.
+    return {"reward_mean": reward, "reward_std": 0.05, "reward/length_ratio": component,
+            "turn_1/reward_mean": reward, "pass@10": 0.9, "pass@1": 0.25, "pass@3": 0.5, "rouge_l": 0.3,
+            "output_tokens_mean": 48.0, "response_time_s": 1.2, "reward_time_s": 0.001, "num_items": 2.0}
+
+
+@pytest.fixture
+def sweep(tmp_path) -> Path:
+    """A multirun directory: 2 advantage estimators x 3 seeds, numbered as Hydra numbers jobs."""
+    root = tmp_path / "multirun"
+    root.mkdir()
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    job = 0
+    for seed in range(3):
+        for adv in ("mean", "rloo"):
+            write_run(root / f"{job}_algo.advantage={adv},seed={seed}", seed=seed, advantage=adv,
+                      final=final_eval(FINAL[adv][seed], COMPONENT[adv][seed]),
+                      initial={"reward_mean": INITIAL[adv][seed]})
+            job += 1
+    return root
+
+
+def read_csv(path: Path) -> dict[str, dict[str, str]]:
+    with open(path, newline="") as f:
+        return {row["method"]: row for row in csv.DictReader(f)}
+
+
+def md_rows(path: Path) -> dict[str, list[str]]:
+    """method -> its cells, from the markdown table lines."""
+    rows = {}
+    for line in path.read_text().splitlines():
+        if line.startswith("| ") and not line.startswith("| method"):
+            cells = [c.strip() for c in line.strip("|").split(" | ")]
+            rows[cells[0]] = cells[1:]
+    return rows
+
+
+def md_header(path: Path) -> list[str]:
+    line = next(x for x in path.read_text().splitlines() if x.startswith("| method"))
+    return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+def test_mean_std_match_hand_computed_values_in_md_csv_and_tex(sweep, capsys):
+    assert main([str(sweep)]) == 0
+    out = sweep / "table"
+    stdout = capsys.readouterr().out
+    assert f"wrote {out / 'table.md'}" in stdout and f"wrote {out / 'table.csv'}" in stdout
+
+    # Default columns: reward_mean, components, pass@k by k, other task metrics, then the reference.
+    assert md_header(out / "table.md") == ["method", "n", "reward_mean", "reward/length_ratio", "pass@1", "pass@3",
+                                           "pass@10", "rouge_l", "initial reward_mean"]
+    md = md_rows(out / "table.md")
+    assert list(md) == ["magrpo advantage=mean", "magrpo advantage=rloo"]   # sweep order
+    assert md["magrpo advantage=mean"][:3] == ["3", "0.600 ± 0.100", "1.500 ± 0.500"]
+    assert md["magrpo advantage=mean"][-1] == "0.200 ± 0.100"
+    assert md["magrpo advantage=rloo"][:3] == ["3", "2.333 ± 1.528", "3.000 ± 0.000"]
+    assert md["magrpo advantage=rloo"][-1] == "0.400 ± 0.173"
+    assert "sample standard deviation" in (out / "table.md").read_text()
+
+    rows = read_csv(out / "table.csv")
+    a, b = rows["magrpo advantage=mean"], rows["magrpo advantage=rloo"]
+    assert a["task"] == "length_ratio" and a["n"] == "3" and a["seeds"] == "0;1;2"
+    assert float(a["reward_mean_mean"]) == pytest.approx(0.6, abs=1e-12)
+    assert float(a["reward_mean_std"]) == pytest.approx(0.1, abs=1e-12)
+    assert float(b["reward_mean_mean"]) == pytest.approx(7 / 3, abs=1e-12)
+    assert float(b["reward_mean_std"]) == pytest.approx(math.sqrt(7 / 3), abs=1e-12)
+    assert float(b["reward/length_ratio_std"]) == 0.0
+    assert float(b["initial/reward_mean_std"]) == pytest.approx(math.sqrt(0.03), abs=1e-12)
+    assert "reward_std_mean" not in a and "num_items_mean" not in a and "turn_1/reward_mean_mean" not in a
+
+    tex = (out / "table.tex").read_text()
+    assert "\\toprule" in tex and "\\midrule" in tex and "\\bottomrule" in tex
+    assert "magrpo advantage=mean & 3 & 0.600 $\\pm$ 0.100 & 1.500 $\\pm$ 0.500" in tex
+    assert "reward\\_mean & reward/length\\_ratio" in tex
+
+
+def test_metrics_option_selects_columns_and_single_seed_has_no_std(sweep, tmp_path, capsys):
+    out = tmp_path / "sel"
+    assert main([str(sweep), "--out", str(out), "--metrics", "eval/pass@1,reward_mean", "--digits", "2"]) == 0
+    assert md_header(out / "table.md") == ["method", "n", "pass@1", "reward_mean", "initial reward_mean"]
+    assert md_rows(out / "table.md")["magrpo advantage=rloo"] == ["3", "0.25 ± 0.00", "2.33 ± 1.53", "0.40 ± 0.17"]
+
+    one = tmp_path / "one"
+    write_run(one / "run", seed=5, final=final_eval(0.42, 1.0), initial={"reward_mean": 0.1})
+    assert main([str(one)]) == 0
+    assert md_rows(one / "table" / "table.md")["magrpo"][:2] == ["1", "0.420"]
+    row = read_csv(one / "table" / "table.csv")["magrpo"]
+    assert row["reward_mean_mean"] == "0.42" and row["reward_mean_std"] == ""
+
+
+def test_grouping_default_labels_and_group_by(tmp_path, capsys):
+    root = tmp_path / "runs"
+    # magrpo with two joint modes x two advantages, and grpo (single_agent is fixed by the algo).
+    for seed in range(2):
+        for jm in ("aligned", "cross"):
+            for adv in ("mean", "rloo"):
+                write_run(root / f"{jm}_{adv}_s{seed}", seed=seed, joint_mode=jm, advantage=adv,
+                          final={"reward_mean": seed + (jm == "cross") * 10.0 + (adv == "rloo") * 100.0},
+                          initial={"reward_mean": 0.0})
+        write_run(root / f"grpo_s{seed}", seed=seed, algo="grpo", final={"reward_mean": 1000.0 + seed},
+                  initial={"reward_mean": 0.0})
+    assert main([str(root), "--out", str(tmp_path / "t1")]) == 0
+    md = md_rows(tmp_path / "t1" / "table.md")
+    assert set(md) == {"magrpo advantage=mean joint_mode=aligned", "magrpo advantage=mean joint_mode=cross",
+                       "magrpo advantage=rloo joint_mode=aligned", "magrpo advantage=rloo joint_mode=cross",
+                       "grpo advantage=mean joint_mode=aligned"}
+    assert md["magrpo advantage=rloo joint_mode=cross"][:2] == ["2", "110.500 ± 0.707"]
+    assert md["grpo advantage=mean joint_mode=aligned"][:2] == ["2", "1000.500 ± 0.707"]
+
+    # Explicit keys: the rows merge over everything else (4 runs per joint mode among magrpo + grpo).
+    assert main([str(root), "--out", str(tmp_path / "t2"), "--group-by", "algo.name,algo.joint_mode"]) == 0
+    md = md_rows(tmp_path / "t2" / "table.md")
+    assert set(md) == {"magrpo joint_mode=aligned", "magrpo joint_mode=cross", "grpo joint_mode=aligned"}
+    assert md["magrpo joint_mode=cross"][:2] == ["4", "60.500 ± 57.738"]   # [10, 11, 110, 111]: sqrt(10001 / 3)
+
+    # Summary-only runs (no .hydra/) group by the summary's config; short keys work for --group-by.
+    flat = tmp_path / "flat"
+    for seed in range(2):
+        for adv in ("mean", "max"):
+            write_run(flat / f"{adv}_{seed}", seed=seed, advantage=adv, final={"reward_mean": float(seed)},
+                      initial={"reward_mean": 0.0}, hydra=False)
+    assert main([str(flat), "--out", str(tmp_path / "t3")]) == 0
+    assert set(md_rows(tmp_path / "t3" / "table.md")) == {"magrpo advantage=mean", "magrpo advantage=max"}
+    assert main([str(flat), "--out", str(tmp_path / "t4"), "--group-by", "algo"]) == 0
+    assert md_rows(tmp_path / "t4" / "table.md")["magrpo"][0] == "4"
+
+
+def test_several_tasks_get_separate_tables(tmp_path, capsys):
+    root = tmp_path / "runs"
+    for seed in range(2):
+        write_run(root / f"tldr_{seed}", seed=seed, task="tldr", final={"reward_mean": 1.0 + seed, "rouge_l": 0.2},
+                  initial={"reward_mean": 0.0})
+        write_run(root / f"he_{seed}", seed=seed, task="humaneval", final={"reward_mean": 3.0, "pass@1": 0.5},
+                  initial={"reward_mean": 0.0})
+    assert main([str(root)]) == 0
+    md = (root / "table" / "table.md").read_text()
+    assert "### Task: humaneval" in md and "### Task: tldr" in md
+    with open(root / "table" / "table.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted((r["task"], r["method"], r["reward_mean_mean"]) for r in rows) == [
+        ("humaneval", "magrpo", "3.0"), ("tldr", "magrpo", "1.5")]
+    assert {r["task"]: r["pass@1_mean"] for r in rows} == {"humaneval": "0.5", "tldr": ""}
+    assert (root / "table.tex").exists() is False and (root / "table" / "table.tex").read_text().count("\\toprule") == 2
+    assert (root / "table" / "tldr_eval_reward_mean.png").exists()
+    assert (root / "table" / "humaneval_eval_reward_mean.png").exists()
+
+
+def test_unfinished_runs_are_skipped_with_a_warning_or_included(sweep, tmp_path, capsys):
+    running = write_run(sweep / "9_algo.advantage=mean,seed=3", seed=3, final=None, status="running",
+                        initial={"reward_mean": 0.2}, evals={0: 0.2, 2: 0.9})
+    failed = write_run(sweep / "10_algo.advantage=mean,seed=4", seed=4, final=None, status="failed",
+                       initial={"reward_mean": 0.2}, evals={0: 0.2})
+    assert main([str(sweep), "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    assert str(running) in err and "'running'" in err and str(failed) in err and "'failed'" in err
+    assert md_rows(tmp_path / "a" / "table.md")["magrpo advantage=mean"][:2] == ["3", "0.600 ± 0.100"]
+
+    # Included: the running run's latest eval (0.9 at step 2) stands in; the failed one only has
+    # its initial eval (0.2 at step 0), which is all it ever measured.
+    assert main([str(sweep), "--out", str(tmp_path / "b"), "--include-unfinished"]) == 0
+    row = read_csv(tmp_path / "b" / "table.csv")["magrpo advantage=mean"]
+    assert row["n"] == "5" and row["seeds"] == "0;1;2;3;4"
+    assert float(row["reward_mean_mean"]) == pytest.approx((0.5 + 0.6 + 0.7 + 0.9 + 0.2) / 5, abs=1e-12)
+    assert "unfinished" in (tmp_path / "b" / "table.md").read_text()
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_learning_curves_are_valid_pngs(sweep, capsys):
+    assert main([str(sweep)]) == 0
+    out = sweep / "table"
+    for name in ("length_ratio_eval_reward_mean.png", "length_ratio_train_reward_mean.png",
+                 "length_ratio_eval_reward_length_ratio.png"):
+        path = out / name
+        assert path.stat().st_size > 10_000, name     # axes, two lines, bands, legend: not an empty canvas
+        w, h = png_size(path)
+        assert w >= 400 and h >= 300
+    assert not (out / "length_ratio_eval_pass@1.png").exists()   # not in metrics.jsonl: no empty plot
+
+
+def test_curve_aggregation_over_seeds():
+    # Seeds that did not log a step are left out of that step's mean rather than counted as 0.
+    steps, means, stds, counts = aggregate([{0: 1.0, 2: 3.0}, {0: 3.0, 2: 5.0}, {0: 2.0}])
+    assert steps == [0, 2] and means == [2.0, 4.0] and counts == [3, 2]
+    assert stds == pytest.approx([1.0, math.sqrt(2)])
+    cell = mean_std([2.0])
+    assert cell.mean == 2.0 and cell.std is None and cell.count == 1
+
+
+def test_tex_escape_handles_every_special_character():
+    assert tex_escape("a_b & 50% $x #1 {y} ~ ^ \\") == \
+        "a\\_b \\& 50\\% \\$x \\#1 \\{y\\} \\textasciitilde{} \\textasciicircum{} \\textbackslash{}"
+
+
+def test_errors_exit_2_naming_the_path(tmp_path, capsys):
+    missing = tmp_path / "nope"
+    assert main([str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert str(missing) in err and "Traceback" not in err
+
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    assert main([str(empty)]) == 2
+    assert str(empty) in capsys.readouterr().err
+
+    only_running = tmp_path / "running"
+    write_run(only_running / "r", seed=0, final=None, status="running", initial={"reward_mean": 0.0}, evals={0: 0.0})
+    assert main([str(only_running)]) == 2
+    assert str(only_running) in capsys.readouterr().err
+
+    done = tmp_path / "done"
+    write_run(done / "r", seed=0, final={"reward_mean": 1.0}, initial={"reward_mean": 0.0})
+    assert main([str(done), "--metrics", "pass@7"]) == 2
+    assert "pass@7" in capsys.readouterr().err
+    assert main([str(done), "--group-by", "algo.no_such_key"]) == 2
+    assert "algo.no_such_key" in capsys.readouterr().err
+    assert main([str(done), str(done)]) == 2     # several DIRs: --out is required
+    assert "--out" in capsys.readouterr().err
+
+    # The installed entry point: one line on stderr, no traceback.
+    proc = subprocess.run([sys.executable, "-m", "magrpo.table", str(missing)], capture_output=True, text=True)
+    assert proc.returncode == 2 and str(missing) in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_real_smoke_run_is_read(make_cfg, tmp_path, capsys):
+    import torch
+    from omegaconf import OmegaConf
+
+    from magrpo.train import run
+
+    out = tmp_path / "sweep" / "0_seed_0"
+    # As small as a real run gets: a few seconds even on 2 busy cores.
+    cfg = make_cfg(["debug=smoke", "algo.max_new_tokens=8", "algo.num_generations=2", "eval.num_items=1",
+                    "save_final=false", "hardware.num_threads=1"], out=str(out))
+    threads = torch.get_num_threads()
+    try:
+        run(cfg)
+    finally:
+        torch.set_num_threads(threads)   # the trainer sets it process-wide; later tests keep theirs
+    (out / ".hydra").mkdir()
+    OmegaConf.save(cfg, out / ".hydra" / "config.yaml")   # what the Hydra app would have written
+    summary = json.loads((out / "summary.json").read_text())
+    assert main([str(tmp_path / "sweep")]) == 0
+    row = read_csv(tmp_path / "sweep" / "table" / "table.csv")["magrpo"]
+    assert row["n"] == "1" and float(row["reward_mean_mean"]) == summary["final_eval"]["reward_mean"]
+    assert float(row["reward/length_ratio_mean"]) == summary["final_eval"]["reward/length_ratio"]
+    assert png_size(tmp_path / "sweep" / "table" / "length_ratio_train_reward_mean.png")[0] >= 400
