@@ -73,7 +73,7 @@ class AlgoSchema:
     max_prompt_length: int = 1024
     batch_size: int = 8
     micro_batch_size: int = 64           # sequences per forward/backward (gradient accumulation)
-    eval_every: int = 10
+    eval_every: int = 20
 
 
 @dataclass
@@ -117,7 +117,7 @@ class FeedbackSchema:
 
 @dataclass
 class EvalSchema:
-    every: int = 10
+    every: int = 20
     num_items: int | None = None
     num_samples: int = 2
     do_sample: bool = True
@@ -129,7 +129,7 @@ class EvalSchema:
 @dataclass
 class TrainSchema:
     seed: int = 0
-    max_steps: int = 60
+    max_steps: int = 120
     resume: str | None = None
     save_every: int = 0
     save_final: bool = True
@@ -200,6 +200,7 @@ _RANGES: list[tuple[str, Any, str]] = [
     ("optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
     ("optimizer.warmup_steps", lambda v: v >= 0, ">= 0"),
     ("optimizer.max_grad_norm", lambda v: v is None or v > 0, "> 0, or null to turn clipping off"),
+    ("eval.every", lambda v: v >= 0, ">= 0 (0 = only before and after training)"),
     ("eval.num_samples", lambda v: v >= 1, ">= 1"),
     ("eval.num_items", lambda v: v is None or v >= 1, ">= 1, or null for the whole split"),
     ("eval.temperature", lambda v: v > 0, "> 0"),
