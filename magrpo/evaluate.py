@@ -20,7 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config import ConfigError, EvalRunSchema, validate
-from magrpo.train import CONF_DIR
+from magrpo.train import CONF_DIR, quiet_progress_bars
 
 log = logging.getLogger("magrpo")
 
@@ -113,6 +113,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    quiet_progress_bars()
     _hydra_main()
 
 

@@ -79,7 +79,7 @@ def _sequential(agents: list[Agent], task: Task, items: list[dict], sampling: Sa
 
 def _discussion(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling) -> Answers:
     """One MAPoRL-style round: each agent revises its answer after seeing the others' answers."""
-    N, S = len(agents), sampling.num_generations
+    S = sampling.num_generations
     first = _parallel(agents, task, items, sampling)
     one = replace(sampling, num_generations=1)
     rows: list[list[str]] = [[] for _ in first.completions]

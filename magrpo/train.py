@@ -20,6 +20,13 @@ log = logging.getLogger("magrpo")
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 
+def quiet_progress_bars() -> None:
+    """HF's per-file progress bars (every checkpoint save and load) drown the training log."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+
+
 def run(cfg: DictConfig) -> dict:
     """Validate, build and train; returns the final summary. Usable without Hydra (tests)."""
     from magrpo.trainer import Trainer
@@ -39,6 +46,7 @@ def _hydra_main(cfg: DictConfig) -> float:
 
 
 def main() -> None:
+    quiet_progress_bars()
     _hydra_main()
 
 
