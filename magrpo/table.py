@@ -398,9 +398,9 @@ def header(column: str) -> str:
     return "initial reward_mean" if column == INITIAL else column
 
 
-def cell_text(cell: Cell, n: int, digits: int, pm: str = "±") -> str:
+def cell_text(cell: Cell, n: int, digits: int, pm: str = "±", missing: str = "–") -> str:
     if cell.mean is None:
-        return "–"
+        return missing
     text = f"{cell.mean:.{digits}f}"
     if cell.std is not None:
         text += f" {pm} {cell.std:.{digits}f}"
@@ -459,14 +459,7 @@ def tex_escape(text: str) -> str:
 
 
 def tex_cell(cell: Cell, n: int, digits: int) -> str:
-    if cell.mean is None:
-        return "--"
-    text = f"{cell.mean:.{digits}f}"
-    if cell.std is not None:
-        text += f" $\\pm$ {cell.std:.{digits}f}"
-    if cell.count < n:
-        text += f" (n={cell.count})"
-    return text
+    return cell_text(cell, n, digits, pm="$\\pm$", missing="--")
 
 
 def to_latex(tables: list[Table], digits: int = 3, notes: Sequence[str] = ()) -> str:
