@@ -10,7 +10,7 @@ RUNS ?= $(wildcard outputs multirun)
 OUT ?= outputs/table
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow bench sweep table lint clean
+.PHONY: help setup train test test-slow bench bench-compare sweep table lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -36,7 +36,11 @@ test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 bench: setup ## throughput of MAGRPO on the builtin "small" model (SPEC §9 bench contract)
-	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 $(ARGS)
+	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 --threads 1 $(ARGS)
+
+bench-compare: setup ## MAGRPO vs a bare generate+update loop vs comlrl 1.4.3, one thread each
+	$(PIP) install -q -e '.[dev,bench]'
+	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 --mode compare --threads 1 $(ARGS)
 
 sweep: setup ## an example multirun sweep: 3 seeds x 2 advantage estimators
 	$(VENV)/bin/magrpo-train -m seed=0,1,2 algo.advantage=mean,rloo $(ARGS)

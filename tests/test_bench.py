@@ -1,0 +1,38 @@
+"""Smoke test of the benchmark contract (SPEC §9): scripts/bench.py runs MAGRPO and ends its output
+with one JSON line holding the throughput, the time shares and the peak memory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_bench_prints_one_json_line_with_the_contract_keys():
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--model", "builtin:tiny", "--agents", "2",
+           "--prompts", "4", "--batch", "2", "--gens", "2", "--tokens", "4", "--threads", "1"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    result = json.loads(lines[-1])          # the JSON line ends the output
+
+    assert result["mode"] == "magrpo"
+    for key in ("prompts_per_s", "tokens_per_s", "share_generate", "share_reward", "share_update",
+                "peak_rss_mb", "seconds", "completion_tokens"):
+        assert isinstance(result[key], (int, float)), key
+    assert "peak_cuda_mb" not in result      # CPU run
+    assert result["prompts_per_s"] > 0 and result["tokens_per_s"] > 0 and result["peak_rss_mb"] > 0
+    shares = [result[f"share_{k}"] for k in ("generate", "reward", "update", "other")]
+    assert all(0.0 <= s <= 1.0 for s in shares)
+    assert abs(sum(shares) - 1.0) < 0.01
+    assert result["share_generate"] > 0 and result["share_update"] > 0
+    # 2 steps x 2 items x 2 samples x 2 agents, at most 4 tokens each (EOS may stop one early)
+    assert 0 < result["completion_tokens"] <= 2 * 2 * 2 * 2 * 4
+    # prompts/s is the prompts over the summed step time the algorithm reported
+    assert abs(result["prompts_per_s"] - 4 / result["seconds"]) < 1e-3 * result["prompts_per_s"] + 1e-4
+    assert result["prompts"] == 4 and result["batch"] == 2 and result["gens"] == 2 and result["max_new_tokens"] == 4
