@@ -33,7 +33,8 @@ def test_smoke_run_writes_the_run_directory_contract(make_cfg, tmp_path):
     train = rows[1]
     for key in ["train/reward_mean", "train/reward_std", "train/turn_1/reward_mean", "train/reward/length_ratio",
                 "train/agent_1/loss", "train/agent_2/loss", "train/agent_1/kl", "train/agent_1/entropy",
-                "train/agent_1/completions/mean_length", "train/completions/mean_length", "time/step_s"]:
+                "train/agent_1/completions/mean_length", "train/completions/mean_length", "time/step_s",
+                "train/agent_1/clip_frac", "train/agent_2/grad_norm"]:
         assert key in train, key
     evals = [r for r in rows if "eval/reward_mean" in r]
     assert [r["step"] for r in evals] == [0, 2]

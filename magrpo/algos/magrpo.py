@@ -85,8 +85,6 @@ class MAGRPO:
             "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
             "speed/prompts_per_s": len(items) / (t_end - t0),
         })
-        self.last_samples = [{"prompt": prompts[b], "completions": c, "reward": float(r)}
-                             for b, (c, r) in enumerate(zip(joint_completions(gens, joint)[::J], rewards[:, 0]))]
         return metrics
 
     def _reward_metrics(self, scores: Scores, rewards: torch.Tensor) -> dict[str, float]:
@@ -144,11 +142,11 @@ class MAGRPO:
             optimizer.step()
             scheduler.step()
         k = algo.num_iterations
-        out = {"loss": totals["loss"] / k, "kl": totals["kl"] / k, "entropy": totals["entropy"],
-               "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0]}
-        if algo.num_iterations > 1:
-            out["clip_frac"] = totals["clip_frac"] / (k - 1) if k > 1 else 0.0
-        return out
+        # Iteration 0 never clips (ratio = 1), so the clip fraction averages the later ones;
+        # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.
+        return {"loss": totals["loss"] / k, "kl": totals["kl"] / k, "entropy": totals["entropy"],
+                "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
+                "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0}
 
     @torch.no_grad()
     def _reference_logprobs(self, agent: Agent, gen: Generation, chunks: list[slice]) -> torch.Tensor:
