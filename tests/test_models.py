@@ -1,0 +1,50 @@
+"""Loading agents: local directories, chat templates, shared-base adapters and their resume."""
+
+import json
+
+from magrpo.config import validate
+from magrpo.models import load_agents
+from magrpo.tiny import build_builtin
+from magrpo.train import run
+
+TEMPLATE = ("{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+def test_local_model_dir_with_a_chat_template_formats_prompts_through_it(make_cfg, tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = build_builtin("tiny")
+    local = tmp_path / "chat-model"
+    tok = AutoTokenizer.from_pretrained(src)
+    tok.chat_template = TEMPLATE
+    tok.save_pretrained(local)
+    AutoModelForCausalLM.from_pretrained(src).save_pretrained(local)
+    cfg = validate(make_cfg([f"agents.models.0.name_or_path={local}"]))
+    agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
+    assert agents[0].format_prompt("hi") == "<|user|>hi\n<|assistant|>"
+    plain = load_agents(validate(make_cfg()).agents, cfg.hardware, 1, need_reference=False)[0]
+    assert plain.format_prompt("hi") == "hi"          # no template: the plain prompt
+
+
+def test_shared_base_adapters_are_separate_and_resume_exactly(make_cfg, tmp_path):
+    cfg = validate(make_cfg(["agents=tiny_lora"]))
+    a1, a2 = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
+    assert a1.model is a2.model                          # one copy of the base weights
+    p1, p2 = a1.trainable_parameters(), a2.trainable_parameters()
+    assert p1 and p2 and not {id(p) for p in p1} & {id(p) for p in p2}
+
+    common = ["agents=tiny_lora", "max_steps=4", "save_every=2", "algo.eval_every=0", "algo.batch_size=2",
+              "algo.max_new_tokens=8", "eval.num_items=2", "optimizer.lr=1e-2"]
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    run(make_cfg(common, out=str(full)))
+    run(make_cfg([*common, f"resume={full / 'checkpoints' / 'step_2'}"], out=str(resumed)))
+
+    def rows(d):
+        return {r["step"]: r for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())
+                if "train/reward_mean" in r}
+
+    a, b = rows(full), rows(resumed)
+    for step in (3, 4):
+        for key in ("train/agent_1/loss", "train/agent_2/loss", "train/reward_mean"):
+            assert a[step][key] == b[step][key], (step, key)
