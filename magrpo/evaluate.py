@@ -79,7 +79,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
     results: dict[str, dict[str, float]] = {}
     try:
         for method in methods:
-            if method not in ("single",) and len(agents) < 2 and method != "team":
+            if method not in ("single", "team") and len(agents) < 2:
                 raise ConfigError(f"method {method!r} needs at least 2 agents; agents.num_agents={len(agents)}")
             with torch.no_grad():
                 metrics, examples = evaluate(agents, task, items, eval_sampling(cfg), cfg.eval.batch_size,

@@ -181,17 +181,14 @@ def load_agent_weights(agent: Agent, src: Path) -> None:
     files = sorted(src.rglob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no weights (*.safetensors) under {src}")
-    if agent.adapter is not None or hasattr(agent.model, "peft_config"):
-        from peft import set_peft_model_state_dict
-
-        state = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
-        return
     state = {}
     for f in files:
         state.update(load_file(str(f)))
+    if agent.adapter is not None or hasattr(agent.model, "peft_config"):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
+        return
     missing, unexpected = agent.model.load_state_dict(state, strict=False)
     # Tied embeddings are saved once; everything else must match.
     missing = [k for k in missing if "lm_head" not in k]
