@@ -15,18 +15,18 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from magrpo.schema import ConfigError, at_least, check_values, option, positive, within
 
-class ConfigError(ValueError):
-    """A bad configuration value; the message is meant for the user as it is."""
+DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
 
 
 @dataclass
 class LoraSchema:
-    r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
+    r: int = positive(16)
+    lora_alpha: int = positive(32)
+    lora_dropout: float = within(0.0, 1.0, 0.05)
     target_modules: Any = "all-linear"
-    bias: str = "none"
+    bias: str = option("none", choices=["none", "all", "lora_only"])
 
 
 @dataclass
@@ -34,7 +34,7 @@ class ModelSchema:
     name_or_path: str = MISSING          # hub id, local directory, or builtin:NAME
     tokenizer: str | None = None         # defaults to name_or_path
     revision: str | None = None
-    dtype: str = "float32"
+    dtype: str = option("float32", choices=DTYPE_CHOICES)
     trust_remote_code: bool = False
     attn_implementation: str | None = None
     lora: LoraSchema | None = None
@@ -43,49 +43,60 @@ class ModelSchema:
 
 @dataclass
 class AgentsSchema:
-    num_agents: int = 2
+    num_agents: int = at_least(1, 2)
     models: list[ModelSchema] = field(default_factory=list)
     share_base: bool = False             # one base model, one LoRA adapter per agent
     gradient_checkpointing: bool = False
 
 
+def _algo_choices(key: str):
+    def get() -> list[str]:
+        from magrpo.algos import ALGOS
+        from magrpo.algos.core import ADVANTAGES, LOSS_AGG, SCALES
+
+        return sorted({"name": ALGOS, "advantage": ADVANTAGES, "scale": SCALES, "loss_agg": LOSS_AGG}[key])
+
+    return get
+
+
 @dataclass
 class AlgoSchema:
-    name: str = "magrpo"
+    name: str = option("magrpo", choices=_algo_choices("name"))
     single_agent: bool = False           # one model writes the whole joint answer (GRPO)
-    num_generations: int = 4
-    joint_mode: str = "aligned"
-    cross_credit: str = "mean"
-    num_turns: int = 1
-    discount: float = 1.0
+    num_generations: int = at_least(2, 4, " (a group needs at least two samples)")
+    joint_mode: str = option("aligned", choices=["aligned", "cross"])
+    cross_credit: str = option("mean", choices=["mean", "sum"])
+    num_turns: int = option(1, check=lambda v: v == 1, allowed="1 (multi-turn training arrives with the feedback group)")
+    discount: float = within(0.0, 1.0, 1.0)
     early_termination_threshold: float | None = None
-    advantage: str = "mean"
-    scale: str = "none"
-    loss_agg: str = "seq_sum"
-    num_iterations: int = 1
-    epsilon: float = 0.2
-    epsilon_high: float = 0.2
-    beta: float = 0.0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 32
-    max_prompt_length: int = 1024
-    batch_size: int = 8
-    micro_batch_size: int = 64           # sequences per forward/backward (gradient accumulation)
-    eval_every: int = 20
+    advantage: str = option("mean", choices=_algo_choices("advantage"))
+    scale: str = option("none", choices=_algo_choices("scale"))
+    loss_agg: str = option("seq_sum", choices=_algo_choices("loss_agg"))
+    num_iterations: int = at_least(1, 1)
+    epsilon: float = positive(0.2)
+    epsilon_high: float = positive(0.2)
+    beta: float = at_least(0, 0.0)
+    temperature: float = positive(1.0)
+    top_p: float = within(0.0, 1.0, 1.0, lo_open=True)
+    top_k: int = at_least(0, 0, " (0 = off)")
+    max_new_tokens: int = at_least(1, 32)
+    max_prompt_length: int = at_least(1, 1024)
+    batch_size: int = at_least(1, 8)
+    micro_batch_size: int = at_least(1, 64)   # sequences per forward/backward (gradient accumulation)
+    eval_every: int = at_least(0, 20, " (0 = only before and after training)")
 
 
 @dataclass
 class OptimizerSchema:
-    name: str = "adamw"
-    lr: float = 1e-5
-    weight_decay: float = 0.0
+    name: str = option("adamw", choices=["adamw"])
+    lr: float = positive(1e-5)
+    weight_decay: float = at_least(0, 0.0)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    max_grad_norm: float | None = 1.0
+    eps: float = positive(1e-8)
+    schedule: str = option("constant", choices=["constant", "linear", "cosine"])
+    warmup_steps: int = at_least(0, 0)
+    max_grad_norm: float | None = option(1.0, check=lambda v: v is None or v > 0,
+                                         allowed="> 0, or null to turn clipping off")
 
 
 @dataclass
@@ -93,45 +104,46 @@ class HardwareSchema:
     name: str = "cpu"
     device: str = "cpu"
     agent_devices: list[str] | None = None
-    num_threads: int | None = None
+    num_threads: int | None = option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null")
     deterministic: bool = False
 
 
 @dataclass
 class LoggerSchema:
-    name: str = "none"
+    name: str = option("none", choices=["none", "wandb"])
     project: str = "magrpo"
     entity: str | None = None
     group: str | None = None
     run_name: str | None = None
     tags: list[str] = field(default_factory=list)
     job_type: str = "train"
-    mode: str = "offline"
-    log_every: int = 1
+    mode: str = option("offline", choices=["offline", "online", "disabled"])
+    log_every: int = at_least(1, 1)
 
 
 @dataclass
 class FeedbackSchema:
-    mode: str = "none"
+    mode: str = option("none", choices=["none"])
 
 
 @dataclass
 class EvalSchema:
-    every: int = 20
-    num_items: int | None = None
-    num_samples: int = 2
+    every: int = at_least(0, 20, " (0 = only before and after training)")
+    num_items: int | None = option(None, check=lambda v: v is None or v >= 1,
+                                   allowed=">= 1, or null for the whole split")
+    num_samples: int = at_least(1, 2)
     do_sample: bool = True
-    temperature: float = 1.0
-    batch_size: int = 64
-    log_completions: int = 8
+    temperature: float = positive(1.0)
+    batch_size: int = at_least(1, 64)
+    log_completions: int = at_least(0, 8)
 
 
 @dataclass
 class TrainSchema:
-    seed: int = 0
-    max_steps: int = 120
+    seed: int = at_least(0, 0)
+    max_steps: int = at_least(0, 120)
     resume: str | None = None
-    save_every: int = 0
+    save_every: int = at_least(0, 0, " (0 = final checkpoint only)")
     save_final: bool = True
     output_dir: str = "outputs/run"
     agents: AgentsSchema = field(default_factory=AgentsSchema)
@@ -151,63 +163,7 @@ class EvalRunSchema(TrainSchema):
 
     methods: list[str] | None = None
     checkpoint: str | None = None
-    split: str = "eval"
-
-
-# Allowed values of the enumerated keys. The estimator and aggregation names come from their
-# registries, so a new entry there is allowed here without a second edit.
-def _choices() -> dict[str, list[str]]:
-    from magrpo.algos import ALGOS
-    from magrpo.algos.core import ADVANTAGES, LOSS_AGG, SCALES
-
-    return {
-        "algo.name": sorted(ALGOS),
-        "algo.joint_mode": ["aligned", "cross"],
-        "algo.cross_credit": ["mean", "sum"],
-        "algo.advantage": sorted(ADVANTAGES),
-        "algo.scale": sorted(SCALES),
-        "algo.loss_agg": sorted(LOSS_AGG),
-        "optimizer.name": ["adamw"],
-        "optimizer.schedule": ["constant", "linear", "cosine"],
-        "logger.name": ["none", "wandb"],
-        "logger.mode": ["offline", "online", "disabled"],
-        "feedback.mode": ["none"],
-    }
-
-
-# (key, test, what is allowed)
-_RANGES: list[tuple[str, Any, str]] = [
-    ("seed", lambda v: v >= 0, ">= 0"),
-    ("max_steps", lambda v: v >= 0, ">= 0"),
-    ("save_every", lambda v: v >= 0, ">= 0 (0 = final checkpoint only)"),
-    ("agents.num_agents", lambda v: v >= 1, ">= 1"),
-    ("algo.num_generations", lambda v: v >= 2, ">= 2 (a group needs at least two samples)"),
-    ("algo.num_turns", lambda v: v == 1, "1 (multi-turn training arrives with the feedback group)"),
-    ("algo.discount", lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
-    ("algo.num_iterations", lambda v: v >= 1, ">= 1"),
-    ("algo.epsilon", lambda v: v > 0, "> 0"),
-    ("algo.epsilon_high", lambda v: v > 0, "> 0"),
-    ("algo.beta", lambda v: v >= 0, ">= 0"),
-    ("algo.temperature", lambda v: v > 0, "> 0"),
-    ("algo.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("algo.top_k", lambda v: v >= 0, ">= 0 (0 = off)"),
-    ("algo.max_new_tokens", lambda v: v >= 1, ">= 1"),
-    ("algo.max_prompt_length", lambda v: v >= 1, ">= 1"),
-    ("algo.batch_size", lambda v: v >= 1, ">= 1"),
-    ("algo.micro_batch_size", lambda v: v >= 1, ">= 1"),
-    ("algo.eval_every", lambda v: v >= 0, ">= 0 (0 = only before and after training)"),
-    ("optimizer.lr", lambda v: v > 0, "> 0"),
-    ("optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
-    ("optimizer.warmup_steps", lambda v: v >= 0, ">= 0"),
-    ("optimizer.max_grad_norm", lambda v: v is None or v > 0, "> 0, or null to turn clipping off"),
-    ("eval.every", lambda v: v >= 0, ">= 0 (0 = only before and after training)"),
-    ("eval.num_samples", lambda v: v >= 1, ">= 1"),
-    ("eval.num_items", lambda v: v is None or v >= 1, ">= 1, or null for the whole split"),
-    ("eval.temperature", lambda v: v > 0, "> 0"),
-    ("eval.batch_size", lambda v: v >= 1, ">= 1"),
-]
-
-DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
+    split: str = option("eval", choices=["eval", "train"])
 
 
 def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
@@ -269,14 +225,11 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         typed.task = task_node
         typed.reward = reward_node
 
-    for key, allowed in _choices().items():
-        value = _get(typed, key)
-        if value not in allowed:
-            raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
-    for key, ok, allowed in _RANGES:
-        value = _get(typed, key)
-        if not ok(value):
-            raise ConfigError(f"{key}={value!r} is out of range; it must be {allowed}")
+    check_values(typed, schema)
+    if task_cls.config_schema:
+        check_values(task_node, task_cls.config_schema, "task.")
+    if task_cls.reward_schema:
+        check_values(reward_node, task_cls.reward_schema, "reward.")
 
     _validate_agents(typed)
     if schema is EvalRunSchema:
@@ -309,8 +262,6 @@ def _validate_agents(cfg: DictConfig) -> None:
                               + ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS)))
         if looks_local(path) and not Path(path).expanduser().exists():
             raise ConfigError(f"{key}.name_or_path={path!r}: no such local model directory")
-        if spec.dtype not in DTYPE_CHOICES:
-            raise ConfigError(f"{key}.dtype={spec.dtype!r} is not allowed; choose one of: {', '.join(DTYPE_CHOICES)}")
         if agents.share_base and spec.lora is None:
             raise ConfigError(f"agents.share_base=true needs a LoRA config: {key}.lora is null")
     if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
