@@ -49,47 +49,10 @@ class AgentsSchema:
     gradient_checkpointing: bool = False
 
 
-def _algo_choices(key: str):
-    def get() -> list[str]:
-        from magrpo.algos import ALGOS
-        from magrpo.algos.core import ADVANTAGES, LOSS_AGG, SCALES
-
-        return sorted({"name": ALGOS, "advantage": ADVANTAGES, "scale": SCALES, "loss_agg": LOSS_AGG}[key])
-
-    return get
-
-
-@dataclass
-class AlgoSchema:
-    name: str = option("magrpo", choices=_algo_choices("name"))
-    single_agent: bool = False           # one model writes the whole joint answer (GRPO)
-    num_generations: int = at_least(2, 4, " (a group needs at least two samples)")
-    joint_mode: str = option("aligned", choices=["aligned", "cross"])
-    cross_credit: str = option("mean", choices=["mean", "sum"])
-    num_turns: int = option(1, check=lambda v: v == 1, allowed="1 (multi-turn training arrives with the feedback group)")
-    discount: float = within(0.0, 1.0, 1.0)
-    early_termination_threshold: float | None = None
-    advantage: str = option("mean", choices=_algo_choices("advantage"))
-    scale: str = option("none", choices=_algo_choices("scale"))
-    loss_agg: str = option("seq_sum", choices=_algo_choices("loss_agg"))
-    num_iterations: int = at_least(1, 1)
-    epsilon: float = positive(0.2)
-    epsilon_high: float = positive(0.2)
-    beta: float = at_least(0, 0.0)
-    temperature: float = positive(1.0)
-    top_p: float = within(0.0, 1.0, 1.0, lo_open=True)
-    top_k: int = at_least(0, 0, " (0 = off)")
-    max_new_tokens: int = at_least(1, 32)
-    max_prompt_length: int = at_least(1, 1024)
-    batch_size: int = at_least(1, 8)
-    micro_batch_size: int = at_least(1, 64)   # sequences per forward/backward (gradient accumulation)
-    eval_every: int = at_least(0, 20, " (0 = only before and after training)")
-
-
 @dataclass
 class OptimizerSchema:
     name: str = option("adamw", choices=["adamw"])
-    lr: float = positive(1e-5)
+    lr: float = positive(1e-3)            # suits the tiny default agents; real models want ~1e-5
     weight_decay: float = at_least(0, 0.0)
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
     eps: float = positive(1e-8)
@@ -149,7 +112,7 @@ class TrainSchema:
     agents: AgentsSchema = field(default_factory=AgentsSchema)
     task: Any = None
     reward: Any = None
-    algo: AlgoSchema = field(default_factory=AlgoSchema)
+    algo: Any = None                     # checked against the chosen algorithm's own schema
     optimizer: OptimizerSchema = field(default_factory=OptimizerSchema)
     hardware: HardwareSchema = field(default_factory=HardwareSchema)
     logger: LoggerSchema = field(default_factory=LoggerSchema)
@@ -164,6 +127,24 @@ class EvalRunSchema(TrainSchema):
     methods: list[str] | None = None
     checkpoint: str | None = None
     split: str = option("eval", choices=["eval", "train"])
+
+
+def register_schemas() -> None:
+    """Give Hydra every algorithm's defaults, from its schema, as `schema/algo/<name>`.
+
+    Each conf/algo/<name>.yaml starts from them (`defaults: [/schema/algo@_here_: <name>]`) and
+    holds only what differs, so the dataclass stays the one source of defaults while
+    `algo.KEY=VALUE` overrides work on the command line. Stored untyped: values are checked by
+    `validate`, whose messages name the key, the value and what is allowed.
+    """
+    from hydra.core.config_store import ConfigStore
+
+    from magrpo.algos import ALGOS
+
+    store = ConfigStore.instance()
+    for name, cls in ALGOS.items():
+        store.store(group="schema/algo", name=name,
+                    node=OmegaConf.to_container(OmegaConf.structured(cls.config_schema)))
 
 
 def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
@@ -204,10 +185,24 @@ def _get(cfg: DictConfig, key: str) -> Any:
 
 def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
+    from magrpo.algos import ALGOS
     from magrpo.tasks import TASKS, available_tasks
+
+    # The algo node is checked against the schema its algorithm registers (its only source of
+    # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
+    raw_algo = OmegaConf.to_container(cfg.algo, resolve=True) if cfg.get("algo") is not None else {}
+    algo_name = raw_algo.get("name", "magrpo")
+    if algo_name not in ALGOS:
+        raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")
+    algo_schema = ALGOS[algo_name].config_schema
+    algo_node = _typed(OmegaConf.create(raw_algo), algo_schema, "algo.")
+    cfg = cfg.copy()
+    with _open(cfg):
+        cfg.algo = OmegaConf.to_container(algo_node)
 
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
+    raw.pop("algo", None)
     typed = _typed(OmegaConf.create(raw), schema, "")
 
     # Task and reward nodes are checked against the schemas their task registers.
@@ -224,14 +219,19 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     with _open(typed):
         typed.task = task_node
         typed.reward = reward_node
+        typed.algo = algo_node
 
     check_values(typed, schema)
+    check_values(algo_node, algo_schema, "algo.")
     if task_cls.config_schema:
         check_values(task_node, task_cls.config_schema, "task.")
     if task_cls.reward_schema:
         check_values(reward_node, task_cls.reward_schema, "reward.")
 
     _validate_agents(typed)
+    algo_check = getattr(ALGOS[algo_name], "check_config", None)
+    if algo_check is not None:
+        algo_check(typed, task_cls)
     if schema is EvalRunSchema:
         _validate_eval(typed)
     if typed.resume and not Path(typed.resume).expanduser().exists():
@@ -240,11 +240,12 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
 
 
 def _validate_agents(cfg: DictConfig) -> None:
+    from magrpo.algos import ALGOS
     from magrpo.models import BUILTIN_PREFIX, looks_local
     from magrpo.tiny import BUILTIN_MODELS
 
     agents = cfg.agents
-    n = 1 if cfg.algo.single_agent else agents.num_agents
+    n = ALGOS[cfg.algo.name].team(cfg).num_policies
     models = agents.models
     if len(models) == 0:
         raise ConfigError("agents.models is empty; give at least one model entry (name_or_path: ...)")
@@ -270,11 +271,11 @@ def _validate_agents(cfg: DictConfig) -> None:
 
 
 def _validate_eval(cfg: DictConfig) -> None:
-    from magrpo.evaluation import PROTOCOLS
+    from magrpo.rollout import SCHEMES
 
     for m in cfg.methods or []:
-        if m not in PROTOCOLS:
-            raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(PROTOCOLS)}")
+        if m not in SCHEMES:
+            raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(SCHEMES)}")
     if cfg.split not in ("eval", "train"):
         raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
     if cfg.checkpoint and not Path(cfg.checkpoint).expanduser().exists():

@@ -69,7 +69,9 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
     task = build_task(cfg.task, cfg.reward)
     items = task.load(cfg.split)
     items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
-    num_agents = 1 if cfg.algo.single_agent else cfg.agents.num_agents
+    from magrpo.algos import ALGOS
+
+    num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
     agents = load_agents(cfg.agents, cfg.hardware, num_agents, need_reference=False)
     if ckpt is not None:
         for agent in agents:
@@ -84,7 +86,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
             with torch.no_grad():
                 metrics, examples = evaluate(agents, task, items, eval_sampling(cfg), cfg.eval.batch_size,
                                              seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
-                                             protocol=method)
+                                             scheme=method)
             results[method] = metrics
             logger.log(0, {f"eval/{method}/{k}": v for k, v in metrics.items()})
             logger.log_examples(0, f"samples_{method}", examples)

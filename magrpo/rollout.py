@@ -1,21 +1,37 @@
-"""Batched generation for every agent, and the joint actions the team is rewarded for.
+"""Rollouts: batched generation for every agent, and the one record that training and evaluation share.
+
+A `Rollout` is one turn of a team on a batch of B items: each agent's samples (`Generation`),
+the joint actions that pair them (`joint`, [J, N]), the joint answers' texts, and once scored
+their rewards and components. Every algorithm trains on it and every evaluation scheme produces
+it, so a metric means the same thing in both. A multi-turn episode is a tree of rollouts: a
+node's `children` are the next turn's rollouts grown from its joint actions.
 
 One `generate` call per agent samples G completions for every prompt of the batch at once
 (`num_return_sequences=G`), so a step costs N generate calls however many items it holds.
-Joint actions pair the agents' samples (SPEC §3):
+Joint actions pair the agents' samples (paper, Sec. 4):
   aligned: joint j = (a_1^j, ..., a_N^j), G per item;
   cross:   the Cartesian product of the agents' samples, G^N per item.
+
+Evaluation schemes (the untrained prompting baselines of the paper and the trained team) are
+named functions in `SCHEMES`, each `(agents, task, items, sampling) -> Rollout`:
+  team / naive_concat  every agent answers its own prompt in parallel (what MAGRPO trains)
+  single               one model (agent 1's) writes the whole joint answer
+  sequential           agent i also sees the answers of agents 1..i-1
+  discussion           parallel answers, then one round where each agent sees the others'
+                       first answers and answers again; the second answers are the joint answer
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from magrpo.models import Agent
+from magrpo.tasks import Scores, Task
 
 
 @dataclass
@@ -37,7 +53,7 @@ class Sampling:
 
 @dataclass
 class Generation:
-    """One agent's samples: row r of the completions answers prompt r // G."""
+    """One agent's samples: row r of the completions answers prompt r // num_generations."""
 
     prompt_ids: torch.Tensor        # [n, P] left-padded
     prompt_mask: torch.Tensor       # [n, P]
@@ -46,6 +62,9 @@ class Generation:
     texts: list[str]                # n*G decoded completions
     num_generations: int
     seconds: float
+    prompts: list[str] = field(default_factory=list)   # the n prompt texts (before the chat template)
+    logprobs: torch.Tensor | None = None    # [n*G, C] rollout-time log-probs, where an algorithm needs them
+    values: torch.Tensor | None = None      # [n*G, C] critic values, where an algorithm has a critic
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -56,6 +75,85 @@ class Generation:
         ids = self.prompt_ids.repeat_interleave(self.num_generations, dim=0)
         mask = self.prompt_mask.repeat_interleave(self.num_generations, dim=0)
         return (ids, mask) if rows is None else (ids[rows], mask[rows])
+
+
+@dataclass
+class Rollout:
+    """One turn of a team on B items. Joint action j of item b is (sample joint[j, i] of agent i)."""
+
+    items: list[dict]
+    samples: list[Generation]               # per agent; each holds S_i samples per item, item-major
+    joint: torch.Tensor                     # [J, N]
+    turn: int = 1
+    scores: Scores | None = None            # [B*J], item-major
+    children: list[Rollout] = field(default_factory=list)   # next turn (multi-turn episodes)
+    history: Rollout | None = None          # an earlier round whose answers this one was shown
+
+    @property
+    def num_items(self) -> int:
+        return len(self.items)
+
+    @property
+    def num_joint(self) -> int:
+        return self.joint.shape[0]
+
+    def per_item(self, agent: int) -> int:
+        return len(self.samples[agent].texts) // self.num_items
+
+    def _rows(self, agent: int) -> list[int]:
+        S = self.per_item(agent)
+        return [b * S + int(k) for b in range(self.num_items) for k in self.joint[:, agent]]
+
+    @property
+    def completions(self) -> list[list[str]]:
+        """[B*J][N] texts of every joint action, item-major."""
+        per_agent = [[g.texts[r] for r in self._rows(i)] for i, g in enumerate(self.samples)]
+        return [list(t) for t in zip(*per_agent)]
+
+    @property
+    def prompts(self) -> list[list[str]]:
+        """[B*J][N] the prompt each agent answered in every joint action."""
+        per_agent = []
+        for i, g in enumerate(self.samples):
+            rows_per_prompt = len(g.texts) // max(len(g.prompts), 1)
+            per_agent.append([g.prompts[r // rows_per_prompt] for r in self._rows(i)])
+        return [list(t) for t in zip(*per_agent)]
+
+    @property
+    def joint_items(self) -> list[dict]:
+        return [it for it in self.items for _ in range(self.num_joint)]
+
+    @property
+    def group_ids(self) -> torch.Tensor:
+        """[B*J] the item (the group of sibling joint actions) of every joint action."""
+        return torch.arange(self.num_items).repeat_interleave(self.num_joint)
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """[B, J] joint rewards."""
+        assert self.scores is not None, "score the rollout first (Rollout.score)"
+        return torch.tensor(list(self.scores), dtype=torch.float32).view(self.num_items, self.num_joint)
+
+    @property
+    def output_tokens(self) -> torch.Tensor:
+        """[B*J] output tokens of every joint action (all agents)."""
+        per_agent = [g.lengths[self._rows(i)] for i, g in enumerate(self.samples)]
+        return torch.stack(per_agent).sum(0)
+
+    @property
+    def seconds(self) -> float:
+        return sum(g.seconds for g in self.samples)
+
+    def score(self, task: Task) -> Scores:
+        self.scores = task.score(self.joint_items, self.prompts, self.completions)
+        return self.scores
+
+    def returns(self, agent: int, how: str = "mean") -> torch.Tensor:
+        """[B, G] return of each of `agent`'s samples (see `credit`)."""
+        return credit(self.rewards, self.joint, agent, self.per_item(agent), how)
+
+
+# --- generation ------------------------------------------------------------------------------------
 
 
 def completion_mask(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
@@ -100,7 +198,10 @@ def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation
     texts = tok.batch_decode(completion_ids * mask.long() + tok.pad_token_id * (1 - mask.long()),
                              skip_special_tokens=True)
     return Generation(enc.input_ids, enc.attention_mask, completion_ids, mask, texts,
-                      sampling.num_generations, time.perf_counter() - t0)
+                      sampling.num_generations, time.perf_counter() - t0, prompts=list(prompts))
+
+
+# --- joint actions and credit ----------------------------------------------------------------------
 
 
 def joint_indices(num_agents: int, num_generations: int, mode: str) -> torch.Tensor:
@@ -113,13 +214,6 @@ def joint_indices(num_agents: int, num_generations: int, mode: str) -> torch.Ten
     raise ValueError(f"joint_mode={mode!r}; choose aligned or cross")
 
 
-def joint_completions(gens: list[Generation], joint: torch.Tensor) -> list[list[str]]:
-    """Texts of every joint action, item-major: [n * J][N]."""
-    G = gens[0].num_generations
-    n = len(gens[0].texts) // G
-    return [[g.texts[b * G + int(k)] for g, k in zip(gens, row)] for b in range(n) for row in joint]
-
-
 def credit(rewards: torch.Tensor, joint: torch.Tensor, agent: int, num_generations: int,
            how: str = "mean") -> torch.Tensor:
     """Per-sample return of one agent, [n, G], from joint rewards [n, J].
@@ -130,3 +224,81 @@ def credit(rewards: torch.Tensor, joint: torch.Tensor, agent: int, num_generatio
     onehot = torch.nn.functional.one_hot(joint[:, agent], num_generations).to(rewards.dtype)  # [J, G]
     total = rewards @ onehot                                                                # [n, G]
     return total / onehot.sum(0) if how == "mean" else total
+
+
+# --- schemes: how a team produces its joint answer -------------------------------------------------
+
+Scheme = Callable[[list[Agent], Task, list[dict], Sampling], Rollout]
+SCHEMES: dict[str, Scheme] = {}
+
+
+def register_scheme(*names: str) -> Callable[[Scheme], Scheme]:
+    def deco(fn: Scheme) -> Scheme:
+        for name in names:
+            SCHEMES[name] = fn
+        return fn
+
+    return deco
+
+
+def team_rollout(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling,
+                 joint_mode: str = "aligned") -> Rollout:
+    """Every agent samples G answers to its own prompt; joint actions pair them (`joint_mode`)."""
+    N = len(agents)
+    prompts = [task.prompts(item, N) for item in items]                                # [B][N]
+    gens = [generate(agent, [p[i] for p in prompts], sampling) for i, agent in enumerate(agents)]
+    return Rollout(list(items), gens, joint_indices(N, sampling.num_generations, joint_mode))
+
+
+@register_scheme("team", "naive_concat")
+def _parallel(agents, task, items, sampling) -> Rollout:
+    return team_rollout(agents, task, items, sampling)
+
+
+@register_scheme("single")
+def _single(agents, task, items, sampling) -> Rollout:
+    return team_rollout(agents[:1], task, items, sampling)
+
+
+@register_scheme("sequential")
+def _sequential(agents, task, items, sampling) -> Rollout:
+    """Agent 1 samples S answers per item; agent i>1 answers once per sample, seeing answers 1..i-1."""
+    N, S = len(agents), sampling.num_generations
+    base = [task.prompts(item, N) for item in items]
+    gens = [generate(agents[0], [p[0] for p in base], sampling)]
+    one = replace(sampling, num_generations=1)
+    for i in range(1, N):
+        ctx = [task.context_prompt(items[r // S], i, base[r // S][i], None,
+                                   {j: gens[j].texts[r] for j in range(i)})
+               for r in range(len(items) * S)]
+        gens.append(generate(agents[i], ctx, one))
+    return Rollout(list(items), gens, joint_indices(N, S, "aligned"))
+
+
+@register_scheme("discussion")
+def _discussion(agents, task, items, sampling) -> Rollout:
+    """One MAPoRL-style round: each agent revises its answer after seeing the others' answers.
+
+    The first round is the returned rollout's `history`, so its cost is counted too.
+    """
+    N, S = len(agents), sampling.num_generations
+    first = team_rollout(agents, task, items, sampling)
+    answers, prompts = first.completions, first.prompts
+    one = replace(sampling, num_generations=1)
+    gens = []
+    for i, agent in enumerate(agents):
+        ctx = [task.context_prompt(items[r // S], i, prompts[r][i], answers[r][i],
+                                   {j: a for j, a in enumerate(answers[r]) if j != i})
+               for r in range(len(items) * S)]
+        gens.append(generate(agent, ctx, one))
+    return Rollout(list(items), gens, joint_indices(N, S, "aligned"), turn=2, history=first)
+
+
+def rollout_cost(rollout: Rollout) -> tuple[float, torch.Tensor]:
+    """Generation seconds and output tokens per joint action, including earlier rounds."""
+    seconds, tokens = rollout.seconds, rollout.output_tokens
+    prev = rollout.history
+    while prev is not None:
+        seconds, tokens = seconds + prev.seconds, tokens + prev.output_tokens
+        prev = prev.history
+    return seconds, tokens

@@ -14,10 +14,11 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError, register_schemas, validate
 
 log = logging.getLogger("magrpo")
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+register_schemas()
 
 
 def quiet_progress_bars() -> None:

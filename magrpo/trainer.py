@@ -78,9 +78,10 @@ class Trainer:
         self.eval_items = eval_items[:cfg.eval.num_items] if cfg.eval.num_items else eval_items
         if not self.train_items:
             raise ValueError(f"task {cfg.task.name!r} has no training items")
-        num_agents = 1 if cfg.algo.single_agent else cfg.agents.num_agents
-        self.agents: list[Agent] = load_agents(cfg.agents, hw, num_agents, need_reference=cfg.algo.beta > 0)
-        self.algo = ALGOS[cfg.algo.name](cfg, self.agents, self.task)
+        algo_cls = ALGOS[cfg.algo.name]
+        team = algo_cls.team(cfg)
+        self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
+        self.algo = algo_cls(cfg, self.agents, self.task)
         self.logger = RunLogger(cfg, run_dir)
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
@@ -130,8 +131,17 @@ class Trainer:
         return self.elapsed_before + time.time() - self.started
 
     # -- summary --------------------------------------------------------------------------------
-    def write_summary(self, status: str, final_eval: dict[str, float] | None = None) -> None:
+    def key_config(self) -> dict[str, Any]:
+        """The choices a table groups runs by: the run's identity, then every algo key (flat)."""
         cfg = self.cfg
+        out = {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed, "num_agents": len(self.agents),
+               "models": [m.name_or_path for m in cfg.agents.models], "lr": cfg.optimizer.lr,
+               "max_steps": cfg.max_steps}
+        for key, value in OmegaConf.to_container(cfg.algo, resolve=True).items():
+            out.setdefault(key, value)
+        return out
+
+    def write_summary(self, status: str, final_eval: dict[str, float] | None = None) -> None:
         self.logger.summary({
             "status": status,
             "initial_eval": self.initial_eval,
@@ -140,15 +150,7 @@ class Trainer:
             "steps": self.step,
             "wall_seconds": self.elapsed(),
             "evals": self.evals,
-            "config": {
-                "task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed,
-                "num_agents": len(self.agents), "models": [m.name_or_path for m in cfg.agents.models],
-                "num_generations": cfg.algo.num_generations, "joint_mode": cfg.algo.joint_mode,
-                "num_turns": cfg.algo.num_turns, "advantage": cfg.algo.advantage, "scale": cfg.algo.scale,
-                "loss_agg": cfg.algo.loss_agg, "num_iterations": cfg.algo.num_iterations, "beta": cfg.algo.beta,
-                "lr": cfg.optimizer.lr, "batch_size": cfg.algo.batch_size, "max_steps": cfg.max_steps,
-                "max_new_tokens": cfg.algo.max_new_tokens,
-            },
+            "config": self.key_config(),
         })
 
     # -- the loop -------------------------------------------------------------------------------

@@ -59,7 +59,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8, help="items per update")
     p.add_argument("--gens", type=int, default=4, help="G: samples per agent per item")
     p.add_argument("--tokens", type=int, default=64, help="max new tokens per completion")
-    p.add_argument("--mode", default="magrpo", choices=[*MODES, "compare"])
+    p.add_argument("--mode", default="magrpo", choices=[*MODES, "compare"],
+                   help="magrpo: the framework's own trainer (with --algo); bare; comlrl; compare: all three")
+    p.add_argument("--algo", default="magrpo", help="algorithm the framework mode trains (magrpo, grpo, ippo, "
+                   "mappo, ppo): the same budget of --batch items x --gens samples per agent per update")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
     p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps (of --batch items) before timing")
@@ -87,14 +90,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --- configuration and set-up (shared by every mode) ------------------------------------------
 
 
+def bench_algo(args: argparse.Namespace) -> str:
+    """The algorithm to time; one agent under the default means single-agent GRPO."""
+    return "grpo" if args.algo == "magrpo" and args.agents == 1 else args.algo
+
+
 def hydra_overrides(args: argparse.Namespace) -> list[str]:
-    single = args.agents == 1
     n_items = min(args.prompts, 48)     # length_ratio ships 48 topics; larger runs cycle them
     return [
         "output_dir=" + os.path.join(os.environ.get("TMPDIR", "/tmp"), "magrpo-bench"),
-        "task=length_ratio", "algo=magrpo", "logger=none", "feedback=none",
+        "task=length_ratio", f"algo={bench_algo(args)}", "logger=none", "feedback=none",
         f"task.num_train={n_items}", "task.num_eval=0",
-        f"agents.num_agents={args.agents}", f"algo.single_agent={str(single).lower()}",
+        f"agents.num_agents={args.agents}",
         # A one-entry list serves every agent; the value is quoted since it may hold ':' and '/'.
         f"agents.models=[{{name_or_path:'{args.model}',dtype:{args.dtype}}}]",
         f"hardware.device={args.device}",
@@ -138,7 +145,10 @@ def setup(args: argparse.Namespace):
     task = build_task(cfg.task, cfg.reward)
     train_items = task.load("train")
     t0 = time.perf_counter()
-    agents = load_agents(cfg.agents, cfg.hardware, args.agents, need_reference=cfg.algo.beta > 0)
+    from magrpo.algos import ALGOS
+
+    team = ALGOS[cfg.algo.name].team(cfg)
+    agents = load_agents(cfg.agents, cfg.hardware, team.num_policies, need_reference=team.reference)
     load_s = time.perf_counter() - t0
     n_warm = args.warmup_steps * args.batch
     stream = [train_items[k % len(train_items)] for k in range(n_warm + args.prompts)]
@@ -176,9 +186,9 @@ def sync(agents) -> None:
 
 
 def run_magrpo(args, cfg, agents, task, warm_items, timed_items) -> list[dict]:
-    from magrpo.algos.magrpo import MAGRPO
+    from magrpo.algos import ALGOS
 
-    algo = MAGRPO(cfg, agents, task)
+    algo = ALGOS[cfg.algo.name](cfg, agents, task)
     for batch in batches(warm_items, args.batch):
         algo.step(batch)
     n_completions = args.batch * args.gens * len(agents)

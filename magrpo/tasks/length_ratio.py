@@ -9,12 +9,29 @@ the embedded default run and the benchmark task: a tiny random model can visibly
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 
-SPLIT_MARKER = "\n---\n"
+# Where a single-agent answer's short part ends when it has no "---" line: a blank line, a line
+# break, or the end of the first sentence. The prompt asks for one short sentence first, so the
+# first of these is the natural cut; it also gives the reward a graded signal early in training,
+# when a policy has yet to learn the marker (every sample would otherwise score the same).
+_MARKER_LINE = re.compile(r"^[ \t]*---[ \t]*$", re.MULTILINE)
+_FIRST_BREAK = re.compile(r"\n|(?<=[.!?])")
+
+
+def split_single(text: str) -> tuple[str, str]:
+    """(short part, long part) of one model's answer: at a '---' line, else at the first break."""
+    m = _MARKER_LINE.search(text)
+    if m is None:
+        text = text.strip()
+        m = _FIRST_BREAK.search(text)
+    if m is None:
+        return text.strip(), ""
+    return text[:m.start()].strip(), text[m.end():].strip()
 
 TOPICS = [
     "the water cycle", "how bees make honey", "why the sky is blue", "the history of paper",
@@ -86,8 +103,7 @@ class LengthRatioTask(Task):
         totals, ratios = [], []
         for joint in completions:
             if len(joint) == 1:  # single-agent form: both parts in one answer
-                first, _, second = joint[0].partition(SPLIT_MARKER.strip())
-                joint = [first.strip(), second.strip()]
+                joint = list(split_single(joint[0]))
             a1, a2 = joint[0], joint[1]
             ratio = len(a2) / max(len(a1), 1)
             ratios.append(ratio)

@@ -45,6 +45,7 @@ class CodingTaskConfig:
 
 class CodingTask(Task):
     num_agents = 2
+    splits_reward = True
     primary_metric = "pass@1"
     config_schema = CodingTaskConfig
     reward_schema = CodingRewardConfig
@@ -75,6 +76,20 @@ class CodingTask(Task):
         n = len(completions)
         return code_reward(completions, cols["entry_point"], cols["tests"],
                            cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg)
+
+    def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
+        """Agent 1 owns the helper's structure term, agent 2 the entry point's; the program-level terms
+        (syntax, tests, cooperation) are shared equally. Shares are scaled to sum to the joint reward."""
+        comps, extras = scores.components, scores.extras
+        out = []
+        for k, total in enumerate(scores):
+            main = self.reward_cfg.main_defined if extras["main_defined"][k] else 0.0
+            helper = comps["structure"][k] - main
+            shared = comps["syntax"][k] + comps["tests"][k] + comps["cooperation"][k]
+            raw = [helper + shared / 2, main + shared / 2]
+            norm = sum(raw)
+            out.append([total * r / norm for r in raw] if abs(norm) > 1e-12 else [total / 2] * 2)
+        return out
 
     # -- metrics ------------------------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
