@@ -44,6 +44,7 @@ class Agent:
     adapter: str | None = None       # adapter name when agents share one base model
     chat_template_kwargs: dict = field(default_factory=dict)
     reference: Any = None            # frozen copy for the KL term (full fine-tuning only)
+    _encoded: dict = field(default_factory=dict, repr=False)   # (prompt, max_length) -> token ids
 
     @property
     def name(self) -> str:
@@ -57,6 +58,30 @@ class Agent:
         if self.adapter is not None:
             return [p for n, p in self.model.named_parameters() if f".{self.adapter}." in n]
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def encode_prompts(self, prompts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded ids and attention mask of the formatted prompts, on the agent's device.
+
+        A prompt longer than `max_length` tokens keeps its end, where the instruction is. Each
+        distinct prompt is templated and tokenized once per run (training revisits the same items).
+        """
+        rows = []
+        for text in prompts:
+            ids = self._encoded.get((text, max_length))
+            if ids is None:
+                if len(self._encoded) >= 65536:
+                    self._encoded.clear()
+                ids = self.tokenizer(self.format_prompt(text), add_special_tokens=False)["input_ids"][-max_length:]
+                self._encoded[(text, max_length)] = ids
+            rows.append(ids)
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                input_ids[i, width - len(r):] = torch.tensor(r)
+                mask[i, width - len(r):] = 1
+        return input_ids.to(self.device), mask.to(self.device)
 
     def format_prompt(self, text: str) -> str:
         """The chat template when the tokenizer has one, else the plain prompt."""

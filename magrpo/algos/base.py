@@ -14,7 +14,9 @@ The loop (magrpo.trainer) never tests which algorithm it runs.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -55,6 +57,9 @@ class AlgoConfig:
     max_prompt_length: int = at_least(1, 1024)
     batch_size: int = at_least(1, 8)             # items per update
     micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
+    # Run each prompt once for its G samples, in generation and in the update (exact; a model
+    # that cannot continue a shared key/value cache falls back with one log line).
+    share_prompt: bool = True
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
     eval_every: int = at_least(0, 20, " (0 = only before and after training)")
     # Turn structure; only single-turn runs until multi-turn training lands.
@@ -129,15 +134,41 @@ def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:
     return m
 
 
+# Seconds spent in the learning computation of the current step (`_update`, `_prepare`): the
+# `update` phase of timing_metrics, accumulated by @update_phase and read once per step.
+_UPDATE_SECONDS = [0.0]
+
+
+def update_phase(fn: Callable) -> Callable:
+    """Count a method's wall time as the step's `update` phase (forward/backward/optimizer work)."""
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _UPDATE_SECONDS[0] += time.perf_counter() - t0
+
+    return timed
+
+
 def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t_end: float) -> dict[str, float]:
+    """Phase times of one step: `generate` (the models' decoding), `reward` (scoring), `update`
+    (@update_phase methods) and `other` (the rest: tokenization, decoding to text, advantages,
+    metrics), which sum to the step time; and the throughput."""
     n_tokens = sum(g.lengths.sum().item() for g in rollout.samples)
     n_rows = sum(len(g.texts) for g in rollout.samples)
     m = {f"train/{f'agent_{i + 1}'}/completions/mean_length": g.lengths.mean().item()
          for i, g in enumerate(rollout.samples)}
+    step = t_end - t0
+    generate = sum(g.sample_seconds for g in rollout.samples) or (t_gen - t0)
+    update = _UPDATE_SECONDS[0] or (t_end - t_reward)
+    _UPDATE_SECONDS[0] = 0.0
     m.update({
         "train/completions/mean_length": n_tokens / max(n_rows, 1),
-        "time/generate_s": t_gen - t0, "time/reward_s": t_reward - t_gen, "time/update_s": t_end - t_reward,
-        "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
-        "speed/prompts_per_s": rollout.num_items / (t_end - t0),
+        "time/generate_s": generate, "time/reward_s": t_reward - t_gen, "time/update_s": update,
+        "time/other_s": max(step - generate - (t_reward - t_gen) - update, 0.0),
+        "time/step_s": step, "speed/tokens_per_s": n_tokens / step,
+        "speed/prompts_per_s": rollout.num_items / step,
     })
     return m

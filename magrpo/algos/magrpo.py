@@ -29,6 +29,7 @@ from magrpo.algos.base import (
     register_algo,
     reward_metrics,
     timing_metrics,
+    update_phase,
 )
 from magrpo.algos.core import (
     ADVANTAGES,
@@ -40,7 +41,8 @@ from magrpo.algos.core import (
     k3_kl,
     rollout_logprobs,
     row_chunks,
-    token_logprobs,
+    row_logprobs,
+    shares_prompt,
 )
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Sampling, team_rollout
@@ -98,6 +100,7 @@ class MAGRPO:
         return metrics
 
     # -- the policy update of one agent -----------------------------------------------------------
+    @update_phase
     def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
         algo, agent = self.algo, self.agents[i]
         optimizer, scheduler = self.optimizers[i], self.schedulers[i]
@@ -109,11 +112,12 @@ class MAGRPO:
         rows = mask.shape[0]
         ctx = AggContext(rows, int(mask.sum().item()), algo.max_new_tokens)
         aggregate = LOSS_AGG[algo.loss_agg]
-        chunks = row_chunks(rows, algo.micro_batch_size)
+        chunks = row_chunks(rows, algo.micro_batch_size, gen.num_generations)
+        share = shares_prompt(agent.model, algo.share_prompt)
         ref_logp = None
         if algo.beta > 0:
             with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev)
+                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev, share)
         old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 else None
 
         totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
@@ -121,9 +125,7 @@ class MAGRPO:
         for it in range(algo.num_iterations):
             optimizer.zero_grad(set_to_none=True)
             for mb in chunks:
-                p_ids, p_mask = gen.prompt_rows(mb)
-                logp, entropy = token_logprobs(agent.model, p_ids.to(dev), p_mask.to(dev), gen.completion_ids[mb].to(dev),
-                                               mask[mb], algo.temperature, with_entropy=(it == 0))
+                logp, entropy = row_logprobs(agent.model, gen, mb, algo.temperature, dev, share, with_entropy=(it == 0))
                 A, m = adv[mb].unsqueeze(-1), mask[mb]
                 if old_logp is None:
                     token_loss = -A * logp                   # REINFORCE: grad = -A * grad log pi
