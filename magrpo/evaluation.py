@@ -6,6 +6,8 @@ naive_concat, sequential, discussion): the same rollout code that training uses.
 
 Sampling runs under a forked RNG seeded from the run's seed, so evaluating never changes the
 training stream (a resumed run and an uninterrupted one see the same random numbers).
+Under torchrun each rank generates and scores its block of the items, and the metrics are
+computed on everything gathered from the ranks.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import torch
 
+from magrpo import distributed
 from magrpo.models import Agent
 from magrpo.rollout import SCHEMES, Rollout, Sampling, rollout_cost
 from magrpo.tasks import Scores, Task
@@ -31,25 +34,34 @@ def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampl
              seed: int, num_examples: int = 8, scheme: str = "team") -> tuple[dict[str, float], list[dict]]:
     """Metrics (unprefixed: reward_mean, reward/<component>, pass@1, ...) and example rows."""
     S = sampling.num_generations
+    world = distributed.world()
+    mine = items[distributed.shard(len(items))]
     rollouts: list[Rollout] = []
     devices = [a.device for a in agents if a.device.type == "cuda"]
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        for start in range(0, len(items), batch_size):
-            rollouts.append(SCHEMES[scheme](agents, task, items[start:start + batch_size], sampling))
+        torch.manual_seed(seed + 1_000_003 * world.rank)
+        for start in range(0, len(mine), batch_size):
+            rollouts.append(SCHEMES[scheme](agents, task, mine[start:start + batch_size], sampling))
     all_items = [it for r in rollouts for it in r.joint_items]
     prompts = [p for r in rollouts for p in r.prompts]
     completions = [c for r in rollouts for c in r.completions]
     costs = [rollout_cost(r) for r in rollouts]
     tokens = torch.cat([t for _, t in costs]).tolist() if costs else []
+    gen_seconds = sum(s for s, _ in costs)
     t0 = time.perf_counter()
-    scores = task.score(all_items, prompts, completions)
+    scores = task.score(all_items, prompts, completions) if all_items else Scores([])
     reward_seconds = time.perf_counter() - t0
+    if world.distributed:       # every rank's block, in rank order (= item order)
+        parts = distributed.gather_objects((all_items, prompts, completions, tokens, scores, reward_seconds,
+                                            gen_seconds))
+        all_items, prompts, completions, tokens = ([x for p in parts for x in p[k]] for k in range(4))
+        scores = Scores.concat([p[4] for p in parts])
+        reward_seconds, gen_seconds = sum(p[5] for p in parts), sum(p[6] for p in parts)
     metrics = summarize_scores(scores)
     metrics["turn_1/reward_mean"] = metrics["reward_mean"]
     metrics.update(task.metrics(all_items, completions, scores))
     metrics.update({"output_tokens_mean": sum(tokens) / max(len(tokens), 1),
-                    "response_time_s": sum(s for s, _ in costs) / max(len(items), 1),
+                    "response_time_s": gen_seconds / max(len(items), 1),
                     "reward_time_s": reward_seconds, "num_items": float(len(items))})
     rows = list(zip(all_items, prompts, completions, scores))[::max(S, 1)][:num_examples]
     examples = [{"id": it.get("id"), "prompts": p, "completions": c, "reward": r} for it, p, c, r in rows]

@@ -122,6 +122,23 @@ def _load_tokenizer(spec: Any, path: str):
     return tok
 
 
+def _enable_checkpointing(model) -> None:
+    """Recompute each layer's activations in backward (transformers' non-reentrant checkpointing,
+    which also serves frozen bases under a LoRA adapter)."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable({"use_reentrant": False})
+
+
+def _with_autocast(model, autocast: str):
+    """Run every forward of `model` under bf16 autocast (`hardware.autocast=bf16`): matmuls in bf16,
+    weights, gradients and optimizer state in the model's own dtype."""
+    if autocast == "none":
+        return model
+    device_type = next(model.parameters()).device.type
+    model.forward = torch.autocast(device_type=device_type, dtype=torch.bfloat16)(model.forward)
+    return model
+
+
 def _load_model(spec: Any, path: str, device: torch.device):
     from transformers import AutoModelForCausalLM
 
@@ -138,6 +155,14 @@ def _load_model(spec: Any, path: str, device: torch.device):
 
 
 def agent_devices(hw: Any, n: int) -> list[torch.device]:
+    from magrpo import distributed
+
+    world = distributed.world()
+    if world.distributed and world.backend == "nccl":
+        if hw.agent_devices:
+            raise ValueError("hardware.agent_devices is for one process; under torchrun each rank uses its own "
+                             "GPU (cuda:LOCAL_RANK): set hardware.agent_devices=null")
+        return [torch.device("cuda", world.local_rank)] * n
     if hw.agent_devices:
         devs = list(hw.agent_devices)
         return [torch.device(devs[i % len(devs)]) for i in range(n)]
@@ -152,6 +177,8 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     models = list(agents_cfg.models)
     specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
     devices = agent_devices(hw_cfg, num_agents)
+    checkpointing = bool(getattr(hw_cfg, "gradient_checkpointing", False) or agents_cfg.gradient_checkpointing)
+    autocast = getattr(hw_cfg, "autocast", "none")
     agents: list[Agent] = []
     if agents_cfg.share_base:
         from peft import get_peft_model
@@ -159,9 +186,9 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
         spec = specs[0]
         path = resolve_model_path(spec.name_or_path)
         tok = _load_tokenizer(spec, path)
-        base = _load_model(spec, path, devices[0])
-        if agents_cfg.gradient_checkpointing:
-            base.gradient_checkpointing_enable()
+        base = _with_autocast(_load_model(spec, path, devices[0]), autocast)
+        if checkpointing:
+            _enable_checkpointing(base)
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
@@ -172,16 +199,16 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     for i, spec in enumerate(specs):
         path = resolve_model_path(spec.name_or_path)
         tok = _load_tokenizer(spec, path)
-        model = _load_model(spec, path, devices[i])
-        if agents_cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+        model = _with_autocast(_load_model(spec, path, devices[i]), autocast)
+        if checkpointing:
+            _enable_checkpointing(model)
         reference = None
         if spec.lora is not None:
             from peft import get_peft_model
 
             model = get_peft_model(model, _lora_config(spec.lora))
         elif need_reference:
-            reference = _load_model(spec, path, devices[i]).eval().requires_grad_(False)
+            reference = _with_autocast(_load_model(spec, path, devices[i]), autocast).eval().requires_grad_(False)
         agents.append(Agent(i, model, tok, devices[i], reference=reference,
                             chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
     log.info("loaded %d agent(s): %s", num_agents,

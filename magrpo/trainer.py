@@ -2,7 +2,8 @@
 
 The algorithm (magrpo.algos) owns one step's math; this loop owns everything that repeats.
 Batches are a pure function of (seed, step), so a resumed run draws exactly the batches an
-uninterrupted run would.
+uninterrupted run would. Under torchrun each rank trains on its block of every batch
+(magrpo/distributed.py); rank 0 alone writes the run directory.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from magrpo import distributed
 from magrpo.algos import ALGOS
 from magrpo.evaluation import eval_sampling, evaluate
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
+from magrpo.schema import ConfigError
 from magrpo.tasks import Task, build_task
 from magrpo.tracking import RunLogger
 
@@ -63,10 +66,24 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class _QuietLogger:
+    """The logger of ranks other than 0: they compute metrics but write nothing."""
+
+    def log(self, *args, **kwargs) -> None: ...
+    def log_examples(self, *args, **kwargs) -> None: ...
+    def summary(self, *args, **kwargs) -> None: ...
+    def close(self) -> None: ...
+
+
 class Trainer:
     def __init__(self, cfg: Any, run_dir: Path):
-        self.cfg, self.run_dir = cfg, run_dir
         hw = cfg.hardware
+        self.world = distributed.init(hw)
+        run_dir = self._shared_run_dir(run_dir)
+        self.cfg, self.run_dir = cfg, run_dir
+        if cfg.algo.batch_size % self.world.size:
+            raise ConfigError(f"algo.batch_size={cfg.algo.batch_size} does not split over {self.world.size} ranks "
+                              f"(torchrun --nnodes x --nproc_per_node); choose a multiple of {self.world.size}")
         if hw.num_threads:
             torch.set_num_threads(hw.num_threads)
         if hw.deterministic:
@@ -82,13 +99,26 @@ class Trainer:
         team = algo_cls.team(cfg)
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
         self.algo = algo_cls(cfg, self.agents, self.task)
-        self.logger = RunLogger(cfg, run_dir)
+        if self.world.distributed:
+            for model in {id(a.model): a.model for a in self.agents}.values():
+                distributed.broadcast_module(model)        # every rank starts from rank 0's weights
+            # ... and samples its own completions: a random stream per rank
+            seed_everything(cfg.seed + 1_000_003 * self.world.rank)
+        self.logger = RunLogger(cfg, run_dir) if self.world.is_main else _QuietLogger()
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
         self.best: dict[str, Any] | None = None
         self.evals: list[dict[str, Any]] = []
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
+
+    def _shared_run_dir(self, run_dir: Path) -> Path:
+        """Rank 0's run directory on every rank. Hydra timestamps each process's directory, so a rank
+        that started a second later made its own (empty) one, which is removed again."""
+        shared = Path(distributed.broadcast_object(str(run_dir)))
+        if shared != run_dir and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        return shared
 
     # -- evaluation -----------------------------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
@@ -108,13 +138,17 @@ class Trainer:
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self) -> Path:
         out = self.run_dir / "checkpoints" / f"step_{self.step}"
-        for agent in self.agents:
-            save_agent(agent, out / agent.name)
-        torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_state(),
-                    "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
-                    "elapsed": self.elapsed(), "config": OmegaConf.to_container(self.cfg, resolve=True)},
-                   out / STATE_FILE)
-        log.info("saved checkpoint %s", out)
+        rng_ranks = distributed.gather_objects(rng_state())     # each rank's random stream resumes
+        if self.world.is_main:
+            for agent in self.agents:
+                save_agent(agent, out / agent.name)
+            torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_ranks[0],
+                        "rng_ranks": rng_ranks, "world_size": self.world.size,
+                        "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
+                        "elapsed": self.elapsed(), "config": OmegaConf.to_container(self.cfg, resolve=True)},
+                       out / STATE_FILE)
+            log.info("saved checkpoint %s", out)
+        distributed.barrier()
         return out
 
     def load(self, path: Path) -> None:
@@ -122,7 +156,11 @@ class Trainer:
         for agent in self.agents:
             load_agent_weights(agent, path / agent.name)
         self.algo.load_state_dict(state["algo"])
-        set_rng_state(state["rng"])
+        saved_world = state.get("world_size", 1)
+        if saved_world != self.world.size:
+            raise ConfigError(f"resume={str(path)!r} was saved by {saved_world} rank(s); resume it with the same "
+                              f"number (torchrun --nproc_per_node x --nnodes = {saved_world}), not {self.world.size}")
+        set_rng_state(state["rng_ranks"][self.world.rank] if "rng_ranks" in state else state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
         log.info("resumed from %s at step %d", path, self.step)
@@ -148,6 +186,7 @@ class Trainer:
             "final_eval": final_eval,
             "best": self.best,
             "steps": self.step,
+            "world_size": self.world.size,
             "wall_seconds": self.elapsed(),
             "evals": self.evals,
             "config": self.key_config(),
@@ -163,10 +202,12 @@ class Trainer:
                 self.initial_eval = self.run_eval()
                 self.write_summary("running")
             bar = tqdm(range(self.step, cfg.max_steps), initial=self.step, total=cfg.max_steps,
-                       desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True, disable=None)
+                       desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True,
+                       disable=None if self.world.is_main else True)
             for _ in bar:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
-                metrics = self.algo.step([self.train_items[i] for i in idx])
+                idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
+                metrics = distributed.mean_metrics(self.algo.step([self.train_items[i] for i in idx]))
                 self.step += 1
                 if self.step % cfg.logger.log_every == 0 or self.step == cfg.max_steps:
                     self.logger.log(self.step, metrics)

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 
 import torch
 
+from magrpo import distributed
 from magrpo.models import Agent
 from magrpo.rollout import Rollout
 from magrpo.schema import at_least, option, positive, within
@@ -115,7 +116,9 @@ def build_optimizer(params: list[torch.nn.Parameter], opt_cfg: Any, total_steps:
 
 
 def clip_and_step(params: list[torch.nn.Parameter], optimizer, scheduler, max_grad_norm: float | None) -> float:
-    """Clip the gradient norm (when set), step; returns the pre-clip norm (0 when clipping is off)."""
+    """Sum the gradients over data-parallel ranks, clip their norm (when set), step; returns the
+    pre-clip norm (0 when clipping is off)."""
+    distributed.sum_gradients(params)
     norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm)) if max_grad_norm is not None else 0.0
     optimizer.step()
     scheduler.step()
@@ -125,7 +128,7 @@ def clip_and_step(params: list[torch.nn.Parameter], optimizer, scheduler, max_gr
 def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:
     """Team-level reward metrics of a scored rollout (reward_mean/std, per turn, components, and
     `frac_reward_zero_std`: the share of groups whose rewards are all equal, i.e. carry no signal)."""
-    R = rollout.rewards
+    R = distributed.gather_cat(rollout.rewards)           # [B, J] over every rank's items
     m = {f"{prefix}/reward_mean": R.mean().item(), f"{prefix}/reward_std": R.std(unbiased=False).item(),
          f"{prefix}/turn_{rollout.turn}/reward_mean": R.mean().item(),
          f"{prefix}/frac_reward_zero_std": (R.std(-1, unbiased=False) < 1e-8).float().mean().item()}

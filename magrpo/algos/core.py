@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from magrpo import distributed
 from magrpo.sampler import shares_prompt  # noqa: F401  (re-exported: the algorithms ask it)
 
 # --- advantages: A = R - b(R) over the group (SPEC §3) -------------------------------------------
@@ -67,6 +68,13 @@ class AggContext:
     num_sequences: int
     num_tokens: int
     max_new_tokens: int
+
+    @classmethod
+    def of(cls, mask: torch.Tensor, max_new_tokens: int) -> AggContext:
+        """The sizes of the whole batch, summed over data-parallel ranks: each rank's loss is then
+        its share of the whole-batch loss, and summed gradients are the whole-batch gradient."""
+        rows, tokens = distributed.sum_floats(mask.shape[0], mask.sum().item())
+        return cls(int(rows), int(tokens), max_new_tokens)
 
 
 def _seq_sum(loss, mask, ctx):  # reference code: sum of token terms per sequence, mean over sequences
@@ -264,10 +272,17 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
+def global_masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """masked_mean over the whole batch, i.e. over every data-parallel rank's rows."""
+    total, count = distributed.sum_floats((x * mask).sum().item(), mask.sum().item())
+    return torch.tensor(total / max(count, 1.0), dtype=x.dtype, device=x.device)
+
+
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """(x - mean) / (std + 1e-8) over the masked entries; masked-out entries come back as 0."""
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
+    """(x - mean) / (std + 1e-8) over the masked entries of the whole batch (every rank's);
+    masked-out entries come back as 0."""
+    mean = global_masked_mean(x, mask)
+    var = global_masked_mean((x - mean) ** 2, mask)
     out = (x - mean) * torch.rsqrt(var + 1e-8)
     if not shift_mean:
         out = out + mean
@@ -315,6 +330,7 @@ class AdaptiveKLController:
     def update(self, kl: float, n_steps: int) -> None:
         if self.target is None:
             return
+        kl = distributed.sum_floats(kl)[0] / distributed.world().size     # the whole batch's KL
         error = min(max(kl / self.target - 1.0, -0.2), 0.2)
         self.value *= 1.0 + error * n_steps / self.horizon
 

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from magrpo import distributed
 from magrpo.algos.base import (
     AlgoConfig,
     TeamSpec,
@@ -300,7 +301,8 @@ class IPPO:
                 opt.zero_grad(set_to_none=True)
                 if copt is not None:
                     copt.zero_grad(set_to_none=True)
-                n_tok = b.mask[idx].sum().clamp(min=1)
+                # the mini-batch's tokens on every rank: each rank's loss is its share of the whole
+                n_tok = torch.tensor(distributed.sum_floats(b.mask[idx].sum().item())[0], device=dev).clamp(min=1)
                 for s in range(0, len(idx), algo.micro_batch_size):
                     r = idx[s:s + algo.micro_batch_size]
                     m = b.mask[r]
@@ -329,8 +331,10 @@ class IPPO:
                     clip_and_step(list(critic.parameters()), copt, csch, self.cfg.optimizer.max_grad_norm)
                 n_updates += 1
             epochs_run += 1
+            epoch_kl, epoch_tokens = distributed.sum_floats(epoch_kl, epoch_tokens)   # every rank stops together
             if algo.target_kl is not None and epoch_kl / max(epoch_tokens, 1) > algo.target_kl:
                 break          # early stop: the policy moved too far from the rollout policy
+        sums = distributed.sum_dict(sums, skip=("grad_norm",))     # each rank held its share of the batch's
         # Sums were weighted for a full run of epochs; rescale to the passes that actually ran.
         scale = (algo.ppo_epochs * algo.num_mini_batches) / max(n_updates, 1)
         out = {k: v * scale for k, v in sums.items()}

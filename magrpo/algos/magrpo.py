@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from magrpo import distributed
 from magrpo.algos.base import (
     AlgoConfig,
     TeamSpec,
@@ -110,7 +111,7 @@ class MAGRPO:
         adv = adv.to(dev)
         mask = gen.completion_mask.to(dev)
         rows = mask.shape[0]
-        ctx = AggContext(rows, int(mask.sum().item()), algo.max_new_tokens)
+        ctx = AggContext.of(mask, algo.max_new_tokens)      # whole-batch sizes (all ranks)
         aggregate = LOSS_AGG[algo.loss_agg]
         chunks = row_chunks(rows, algo.micro_batch_size, gen.num_generations)
         share = shares_prompt(agent.model, algo.share_prompt)
@@ -147,6 +148,7 @@ class MAGRPO:
                     totals["entropy"] += (entropy * m).sum().item() / max(ctx.num_tokens, 1)
             totals["grad_norm"] += clip_and_step(agent.trainable_parameters(), optimizer, scheduler,
                                                  self.cfg.optimizer.max_grad_norm)
+        totals = distributed.sum_dict(totals, skip=("grad_norm",))   # each rank held its share of the batch's
         k = algo.num_iterations
         # Iteration 0 never clips (ratio = 1), so the clip fraction averages the later ones;
         # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.
