@@ -262,3 +262,83 @@ def check_same_across_ranks(value: Any, what: str) -> None:
     values = gather_objects(pickle.dumps(value))
     if any(v != values[0] for v in values):
         raise RuntimeError(f"the ranks disagree on {what}; start every rank with the same command line")
+
+
+# --- fsdp: sharded parameters, gradients and optimizer state --------------------------------------
+
+
+def _fsdp_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def shard_model(model: torch.nn.Module) -> torch.nn.Module:
+    """`hardware.strategy=fsdp`: shard a model's parameters over the ranks (FSDP2 `fully_shard`),
+    one unit per transformer block plus the root (embeddings, final norm, head).
+
+    Gradients are reduce-scattered in backward as SUMS (divide factor 1): each rank's loss is
+    already its share of the whole-batch loss (AggContext.of). The optimizer built on the sharded
+    parameters then keeps only its shard of the state.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    block_names = set(getattr(base, "_no_split_modules", None) or [])
+    blocks = [m for m in model.modules() if type(m).__name__ in block_names]
+    if not blocks:
+        raise ValueError(f"hardware.strategy=fsdp: found no transformer blocks in {type(base).__name__} "
+                         f"(its _no_split_modules is empty); use hardware.strategy=ddp")
+    for block in blocks:
+        fully_shard(block)
+    fully_shard(model)
+    for m in _fsdp_modules(model):
+        m.set_gradient_divide_factor(1.0)
+        m.set_force_sum_reduction_for_comms(True)    # plain SUM (gloo has no pre-multiplied sum)
+    return model
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    return bool(_fsdp_modules(model))
+
+
+class full_weights:
+    """Inside: a sharded model keeps its parameters gathered across forwards (generation runs
+    many small forwards; gathering each block at every token would dominate). Outside: resharded."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.modules = _fsdp_modules(model) if _WORLD.distributed else []
+
+    def __enter__(self):
+        for m in self.modules:
+            m.set_reshard_after_forward(False, recurse=False)
+            m.unshard()
+
+    def __exit__(self, *exc):
+        for m in self.modules:
+            m.reshard()
+            m.set_reshard_after_forward(True, recurse=False)
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The whole (unsharded) state dict of a sharded model, on CPU, on rank 0 (a collective: every
+    rank calls it); None for a model that is not sharded (its own state_dict serves)."""
+    if not (_WORLD.distributed and is_sharded(model)):
+        return None
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def grad_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
+    """The L2 norm of all gradients, sharded (FSDP) and plain ones together."""
+    from torch.nn.utils import get_total_norm
+
+    sharded = [p.grad for p in params if p.grad is not None and _is_sharded(p)]
+    plain = [p.grad for p in params if p.grad is not None and not _is_sharded(p)]
+    sq = torch.zeros((), dtype=torch.float32)
+    if sharded:
+        sq = sq + get_total_norm(sharded).full_tensor().float().cpu() ** 2
+    if plain:
+        sq = sq + get_total_norm(plain).float().cpu() ** 2
+    return sq.sqrt()

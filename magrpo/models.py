@@ -216,13 +216,15 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     return agents
 
 
-def save_agent(agent: Agent, out: Path) -> None:
-    """Weights (or the adapter) and tokenizer of one agent, loadable with from_pretrained."""
+def save_agent(agent: Agent, out: Path, state_dict: dict | None = None) -> None:
+    """Weights (or the adapter) and tokenizer of one agent, loadable with from_pretrained.
+    `state_dict`: the gathered weights of a sharded (fsdp) model."""
     out.mkdir(parents=True, exist_ok=True)
+    kwargs = {} if state_dict is None else {"state_dict": state_dict}
     if agent.adapter is not None:
-        agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter])
+        agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter], **kwargs)
     else:
-        agent.model.save_pretrained(str(out))
+        agent.model.save_pretrained(str(out), **kwargs)
     agent.tokenizer.save_pretrained(str(out))
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from magrpo import distributed
 from magrpo.models import Agent
 from magrpo.sampler import sample_shared_prompt, shares_prompt
 from magrpo.tasks import Scores, Task
@@ -187,7 +188,8 @@ def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation
     model.eval()
     eos = eos_ids(agent)
     t_sample = time.perf_counter()
-    completion_ids = _sample(model, prompt_ids, prompt_mask, sampling, eos, tok.pad_token_id)
+    with distributed.full_weights(model):       # a sharded (fsdp) model gathers its weights once
+        completion_ids = _sample(model, prompt_ids, prompt_mask, sampling, eos, tok.pad_token_id)
     sample_seconds = time.perf_counter() - t_sample
     model.train(was_training)
     mask = completion_mask(completion_ids, eos)

@@ -98,11 +98,18 @@ class Trainer:
         algo_cls = ALGOS[cfg.algo.name]
         team = algo_cls.team(cfg)
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
-        self.algo = algo_cls(cfg, self.agents, self.task)
+        if cfg.resume:        # weights first: a sharded model (fsdp) loads only gathered weights
+            for agent in self.agents:
+                load_agent_weights(agent, Path(cfg.resume).expanduser() / agent.name)
+        self.sharded = self.world.distributed and hw.strategy == "fsdp"
         if self.world.distributed:
-            for model in {id(a.model): a.model for a in self.agents}.values():
+            models = {id(m): m for a in self.agents for m in (a.model, a.reference) if m is not None}
+            for model in models.values():
                 distributed.broadcast_module(model)        # every rank starts from rank 0's weights
-            # ... and samples its own completions: a random stream per rank
+                if self.sharded:
+                    distributed.shard_model(model)
+        self.algo = algo_cls(cfg, self.agents, self.task)   # its optimizers hold the (sharded) parameters
+        if self.world.distributed:      # every rank samples its own completions: a random stream per rank
             seed_everything(cfg.seed + 1_000_003 * self.world.rank)
         self.logger = RunLogger(cfg, run_dir) if self.world.is_main else _QuietLogger()
         self.step = 0
@@ -139,10 +146,15 @@ class Trainer:
     def save(self) -> Path:
         out = self.run_dir / "checkpoints" / f"step_{self.step}"
         rng_ranks = distributed.gather_objects(rng_state())     # each rank's random stream resumes
+        weights = [distributed.full_state_dict(a.model) for a in self.agents]   # gathered when sharded
+        if self.sharded:      # each rank keeps its shard of the optimizer state
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save(self.algo.state_dict(), out / f"algo_rank{self.world.rank}.pt")
         if self.world.is_main:
-            for agent in self.agents:
-                save_agent(agent, out / agent.name)
-            torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_ranks[0],
+            for agent, state in zip(self.agents, weights):
+                save_agent(agent, out / agent.name, state)
+            torch.save({"step": self.step, "algo": None if self.sharded else self.algo.state_dict(),
+                        "rng": rng_ranks[0],
                         "rng_ranks": rng_ranks, "world_size": self.world.size,
                         "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
                         "elapsed": self.elapsed(), "config": OmegaConf.to_container(self.cfg, resolve=True)},
@@ -152,14 +164,21 @@ class Trainer:
         return out
 
     def load(self, path: Path) -> None:
+        """Everything but the agents' weights, which __init__ loaded (before any sharding)."""
         state = torch.load(path / STATE_FILE, weights_only=False)
-        for agent in self.agents:
-            load_agent_weights(agent, path / agent.name)
-        self.algo.load_state_dict(state["algo"])
         saved_world = state.get("world_size", 1)
         if saved_world != self.world.size:
             raise ConfigError(f"resume={str(path)!r} was saved by {saved_world} rank(s); resume it with the same "
                               f"number (torchrun --nproc_per_node x --nnodes = {saved_world}), not {self.world.size}")
+        if state["algo"] is None:     # saved sharded (fsdp): this rank's shard of the optimizer state
+            shard_file = path / f"algo_rank{self.world.rank}.pt"
+            if not shard_file.exists():
+                raise ConfigError(f"resume={str(path)!r} was saved with hardware.strategy=fsdp; resume it with fsdp")
+            self.algo.load_state_dict(torch.load(shard_file, weights_only=False))
+        elif self.sharded:
+            raise ConfigError(f"resume={str(path)!r} was saved with hardware.strategy=ddp; resume it with ddp")
+        else:
+            self.algo.load_state_dict(state["algo"])
         set_rng_state(state["rng_ranks"][self.world.rank] if "rng_ranks" in state else state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)

@@ -41,6 +41,8 @@ def _fixed_update(out: str, overrides: list[str], rank: int, world_size: int):
     cfg = validate(compose_cfg([f"output_dir={out}", *OVERRIDES, *overrides]))
     torch.manual_seed(0)
     agents = load_agents(cfg.agents, cfg.hardware, 1, need_reference=cfg.algo.beta > 0)
+    if world_size > 1 and cfg.hardware.strategy == "fsdp":
+        distributed.shard_model(agents[0].model)
     algo = MAGRPO(cfg, agents, build_task(cfg.task, cfg.reward))
     gen = generate(agents[0], [f"explain topic {i} " * (i + 1) for i in range(ITEMS)],
                    Sampling(G, 10, share_prompt=False))             # left-padded prompts, the same in every process
@@ -50,7 +52,8 @@ def _fixed_update(out: str, overrides: list[str], rank: int, world_size: int):
     mine = Generation(gen.prompt_ids[items], gen.prompt_mask[items], gen.completion_ids[rows],
                       gen.completion_mask[rows], gen.texts[rows], G, 0.0)
     metrics = algo._update(0, mine, adv[rows])
-    grads = {n: p.grad.clone() for n, p in agents[0].model.named_parameters() if p.grad is not None}
+    grads = {n: (p.grad.full_tensor() if distributed._is_sharded(p) else p.grad).clone()
+             for n, p in agents[0].model.named_parameters() if p.grad is not None}
     return grads, metrics
 
 
@@ -67,9 +70,9 @@ def _rank_main(rank: int, world_size: int, port: int, out: str, overrides: list[
         distributed.shutdown()
 
 
-@pytest.mark.parametrize("agg", ["token_mean", "seq_mean_token_mean"])
-def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_path, agg):
-    overrides = [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=0.05"]
+@pytest.mark.parametrize("agg,strategy", [("token_mean", "ddp"), ("seq_mean_token_mean", "fsdp")])
+def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_path, agg, strategy):
+    overrides = [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=0.05", f"hardware.strategy={strategy}"]
     mp.spawn(_rank_main, args=(2, _free_port(), str(tmp_path), overrides), nprocs=2, join=True)
     want, want_metrics = _fixed_update(str(tmp_path), overrides, 0, 1)
     for rank in range(2):
@@ -92,9 +95,10 @@ def _torchrun(args: list[str], cwd: Path, timeout: int = 240, script: str | None
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def test_two_rank_smoke_run_writes_one_run_directory_and_resumes(tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
+def test_two_rank_smoke_run_writes_one_run_directory_and_resumes(tmp_path, strategy):
     run = tmp_path / "run"
-    common = ["debug=smoke", "algo.max_new_tokens=8", f"hydra.run.dir={run}"]
+    common = ["debug=smoke", f"hardware.strategy={strategy}", "algo.max_new_tokens=8", f"hydra.run.dir={run}"]
     proc = _torchrun([*common, f"output_dir={run}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert [p.relative_to(tmp_path) for p in tmp_path.rglob("metrics.jsonl")] == [Path("run/metrics.jsonl")]
@@ -106,7 +110,7 @@ def test_two_rank_smoke_run_writes_one_run_directory_and_resumes(tmp_path):
     assert steps == [1, 2]
 
     resumed = tmp_path / "resumed"
-    proc = _torchrun(["debug=smoke", "algo.max_new_tokens=8", "max_steps=3", f"hydra.run.dir={resumed}",
+    proc = _torchrun([*common[:3], "max_steps=3", f"hydra.run.dir={resumed}",
                       f"output_dir={resumed}", f"resume={run / 'checkpoints' / 'step_2'}"], tmp_path)
     assert proc.returncode == 0, proc.stderr[-4000:]
     summary = json.loads((resumed / "summary.json").read_text())
@@ -116,7 +120,7 @@ def test_two_rank_smoke_run_writes_one_run_directory_and_resumes(tmp_path):
     assert steps == [3]
 
     # the checkpoint of 2 ranks does not resume in one process
-    cfg = compose_cfg([*common[:2], "max_steps=3", f"output_dir={tmp_path / 'one'}",
+    cfg = compose_cfg([*common[:3], "max_steps=3", f"output_dir={tmp_path / 'one'}",
                        f"resume={run / 'checkpoints' / 'step_2'}"])
     from magrpo.train import run as train_run
 

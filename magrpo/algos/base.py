@@ -119,7 +119,15 @@ def clip_and_step(params: list[torch.nn.Parameter], optimizer, scheduler, max_gr
     """Sum the gradients over data-parallel ranks, clip their norm (when set), step; returns the
     pre-clip norm (0 when clipping is off)."""
     distributed.sum_gradients(params)
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm)) if max_grad_norm is not None else 0.0
+    norm = 0.0
+    if max_grad_norm is not None:
+        norm = float(distributed.grad_norm(params))     # sharded (fsdp) and plain gradients together
+        coef = min(max_grad_norm / (norm + 1e-6), 1.0)  # as torch.nn.utils.clip_grad_norm_
+        if coef < 1.0:
+            with torch.no_grad():
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.mul_(coef)
     optimizer.step()
     scheduler.step()
     return norm
