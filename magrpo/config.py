@@ -85,11 +85,6 @@ class LoggerSchema:
 
 
 @dataclass
-class FeedbackSchema:
-    mode: str = option("none", choices=["none"])
-
-
-@dataclass
 class EvalSchema:
     every: int = at_least(0, 20, " (0 = only before and after training)")
     num_items: int | None = option(None, check=lambda v: v is None or v >= 1,
@@ -116,7 +111,7 @@ class TrainSchema:
     optimizer: OptimizerSchema = field(default_factory=OptimizerSchema)
     hardware: HardwareSchema = field(default_factory=HardwareSchema)
     logger: LoggerSchema = field(default_factory=LoggerSchema)
-    feedback: FeedbackSchema = field(default_factory=FeedbackSchema)
+    feedback: Any = None                 # checked against the chosen feedback mode's own schema
     eval: EvalSchema = field(default_factory=EvalSchema)
 
 
@@ -141,10 +136,15 @@ def register_schemas() -> None:
 
     from magrpo.algos import ALGOS
 
+    from magrpo.feedback import FEEDBACKS
+
     store = ConfigStore.instance()
     for name, cls in ALGOS.items():
         store.store(group="schema/algo", name=name,
                     node=OmegaConf.to_container(OmegaConf.structured(cls.config_schema)))
+    for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
+        node = OmegaConf.to_container(OmegaConf.structured(cls.config_schema))
+        store.store(group="schema/feedback", name=name, node={**node, "mode": name})
 
 
 def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
@@ -203,7 +203,17 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     raw = OmegaConf.to_container(cfg, resolve=True)
     raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
     raw.pop("algo", None)
+    raw_feedback = raw.pop("feedback", None) or {}
     typed = _typed(OmegaConf.create(raw), schema, "")
+
+    # The feedback node is checked against the schema of the mode it names.
+    from magrpo.feedback import FEEDBACKS
+
+    mode = raw_feedback.get("mode", "none")
+    if mode not in FEEDBACKS:
+        raise ConfigError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
+    feedback_schema = FEEDBACKS[mode].config_schema
+    feedback_node = _typed(OmegaConf.create(raw_feedback), feedback_schema, "feedback.")
 
     # Task and reward nodes are checked against the schemas their task registers.
     if not raw_task or "name" not in raw_task:
@@ -220,15 +230,20 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         typed.task = task_node
         typed.reward = reward_node
         typed.algo = algo_node
+        typed.feedback = feedback_node
 
     check_values(typed, schema)
     check_values(algo_node, algo_schema, "algo.")
+    check_values(feedback_node, feedback_schema, "feedback.")
     if task_cls.config_schema:
         check_values(task_node, task_cls.config_schema, "task.")
     if task_cls.reward_schema:
         check_values(reward_node, task_cls.reward_schema, "reward.")
 
     _validate_agents(typed)
+    from magrpo.algos.base import check_tree
+
+    check_tree(typed, ALGOS[algo_name].team(typed).num_policies)
     algo_check = getattr(ALGOS[algo_name], "check_config", None)
     if algo_check is not None:
         algo_check(typed, task_cls)

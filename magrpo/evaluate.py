@@ -26,8 +26,9 @@ log = logging.getLogger("magrpo")
 
 BASELINES = ["single", "naive_concat", "sequential", "discussion"]
 # Columns of eval.md, in this order, when present.
-HEADLINE = ["reward_mean", "reward_std", "pass@1", "pass@3", "pass@5", "pass@10", "rouge_l", "codebleu",
-            "output_tokens_mean", "response_time_s"]
+HEADLINE = ["reward_mean", "reward_std", "turn_1/reward_mean", "accuracy", "majority_accuracy",
+            "turn_1/accuracy", "turn_1/majority_accuracy", "pass@1", "pass@3", "pass@5", "pass@10", "turn_1/pass@1",
+            "rouge_l", "codebleu", "output_tokens_mean", "response_time_s"]
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
@@ -45,7 +46,9 @@ def resolve_checkpoint(path: str | Path) -> Path:
 
 
 def markdown_table(results: dict[str, dict[str, float]]) -> str:
-    cols = [c for c in HEADLINE if any(c in m for m in results.values())]
+    multi_turn = any(k.startswith("turn_2/") for m in results.values() for k in m)
+    cols = [c for c in HEADLINE if any(c in m for m in results.values())
+            and (multi_turn or not c.startswith("turn_"))]   # turn 1 is the answer itself in one turn
     cols += sorted({k for m in results.values() for k in m if k.startswith("reward/")})
     lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for method, m in results.items():
@@ -56,10 +59,12 @@ def markdown_table(results: dict[str, dict[str, float]]) -> str:
 def run_eval(cfg: DictConfig) -> dict[str, Any]:
     """Validate, load, evaluate every method; returns {"results": {method: metrics}, ...}."""
     from magrpo.evaluation import eval_sampling, evaluate
+    from magrpo.feedback import build_feedback
     from magrpo.models import load_agent_weights, load_agents
     from magrpo.tasks import build_task
     from magrpo.tracking import RunLogger, write_json
     from magrpo.trainer import seed_everything
+    from magrpo.turns import TurnSpec
 
     cfg = validate(cfg, EvalRunSchema)
     out = Path(cfg.output_dir)
@@ -77,6 +82,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
         for agent in agents:
             load_agent_weights(agent, ckpt / agent.name)
         log.info("loaded trained weights from %s", ckpt)
+    turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.get("feedback"), task)
     logger = RunLogger(cfg, out)
     results: dict[str, dict[str, float]] = {}
     try:
@@ -86,7 +92,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
             with torch.no_grad():
                 metrics, examples = evaluate(agents, task, items, eval_sampling(cfg), cfg.eval.batch_size,
                                              seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
-                                             scheme=method)
+                                             scheme=method, turns=turns, feedback=feedback)
             results[method] = metrics
             logger.log(0, {f"eval/{method}/{k}": v for k, v in metrics.items()})
             logger.log_examples(0, f"samples_{method}", examples)

@@ -35,6 +35,13 @@ def looks_local(name_or_path: str) -> bool:
     return name_or_path.startswith(("/", "./", "../", "~")) or os.path.isabs(name_or_path)
 
 
+def transcript(messages: list[dict[str, str]]) -> str:
+    """A conversation as plain text, for models without a chat template (and for logs and critics):
+    user turns as they are, each earlier answer under a "Your answer:" line."""
+    return "\n\n".join(f"Your answer:\n{m['content'].strip()}" if m["role"] == "assistant" else m["content"]
+                       for m in messages)
+
+
 @dataclass
 class Agent:
     index: int
@@ -58,12 +65,14 @@ class Agent:
             return [p for n, p in self.model.named_parameters() if f".{self.adapter}." in n]
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def format_prompt(self, text: str) -> str:
-        """The chat template when the tokenizer has one, else the plain prompt."""
+    def format_prompt(self, text: str | list[dict[str, str]]) -> str:
+        """The chat template when the tokenizer has one, else the plain prompt. `text` is one user
+        message, or a conversation (a multi-turn episode: user, assistant, user, ...)."""
+        messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
         if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True, **self.chat_template_kwargs)
-        return text
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                      **self.chat_template_kwargs)
+        return text if isinstance(text, str) else transcript(messages)
 
     @contextlib.contextmanager
     def reference_mode(self):

@@ -20,9 +20,11 @@ from tqdm import tqdm
 
 from magrpo.algos import ALGOS
 from magrpo.evaluation import eval_sampling, evaluate
+from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
 from magrpo.tasks import Task, build_task
 from magrpo.tracking import RunLogger
+from magrpo.turns import TurnSpec
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,8 @@ class Trainer:
         team = algo_cls.team(cfg)
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
         self.algo = algo_cls(cfg, self.agents, self.task)
+        self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
+        self.feedback = build_feedback(cfg.get("feedback"), self.task)
         self.logger = RunLogger(cfg, run_dir)
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
@@ -94,7 +98,8 @@ class Trainer:
     def run_eval(self) -> dict[str, float]:
         cfg = self.cfg
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
-                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions)
+                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
+                                     turns=self.turns, feedback=self.feedback)
         self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
         self.logger.log_examples(self.step, "eval/samples", examples)
         primary = metrics.get(self.task.primary_metric, metrics["reward_mean"])

@@ -100,12 +100,13 @@ class LengthRatioTask(Task):
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols) -> Scores:
         r = self.reward_cfg
-        totals, ratios = [], []
+        totals, ratios, inside = [], [], []
         for joint in completions:
             if len(joint) == 1:  # single-agent form: both parts in one answer
                 joint = list(split_single(joint[0]))
             a1, a2 = joint[0], joint[1]
             ratio = len(a2) / max(len(a1), 1)
             ratios.append(ratio)
+            inside.append(r.min_ratio <= ratio <= r.max_ratio)
             totals.append((band_reward(ratio, r.min_ratio, r.max_ratio) + r.shift) * r.scale)
-        return Scores(totals, {"length_ratio": ratios})
+        return Scores(totals, {"length_ratio": ratios}, {"passed": inside})

@@ -47,6 +47,7 @@ class CodingTask(Task):
     num_agents = 2
     splits_reward = True
     primary_metric = "pass@1"
+    feedback_kind = "coding"
     config_schema = CodingTaskConfig
     reward_schema = CodingRewardConfig
 

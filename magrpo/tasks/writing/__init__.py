@@ -62,6 +62,7 @@ def scores_of(results: Sequence[WritingScore]) -> Scores:
 
 class WritingTask(Task):
     num_agents = 2
+    feedback_kind = "writing"
 
     def __init__(self, cfg: Any, reward_cfg: Any):
         super().__init__(cfg, reward_cfg)
