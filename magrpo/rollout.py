@@ -76,10 +76,17 @@ class Generation:
         return self.completion_mask.sum(-1)
 
     def prompt_rows(self, rows: slice | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompt ids and mask repeated to align with completion rows."""
+        """Prompt ids and mask repeated to align with completion rows. Of a subset of rows, the
+        left-padding columns that none of them uses are dropped (a multi-turn batch holds short
+        first-turn prompts next to long later ones; see magrpo.turns.concat_generations)."""
         ids = self.prompt_ids.repeat_interleave(self.num_generations, dim=0)
         mask = self.prompt_mask.repeat_interleave(self.num_generations, dim=0)
-        return (ids, mask) if rows is None else (ids[rows], mask[rows])
+        if rows is None:
+            return ids, mask
+        ids, mask = ids[rows], mask[rows]
+        used = mask.any(0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        return ids[:, start:], mask[:, start:]
 
 
 @dataclass

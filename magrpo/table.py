@@ -344,16 +344,23 @@ def _pass_k(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def turn_columns(names: Sequence[str]) -> list[str]:
+    """Multi-turn runs: the reward after turn 1 and after the last turn (the team's answer)."""
+    turns = sorted({int(m.group(1)) for n in names if (m := re.match(r"turn_(\d+)/reward_mean$", n))})
+    return [f"turn_{turns[0]}/reward_mean", f"turn_{turns[-1]}/reward_mean"] if len(turns) > 1 else []
+
+
 def default_columns(runs: list[Run]) -> list[str]:
-    """reward_mean, then the reward components, then pass@k by k, then the task's other metrics."""
+    """reward_mean (for multi-turn runs then its turn-1 and final-turn values), the reward
+    components, pass@k by k, then the task's other metrics."""
     names: list[str] = []
     for r in runs:
         names += [k for k in r.final if k not in names]
     components = [n for n in names if n.startswith("reward/")]
     passes = sorted((n for n in names if _pass_k(n) is not None), key=_pass_k)
-    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith("reward/")
+    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith(("reward/", "feedback/"))
               and _pass_k(n) is None and not re.match(r"turn_\d+/", n)]
-    return ["reward_mean", *components, *passes, *others]
+    return ["reward_mean", *turn_columns(names), *components, *passes, *others]
 
 
 @dataclass

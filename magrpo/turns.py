@@ -230,6 +230,8 @@ def tree_metrics(root: Rollout, stats: TreeStats, prefix: str = "train") -> dict
         for name, values in s.components.items():
             m[f"{prefix}/turn_{t}/reward/{name}"] = sum(values) / max(len(values), 1)
         m[f"{prefix}/turn_{t}/nodes"] = float(len(s))
+        m[f"{prefix}/turn_{t}/prompt_tokens_mean"] = (sum(g.prompt_mask.sum().item() for g in level.samples)
+                                                     / max(sum(len(g.prompt_mask) for g in level.samples), 1))
     for t, n in stats.expanded.items():
         m[f"{prefix}/turn_{t}/expanded"] = float(n)
     for t, n in stats.terminated.items():

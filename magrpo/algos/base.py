@@ -165,7 +165,7 @@ def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t
         m[f"train/agent_{i + 1}/completions/mean_length"] = (sum(g.lengths.sum().item() for g in mine)
                                                             / max(sum(len(g.texts) for g in mine), 1))
     m.update({
-        "train/completions/mean_length": n_tokens / max(n_rows, 1),
+        "train/completions/mean_length": n_tokens / max(n_rows, 1), "train/completions/tokens": float(n_tokens),
         "time/generate_s": t_gen - t0, "time/reward_s": t_reward - t_gen - feedback_s, "time/feedback_s": feedback_s,
         "time/update_s": t_end - t_reward, "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
         "speed/prompts_per_s": rollout.num_items / (t_end - t0),
