@@ -135,7 +135,6 @@ def register_schemas() -> None:
     from hydra.core.config_store import ConfigStore
 
     from magrpo.algos import ALGOS
-
     from magrpo.feedback import FEEDBACKS
 
     store = ConfigStore.instance()

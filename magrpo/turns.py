@@ -170,7 +170,7 @@ def tree_returns(root: Rollout, gamma: float, rewards: list[torch.Tensor] | None
     levels = root.levels()
     R = [r.clone() for r in rewards] if rewards is not None else [lv.rewards for lv in levels]
     for t in range(len(levels) - 2, -1, -1):
-        parent, child = levels[t], levels[t + 1]
+        child = levels[t + 1]
         B, J = R[t].shape
         future = torch.zeros(B * J)
         has = torch.zeros(B * J, dtype=torch.bool)

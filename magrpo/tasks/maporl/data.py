@@ -53,7 +53,9 @@ def _buy(rng, v, name, thing):
 
 
 def _give(rng, v, name, thing):
-    k = rng.randint(1, max(v, 1))
+    if v == 0:                       # nothing left to give
+        return _buy(rng, v, name, thing)
+    k = rng.randint(1, v)
     other = rng.choice([n for n in NAMES if n != name])
     return f"Then {name} gives {k} {thing} to {other}.", v - k
 
