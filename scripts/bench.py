@@ -303,7 +303,7 @@ def report(args, runs: list[dict], agents, load_s: float, extra: dict | None = N
         "runs_prompts_per_s": [round(args.prompts / r["seconds"], 4) for r in runs],
         **peak_memory(agents),
         "load_s": round(load_s, 3),
-        "model": args.model, "agents": args.agents, "prompts": args.prompts, "batch": args.batch,
+        "model": args.model, "algo": bench_algo(args), "agents": args.agents, "prompts": args.prompts, "batch": args.batch,
         "gens": args.gens, "max_new_tokens": args.tokens, "warmup_steps": args.warmup_steps,
         "repeats": args.repeats, "seed": args.seed, "device": str(agents[0].device), "dtype": args.dtype,
         "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
