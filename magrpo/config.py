@@ -132,6 +132,13 @@ class EvalSchema:
     batch_size: int = at_least(1, 64)
     log_completions: int = at_least(0, 8)
 
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if not node.do_sample and node.num_samples > 1:
+            raise ConfigError(f"{prefix}num_samples={node.num_samples} with {prefix}do_sample=false draws the same "
+                              f"greedy answer {node.num_samples} times (pass@k would mean nothing); set "
+                              f"{prefix}num_samples=1 or {prefix}do_sample=true")
+
 
 @dataclass
 class TrainSchema:

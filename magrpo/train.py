@@ -60,15 +60,16 @@ def run(cfg: DictConfig) -> dict:
         return trainer.fit()
 
 
-def _run_and_score(cfg: DictConfig) -> float | None:
+def _run_and_score(cfg: DictConfig) -> float:
     quiet_progress_bars()   # again: joblib workers do not run main()
     result = run(cfg)
     return result["final_eval"]["reward_mean"]  # the value a Hydra sweeper optimises
 
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
-def _hydra_main(cfg: DictConfig) -> float | None:
-    return run_job(_run_and_score, cfg, "magrpo-train")
+def _hydra_main(cfg: DictConfig) -> float:
+    score = run_job(_run_and_score, cfg, "magrpo-train")
+    return float("nan") if score is None else score   # a failed job of a sweep: nan, as sweepers expect
 
 
 def main() -> None:
