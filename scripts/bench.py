@@ -96,11 +96,12 @@ def bench_algo(args: argparse.Namespace) -> str:
 
 
 def hydra_overrides(args: argparse.Namespace) -> list[str]:
-    n_items = min(args.prompts, 48)     # length_ratio ships 48 topics; larger runs cycle them
+    # length_ratio ships 48 topics: one is the (unused) eval split, a task needs one; larger runs cycle.
+    n_items = min(args.prompts, 47)
     return [
         "output_dir=" + os.path.join(os.environ.get("TMPDIR", "/tmp"), "magrpo-bench"),
         "task=length_ratio", f"algo={bench_algo(args)}", "logger=none", "feedback=none",
-        f"task.num_train={n_items}", "task.num_eval=0",
+        f"task.num_train={n_items}", "task.num_eval=1",
         f"agents.num_agents={args.agents}",
         # A one-entry list serves every agent; the value is quoted since it may hold ':' and '/'.
         f"agents.models=[{{name_or_path:'{args.model}',dtype:{args.dtype}}}]",
