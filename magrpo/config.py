@@ -348,7 +348,8 @@ def _validate_eval(cfg: DictConfig) -> None:
         if m not in ("single", "team") and num_agents < 2:
             raise ConfigError(f"methods {'contains' if cfg.methods is not None else 'defaults to the baselines, with'} "
                               f"{m!r}, which needs at least 2 agents; algo={cfg.algo.name} "
-                              f"with agents.num_agents={cfg.agents.num_agents} has {num_agents}")
+                              f"with agents.num_agents={cfg.agents.num_agents} has {num_agents} "
+                              f"(methods=[single] evaluates one model)")
     if len(set(cfg.methods or [])) != len(cfg.methods or []):
         raise ConfigError(f"methods={list(cfg.methods)} names a method twice")
     if cfg.methods is not None and len(cfg.methods) == 0:
