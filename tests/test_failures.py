@@ -369,6 +369,33 @@ def test_status_of_a_dead_or_silent_run_is_interrupted():
     assert effective_status({"status": "finished", "process": gone["process"]}) == "finished"
 
 
+def test_heartbeat_refreshes_a_running_summary(tmp_path, monkeypatch):
+    from magrpo import tracking
+
+    monkeypatch.setattr(tracking, "HEARTBEAT_S", 0.05)
+    with RunStatus(tmp_path / "run") as status:
+        status.write({"status": "running"})
+        first = _summary(tmp_path / "run")["process"]["heartbeat_at"]
+        time.sleep(0.5)
+        assert _summary(tmp_path / "run")["process"]["heartbeat_at"] > first
+
+
+def test_a_crash_while_training_is_recorded_with_its_reason(make_cfg, tmp_path, monkeypatch):
+    import magrpo.trainer
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom in step 1")
+
+    monkeypatch.setattr(magrpo.trainer, "batch_for_step", broken)
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="boom"):
+        run(make_cfg(["debug=smoke", *TINY], out=str(out)))
+    summary = _summary(out)
+    assert (summary["status"], summary["phase"], summary["reason"]) == ("failed", "training", "boom in step 1")
+    assert "batch_for_step" in summary["traceback"] and summary["initial_eval"] is not None
+    assert read_status(out)[0] == "failed" and not (out / CLAIM_FILE).exists()
+
+
 def test_sigkilled_run_reads_as_interrupted_in_table_and_on_resume(tmp_path, make_cfg, capsys):
     from magrpo import table
 
