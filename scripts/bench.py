@@ -113,11 +113,12 @@ def bench_algo(args: argparse.Namespace) -> str:
 
 
 def hydra_overrides(args: argparse.Namespace) -> list[str]:
-    n_items = min(args.prompts, 48)     # length_ratio ships 48 topics; larger runs cycle them
+    # length_ratio ships 48 topics: one is the (unused) eval split, a task needs one; larger runs cycle.
+    n_items = min(args.prompts, 47)
     return [
         "output_dir=" + os.path.join(os.environ.get("TMPDIR", "/tmp"), "magrpo-bench"),
         "task=length_ratio", f"algo={bench_algo(args)}", "logger=none",
-        f"task.num_train={n_items}", "task.num_eval=0",
+        f"task.num_train={n_items}", "task.num_eval=1",
         f"agents.num_agents={args.agents}",
         # A one-entry list serves every agent; the value is quoted since it may hold ':' and '/'.
         f"agents.models=[{{name_or_path:'{args.model}',dtype:{args.dtype}}}]",
@@ -327,7 +328,7 @@ def report(args, runs: list[dict], agents, load_s: float, extra: dict | None = N
         "runs_prompts_per_s": [round(args.prompts / r["seconds"], 4) for r in runs],
         **peak_memory(agents),
         "load_s": round(load_s, 3),
-        "model": args.model, "agents": args.agents, "prompts": args.prompts, "batch": args.batch,
+        "model": args.model, "algo": bench_algo(args), "agents": args.agents, "prompts": args.prompts, "batch": args.batch,
         "gens": args.gens, "max_new_tokens": args.tokens, "warmup_steps": args.warmup_steps,
         "repeats": args.repeats, "seed": args.seed, "device": str(agents[0].device), "dtype": args.dtype,
         "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,

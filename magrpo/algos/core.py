@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-# --- advantages: A = R - b(R) over the group (SPEC §3) -------------------------------------------
+# --- advantages: A = R - b(R) over the group (paper, Sec. 4) ---------------------------------------
 
 
 def _mean(R: torch.Tensor) -> torch.Tensor:
