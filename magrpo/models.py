@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from magrpo.schema import SetupError
 from magrpo.tiny import build_builtin
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,13 @@ def resolve_model_path(name_or_path: str) -> str:
 
 def looks_local(name_or_path: str) -> bool:
     return name_or_path.startswith(("/", "./", "../", "~")) or os.path.isabs(name_or_path)
+
+
+def transcript(messages: list[dict[str, str]]) -> str:
+    """A conversation as plain text, for models without a chat template (and for logs and critics):
+    user turns as they are, each earlier answer under a "Your answer:" line."""
+    return "\n\n".join(f"Your answer:\n{m['content'].strip()}" if m["role"] == "assistant" else m["content"]
+                       for m in messages)
 
 
 @dataclass
@@ -59,21 +67,26 @@ class Agent:
             return [p for n, p in self.model.named_parameters() if f".{self.adapter}." in n]
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def encode_prompts(self, prompts: list[str], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Left-padded ids and attention mask of the formatted prompts, on the agent's device.
+    def encode_prompts(self, prompts: list[str] | list[list[dict[str, str]]],
+                       max_length: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Left-padded ids and attention mask of the formatted prompts on the agent's device, and
+        how many of them were longer than `max_length` tokens.
 
-        A prompt longer than `max_length` tokens keeps its end, where the instruction is. Each
-        distinct prompt is templated and tokenized once per run (training revisits the same items).
+        A prompt is one user message or a conversation (multi-turn: user, assistant, user, ...). A
+        longer one keeps its end, where the instruction is. Each distinct prompt is templated and
+        tokenized once per run (training revisits the same items).
         """
-        rows = []
+        rows, truncated = [], 0
         for text in prompts:
-            ids = self._encoded.get((text, max_length))
-            if ids is None:
+            key = (text if isinstance(text, str) else tuple((m["role"], m["content"]) for m in text), max_length)
+            hit = self._encoded.get(key)
+            if hit is None:
                 if len(self._encoded) >= 65536:
                     self._encoded.clear()
-                ids = self.tokenizer(self.format_prompt(text), add_special_tokens=False)["input_ids"][-max_length:]
-                self._encoded[(text, max_length)] = ids
-            rows.append(ids)
+                ids = self.tokenizer(self.format_prompt(text), add_special_tokens=False)["input_ids"]
+                hit = self._encoded[key] = (ids[-max_length:], len(ids) > max_length)
+            rows.append(hit[0])
+            truncated += hit[1]
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -81,14 +94,16 @@ class Agent:
             if r:
                 input_ids[i, width - len(r):] = torch.tensor(r)
                 mask[i, width - len(r):] = 1
-        return input_ids.to(self.device), mask.to(self.device)
+        return input_ids.to(self.device), mask.to(self.device), truncated
 
-    def format_prompt(self, text: str) -> str:
-        """The chat template when the tokenizer has one, else the plain prompt."""
+    def format_prompt(self, text: str | list[dict[str, str]]) -> str:
+        """The chat template when the tokenizer has one, else the plain prompt. `text` is one user
+        message, or a conversation (a multi-turn episode: user, assistant, user, ...)."""
+        messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
         if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True, **self.chat_template_kwargs)
-        return text
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                      **self.chat_template_kwargs)
+        return text if isinstance(text, str) else transcript(messages)
 
     @contextlib.contextmanager
     def reference_mode(self):
@@ -146,12 +161,22 @@ def _load_model(spec: Any, path: str, device: torch.device):
     kwargs: dict[str, Any] = dict(revision=spec.revision, trust_remote_code=spec.trust_remote_code, dtype=dtype)
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except OSError as e:
-        raise OSError(f"could not load model {spec.name_or_path!r}: {e}\nOffline, download it first "
-                      f"(huggingface-cli download {spec.name_or_path}) and give its local path.") from e
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model.to(device)
+
+
+@contextlib.contextmanager
+def _loading(spec: Any, index: int | str):
+    """Any failure to load agent `index`'s model or tokenizer is a SetupError that names the model."""
+    try:
+        yield
+    except Exception as e:
+        hint = ""
+        if isinstance(e, OSError) and not looks_local(spec.name_or_path):
+            hint = (f" Offline, download it first (huggingface-cli download {spec.name_or_path}) and give its "
+                    f"local path: agents.models.{index}.name_or_path=DIR")
+        raise SetupError(f"could not load model {spec.name_or_path!r} (agents.models[{index}]): "
+                         f"{type(e).__name__}: {str(e).strip().rstrip('.')}.{hint}") from e
 
 
 def agent_devices(hw: Any, n: int) -> list[torch.device]:
@@ -184,9 +209,10 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
         from peft import get_peft_model
 
         spec = specs[0]
-        path = resolve_model_path(spec.name_or_path)
-        tok = _load_tokenizer(spec, path)
-        base = _with_autocast(_load_model(spec, path, devices[0]), autocast)
+        with _loading(spec, 0):
+            path = resolve_model_path(spec.name_or_path)
+            tok = _load_tokenizer(spec, path)
+            base = _with_autocast(_load_model(spec, path, devices[0]), autocast)
         if checkpointing:
             _enable_checkpointing(base)
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
@@ -197,9 +223,10 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
                                 chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
         return agents
     for i, spec in enumerate(specs):
-        path = resolve_model_path(spec.name_or_path)
-        tok = _load_tokenizer(spec, path)
-        model = _with_autocast(_load_model(spec, path, devices[i]), autocast)
+        with _loading(spec, i if len(models) > 1 else 0):
+            path = resolve_model_path(spec.name_or_path)
+            tok = _load_tokenizer(spec, path)
+            model = _with_autocast(_load_model(spec, path, devices[i]), autocast)
         if checkpointing:
             _enable_checkpointing(model)
         reference = None

@@ -24,6 +24,7 @@ named functions in `SCHEMES`, each `(agents, task, items, sampling) -> Rollout`:
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -35,6 +36,7 @@ from magrpo.models import Agent
 from magrpo.sampler import sample_shared_prompt, shares_prompt
 from magrpo.tasks import Scores, Task
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Sampling:
@@ -66,6 +68,9 @@ class Generation:
     num_generations: int
     seconds: float
     prompts: list[str] = field(default_factory=list)   # the n prompt texts (before the chat template)
+    # Multi-turn: each prompt's conversation (user, assistant, user, ...); its plain text is `prompts`.
+    conversations: list[list[dict[str, str]]] | None = None
+    truncated: int = 0                      # prompts cut from the left to max_prompt_length
     logprobs: torch.Tensor | None = None    # [n*G, C] rollout-time log-probs, where an algorithm needs them
     values: torch.Tensor | None = None      # [n*G, C] critic values, where an algorithm has a critic
     sample_seconds: float = 0.0             # of `seconds`, the model's decoding alone (bench phase `generate`)
@@ -75,15 +80,28 @@ class Generation:
         return self.completion_mask.sum(-1)
 
     def prompt_rows(self, rows: slice | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompt ids and mask repeated to align with completion rows."""
+        """Prompt ids and mask repeated to align with completion rows. Of a subset of rows, the
+        left-padding columns that none of them uses are dropped (a multi-turn batch holds short
+        first-turn prompts next to long later ones; see magrpo.turns.concat_generations)."""
         ids = self.prompt_ids.repeat_interleave(self.num_generations, dim=0)
         mask = self.prompt_mask.repeat_interleave(self.num_generations, dim=0)
-        return (ids, mask) if rows is None else (ids[rows], mask[rows])
+        if rows is None:
+            return ids, mask
+        ids, mask = ids[rows], mask[rows]
+        used = mask.any(0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        return ids[:, start:], mask[:, start:]
 
 
 @dataclass
 class Rollout:
-    """One turn of a team on B items. Joint action j of item b is (sample joint[j, i] of agent i)."""
+    """One turn of a team on B items. Joint action j of item b is (sample joint[j, i] of agent i).
+
+    Turn t > 1 of a multi-turn episode (magrpo.turns) is one Rollout for ALL the nodes expanded at
+    turn t - 1 across the batch: its "items" are one group per expanded node (that node's item),
+    and `parents[g]` is the node of the previous turn (item-major joint-action index) that group
+    g continues. A turn's rollout is its predecessor's only entry in `children`.
+    """
 
     items: list[dict]
     samples: list[Generation]               # per agent; each holds S_i samples per item, item-major
@@ -92,6 +110,7 @@ class Rollout:
     scores: Scores | None = None            # [B*J], item-major
     children: list[Rollout] = field(default_factory=list)   # next turn (multi-turn episodes)
     history: Rollout | None = None          # an earlier round whose answers this one was shown
+    parents: torch.Tensor | None = None     # [B] turn > 1: the previous turn's node each group continues
 
     @property
     def num_items(self) -> int:
@@ -148,6 +167,25 @@ class Rollout:
     def seconds(self) -> float:
         return sum(g.seconds for g in self.samples)
 
+    def levels(self) -> list[Rollout]:
+        """This turn and every later one, in order (one rollout per turn)."""
+        out, node = [self], self
+        while node.children:
+            node = node.children[0]
+            out.append(node)
+        return out
+
+    def row(self, agent: int, node: int) -> int:
+        """Completion row of `agent` in joint action `node` (item-major index into B*J)."""
+        b, j = divmod(node, self.num_joint)
+        return b * self.per_item(agent) + int(self.joint[j, agent])
+
+    def conversation(self, agent: int, node: int) -> list[dict[str, str]]:
+        """The messages `agent` was shown before its answer in joint action `node`."""
+        g = self.samples[agent]
+        p = self.row(agent, node) // (len(g.texts) // max(len(g.prompts), 1))
+        return list(g.conversations[p]) if g.conversations else [{"role": "user", "content": g.prompts[p]}]
+
     def score(self, task: Task) -> Scores:
         self.scores = task.score(self.joint_items, self.prompts, self.completions)
         return self.scores
@@ -176,12 +214,24 @@ def eos_ids(agent: Agent) -> list[int]:
     return ids
 
 
+_WARNED_TRUNCATION: set[str] = set()
+
+
 @torch.no_grad()
-def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation:
-    """Sample `sampling.num_generations` completions for each prompt in ONE batched decoding."""
+def generate(agent: Agent, prompts: list[str], sampling: Sampling,
+             conversations: list[list[dict[str, str]]] | None = None) -> Generation:
+    """Sample `sampling.num_generations` completions for each prompt in ONE batched decoding.
+
+    With `conversations` (multi-turn), each is formatted as a chat in place of its plain prompt."""
     t0 = time.perf_counter()
     tok = agent.tokenizer
-    prompt_ids, prompt_mask = agent.encode_prompts(prompts, sampling.max_prompt_length)
+    prompt_ids, prompt_mask, truncated = agent.encode_prompts(
+        conversations if conversations is not None else prompts, sampling.max_prompt_length)
+    if truncated and agent.name not in _WARNED_TRUNCATION:   # once per agent; the metrics count every one
+        _WARNED_TRUNCATION.add(agent.name)
+        log.warning("%d prompt(s) of %s are longer than algo.max_prompt_length=%d tokens; their beginning "
+                    "is cut off (counted in train/prompt_truncated)", truncated, agent.name,
+                    sampling.max_prompt_length)
     agent.activate()
     model = agent.model
     was_training = model.training
@@ -195,7 +245,8 @@ def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation
     mask = completion_mask(completion_ids, eos)
     texts = tok.batch_decode(completion_ids.masked_fill(mask == 0, tok.pad_token_id), skip_special_tokens=True)
     return Generation(prompt_ids, prompt_mask, completion_ids, mask, texts, sampling.num_generations,
-                      time.perf_counter() - t0, prompts=list(prompts), sample_seconds=sample_seconds)
+                      time.perf_counter() - t0, prompts=list(prompts), conversations=conversations,
+                      truncated=truncated, sample_seconds=sample_seconds)
 
 
 def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], pad_id: int) -> torch.Tensor:

@@ -9,6 +9,7 @@ uninterrupted run would. Under torchrun each rank trains on its block of every b
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from pathlib import Path
@@ -19,17 +20,18 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from magrpo import distributed
+from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
+from magrpo.checkpoint import STATE_FILE
 from magrpo.evaluation import eval_sampling, evaluate
+from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
 from magrpo.schema import ConfigError
 from magrpo.tasks import Task, build_task
-from magrpo.tracking import RunLogger
+from magrpo.tracking import RunLogger, read_status
+from magrpo.turns import TurnSpec
 
 log = logging.getLogger(__name__)
-
-STATE_FILE = "trainer_state.pt"
 
 
 def seed_everything(seed: int) -> None:
@@ -99,6 +101,8 @@ class Trainer:
         team = algo_cls.team(cfg)
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
         if cfg.resume:        # weights first: a sharded model (fsdp) loads only gathered weights
+            checkpoint.verify(Path(cfg.resume).expanduser())   # every file whole, before any is read
+            self._verified = Path(cfg.resume).expanduser()
             for agent in self.agents:
                 load_agent_weights(agent, Path(cfg.resume).expanduser() / agent.name)
         self.sharded = self.world.distributed and hw.strategy == "fsdp"
@@ -111,6 +115,8 @@ class Trainer:
         self.algo = algo_cls(cfg, self.agents, self.task)   # its optimizers hold the (sharded) parameters
         if self.world.distributed:      # every rank samples its own completions: a random stream per rank
             seed_everything(cfg.seed + 1_000_003 * self.world.rank)
+        self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
+        self.feedback = build_feedback(cfg.get("feedback"), self.task)
         self.logger = RunLogger(cfg, run_dir) if self.world.is_main else _QuietLogger()
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
@@ -118,6 +124,7 @@ class Trainer:
         self.evals: list[dict[str, Any]] = []
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
+        self.resumed_from: dict[str, Any] | None = None
 
     def _shared_run_dir(self, run_dir: Path) -> Path:
         """Rank 0's run directory on every rank. Hydra timestamps each process's directory, so a rank
@@ -131,7 +138,8 @@ class Trainer:
     def run_eval(self) -> dict[str, float]:
         cfg = self.cfg
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
-                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions)
+                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
+                                     turns=self.turns, feedback=self.feedback)
         self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
         self.logger.log_examples(self.step, "eval/samples", examples)
         primary = metrics.get(self.task.primary_metric, metrics["reward_mean"])
@@ -144,27 +152,42 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self) -> Path:
-        out = self.run_dir / "checkpoints" / f"step_{self.step}"
+        """Atomically (magrpo.checkpoint): a crash mid-save leaves no half checkpoint behind. Rank 0
+        writes the weights (gathered when sharded) and the state; under fsdp every rank's optimizer
+        shard is staged next to the checkpoint and moved in before it is sealed."""
+        config = OmegaConf.to_container(self.cfg, resolve=True)
+        dest = self.run_dir / "checkpoints" / f"step_{self.step}"
         rng_ranks = distributed.gather_objects(rng_state())     # each rank's random stream resumes
         weights = [distributed.full_state_dict(a.model) for a in self.agents]   # gathered when sharded
+        shard_name = f"algo_rank{self.world.rank}.pt"
         if self.sharded:      # each rank keeps its shard of the optimizer state
-            out.mkdir(parents=True, exist_ok=True)
-            torch.save(self.algo.state_dict(), out / f"algo_rank{self.world.rank}.pt")
-        if self.world.is_main:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(self.algo.state_dict(), dest.parent / f".{dest.name}.{shard_name}")
+        distributed.barrier()
+
+        def fill(out: Path) -> None:
             for agent, state in zip(self.agents, weights):
                 save_agent(agent, out / agent.name, state)
+            if self.sharded:
+                for rank in range(self.world.size):
+                    name = f"algo_rank{rank}.pt"
+                    os.replace(dest.parent / f".{dest.name}.{name}", out / name)
             torch.save({"step": self.step, "algo": None if self.sharded else self.algo.state_dict(),
-                        "rng": rng_ranks[0],
-                        "rng_ranks": rng_ranks, "world_size": self.world.size,
+                        "rng": rng_ranks[0], "rng_ranks": rng_ranks, "world_size": self.world.size,
                         "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
-                        "elapsed": self.elapsed(), "config": OmegaConf.to_container(self.cfg, resolve=True)},
-                       out / STATE_FILE)
-            log.info("saved checkpoint %s", out)
+                        "elapsed": self.elapsed(), "config": config}, out / STATE_FILE)
+
+        if self.world.is_main:
+            checkpoint.write_checkpoint(dest, fill, self.step, config)
+            log.info("saved checkpoint %s", dest)
         distributed.barrier()
-        return out
+        return dest
 
     def load(self, path: Path) -> None:
-        """Everything but the agents' weights, which __init__ loaded (before any sharding)."""
+        """Everything but the agents' weights, which __init__ loaded (before any sharding) from the
+        same verified checkpoint."""
+        if path != getattr(self, "_verified", None):
+            checkpoint.verify(path)   # every file whole, before any is read
         state = torch.load(path / STATE_FILE, weights_only=False)
         saved_world = state.get("world_size", 1)
         if saved_world != self.world.size:
@@ -182,7 +205,10 @@ class Trainer:
         set_rng_state(state["rng_ranks"][self.world.rank] if "rng_ranks" in state else state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
-        log.info("resumed from %s at step %d", path, self.step)
+        # The run that wrote it, if its directory is the usual <run>/checkpoints/step_N.
+        status, _ = read_status(Path(path).parent.parent)
+        self.resumed_from = {"checkpoint": str(path), "step": self.step, "run_status": status}
+        log.info("resumed from %s at step %d (that run's status: %s)", path, self.step, status)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.time() - self.started
@@ -208,6 +234,7 @@ class Trainer:
             "world_size": self.world.size,
             "wall_seconds": self.elapsed(),
             "evals": self.evals,
+            "resumed_from": self.resumed_from,
             "config": self.key_config(),
         })
 

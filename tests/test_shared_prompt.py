@@ -129,7 +129,10 @@ def test_magrpo_update_gives_the_same_gradients_with_and_without_sharing(make_cf
         assert grads[1][1][k] == pytest.approx(grads[0][1][k], abs=1e-5), k
 
 
-def test_gradient_checkpointing_falls_back_with_one_log_line(make_cfg, caplog):
+def test_gradient_checkpointing_falls_back_with_one_log_line(make_cfg, caplog, monkeypatch):
+    import magrpo.sampler
+
+    monkeypatch.setattr(magrpo.sampler, "_FALLBACK_LOGGED", set())   # once per process: start afresh
     _, agents = _agents(make_cfg)
     model = agents[0].model
     model.gradient_checkpointing_enable()
@@ -183,7 +186,7 @@ def test_encoded_prompts_equal_the_tokenizer_batch(make_cfg):
     for max_length in (1024, 6):
         enc = tok([agent.format_prompt(p) for p in PROMPTS], return_tensors="pt", padding=True, truncation=True,
                   max_length=max_length, add_special_tokens=False)
-        ids, mask = agent.encode_prompts(PROMPTS, max_length)
+        ids, mask, _ = agent.encode_prompts(PROMPTS, max_length)
         assert torch.equal(ids, enc.input_ids) and torch.equal(mask, enc.attention_mask)
 
 
@@ -202,7 +205,8 @@ def test_actor_critic_updates_give_the_same_gradients_with_and_without_sharing(m
         torch.manual_seed(0)
         rollout = team_rollout(agents, task, task.load("train")[:3], Sampling(G, 8, share_prompt=False))
         rollout.score(task)
-        batch, stats = algo._prepare(0, rollout, rollout.returns(0).flatten())
+        batch, stats = algo._prepare(0, rollout.samples[0], rollout.returns(0).flatten(),
+                                     algo.critic_prompts(rollout, 0))
         stats.update(algo._update(0, batch))
         params = list(agents[0].model.named_parameters()) + list(algo.critics[0].named_parameters())
         got.append(({n: p.grad.clone() for n, p in params if p.grad is not None}, stats))

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from magrpo import distributed
 from magrpo.sampler import shares_prompt  # noqa: F401  (re-exported: the algorithms ask it)
 
-# --- advantages: A = R - b(R) over the group (SPEC §3) -------------------------------------------
+# --- advantages: A = R - b(R) over the group (paper, Sec. 4) -------------------------------------------
 
 
 def _mean(R: torch.Tensor) -> torch.Tensor:
@@ -220,7 +220,12 @@ class RowBatch:
     def of(cls, gen, rows: slice | torch.Tensor, device) -> RowBatch:
         r = torch.arange(gen.completion_ids.shape[0])[rows]
         items, index = torch.unique(r // gen.num_generations, return_inverse=True)
-        return cls(gen.prompt_ids[items].to(device), gen.prompt_mask[items].to(device), index.to(device),
+        ids, mask = gen.prompt_ids[items], gen.prompt_mask[items]
+        # Left-padding columns none of these prompts uses are dropped: a multi-turn batch holds short
+        # first-turn prompts next to long later ones (magrpo.turns.concat_generations).
+        used = mask.any(0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        return cls(ids[:, start:].to(device), mask[:, start:].to(device), index.to(device),
                    gen.completion_ids[r].to(device), gen.completion_mask[r].to(device))
 
 
