@@ -25,6 +25,7 @@ import torch
 
 from magrpo import distributed
 from magrpo.models import Agent
+from magrpo.registry import registrar
 from magrpo.rollout import Rollout
 from magrpo.schema import at_least, option, positive, within
 from magrpo.tasks import Task
@@ -32,13 +33,7 @@ from magrpo.tasks import Task
 ALGOS: dict[str, type[Algorithm]] = {}
 
 
-def register_algo(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
-        cls.name = name
-        ALGOS[name] = cls
-        return cls
-
-    return deco
+register_algo = registrar(ALGOS)
 
 
 @dataclass

@@ -19,22 +19,16 @@ Each message ends with the task's `revise_instruction` (the format its reward ex
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from magrpo.registry import registrar
 from magrpo.schema import option
 
 FEEDBACKS: dict[str, type[Feedback]] = {}
 
 
-def register_feedback(name: str) -> Callable[[type], type]:
-    def deco(cls: type) -> type:
-        cls.name = name
-        FEEDBACKS[name] = cls
-        return cls
-
-    return deco
+register_feedback = registrar(FEEDBACKS)
 
 
 @dataclass

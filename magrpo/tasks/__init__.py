@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
+from magrpo.registry import registrar
 from magrpo.tasks.base import Item, Scores, Task, columns
 
 TASKS: dict[str, type[Task]] = {}
 
 
-def register_task(name: str) -> Callable[[type[Task]], type[Task]]:
-    def deco(cls: type[Task]) -> type[Task]:
-        cls.name = name
-        TASKS[name] = cls
-        return cls
-
-    return deco
+register_task = registrar(TASKS)
 
 
 def _import_builtin_tasks() -> None:
