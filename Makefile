@@ -8,9 +8,13 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 RUNS ?= $(wildcard outputs multirun)
 OUT ?= outputs/table
+TABLE ?= writing
+SCALE ?= paper
+SEEDS ?= 0,1,2
+JOBS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow bench bench-compare sweep table lint clean
+.PHONY: help setup train test test-slow bench bench-compare sweep table paper dashboard lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -47,6 +51,9 @@ sweep: setup ## an example multirun sweep: 3 seeds x 2 advantage estimators
 
 table: setup ## tables (md/csv/tex) and learning curves from run directories: RUNS=... OUT=...
 	$(VENV)/bin/magrpo-table $(RUNS) --out $(OUT) $(ARGS)
+
+paper: setup ## one table of the paper: TABLE=writing|coding|maporl SCALE=paper|tiny SEEDS=0,1,2 JOBS=2
+	$(PY) -m magrpo.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check magrpo scripts tests

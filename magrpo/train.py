@@ -36,14 +36,27 @@ def run(cfg: DictConfig) -> dict:
     return Trainer(cfg, Path(cfg.output_dir)).fit()
 
 
+def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
+    """The value a Hydra sweeper (Optuna...) optimises: `optimized_metric` of the final evaluation,
+    by default the task's primary metric (pass@1 for coding, the normalized return for writing)."""
+    from magrpo.tasks import TASKS, available_tasks
+
+    available_tasks()
+    name = cfg.get("optimized_metric") or TASKS[cfg.task.name].primary_metric
+    if name not in final_eval:
+        raise ConfigError(f"optimized_metric={name!r} is not in the final evaluation; it has: "
+                          f"{', '.join(sorted(final_eval))}")
+    return float(final_eval[name])
+
+
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> float:
     try:
         result = run(cfg)
+        return sweep_value(cfg, result["final_eval"])
     except ConfigError as e:
         log.error("config error: %s", e)
         sys.exit(2)
-    return result["final_eval"]["reward_mean"]  # the value a Hydra sweeper optimises
 
 
 def main() -> None:
