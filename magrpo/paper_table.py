@@ -53,6 +53,7 @@ class Column:
     key: str                    # final-eval metric, or a derived one (final_turn/...)
     header: str                 # what the cell holds
     higher_is_better: bool = True
+    ranked: bool = True         # False: a quantity with no better direction (no bold)
 
 
 NORM = Column("normalized_return", "norm. return")
@@ -161,7 +162,8 @@ def columns_for(task: str, finals: list[dict[str, float]]) -> list[Column]:
         cols = list(FAMILY_COLUMNS[family])
     else:
         comps = sorted(k for k in present if k.startswith("reward/"))
-        cols = [NORM, *(Column(c, COMPONENT_HEADERS.get(c, f"{c[len('reward/'):]} (reward part)")) for c in comps)]
+        cols = [NORM, *(Column(c, COMPONENT_HEADERS[c], ranked=False) if c in COMPONENT_HEADERS
+                        else Column(c, f"{c[len('reward/'):]} (reward part)") for c in comps)]
     if family == "maporl":
         cols += [Column(k, k.replace("_", " ")) for k in sorted(present)
                  if re.search(r"acc", k) and not k.startswith(("acc/level_", "turn_", "final_turn/"))]
@@ -211,7 +213,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
                 elif not have and any(col.key in finals[id(r)] for r in task_runs):
                     missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
         best: dict[str, set[int]] = {}
-        for col in columns:
+        for col in (c for c in columns if c.ranked):
             means = [(i, row.cells[col.key].mean) for i, row in enumerate(rows) if row.cells[col.key].mean is not None]
             top = (max if col.higher_is_better else min)((m for _, m in means), default=None)
             winners = {i for i, m in means if abs(m - top) <= 1e-12 * max(1.0, abs(top))} if means else set()

@@ -46,7 +46,7 @@ def run_identity(cfg: Any) -> dict[str, Any]:
     the W&B config. `algo` is the trained algorithm, or for magrpo-eval the evaluated method(s)."""
     from magrpo.algos import ALGOS
 
-    job_type = cfg.logger.get("job_type", "train")
+    job_type = "eval" if "methods" in cfg else cfg.logger.get("job_type", "train")   # magrpo-eval has `methods`
     methods = list(cfg.get("methods") or [])
     if job_type == "eval":
         algo = ",".join(methods) if methods else ("team" if cfg.get("checkpoint") else "baselines")
@@ -96,7 +96,7 @@ class RunLogger:
             name = lg.run_name or f"{ident['label']}-{ident['task']}-{ident['seed']}"
             self.wandb = wandb.init(
                 project=lg.project, entity=lg.entity, group=group, name=name,
-                tags=list(lg.tags), job_type=lg.job_type, mode=lg.mode, dir=str(run_dir),
+                tags=list(lg.tags), job_type=ident["job_type"], mode=lg.mode, dir=str(run_dir),
                 config={**ident, "run_dir": str(run_dir), "cfg": OmegaConf.to_container(cfg, resolve=True)},
                 reinit="finish_previous")
             self.wandb.define_metric("step", hidden=True)

@@ -62,3 +62,25 @@ def history(path: Path) -> list[dict]:
                     node[leaf] = json.loads(item.value_json)
             rows.append(row)
     return rows
+
+
+def run_info(path: Path) -> dict:
+    """The run record (name, group, job type, top-level config keys) and the exit code, if any."""
+    info: dict = {"config": {}, "exit_code": None, "metrics": {}}
+    for rec in records(path):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            info.update(name=rec.run.display_name, group=rec.run.run_group, job_type=rec.run.job_type)
+            for item in rec.run.config.update:
+                info["config"][item.key] = json.loads(item.value_json)
+        elif kind == "config":
+            for item in rec.config.update:
+                info["config"][item.key] = json.loads(item.value_json)
+        elif kind == "exit":
+            info["exit_code"] = rec.exit.exit_code
+        elif kind == "metric":
+            m = rec.metric
+            if m.glob_name or m.name:
+                info["metrics"][m.glob_name or m.name] = {"step_metric": m.step_metric,
+                                                          "max": m.summary.max, "last": m.summary.last}
+    return info
