@@ -36,7 +36,8 @@ train: setup ## train with the embedded default (tiny agents, length_ratio); ARG
 test: setup ## the test suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -q $(ARGS)
 
-test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up
+test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up, the Ray launcher
+	$(PIP) install -q -e '.[dev,ray]'
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 bench: setup ## throughput of MAGRPO on the builtin "small" model (SPEC §9 bench contract)
