@@ -11,8 +11,8 @@ components, per-turn rewards, pass@k, ROUGE-L and CodeBLEU, per-level accuracies
 table of sample completions.
 
 Online (a W&B login and no --out) it saves the workspace and prints its URL. Offline, or with
---out, it writes the workspace spec (the JSON the W&B server stores for a saved view) to a file,
-which `--load FILE` saves later from a machine with access.
+--out, it writes the workspace spec (the JSON the W&B server stores for a saved view) to a file
+and lists its panels; run the command again where W&B is reachable to save it.
 """
 
 from __future__ import annotations
