@@ -8,6 +8,7 @@ is allowed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,9 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from magrpo.schema import ConfigError, at_least, check_values, option, positive, within
+
+_DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
+DEVICES = "cpu, cuda, cuda:N, mps"
 
 DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
 
@@ -54,7 +58,8 @@ class OptimizerSchema:
     name: str = option("adamw", choices=["adamw"])
     lr: float = positive(1e-3)            # suits the tiny default agents; real models want ~1e-5
     weight_decay: float = at_least(0, 0.0)
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    betas: list[float] = option(default_factory=lambda: [0.9, 0.999], allowed="two numbers in [0, 1)",
+                                check=lambda v: len(v) == 2 and all(0 <= b < 1 for b in v))
     eps: float = positive(1e-8)
     schedule: str = option("constant", choices=["constant", "linear", "cosine"])
     warmup_steps: int = at_least(0, 0)
@@ -65,10 +70,37 @@ class OptimizerSchema:
 @dataclass
 class HardwareSchema:
     name: str = "cpu"
-    device: str = "cpu"
-    agent_devices: list[str] | None = None
+    device: str = option("cpu", check=lambda v: v == "auto" or bool(_DEVICE_RE.match(v)),
+                         allowed=f"one of {DEVICES}, auto")
+    agent_devices: list[str] | None = option(None, check=lambda v: v is None or all(_DEVICE_RE.match(d) for d in v),
+                                             allowed=f"null, or a list of {DEVICES}")
     num_threads: int | None = option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null")
     deterministic: bool = False
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        """A device this machine does not have stops the run here, not at the first tensor moved."""
+        for i, dev in enumerate(node.agent_devices or []):
+            _check_device_available(f"{prefix}agent_devices[{i}]", dev)
+        if not node.agent_devices:
+            _check_device_available(f"{prefix}device", node.device)
+
+
+def _check_device_available(key: str, dev: str) -> None:
+    if dev in ("cpu", "auto"):
+        return
+    import torch
+
+    if dev.startswith("cuda"):
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise ConfigError(f"{key}={dev!r}: no CUDA device is usable here (torch {torch.__version__}, {build}); "
+                              f"use hardware=cpu, or {key}=auto to take a GPU only when there is one")
+        count, index = torch.cuda.device_count(), int(dev.partition(":")[2] or 0)
+        if index >= count:
+            raise ConfigError(f"{key}={dev!r}: this machine has {count} CUDA device(s); choose cuda:0..cuda:{count - 1}")
+    elif dev == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{key}='mps': the MPS backend is not available here; use cpu or auto")
 
 
 @dataclass
@@ -85,11 +117,6 @@ class LoggerSchema:
 
 
 @dataclass
-class FeedbackSchema:
-    mode: str = option("none", choices=["none"])
-
-
-@dataclass
 class EvalSchema:
     every: int = at_least(0, 20, " (0 = only before and after training)")
     num_items: int | None = option(None, check=lambda v: v is None or v >= 1,
@@ -99,6 +126,13 @@ class EvalSchema:
     temperature: float = positive(1.0)
     batch_size: int = at_least(1, 64)
     log_completions: int = at_least(0, 8)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if not node.do_sample and node.num_samples > 1:
+            raise ConfigError(f"{prefix}num_samples={node.num_samples} with {prefix}do_sample=false draws the same "
+                              f"greedy answer {node.num_samples} times (pass@k would mean nothing); set "
+                              f"{prefix}num_samples=1 or {prefix}do_sample=true")
 
 
 @dataclass
@@ -118,7 +152,7 @@ class TrainSchema:
     optimizer: OptimizerSchema = field(default_factory=OptimizerSchema)
     hardware: HardwareSchema = field(default_factory=HardwareSchema)
     logger: LoggerSchema = field(default_factory=LoggerSchema)
-    feedback: FeedbackSchema = field(default_factory=FeedbackSchema)
+    feedback: Any = None                 # checked against the chosen feedback mode's own schema
     eval: EvalSchema = field(default_factory=EvalSchema)
 
 
@@ -142,11 +176,15 @@ def register_schemas() -> None:
     from hydra.core.config_store import ConfigStore
 
     from magrpo.algos import ALGOS
+    from magrpo.feedback import FEEDBACKS
 
     store = ConfigStore.instance()
     for name, cls in ALGOS.items():
         store.store(group="schema/algo", name=name,
                     node=OmegaConf.to_container(OmegaConf.structured(cls.config_schema)))
+    for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
+        node = OmegaConf.to_container(OmegaConf.structured(cls.config_schema))
+        store.store(group="schema/feedback", name=name, node={**node, "mode": name})
 
 
 def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
@@ -192,7 +230,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
 
     # The algo node is checked against the schema its algorithm registers (its only source of
     # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
-    raw_algo = OmegaConf.to_container(cfg.algo, resolve=True) if cfg.get("algo") is not None else {}
+    raw_algo = _resolved(cfg.algo) if cfg.get("algo") is not None else {}
     algo_name = raw_algo.get("name", "magrpo")
     if algo_name not in ALGOS:
         raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")
@@ -202,10 +240,20 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     with _open(cfg):
         cfg.algo = OmegaConf.to_container(algo_node)
 
-    raw = OmegaConf.to_container(cfg, resolve=True)
+    raw = _resolved(cfg)
     raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
     raw.pop("algo", None)
+    raw_feedback = raw.pop("feedback", None) or {}
     typed = _typed(OmegaConf.create(raw), schema, "")
+
+    # The feedback node is checked against the schema of the mode it names.
+    from magrpo.feedback import FEEDBACKS
+
+    mode = raw_feedback.get("mode", "none")
+    if mode not in FEEDBACKS:
+        raise ConfigError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
+    feedback_schema = FEEDBACKS[mode].config_schema
+    feedback_node = _typed(OmegaConf.create(raw_feedback), feedback_schema, "feedback.")
 
     # Task and reward nodes are checked against the schemas their task registers.
     if not raw_task or "name" not in raw_task:
@@ -222,26 +270,51 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         typed.task = task_node
         typed.reward = reward_node
         typed.algo = algo_node
+        typed.feedback = feedback_node
 
     check_values(typed, schema)
     check_values(algo_node, algo_schema, "algo.")
+    check_values(feedback_node, feedback_schema, "feedback.")
     if task_cls.config_schema:
         check_values(task_node, task_cls.config_schema, "task.")
     if task_cls.reward_schema:
         check_values(reward_node, task_cls.reward_schema, "reward.")
 
-    _validate_agents(typed)
+    _validate_agents(typed, task_cls)
+    from magrpo.algos.base import check_tree
+
+    check_tree(typed, ALGOS[algo_name].team(typed).num_policies)
     algo_check = getattr(ALGOS[algo_name], "check_config", None)
     if algo_check is not None:
         algo_check(typed, task_cls)
     if schema is EvalRunSchema:
         _validate_eval(typed)
-    if typed.resume and not Path(typed.resume).expanduser().exists():
-        raise ConfigError(f"resume={typed.resume!r}: no such checkpoint directory")
+    elif typed.resume:
+        _validate_resume(typed)
     return typed
 
 
-def _validate_agents(cfg: DictConfig) -> None:
+def _resolved(node: DictConfig) -> dict:
+    """The node as plain data; an interpolation that does not resolve is a ConfigError naming it."""
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"cannot resolve the config{f' at {key}' if key else ''}: "
+                          f"{str(e).splitlines()[0]}") from None
+
+
+def _validate_resume(cfg: DictConfig) -> None:
+    """`resume=` names a complete checkpoint (or a run directory holding one) of this very run."""
+    from magrpo import checkpoint
+
+    ckpt = checkpoint.resolve(cfg.resume, "resume")
+    with _open(cfg):
+        cfg.resume = str(ckpt)
+    checkpoint.check_resume(OmegaConf.to_container(cfg, resolve=True), ckpt)
+
+
+def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
     from magrpo.algos import ALGOS
     from magrpo.models import BUILTIN_PREFIX, looks_local
     from magrpo.tiny import BUILTIN_MODELS
@@ -249,6 +322,9 @@ def _validate_agents(cfg: DictConfig) -> None:
     agents = cfg.agents
     n = ALGOS[cfg.algo.name].team(cfg).num_policies
     models = agents.models
+    if n > 1 and n != task_cls.num_agents:
+        raise ConfigError(f"agents.num_agents={n}: task {cfg.task.name!r} is written for {task_cls.num_agents} "
+                          f"agents; use {task_cls.num_agents}, or 1 (one model writes the whole answer)")
     if len(models) == 0:
         raise ConfigError("agents.models is empty; give at least one model entry (name_or_path: ...)")
     if len(models) > agents.num_agents:
@@ -265,6 +341,8 @@ def _validate_agents(cfg: DictConfig) -> None:
                               + ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS)))
         if looks_local(path) and not Path(path).expanduser().exists():
             raise ConfigError(f"{key}.name_or_path={path!r}: no such local model directory")
+        if spec.tokenizer and looks_local(spec.tokenizer) and not Path(spec.tokenizer).expanduser().exists():
+            raise ConfigError(f"{key}.tokenizer={spec.tokenizer!r}: no such local tokenizer directory")
         if agents.share_base and spec.lora is None:
             raise ConfigError(f"agents.share_base=true needs a LoRA config: {key}.lora is null")
     if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
@@ -273,15 +351,33 @@ def _validate_agents(cfg: DictConfig) -> None:
 
 
 def _validate_eval(cfg: DictConfig) -> None:
+    from magrpo import checkpoint
+    from magrpo.algos import ALGOS
+    from magrpo.evaluate import BASELINES
     from magrpo.rollout import SCHEMES
 
-    for m in cfg.methods or []:
+    num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
+    methods = list(cfg.methods) if cfg.methods is not None else (["team"] if cfg.checkpoint else BASELINES)
+    for m in methods:
         if m not in SCHEMES:
             raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(SCHEMES)}")
+        if m not in ("single", "team") and num_agents < 2:
+            raise ConfigError(f"methods {'contains' if cfg.methods is not None else 'defaults to the baselines, with'} "
+                              f"{m!r}, which needs at least 2 agents; algo={cfg.algo.name} "
+                              f"with agents.num_agents={cfg.agents.num_agents} has {num_agents} "
+                              f"(methods=[single] evaluates one model)")
+    if len(set(cfg.methods or [])) != len(cfg.methods or []):
+        raise ConfigError(f"methods={list(cfg.methods)} names a method twice")
+    if cfg.methods is not None and len(cfg.methods) == 0:
+        raise ConfigError("methods=[] evaluates nothing; give at least one of: " + ", ".join(SCHEMES)
+                          + " (or null for the default)")
     if cfg.split not in ("eval", "train"):
         raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
-    if cfg.checkpoint and not Path(cfg.checkpoint).expanduser().exists():
-        raise ConfigError(f"checkpoint={cfg.checkpoint!r}: no such checkpoint or run directory")
+    if cfg.checkpoint:
+        ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
+        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt, num_agents)
+        with _open(cfg):
+            cfg.checkpoint = str(ckpt)
 
 
 class _open:

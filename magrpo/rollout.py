@@ -24,6 +24,7 @@ named functions in `SCHEMES`, each `(agents, task, items, sampling) -> Rollout`:
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -33,6 +34,7 @@ import torch
 from magrpo.models import Agent
 from magrpo.tasks import Scores, Task
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Sampling:
@@ -63,6 +65,9 @@ class Generation:
     num_generations: int
     seconds: float
     prompts: list[str] = field(default_factory=list)   # the n prompt texts (before the chat template)
+    # Multi-turn: each prompt's conversation (user, assistant, user, ...); its plain text is `prompts`.
+    conversations: list[list[dict[str, str]]] | None = None
+    truncated: int = 0                      # prompts cut from the left to max_prompt_length
     logprobs: torch.Tensor | None = None    # [n*G, C] rollout-time log-probs, where an algorithm needs them
     values: torch.Tensor | None = None      # [n*G, C] critic values, where an algorithm has a critic
 
@@ -71,15 +76,28 @@ class Generation:
         return self.completion_mask.sum(-1)
 
     def prompt_rows(self, rows: slice | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompt ids and mask repeated to align with completion rows."""
+        """Prompt ids and mask repeated to align with completion rows. Of a subset of rows, the
+        left-padding columns that none of them uses are dropped (a multi-turn batch holds short
+        first-turn prompts next to long later ones; see magrpo.turns.concat_generations)."""
         ids = self.prompt_ids.repeat_interleave(self.num_generations, dim=0)
         mask = self.prompt_mask.repeat_interleave(self.num_generations, dim=0)
-        return (ids, mask) if rows is None else (ids[rows], mask[rows])
+        if rows is None:
+            return ids, mask
+        ids, mask = ids[rows], mask[rows]
+        used = mask.any(0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        return ids[:, start:], mask[:, start:]
 
 
 @dataclass
 class Rollout:
-    """One turn of a team on B items. Joint action j of item b is (sample joint[j, i] of agent i)."""
+    """One turn of a team on B items. Joint action j of item b is (sample joint[j, i] of agent i).
+
+    Turn t > 1 of a multi-turn episode (magrpo.turns) is one Rollout for ALL the nodes expanded at
+    turn t - 1 across the batch: its "items" are one group per expanded node (that node's item),
+    and `parents[g]` is the node of the previous turn (item-major joint-action index) that group
+    g continues. A turn's rollout is its predecessor's only entry in `children`.
+    """
 
     items: list[dict]
     samples: list[Generation]               # per agent; each holds S_i samples per item, item-major
@@ -88,6 +106,7 @@ class Rollout:
     scores: Scores | None = None            # [B*J], item-major
     children: list[Rollout] = field(default_factory=list)   # next turn (multi-turn episodes)
     history: Rollout | None = None          # an earlier round whose answers this one was shown
+    parents: torch.Tensor | None = None     # [B] turn > 1: the previous turn's node each group continues
 
     @property
     def num_items(self) -> int:
@@ -144,6 +163,25 @@ class Rollout:
     def seconds(self) -> float:
         return sum(g.seconds for g in self.samples)
 
+    def levels(self) -> list[Rollout]:
+        """This turn and every later one, in order (one rollout per turn)."""
+        out, node = [self], self
+        while node.children:
+            node = node.children[0]
+            out.append(node)
+        return out
+
+    def row(self, agent: int, node: int) -> int:
+        """Completion row of `agent` in joint action `node` (item-major index into B*J)."""
+        b, j = divmod(node, self.num_joint)
+        return b * self.per_item(agent) + int(self.joint[j, agent])
+
+    def conversation(self, agent: int, node: int) -> list[dict[str, str]]:
+        """The messages `agent` was shown before its answer in joint action `node`."""
+        g = self.samples[agent]
+        p = self.row(agent, node) // (len(g.texts) // max(len(g.prompts), 1))
+        return list(g.conversations[p]) if g.conversations else [{"role": "user", "content": g.prompts[p]}]
+
     def score(self, task: Task) -> Scores:
         self.scores = task.score(self.joint_items, self.prompts, self.completions)
         return self.scores
@@ -172,13 +210,34 @@ def eos_ids(agent: Agent) -> list[int]:
     return ids
 
 
+_WARNED_TRUNCATION: set[str] = set()
+
+
+def count_truncated(tok, texts: list[str], max_length: int) -> int:
+    """How many of `texts` are longer than `max_length` tokens (only tokenized when they might be:
+    a byte-level token covers at least one byte)."""
+    if all(len(t.encode("utf-8")) <= max_length for t in texts):
+        return 0
+    return sum(len(ids) > max_length for ids in tok(texts, add_special_tokens=False)["input_ids"])
+
+
 @torch.no_grad()
-def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation:
-    """Sample `sampling.num_generations` completions for each prompt in ONE generate call."""
+def generate(agent: Agent, prompts: list[str], sampling: Sampling,
+             conversations: list[list[dict[str, str]]] | None = None) -> Generation:
+    """Sample `sampling.num_generations` completions for each prompt in ONE generate call.
+
+    With `conversations` (multi-turn), each is formatted as a chat in place of its plain prompt."""
     t0 = time.perf_counter()
     tok = agent.tokenizer
     tok.truncation_side = "left"  # keep the end of a long prompt, where the instruction is
-    enc = tok([agent.format_prompt(p) for p in prompts], return_tensors="pt", padding=True, truncation=True,
+    formatted = [agent.format_prompt(p) for p in (conversations if conversations is not None else prompts)]
+    truncated = count_truncated(tok, formatted, sampling.max_prompt_length)
+    if truncated and agent.name not in _WARNED_TRUNCATION:   # once per agent; the metrics count every one
+        _WARNED_TRUNCATION.add(agent.name)
+        log.warning("%d prompt(s) of %s are longer than algo.max_prompt_length=%d tokens; their beginning "
+                    "is cut off (counted in train/prompt_truncated)", truncated, agent.name,
+                    sampling.max_prompt_length)
+    enc = tok(formatted, return_tensors="pt", padding=True, truncation=True,
               max_length=sampling.max_prompt_length, add_special_tokens=False).to(agent.device)
     agent.activate()
     model = agent.model
@@ -198,7 +257,8 @@ def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation
     texts = tok.batch_decode(completion_ids * mask.long() + tok.pad_token_id * (1 - mask.long()),
                              skip_special_tokens=True)
     return Generation(enc.input_ids, enc.attention_mask, completion_ids, mask, texts,
-                      sampling.num_generations, time.perf_counter() - t0, prompts=list(prompts))
+                      sampling.num_generations, time.perf_counter() - t0, prompts=list(prompts),
+                      conversations=conversations, truncated=truncated)
 
 
 # --- joint actions and credit ----------------------------------------------------------------------

@@ -11,7 +11,8 @@ defines a key also defines its range:
 `check_values` walks a typed config against its schema and raises `ConfigError` naming the key,
 the bad value and what is allowed. Floats must be finite unless a field says otherwise. A schema
 may also define `check_node(node, prefix)` (a staticmethod) for checks across keys, such as a
-band whose lower bound must stay below its upper bound.
+band whose lower bound must stay below its upper bound. A subclass that only changes a default
+(`min_tokens: int = 128`) keeps the check its parent declared for that field.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A bad configuration value; the message is meant for the user as it is."""
+
+
+class SetupError(RuntimeError):
+    """The run cannot start here: a model, data set, device or sandbox is unavailable. The message
+    names what is missing and, where it can, how to provide it."""
 
 
 Choices = Sequence[Any] | Callable[[], Sequence[Any]]
@@ -71,6 +77,15 @@ def _nested(tp: Any) -> tuple[type | None, bool]:
     return None, False
 
 
+def _metadata(schema: type, name: str) -> Any:
+    """The field's checks, from the nearest class in the MRO that declared any."""
+    for cls in schema.__mro__:
+        f = getattr(cls, "__dataclass_fields__", {}).get(name)
+        if f is not None and f.metadata:
+            return f.metadata
+    return {}
+
+
 def check_values(node: Any, schema: type, prefix: str = "") -> None:
     """Raise ConfigError for the first value of `node` that its schema field does not accept."""
     hints = typing.get_type_hints(schema)
@@ -82,7 +97,7 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
             for i, child in enumerate(value if is_list else [value]):
                 check_values(child, sub, f"{key}[{i}]." if is_list else f"{key}.")
             continue
-        meta = f.metadata
+        meta = _metadata(schema, f.name)
         if isinstance(value, float) and not math.isfinite(value) and meta.get("finite", True):
             raise ConfigError(f"{key}={value!r} is not a finite number")
         if value is None and (f.default is None or meta.get("check") is None):

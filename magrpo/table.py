@@ -84,6 +84,7 @@ class Run:
     curves: dict[str, dict[int, float]] = field(default_factory=dict)   # "eval/reward_mean" -> {step: value}
     job_type: str = "train"                      # "eval": a magrpo-eval run (untrained or a checkpoint)
     results: dict[str, dict[str, float]] = field(default_factory=dict)  # eval runs: method -> metrics
+    reason: str = ""                             # why a failed run failed (summary.json)
 
     @property
     def label(self) -> str:
@@ -220,11 +221,14 @@ def load_run(path: Path) -> Run:
     curves = read_curves(path / "metrics.jsonl")
     if not final:
         final = last_eval(curves, summary)
+    from magrpo.tracking import effective_status
+
     results = {str(m): _numbers(v) for m, v in (summary.get("results") or {}).items() if isinstance(v, dict)}
-    return Run(path=path, status=str(summary.get("status", "unknown")), task=str(task), algo=str(algo), seed=seed,
+    # A run killed without a word (SIGKILL, power loss) still says "running": its pid or heartbeat tells.
+    return Run(path=path, status=effective_status(summary), task=str(task), algo=str(algo), seed=seed,
                final=final, initial=_numbers(summary.get("initial_eval")), summary_config=summary_config,
                hydra_config=hydra_config, curves=curves, job_type=str(summary.get("job_type", "train")),
-               results=results)
+               results=results, reason=str(summary.get("reason") or ""))
 
 
 def split_methods(run: Run) -> list[Run]:
@@ -240,7 +244,7 @@ def split_methods(run: Run) -> list[Run]:
         curves.update({"eval/" + k[len(prefix):]: v for k, v in run.curves.items() if k.startswith(prefix)})
         out.append(Run(path=run.path, status=run.status, task=run.task, algo=method, seed=run.seed, final=metrics,
                        initial={}, summary_config=config, hydra_config=hydra, curves=curves, job_type=run.job_type,
-                       results={method: metrics}))
+                       results={method: metrics}, reason=run.reason))
     return out
 
 
@@ -390,16 +394,23 @@ def _pass_k(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def turn_columns(names: Sequence[str]) -> list[str]:
+    """Multi-turn runs: the reward after turn 1 and after the last turn (the team's answer)."""
+    turns = sorted({int(m.group(1)) for n in names if (m := re.match(r"turn_(\d+)/reward_mean$", n))})
+    return [f"turn_{turns[0]}/reward_mean", f"turn_{turns[-1]}/reward_mean"] if len(turns) > 1 else []
+
+
 def default_columns(runs: list[Run]) -> list[str]:
-    """reward_mean, then the reward components, then pass@k by k, then the task's other metrics."""
+    """reward_mean (for multi-turn runs then its turn-1 and final-turn values), the reward
+    components, pass@k by k, then the task's other metrics."""
     names: list[str] = []
     for r in runs:
         names += [k for k in r.final if k not in names]
     components = [n for n in names if n.startswith("reward/")]
     passes = sorted((n for n in names if _pass_k(n) is not None), key=_pass_k)
-    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith("reward/")
+    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith(("reward/", "feedback/"))
               and _pass_k(n) is None and not re.match(r"turn_\d+/", n)]
-    return ["reward_mean", *components, *passes, *others]
+    return ["reward_mean", *turn_columns(names), *components, *passes, *others]
 
 
 @dataclass
@@ -656,7 +667,8 @@ def collect(dirs: Sequence[Path], out: Path | None,
             skip(path, str(e))
             continue
         if run.status != "finished" and not include_unfinished:
-            skip(path, f"status {run.status!r} (pass --include-unfinished to include it)")
+            why = f": {run.reason.splitlines()[0]}" if run.reason else ""
+            skip(path, f"status {run.status!r}{why} (pass --include-unfinished to include it)")
             continue
         if not run.final:
             skip(path, "no evaluation recorded yet")

@@ -18,15 +18,17 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from magrpo import checkpoint
 from magrpo.algos import ALGOS
+from magrpo.checkpoint import STATE_FILE
 from magrpo.evaluation import eval_sampling, evaluate
+from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
 from magrpo.tasks import Task, build_task
-from magrpo.tracking import RunLogger, run_identity
+from magrpo.tracking import RunLogger, read_status, run_identity
+from magrpo.turns import TurnSpec
 
 log = logging.getLogger(__name__)
-
-STATE_FILE = "trainer_state.pt"
 
 
 def seed_everything(seed: int) -> None:
@@ -82,6 +84,8 @@ class Trainer:
         team = algo_cls.team(cfg)
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
         self.algo = algo_cls(cfg, self.agents, self.task)
+        self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
+        self.feedback = build_feedback(cfg.get("feedback"), self.task)
         self.logger = RunLogger(cfg, run_dir)
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
@@ -89,12 +93,14 @@ class Trainer:
         self.evals: list[dict[str, Any]] = []
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
+        self.resumed_from: dict[str, Any] | None = None
 
     # -- evaluation -----------------------------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
         cfg = self.cfg
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
-                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions)
+                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
+                                     turns=self.turns, feedback=self.feedback)
         self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
         self.logger.log_examples(self.step, "eval/samples", examples)
         primary = metrics.get(self.task.primary_metric, metrics["reward_mean"])
@@ -107,17 +113,22 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self) -> Path:
-        out = self.run_dir / "checkpoints" / f"step_{self.step}"
-        for agent in self.agents:
-            save_agent(agent, out / agent.name)
-        torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_state(),
-                    "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
-                    "elapsed": self.elapsed(), "config": OmegaConf.to_container(self.cfg, resolve=True)},
-                   out / STATE_FILE)
+        """Atomically (magrpo.checkpoint): a crash mid-save leaves no half checkpoint behind."""
+        config = OmegaConf.to_container(self.cfg, resolve=True)
+
+        def fill(out: Path) -> None:
+            for agent in self.agents:
+                save_agent(agent, out / agent.name)
+            torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_state(),
+                        "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
+                        "elapsed": self.elapsed(), "config": config}, out / STATE_FILE)
+
+        out = checkpoint.write_checkpoint(self.run_dir / "checkpoints" / f"step_{self.step}", fill, self.step, config)
         log.info("saved checkpoint %s", out)
         return out
 
     def load(self, path: Path) -> None:
+        checkpoint.verify(path)   # every file whole, before any is read
         state = torch.load(path / STATE_FILE, weights_only=False)
         for agent in self.agents:
             load_agent_weights(agent, path / agent.name)
@@ -125,7 +136,10 @@ class Trainer:
         set_rng_state(state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
-        log.info("resumed from %s at step %d", path, self.step)
+        # The run that wrote it, if its directory is the usual <run>/checkpoints/step_N.
+        status, _ = read_status(Path(path).parent.parent)
+        self.resumed_from = {"checkpoint": str(path), "step": self.step, "run_status": status}
+        log.info("resumed from %s at step %d (that run's status: %s)", path, self.step, status)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.time() - self.started
@@ -148,6 +162,7 @@ class Trainer:
             "steps": self.step,
             "wall_seconds": self.elapsed(),
             "evals": self.evals,
+            "resumed_from": self.resumed_from,
             "config": self.key_config(),
         })
 

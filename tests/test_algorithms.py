@@ -134,8 +134,10 @@ def test_individual_rewards_split_the_coding_reward(make_cfg):
     (["algo=ippo", "+algo.advantage=rloo"], ["algo.advantage", "allowed"]),
     (["algo=mappo", "algo.joint_mode=cross"], ["algo.joint_mode", "cross", "aligned"]),
     (["algo=ppo", "algo.kl_horizon=0"], ["algo.kl_horizon", ">= 1"]),
-    (["algo.num_turns=2"], ["algo.num_turns", "multi-turn"]),
-    (["algo.discount=0.9"], ["algo.discount", "multi-turn"]),
+    (["algo.num_turns=0"], ["algo.num_turns", ">= 1"]),
+    (["algo.discount=1.5"], ["algo.discount", "[0, 1]"]),
+    (["algo.max_branches=0"], ["algo.max_branches", ">= 1"]),
+    (["algo.early_termination_threshold=nan"], ["algo.early_termination_threshold", "finite"]),
     (["algo=banana"], None),
 ])
 def test_bad_algorithm_values_fail_at_start(make_cfg, overrides, needles):
@@ -149,6 +151,13 @@ def test_bad_algorithm_values_fail_at_start(make_cfg, overrides, needles):
         validate(make_cfg(overrides))
     for needle in needles:
         assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_multi_turn_values_are_accepted_by_every_algorithm(make_cfg):
+    for algo in sorted(ALGOS):
+        cfg = validate(make_cfg([f"algo={algo}", "algo.num_turns=2", "algo.discount=0.9", "feedback=plain",
+                                 "algo.early_termination_threshold=0.5", "algo.max_branches=2"]))
+        assert cfg.algo.num_turns == 2 and cfg.algo.discount == 0.9
 
 
 def test_the_yaml_holds_no_default_twice():

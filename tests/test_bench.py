@@ -40,3 +40,18 @@ def test_bench_prints_one_json_line_with_the_contract_keys(algo):
     # prompts/s is the prompts over the summed step time the algorithm reported
     assert abs(result["prompts_per_s"] - 4 / result["seconds"]) < 1e-3 * result["prompts_per_s"] + 1e-4
     assert result["prompts"] == 4 and result["batch"] == 2 and result["gens"] == 2 and result["max_new_tokens"] == 4
+
+
+def test_bench_turns_compares_a_two_turn_step_with_a_one_turn_step():
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--model", "builtin:tiny", "--agents", "2",
+           "--prompts", "2", "--batch", "2", "--gens", "2", "--tokens", "4", "--threads", "1", "--turns", "2"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["turns"] == 2 and result["branches"] == 1 and result["feedback"] == "plain"
+    # one node per sibling set expands: turn 2 holds as many joint actions as turn 1
+    assert result["turn_stats"]["turn_1/nodes"] == result["turn_stats"]["turn_2/nodes"] == 4
+    assert result["turn_stats"]["turn_2/prompt_tokens_mean"] > result["turn_stats"]["turn_1/prompt_tokens_mean"]
+    assert result["one_turn_seconds"] > 0
+    assert result["turns_over_one_turn"] == round(result["seconds"] / result["one_turn_seconds"], 3)

@@ -38,9 +38,6 @@ def register_algo(name: str) -> Callable[[type], type]:
     return deco
 
 
-MULTI_TURN_LATER = " (multi-turn training arrives with the feedback group)"
-
-
 @dataclass
 class AlgoConfig:
     """`algo.*` keys that every algorithm reads: how a batch is sampled and how big it is."""
@@ -52,16 +49,32 @@ class AlgoConfig:
     top_p: float = within(0, 1, 1.0, lo_open=True)
     top_k: int = at_least(0, 0, " (0 = off)")
     max_new_tokens: int = at_least(1, 24)
-    max_prompt_length: int = at_least(1, 1024)
+    max_prompt_length: int = at_least(1, 1024)   # longer prompts (multi-turn histories) lose their beginning
     batch_size: int = at_least(1, 8)             # items per update
     micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
     eval_every: int = at_least(0, 20, " (0 = only before and after training)")
-    # Turn structure; only single-turn runs until multi-turn training lands.
-    num_turns: int = option(1, check=lambda v: v == 1, allowed="1" + MULTI_TURN_LATER)
-    discount: float = option(1.0, check=lambda v: v == 1.0, allowed="1.0" + MULTI_TURN_LATER)
-    early_termination_threshold: float | None = option(None, check=lambda v: v is None,
-                                                       allowed="null" + MULTI_TURN_LATER)
+    # The turn tree (magrpo/turns.py): T turns with feedback between them (the `feedback` group).
+    num_turns: int = at_least(1, 1)
+    discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
+    early_termination_threshold: float | None = None   # a sibling set whose mean reward reaches it stops
+    max_branches: int | None = option(None, check=lambda v: v >= 1, allowed=">= 1, or null = expand every node")
+    max_tree_nodes: int = at_least(1, 2048)      # nodes of one item's tree; a bigger config stops at start
+
+
+def check_tree(cfg: Any, num_agents: int) -> None:
+    """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
+    from magrpo.schema import ConfigError
+    from magrpo.turns import tree_size
+
+    a = cfg.algo
+    size = tree_size(num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"))
+    if size > a.max_tree_nodes:
+        raise ConfigError(
+            f"algo.num_turns={a.num_turns} with algo.joint_mode={a.joint_mode!r}, algo.num_generations="
+            f"{a.num_generations}, {num_agents} agent(s) and algo.max_branches={a.get('max_branches')} grows a tree "
+            f"of {size} nodes per item, more than algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
+            f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
 
 
 @dataclass(frozen=True)
@@ -118,26 +131,43 @@ def clip_and_step(params: list[torch.nn.Parameter], optimizer, scheduler, max_gr
 
 
 def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:
-    """Team-level reward metrics of a scored rollout (reward_mean/std, per turn, components, and
-    `frac_reward_zero_std`: the share of groups whose rewards are all equal, i.e. carry no signal)."""
-    R = rollout.rewards
+    """Team-level reward metrics of a scored rollout and the turns grown from it: reward_mean/std and
+    components over every node of every turn (what the loss sees), the same per turn
+    (`turn_{t}/...`), and `frac_reward_zero_std`: the share of sibling sets whose rewards are all
+    equal, i.e. carry no signal."""
+    levels = rollout.levels()
+    R = torch.cat([lv.rewards.flatten() for lv in levels])
+    flat = torch.cat([lv.rewards.std(-1, unbiased=False) for lv in levels])
     m = {f"{prefix}/reward_mean": R.mean().item(), f"{prefix}/reward_std": R.std(unbiased=False).item(),
-         f"{prefix}/turn_{rollout.turn}/reward_mean": R.mean().item(),
-         f"{prefix}/frac_reward_zero_std": (R.std(-1, unbiased=False) < 1e-8).float().mean().item()}
-    for name, values in rollout.scores.components.items():
+         f"{prefix}/frac_reward_zero_std": (flat < 1e-8).float().mean().item()}
+    names = list(dict.fromkeys(k for lv in levels for k in lv.scores.components))
+    for name in names:
+        values = [x for lv in levels for x in lv.scores.components.get(name, [])]
         m[f"{prefix}/reward/{name}"] = sum(values) / max(len(values), 1)
+    for lv in levels:
+        m[f"{prefix}/turn_{lv.turn}/reward_mean"] = lv.rewards.mean().item()
+        for name, values in lv.scores.components.items():
+            m[f"{prefix}/turn_{lv.turn}/reward/{name}"] = sum(values) / max(len(values), 1)
     return m
 
 
-def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t_end: float) -> dict[str, float]:
-    n_tokens = sum(g.lengths.sum().item() for g in rollout.samples)
-    n_rows = sum(len(g.texts) for g in rollout.samples)
-    m = {f"train/{f'agent_{i + 1}'}/completions/mean_length": g.lengths.mean().item()
-         for i, g in enumerate(rollout.samples)}
+def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t_end: float,
+                   feedback_s: float = 0.0) -> dict[str, float]:
+    """Lengths and timings of a step; `t_reward - t_gen` covers the reward and, in multi-turn
+    steps, the feedback between turns (`feedback_s` of it)."""
+    gens = [g for lv in rollout.levels() for g in lv.samples]
+    n_tokens = sum(g.lengths.sum().item() for g in gens)
+    n_rows = sum(len(g.texts) for g in gens)
+    n_agents = len(rollout.samples)
+    m = {}
+    for i in range(n_agents):
+        mine = [lv.samples[i] for lv in rollout.levels()]
+        m[f"train/agent_{i + 1}/completions/mean_length"] = (sum(g.lengths.sum().item() for g in mine)
+                                                            / max(sum(len(g.texts) for g in mine), 1))
     m.update({
-        "train/completions/mean_length": n_tokens / max(n_rows, 1),
-        "time/generate_s": t_gen - t0, "time/reward_s": t_reward - t_gen, "time/update_s": t_end - t_reward,
-        "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
+        "train/completions/mean_length": n_tokens / max(n_rows, 1), "train/completions/tokens": float(n_tokens),
+        "time/generate_s": t_gen - t0, "time/reward_s": t_reward - t_gen - feedback_s, "time/feedback_s": feedback_s,
+        "time/update_s": t_end - t_reward, "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
         "speed/prompts_per_s": rollout.num_items / (t_end - t0),
     })
     return m

@@ -17,6 +17,13 @@ own share where the task can split it). One step, for a batch of B items and N a
      averaged over the mini-batch's tokens, r = pi / pi_old; the epochs stop early once the mean
      approx KL(pi_old || pi) of an epoch exceeds `target_kl`.
 
+With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py) and each turn's completion is
+one episode of the token-level MDP above whose terminal reward is its node's return: the reward
+plus the discounted mean return of the node's children (R = r + discount * mean(children's R),
+a Monte-Carlo estimate of the future turns). The critic thus learns the value of the multi-turn
+return, the advantage of an early turn carries the turns it led to, and the PPO epochs run over the
+completions of every turn together.
+
 MAPPO (mappo.py) changes only what the critic reads; single-agent PPO (ppo.py) only the team and
 the KL coefficient's controller.
 """
@@ -51,10 +58,12 @@ from magrpo.algos.core import (
     row_chunks,
     token_logprobs,
 )
+from magrpo.feedback import build_feedback
 from magrpo.models import Agent, resolve_model_path
-from magrpo.rollout import Generation, Rollout, Sampling, credit, team_rollout
+from magrpo.rollout import Generation, Rollout, Sampling, credit
 from magrpo.schema import ConfigError, at_least, option, positive, within
 from magrpo.tasks import Task
+from magrpo.turns import TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
 
 
 @dataclass
@@ -166,6 +175,8 @@ class IPPO:
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
         self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
         self.sampling = Sampling.from_algo(cfg.algo)
+        self.turns = TurnSpec.from_algo(cfg.algo)
+        self.feedback = build_feedback(cfg.get("feedback"), task)
         algo = cfg.algo
         total = cfg.max_steps * algo.ppo_epochs * algo.num_mini_batches   # optimizer steps over the run
         self.critics = [Critic(algo.critic, a, algo.critic_model) for a in agents]
@@ -197,41 +208,49 @@ class IPPO:
     def step(self, items: list[dict]) -> dict[str, float]:
         algo = self.algo
         t0 = time.perf_counter()
-        rollout = team_rollout(self.agents, self.task, items, self.sampling, algo.joint_mode)
-        t_gen = time.perf_counter()
-        rollout.score(self.task)
+        root, tree = grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
+        t_gen = t0 + tree.generate_s
         t_reward = time.perf_counter()
+        levels = root.levels()
 
-        metrics = reward_metrics(rollout)
+        metrics = reward_metrics(root)
+        if self.turns.num_turns > 1:
+            metrics.update(tree_metrics(root, tree))
         shares = None
-        if algo.reward == "individual":
-            shares = torch.tensor(self.task.individual_rewards(rollout.scores, len(self.agents)))  # [B*J, N]
+        if algo.reward == "individual":                            # per turn [B_t*J, N]
+            shares = [torch.tensor(self.task.individual_rewards(lv.scores, len(self.agents))) for lv in levels]
+        team_returns = tree_returns(root, algo.discount) if shares is None else None
         for i, agent in enumerate(self.agents):
-            if shares is None:
-                R = rollout.returns(i, algo.cross_credit)                                  # [B, G]
-            else:
-                R = credit(shares[:, i].view(rollout.num_items, -1), rollout.joint, i, rollout.per_item(i),
-                           algo.cross_credit)
-            batch, stats = self._prepare(i, rollout, R.flatten())
+            node_returns = team_returns or tree_returns(
+                root, algo.discount, [s[:, i].view(lv.num_items, -1) for s, lv in zip(shares, levels)])
+            # The return of each of agent i's samples, turn by turn: [B_t, G] each.
+            R = torch.cat([credit(Rt, lv.joint, i, lv.per_item(i), algo.cross_credit).flatten()
+                           for Rt, lv in zip(node_returns, levels)])
+            gen = concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id)
+            texts = [self.critic_prompts(lv, i) for lv in levels]
+            texts = None if texts[0] is None else [t for part in texts for t in part]
+            batch, stats = self._prepare(i, gen, R, texts)
             stats.update(self._update(i, batch))
             metrics.update({f"train/{agent.name}/{k}": v for k, v in stats.items()})
         self.kl_ctl.update(sum(metrics[f"train/{a.name}/kl"] for a in self.agents) / len(self.agents),
                            algo.batch_size)
         metrics["train/kl_coef"] = self.kl_ctl.value
-        metrics.update(timing_metrics(rollout, t0, t_gen, t_reward, time.perf_counter()))
+        metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), tree.feedback_s))
         return metrics
 
     @torch.no_grad()
-    def _prepare(self, i: int, rollout: Rollout, R: torch.Tensor) -> tuple[Batch, dict[str, float]]:
-        """Rollout log-probs, values, per-token rewards, GAE advantages and returns of agent i."""
+    def _prepare(self, i: int, gen: Generation, R: torch.Tensor,
+                 texts: list[str] | None) -> tuple[Batch, dict[str, float]]:
+        """Rollout log-probs, values, per-token rewards, GAE advantages and returns of agent i's
+        completions `gen` with returns R (one per row); `texts`: what the critic reads (None: the
+        agent's own prompt)."""
         algo, agent, critic = self.algo, self.agents[i], self.critics[i]
-        gen, dev = rollout.samples[i], agent.device
+        dev = agent.device
         mask = gen.completion_mask.to(dev)
         chunks = row_chunks(mask.shape[0], algo.micro_batch_size)
         agent.activate()
         agent.model.eval()
         old_logp = rollout_logprobs(agent.model, gen, chunks, algo.temperature, dev)
-        texts = self.critic_prompts(rollout, i)
         if texts is None:
             critic_ids, critic_mask = gen.prompt_rows()
         else:

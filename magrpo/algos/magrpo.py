@@ -10,6 +10,10 @@ One step, for a batch of B items and N agents:
 The advantage is shared through the joint reward; the gradient of each agent uses only its own
 log-probs (centralised training, decentralised execution).
 
+With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py): every node's return is
+R = r + discount * mean(children's R), each sibling set is a group for step 3, and one loss runs
+over the samples of every node of every turn.
+
 GRPO (magrpo/algos/grpo.py) is the same algorithm with one agent writing the whole joint answer.
 """
 
@@ -42,10 +46,12 @@ from magrpo.algos.core import (
     row_chunks,
     token_logprobs,
 )
+from magrpo.feedback import build_feedback
 from magrpo.models import Agent
-from magrpo.rollout import Generation, Sampling, team_rollout
+from magrpo.rollout import Generation, Sampling, credit
 from magrpo.schema import at_least, option, positive
 from magrpo.tasks import Task
+from magrpo.turns import TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
 
 
 @dataclass
@@ -73,6 +79,8 @@ class MAGRPO:
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
         self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
         self.sampling = Sampling.from_algo(cfg.algo)
+        self.turns = TurnSpec.from_algo(cfg.algo)
+        self.feedback = build_feedback(cfg.get("feedback"), task)
         # Optimizer steps per rollout = num_iterations, so the schedule spans all of them.
         total = cfg.max_steps * cfg.algo.num_iterations
         self.optimizers, self.schedulers = zip(*[build_optimizer(a.trainable_parameters(), cfg.optimizer, total)
@@ -82,19 +90,24 @@ class MAGRPO:
     def step(self, items: list[dict]) -> dict[str, float]:
         algo = self.algo
         t0 = time.perf_counter()
-        rollout = team_rollout(self.agents, self.task, items, self.sampling, algo.joint_mode)
-        t_gen = time.perf_counter()
-        rollout.score(self.task)
+        root, stats = grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
+        t_gen = t0 + stats.generate_s
         t_reward = time.perf_counter()
+        levels = root.levels()
+        node_returns = tree_returns(root, algo.discount)                                # per turn [B_t, J]
 
-        metrics = reward_metrics(rollout)
-        for i, (agent, gen) in enumerate(zip(self.agents, rollout.samples)):
-            returns = rollout.returns(i, algo.cross_credit)                            # [B, G]
-            adv = advantages(returns, algo.advantage, algo.scale).flatten()             # [B*G]
+        metrics = reward_metrics(root)
+        if self.turns.num_turns > 1:
+            metrics.update(tree_metrics(root, stats))
+        for i, agent in enumerate(self.agents):
+            # Each sibling set is a group: advantages per turn, then one update over every turn's samples.
+            returns = [credit(R, lv.joint, i, lv.per_item(i), algo.cross_credit) for lv, R in zip(levels, node_returns)]
+            adv = torch.cat([advantages(R, algo.advantage, algo.scale).flatten() for R in returns])   # [sum_t B_t*G]
+            gen = concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id)
             metrics.update({f"train/{agent.name}/{k}": v for k, v in self._update(i, gen, adv).items()})
             metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
-            metrics[f"train/{agent.name}/return_mean"] = returns.mean().item()
-        metrics.update(timing_metrics(rollout, t0, t_gen, t_reward, time.perf_counter()))
+            metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
+        metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), stats.feedback_s))
         return metrics
 
     # -- the policy update of one agent -----------------------------------------------------------

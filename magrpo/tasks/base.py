@@ -64,6 +64,8 @@ class Task:
     # PPO-family baselines); a task that says yes implements `individual_rewards`.
     splits_reward: ClassVar[bool] = False
     reward_schema: ClassVar[type | None] = None
+    # Which family of `feedback=diagnostics` explains this task's reward (magrpo/feedback/diagnostics.py).
+    feedback_kind: ClassVar[str] = "generic"
 
     def __init__(self, cfg: Any, reward_cfg: Any):
         self.cfg = cfg
@@ -100,6 +102,11 @@ class Task:
         parts.append("Write your part again, consistent with the answers above and without repeating them."
                      if own is not None else "Write your part so that it fits with the answer(s) above.")
         return "\n\n".join(parts)
+
+    def revise_instruction(self, item: Item, agent: int, num_agents: int) -> str:
+        """The request that ends every between-turn message (magrpo.feedback): answer again, in the
+        format the first prompt asked for."""
+        return "Now write your part again: reply with your complete revised answer only, in the format asked for above."
 
     # -- reward -----------------------------------------------------------------------------
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:

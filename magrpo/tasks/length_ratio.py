@@ -11,7 +11,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from magrpo.schema import ConfigError, at_least, positive
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 
@@ -55,17 +57,31 @@ TOPICS = [
 @dataclass
 class LengthRatioTaskConfig:
     name: str = "length_ratio"
-    num_train: int = 32
-    num_eval: int = 16
+    num_train: int = at_least(1, 32)
+    num_eval: int = at_least(1, 16)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if node.num_train + node.num_eval > len(TOPICS):
+            raise ConfigError(f"{prefix}num_train + {prefix}num_eval = {node.num_train} + {node.num_eval} "
+                              f"exceeds the {len(TOPICS)} built-in length_ratio topics; their sum must be "
+                              f"<= {len(TOPICS)}")
 
 
 @dataclass
 class LengthRatioRewardConfig:
     name: str = "length_ratio"
-    min_ratio: float = 2.0
-    max_ratio: float = 3.0
+    min_ratio: float = at_least(0, 2.0)
+    max_ratio: float = positive(3.0)
     shift: float = 0.0
-    scale: float = 1.0
+    # A zero scale pays every answer the same; a negative one rewards missing the band.
+    scale: float = positive(1.0)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if node.min_ratio > node.max_ratio:
+            raise ConfigError(f"{prefix}min_ratio={node.min_ratio!r} is above {prefix}max_ratio={node.max_ratio!r}; "
+                              f"the band needs min_ratio <= max_ratio")
 
 
 def band_reward(ratio: float, lo: float, hi: float) -> float:
@@ -103,12 +119,13 @@ class LengthRatioTask(Task):
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols) -> Scores:
         r = self.reward_cfg
-        totals, ratios = [], []
+        totals, ratios, inside = [], [], []
         for joint in completions:
             if len(joint) == 1:  # single-agent form: both parts in one answer
                 joint = list(split_single(joint[0]))
             a1, a2 = joint[0], joint[1]
             ratio = len(a2) / max(len(a1), 1)
             ratios.append(ratio)
+            inside.append(r.min_ratio <= ratio <= r.max_ratio)
             totals.append((band_reward(ratio, r.min_ratio, r.max_ratio) + r.shift) * r.scale)
-        return Scores(totals, {"length_ratio": ratios})
+        return Scores(totals, {"length_ratio": ratios}, {"passed": inside})

