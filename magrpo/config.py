@@ -50,7 +50,7 @@ class AgentsSchema:
     num_agents: int = at_least(1, 2)
     models: list[ModelSchema] = field(default_factory=list)
     share_base: bool = False             # one base model, one LoRA adapter per agent
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # alias of hardware.gradient_checkpointing (either turns it on)
 
 
 @dataclass
@@ -76,6 +76,14 @@ class HardwareSchema:
                                              allowed=f"null, or a list of {DEVICES}")
     num_threads: int | None = option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null")
     deterministic: bool = False
+    # Memory: recompute activations in backward instead of storing them; bf16 autocast of every
+    # forward (weights stay in their dtype); algo.micro_batch_size bounds the rows per forward.
+    gradient_checkpointing: bool = False
+    autocast: str = option("none", choices=["none", "bf16"])
+    # Data-parallel training (torchrun): ddp = a full copy of each agent per rank; fsdp = parameters,
+    # gradients and optimizer state sharded over the ranks (magrpo/distributed.py).
+    strategy: str = option("ddp", choices=["ddp", "fsdp"])
+    dist_timeout_s: int = at_least(1, 1800, " (seconds a collective waits for the other ranks)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

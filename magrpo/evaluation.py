@@ -11,6 +11,8 @@ turn t (a path stopped early keeps its last answer).
 
 Sampling runs under a forked RNG seeded from the run's seed, so evaluating never changes the
 training stream (a resumed run and an uninterrupted one see the same random numbers).
+Under torchrun each rank generates and scores its block of the items, and the metrics are
+computed on everything gathered from the ranks.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from magrpo import distributed
 from magrpo.feedback import Feedback
 from magrpo.models import Agent
 from magrpo.rollout import SCHEMES, Rollout, Sampling, rollout_cost
@@ -30,7 +33,8 @@ from magrpo.turns import TurnSpec, follow_paths, path_cost, path_turn
 def eval_sampling(cfg: Any) -> Sampling:
     return Sampling(num_generations=cfg.eval.num_samples, max_new_tokens=cfg.algo.max_new_tokens,
                     do_sample=cfg.eval.do_sample, temperature=cfg.eval.temperature, top_p=cfg.algo.top_p,
-                    top_k=cfg.algo.top_k, max_prompt_length=cfg.algo.max_prompt_length)
+                    top_k=cfg.algo.top_k, max_prompt_length=cfg.algo.max_prompt_length,
+                    share_prompt=cfg.algo.share_prompt)
 
 
 def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,
@@ -40,25 +44,34 @@ def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampl
     if turns is not None and turns.num_turns > 1:
         return evaluate_turns(agents, task, items, sampling, batch_size, seed, num_examples, scheme, turns, feedback)
     S = sampling.num_generations
+    world = distributed.world()
+    mine = items[distributed.shard(len(items))]
     rollouts: list[Rollout] = []
     devices = [a.device for a in agents if a.device.type == "cuda"]
     with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        for start in range(0, len(items), batch_size):
-            rollouts.append(SCHEMES[scheme](agents, task, items[start:start + batch_size], sampling))
+        torch.manual_seed(seed + 1_000_003 * world.rank)
+        for start in range(0, len(mine), batch_size):
+            rollouts.append(SCHEMES[scheme](agents, task, mine[start:start + batch_size], sampling))
     all_items = [it for r in rollouts for it in r.joint_items]
     prompts = [p for r in rollouts for p in r.prompts]
     completions = [c for r in rollouts for c in r.completions]
     costs = [rollout_cost(r) for r in rollouts]
     tokens = torch.cat([t for _, t in costs]).tolist() if costs else []
+    gen_seconds = sum(s for s, _ in costs)
     t0 = time.perf_counter()
-    scores = task.score(all_items, prompts, completions)
+    scores = task.score(all_items, prompts, completions) if all_items else Scores([])
     reward_seconds = time.perf_counter() - t0
+    if world.distributed:       # every rank's block, in rank order (= item order)
+        parts = distributed.gather_objects((all_items, prompts, completions, tokens, scores, reward_seconds,
+                                            gen_seconds))
+        all_items, prompts, completions, tokens = ([x for p in parts for x in p[k]] for k in range(4))
+        scores = Scores.concat([p[4] for p in parts])
+        reward_seconds, gen_seconds = sum(p[5] for p in parts), sum(p[6] for p in parts)
     metrics = summarize_scores(scores)
     metrics.update({f"turn_1/{k}": v for k, v in summarize_scores(scores).items() if k != "reward_std"})
     metrics.update(task.metrics(all_items, completions, scores))
     metrics.update({"output_tokens_mean": sum(tokens) / max(len(tokens), 1),
-                    "response_time_s": sum(s for s, _ in costs) / max(len(items), 1),
+                    "response_time_s": gen_seconds / max(len(items), 1),
                     "reward_time_s": reward_seconds, "num_items": float(len(items))})
     metrics.update(normalized_returns(task, metrics, len(completions[0]) if completions else 2))
     rows = list(zip(all_items, prompts, completions, scores))[::max(S, 1)][:num_examples]

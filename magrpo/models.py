@@ -52,6 +52,7 @@ class Agent:
     adapter: str | None = None       # adapter name when agents share one base model
     chat_template_kwargs: dict = field(default_factory=dict)
     reference: Any = None            # frozen copy for the KL term (full fine-tuning only)
+    _encoded: dict = field(default_factory=dict, repr=False)   # (prompt, max_length) -> token ids
 
     @property
     def name(self) -> str:
@@ -65,6 +66,35 @@ class Agent:
         if self.adapter is not None:
             return [p for n, p in self.model.named_parameters() if f".{self.adapter}." in n]
         return [p for p in self.model.parameters() if p.requires_grad]
+
+    def encode_prompts(self, prompts: list[str] | list[list[dict[str, str]]],
+                       max_length: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Left-padded ids and attention mask of the formatted prompts on the agent's device, and
+        how many of them were longer than `max_length` tokens.
+
+        A prompt is one user message or a conversation (multi-turn: user, assistant, user, ...). A
+        longer one keeps its end, where the instruction is. Each distinct prompt is templated and
+        tokenized once per run (training revisits the same items).
+        """
+        rows, truncated = [], 0
+        for text in prompts:
+            key = (text if isinstance(text, str) else tuple((m["role"], m["content"]) for m in text), max_length)
+            hit = self._encoded.get(key)
+            if hit is None:
+                if len(self._encoded) >= 65536:
+                    self._encoded.clear()
+                ids = self.tokenizer(self.format_prompt(text), add_special_tokens=False)["input_ids"]
+                hit = self._encoded[key] = (ids[-max_length:], len(ids) > max_length)
+            rows.append(hit[0])
+            truncated += hit[1]
+        width = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                input_ids[i, width - len(r):] = torch.tensor(r)
+                mask[i, width - len(r):] = 1
+        return input_ids.to(self.device), mask.to(self.device), truncated
 
     def format_prompt(self, text: str | list[dict[str, str]]) -> str:
         """The chat template when the tokenizer has one, else the plain prompt. `text` is one user
@@ -107,6 +137,23 @@ def _load_tokenizer(spec: Any, path: str):
     return tok
 
 
+def _enable_checkpointing(model) -> None:
+    """Recompute each layer's activations in backward (transformers' non-reentrant checkpointing,
+    which also serves frozen bases under a LoRA adapter)."""
+    enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+    enable({"use_reentrant": False})
+
+
+def _with_autocast(model, autocast: str):
+    """Run every forward of `model` under bf16 autocast (`hardware.autocast=bf16`): matmuls in bf16,
+    weights, gradients and optimizer state in the model's own dtype."""
+    if autocast == "none":
+        return model
+    device_type = next(model.parameters()).device.type
+    model.forward = torch.autocast(device_type=device_type, dtype=torch.bfloat16)(model.forward)
+    return model
+
+
 def _load_model(spec: Any, path: str, device: torch.device):
     from transformers import AutoModelForCausalLM
 
@@ -133,6 +180,14 @@ def _loading(spec: Any, index: int | str):
 
 
 def agent_devices(hw: Any, n: int) -> list[torch.device]:
+    from magrpo import distributed
+
+    world = distributed.world()
+    if world.distributed and world.backend == "nccl":
+        if hw.agent_devices:
+            raise ValueError("hardware.agent_devices is for one process; under torchrun each rank uses its own "
+                             "GPU (cuda:LOCAL_RANK): set hardware.agent_devices=null")
+        return [torch.device("cuda", world.local_rank)] * n
     if hw.agent_devices:
         devs = list(hw.agent_devices)
         return [torch.device(devs[i % len(devs)]) for i in range(n)]
@@ -147,6 +202,8 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     models = list(agents_cfg.models)
     specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
     devices = agent_devices(hw_cfg, num_agents)
+    checkpointing = bool(getattr(hw_cfg, "gradient_checkpointing", False) or agents_cfg.gradient_checkpointing)
+    autocast = getattr(hw_cfg, "autocast", "none")
     agents: list[Agent] = []
     if agents_cfg.share_base:
         from peft import get_peft_model
@@ -155,9 +212,9 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
         with _loading(spec, 0):
             path = resolve_model_path(spec.name_or_path)
             tok = _load_tokenizer(spec, path)
-            base = _load_model(spec, path, devices[0])
-        if agents_cfg.gradient_checkpointing:
-            base.gradient_checkpointing_enable()
+            base = _with_autocast(_load_model(spec, path, devices[0]), autocast)
+        if checkpointing:
+            _enable_checkpointing(base)
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
@@ -169,16 +226,16 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
         with _loading(spec, i if len(models) > 1 else 0):
             path = resolve_model_path(spec.name_or_path)
             tok = _load_tokenizer(spec, path)
-            model = _load_model(spec, path, devices[i])
-        if agents_cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
+            model = _with_autocast(_load_model(spec, path, devices[i]), autocast)
+        if checkpointing:
+            _enable_checkpointing(model)
         reference = None
         if spec.lora is not None:
             from peft import get_peft_model
 
             model = get_peft_model(model, _lora_config(spec.lora))
         elif need_reference:
-            reference = _load_model(spec, path, devices[i]).eval().requires_grad_(False)
+            reference = _with_autocast(_load_model(spec, path, devices[i]), autocast).eval().requires_grad_(False)
         agents.append(Agent(i, model, tok, devices[i], reference=reference,
                             chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
     log.info("loaded %d agent(s): %s", num_agents,
@@ -186,13 +243,15 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     return agents
 
 
-def save_agent(agent: Agent, out: Path) -> None:
-    """Weights (or the adapter) and tokenizer of one agent, loadable with from_pretrained."""
+def save_agent(agent: Agent, out: Path, state_dict: dict | None = None) -> None:
+    """Weights (or the adapter) and tokenizer of one agent, loadable with from_pretrained.
+    `state_dict`: the gathered weights of a sharded (fsdp) model."""
     out.mkdir(parents=True, exist_ok=True)
+    kwargs = {} if state_dict is None else {"state_dict": state_dict}
     if agent.adapter is not None:
-        agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter])
+        agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter], **kwargs)
     else:
-        agent.model.save_pretrained(str(out))
+        agent.model.save_pretrained(str(out), **kwargs)
     agent.tokenizer.save_pretrained(str(out))
 
 

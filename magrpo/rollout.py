@@ -31,7 +31,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from magrpo import distributed
 from magrpo.models import Agent
+from magrpo.sampler import sample_shared_prompt, shares_prompt
 from magrpo.tasks import Scores, Task
 
 log = logging.getLogger(__name__)
@@ -45,12 +47,13 @@ class Sampling:
     top_p: float = 1.0
     top_k: int = 0
     max_prompt_length: int = 1024
+    share_prompt: bool = True       # prefill each prompt once, not once per sample (magrpo.sampler)
 
     @classmethod
     def from_algo(cls, algo) -> Sampling:
         return cls(num_generations=algo.num_generations, max_new_tokens=algo.max_new_tokens,
                    temperature=algo.temperature, top_p=algo.top_p, top_k=algo.top_k,
-                   max_prompt_length=algo.max_prompt_length)
+                   max_prompt_length=algo.max_prompt_length, share_prompt=getattr(algo, "share_prompt", True))
 
 
 @dataclass
@@ -70,6 +73,7 @@ class Generation:
     truncated: int = 0                      # prompts cut from the left to max_prompt_length
     logprobs: torch.Tensor | None = None    # [n*G, C] rollout-time log-probs, where an algorithm needs them
     values: torch.Tensor | None = None      # [n*G, C] critic values, where an algorithm has a critic
+    sample_seconds: float = 0.0             # of `seconds`, the model's decoding alone (bench phase `generate`)
 
     @property
     def lengths(self) -> torch.Tensor:
@@ -213,52 +217,55 @@ def eos_ids(agent: Agent) -> list[int]:
 _WARNED_TRUNCATION: set[str] = set()
 
 
-def count_truncated(tok, texts: list[str], max_length: int) -> int:
-    """How many of `texts` are longer than `max_length` tokens (only tokenized when they might be:
-    a byte-level token covers at least one byte)."""
-    if all(len(t.encode("utf-8")) <= max_length for t in texts):
-        return 0
-    return sum(len(ids) > max_length for ids in tok(texts, add_special_tokens=False)["input_ids"])
-
-
 @torch.no_grad()
 def generate(agent: Agent, prompts: list[str], sampling: Sampling,
              conversations: list[list[dict[str, str]]] | None = None) -> Generation:
-    """Sample `sampling.num_generations` completions for each prompt in ONE generate call.
+    """Sample `sampling.num_generations` completions for each prompt in ONE batched decoding.
 
     With `conversations` (multi-turn), each is formatted as a chat in place of its plain prompt."""
     t0 = time.perf_counter()
     tok = agent.tokenizer
-    tok.truncation_side = "left"  # keep the end of a long prompt, where the instruction is
-    formatted = [agent.format_prompt(p) for p in (conversations if conversations is not None else prompts)]
-    truncated = count_truncated(tok, formatted, sampling.max_prompt_length)
+    prompt_ids, prompt_mask, truncated = agent.encode_prompts(
+        conversations if conversations is not None else prompts, sampling.max_prompt_length)
     if truncated and agent.name not in _WARNED_TRUNCATION:   # once per agent; the metrics count every one
         _WARNED_TRUNCATION.add(agent.name)
         log.warning("%d prompt(s) of %s are longer than algo.max_prompt_length=%d tokens; their beginning "
                     "is cut off (counted in train/prompt_truncated)", truncated, agent.name,
                     sampling.max_prompt_length)
-    enc = tok(formatted, return_tensors="pt", padding=True, truncation=True,
-              max_length=sampling.max_prompt_length, add_special_tokens=False).to(agent.device)
     agent.activate()
     model = agent.model
     was_training = model.training
     model.eval()
+    eos = eos_ids(agent)
+    t_sample = time.perf_counter()
+    with distributed.full_weights(model):       # a sharded (fsdp) model gathers its weights once
+        completion_ids = _sample(model, prompt_ids, prompt_mask, sampling, eos, tok.pad_token_id)
+    sample_seconds = time.perf_counter() - t_sample
+    model.train(was_training)
+    mask = completion_mask(completion_ids, eos)
+    texts = tok.batch_decode(completion_ids.masked_fill(mask == 0, tok.pad_token_id), skip_special_tokens=True)
+    return Generation(prompt_ids, prompt_mask, completion_ids, mask, texts, sampling.num_generations,
+                      time.perf_counter() - t0, prompts=list(prompts), conversations=conversations,
+                      truncated=truncated, sample_seconds=sample_seconds)
+
+
+def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], pad_id: int) -> torch.Tensor:
+    """[n*G, C] completion ids: each prompt prefilled once (magrpo.sampler), or `model.generate`."""
+    if shares_prompt(model, sampling.share_prompt):
+        out = sample_shared_prompt(model, prompt_ids, prompt_mask, sampling.num_generations, sampling.max_new_tokens,
+                                   eos, pad_id, sampling.do_sample, sampling.temperature, sampling.top_k,
+                                   sampling.top_p)
+        if out is not None:
+            return out
     kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.num_generations,
-                  pad_token_id=tok.pad_token_id, eos_token_id=eos_ids(agent))
+                  pad_token_id=pad_id, eos_token_id=eos)
     if sampling.do_sample:
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
                       top_k=sampling.top_k or None)
-    else:
-        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-    out = model.generate(input_ids=enc.input_ids, attention_mask=enc.attention_mask, **kwargs)
-    model.train(was_training)
-    completion_ids = out[:, enc.input_ids.shape[1]:]
-    mask = completion_mask(completion_ids, eos_ids(agent))
-    texts = tok.batch_decode(completion_ids * mask.long() + tok.pad_token_id * (1 - mask.long()),
-                             skip_special_tokens=True)
-    return Generation(enc.input_ids, enc.attention_mask, completion_ids, mask, texts,
-                      sampling.num_generations, time.perf_counter() - t0, prompts=list(prompts),
-                      conversations=conversations, truncated=truncated)
+    else:   # greedy: every sample of a prompt is the same, so decode it once
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, num_return_sequences=1)
+    out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)[:, prompt_ids.shape[1]:]
+    return out if sampling.do_sample else out.repeat_interleave(sampling.num_generations, dim=0)
 
 
 # --- joint actions and credit ----------------------------------------------------------------------

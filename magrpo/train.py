@@ -3,6 +3,7 @@
     magrpo-train                                   # embedded default: tiny agents, length_ratio
     magrpo-train task=tldr agents=qwen3_1.7b hardware=gpu logger=wandb
     magrpo-train -m seed=0,1,2 algo.advantage=mean,rloo     # a sweep
+    torchrun --nproc_per_node 2 -m magrpo.train ...         # data-parallel over 2 processes
 
 A bad config exits 2 and a missing model, data set or device exits 1, each with one line on
 stderr and `summary.json` saying why; a failed job of a sweep leaves the other jobs running
@@ -12,12 +13,16 @@ stderr and `summary.json` saying why; a failed job of a sweep leaves the other j
 from __future__ import annotations
 
 import logging
+import os
+import sys
 from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import OmegaConfBaseException
+from torch.distributed.elastic.multiprocessing.errors import record
 
+from magrpo import distributed
 from magrpo.config import ConfigError, register_schemas, validate
 from magrpo.launch import as_setup_error, conf_dir, exit_if_sweep_failed, run_job
 
@@ -44,20 +49,39 @@ def run(cfg: DictConfig) -> dict:
     """Validate, build and train; returns the final summary. Usable without Hydra (tests).
 
     The run directory is claimed first (no other live run may write it); whatever stops the run
-    after that is recorded in its summary.json (status, phase, reason)."""
+    after that is recorded in its summary.json (status, phase, reason). Under torchrun, rank 0
+    owns the run directory and its status; the other ranks only train."""
     from magrpo.tracking import RunStatus
 
     out = output_dir(cfg)
+    if int(os.environ.get("RANK", "0")) > 0:
+        return _fit(validate(cfg), out)
     with RunStatus(out, kind="train") as status:
         cfg = validate(cfg)
         status.phase = "setup"
         status.write({"status": "running", "kind": "train", "phase": "setup",
                       "config": {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed}})
-        from magrpo.trainer import Trainer
+        return _fit(cfg, out, status)
 
+
+def _fit(cfg: DictConfig, out: Path, status=None) -> dict:
+    from magrpo.trainer import Trainer
+
+    try:
         trainer = as_setup_error(lambda: Trainer(cfg, out))
-        status.phase = "training"
-        return trainer.fit()
+        if status is not None:
+            status.phase = "training"
+        result = trainer.fit()
+    except Exception as e:
+        # Hydra turns the exception into an exit code; torchrun's failure report (its "root
+        # cause", the first rank that failed) reads the traceback from this file instead.
+        if os.environ.get("TORCHELASTIC_ERROR_FILE"):
+            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+
+            ErrorHandler().record_exception(e)
+        raise
+    distributed.shutdown()      # a failed rank raised: torchrun stops every other rank
+    return result
 
 
 def _run_and_score(cfg: DictConfig) -> float:
@@ -85,8 +109,21 @@ def _hydra_main(cfg: DictConfig) -> float:
     return float("nan") if score is None else score   # a failed job of a sweep: nan, as sweepers expect
 
 
+def quiet_other_ranks() -> None:
+    """Under torchrun, ranks other than 0 log to stdout only and write no .hydra/ copy: rank 0
+    owns the run directory."""
+    if int(os.environ.get("RANK", "0")) > 0:
+        given = " ".join(sys.argv[1:])
+        if "hydra.output_subdir" not in given:
+            sys.argv.append("hydra.output_subdir=null")
+        if "hydra/job_logging" not in given:
+            sys.argv.append("hydra/job_logging=stdout")
+
+
+@record        # under torchrun, a failing rank's traceback is what the launcher reports
 def main() -> None:
     quiet_progress_bars()
+    quiet_other_ranks()
     _hydra_main()
     exit_if_sweep_failed()
 

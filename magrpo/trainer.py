@@ -2,12 +2,14 @@
 
 The algorithm (magrpo.algos) owns one step's math; this loop owns everything that repeats.
 Batches are a pure function of (seed, step), so a resumed run draws exactly the batches an
-uninterrupted run would.
+uninterrupted run would. Under torchrun each rank trains on its block of every batch
+(magrpo/distributed.py); rank 0 alone writes the run directory.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from pathlib import Path
@@ -18,12 +20,13 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from magrpo import checkpoint
+from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
 from magrpo.checkpoint import STATE_FILE
 from magrpo.evaluation import eval_sampling, evaluate
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
+from magrpo.schema import ConfigError
 from magrpo.tasks import Task, build_task
 from magrpo.tracking import RunLogger, read_status, run_identity
 from magrpo.turns import TurnSpec
@@ -65,10 +68,24 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+class _QuietLogger:
+    """The logger of ranks other than 0: they compute metrics but write nothing."""
+
+    def log(self, *args, **kwargs) -> None: ...
+    def log_examples(self, *args, **kwargs) -> None: ...
+    def summary(self, *args, **kwargs) -> None: ...
+    def close(self) -> None: ...
+
+
 class Trainer:
     def __init__(self, cfg: Any, run_dir: Path):
-        self.cfg, self.run_dir = cfg, run_dir
         hw = cfg.hardware
+        self.world = distributed.init(hw)
+        run_dir = self._shared_run_dir(run_dir)
+        self.cfg, self.run_dir = cfg, run_dir
+        if cfg.algo.batch_size % self.world.size:
+            raise ConfigError(f"algo.batch_size={cfg.algo.batch_size} does not split over {self.world.size} ranks "
+                              f"(torchrun --nnodes x --nproc_per_node); choose a multiple of {self.world.size}")
         if hw.num_threads:
             torch.set_num_threads(hw.num_threads)
         if hw.deterministic:
@@ -83,10 +100,24 @@ class Trainer:
         algo_cls = ALGOS[cfg.algo.name]
         team = algo_cls.team(cfg)
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
-        self.algo = algo_cls(cfg, self.agents, self.task)
+        if cfg.resume:        # weights first: a sharded model (fsdp) loads only gathered weights
+            checkpoint.verify(Path(cfg.resume).expanduser())   # every file whole, before any is read
+            self._verified = Path(cfg.resume).expanduser()
+            for agent in self.agents:
+                load_agent_weights(agent, Path(cfg.resume).expanduser() / agent.name)
+        self.sharded = self.world.distributed and hw.strategy == "fsdp"
+        if self.world.distributed:
+            models = {id(m): m for a in self.agents for m in (a.model, a.reference) if m is not None}
+            for model in models.values():
+                distributed.broadcast_module(model)        # every rank starts from rank 0's weights
+                if self.sharded:
+                    distributed.shard_model(model)
+        self.algo = algo_cls(cfg, self.agents, self.task)   # its optimizers hold the (sharded) parameters
+        if self.world.distributed:      # every rank samples its own completions: a random stream per rank
+            seed_everything(cfg.seed + 1_000_003 * self.world.rank)
         self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
         self.feedback = build_feedback(cfg.get("feedback"), self.task)
-        self.logger = RunLogger(cfg, run_dir)
+        self.logger = RunLogger(cfg, run_dir) if self.world.is_main else _QuietLogger()
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
         self.best: dict[str, Any] | None = None
@@ -94,6 +125,14 @@ class Trainer:
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
         self.resumed_from: dict[str, Any] | None = None
+
+    def _shared_run_dir(self, run_dir: Path) -> Path:
+        """Rank 0's run directory on every rank. Hydra timestamps each process's directory, so a rank
+        that started a second later made its own (empty) one, which is removed again."""
+        shared = Path(distributed.broadcast_object(str(run_dir)))
+        if shared != run_dir and run_dir.is_dir() and not any(run_dir.iterdir()):
+            run_dir.rmdir()
+        return shared
 
     # -- evaluation -----------------------------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
@@ -113,27 +152,57 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self) -> Path:
-        """Atomically (magrpo.checkpoint): a crash mid-save leaves no half checkpoint behind."""
+        """Atomically (magrpo.checkpoint): a crash mid-save leaves no half checkpoint behind. Rank 0
+        writes the weights (gathered when sharded) and the state; under fsdp every rank's optimizer
+        shard is staged next to the checkpoint and moved in before it is sealed."""
         config = OmegaConf.to_container(self.cfg, resolve=True)
+        dest = self.run_dir / "checkpoints" / f"step_{self.step}"
+        rng_ranks = distributed.gather_objects(rng_state())     # each rank's random stream resumes
+        weights = [distributed.full_state_dict(a.model) for a in self.agents]   # gathered when sharded
+        shard_name = f"algo_rank{self.world.rank}.pt"
+        if self.sharded:      # each rank keeps its shard of the optimizer state
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            torch.save(self.algo.state_dict(), dest.parent / f".{dest.name}.{shard_name}")
+        distributed.barrier()
 
         def fill(out: Path) -> None:
-            for agent in self.agents:
-                save_agent(agent, out / agent.name)
-            torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_state(),
+            for agent, state in zip(self.agents, weights):
+                save_agent(agent, out / agent.name, state)
+            if self.sharded:
+                for rank in range(self.world.size):
+                    name = f"algo_rank{rank}.pt"
+                    os.replace(dest.parent / f".{dest.name}.{name}", out / name)
+            torch.save({"step": self.step, "algo": None if self.sharded else self.algo.state_dict(),
+                        "rng": rng_ranks[0], "rng_ranks": rng_ranks, "world_size": self.world.size,
                         "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
                         "elapsed": self.elapsed(), "config": config}, out / STATE_FILE)
 
-        out = checkpoint.write_checkpoint(self.run_dir / "checkpoints" / f"step_{self.step}", fill, self.step, config)
-        log.info("saved checkpoint %s", out)
-        return out
+        if self.world.is_main:
+            checkpoint.write_checkpoint(dest, fill, self.step, config)
+            log.info("saved checkpoint %s", dest)
+        distributed.barrier()
+        return dest
 
     def load(self, path: Path) -> None:
-        checkpoint.verify(path)   # every file whole, before any is read
+        """Everything but the agents' weights, which __init__ loaded (before any sharding) from the
+        same verified checkpoint."""
+        if path != getattr(self, "_verified", None):
+            checkpoint.verify(path)   # every file whole, before any is read
         state = torch.load(path / STATE_FILE, weights_only=False)
-        for agent in self.agents:
-            load_agent_weights(agent, path / agent.name)
-        self.algo.load_state_dict(state["algo"])
-        set_rng_state(state["rng"])
+        saved_world = state.get("world_size", 1)
+        if saved_world != self.world.size:
+            raise ConfigError(f"resume={str(path)!r} was saved by {saved_world} rank(s); resume it with the same "
+                              f"number (torchrun --nproc_per_node x --nnodes = {saved_world}), not {self.world.size}")
+        if state["algo"] is None:     # saved sharded (fsdp): this rank's shard of the optimizer state
+            shard_file = path / f"algo_rank{self.world.rank}.pt"
+            if not shard_file.exists():
+                raise ConfigError(f"resume={str(path)!r} was saved with hardware.strategy=fsdp; resume it with fsdp")
+            self.algo.load_state_dict(torch.load(shard_file, weights_only=False))
+        elif self.sharded:
+            raise ConfigError(f"resume={str(path)!r} was saved with hardware.strategy=ddp; resume it with ddp")
+        else:
+            self.algo.load_state_dict(state["algo"])
+        set_rng_state(state["rng_ranks"][self.world.rank] if "rng_ranks" in state else state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
         # The run that wrote it, if its directory is the usual <run>/checkpoints/step_N.
@@ -160,6 +229,7 @@ class Trainer:
             "final_eval": final_eval,
             "best": self.best,
             "steps": self.step,
+            "world_size": self.world.size,
             "wall_seconds": self.elapsed(),
             "evals": self.evals,
             "resumed_from": self.resumed_from,
@@ -177,10 +247,12 @@ class Trainer:
                 self.initial_eval = self.run_eval()
                 self.write_summary("running")
             bar = tqdm(range(self.step, cfg.max_steps), initial=self.step, total=cfg.max_steps,
-                       desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True, disable=None)
+                       desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True,
+                       disable=None if self.world.is_main else True)
             for _ in bar:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
-                metrics = self.algo.step([self.train_items[i] for i in idx])
+                idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
+                metrics = distributed.mean_metrics(self.algo.step([self.train_items[i] for i in idx]))
                 self.step += 1
                 if self.step % cfg.logger.log_every == 0 or self.step == cfg.max_steps:
                     self.logger.log(self.step, metrics)

@@ -57,12 +57,15 @@ def test_pass_at_k_reported_on_humaneval(tmp_path):
 @pytest.mark.parametrize("task", ["length_ratio", "tldr", "humaneval"])
 def test_every_scheme_reproduces_the_stored_numbers(tmp_path, task):
     """The evaluation schemes run on the shared rollout code and give the numbers recorded before
-    they moved there (fixed seed, tiny agents); timings are left out."""
+    they moved there (fixed seed, tiny agents); timings are left out. The numbers were drawn by
+    transformers' `generate`, the path of `algo.share_prompt=false`; the shared-prompt sampler draws
+    from the same distribution with another random stream (tests/test_shared_prompt.py)."""
     from pathlib import Path
 
     want = json.loads((Path(__file__).parent / "data" / "golden_eval.json").read_text())[task]
     cfg = compose_cfg([f"output_dir={tmp_path / task}", f"task={task}", "algo.max_new_tokens=12", "eval.num_items=3",
-                       "eval.num_samples=2", "methods=[team,single,naive_concat,sequential,discussion]"],
+                       "eval.num_samples=2", "methods=[team,single,naive_concat,sequential,discussion]",
+                       "algo.share_prompt=false"],
                       config_name="eval")
     got = run_eval(cfg)["results"]
     for method, metrics in want.items():

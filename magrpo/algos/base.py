@@ -14,13 +14,16 @@ The loop (magrpo.trainer) never tests which algorithm it runs.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import torch
 
+from magrpo import distributed
 from magrpo.models import Agent
 from magrpo.rollout import Rollout
 from magrpo.schema import at_least, option, positive, within
@@ -52,6 +55,9 @@ class AlgoConfig:
     max_prompt_length: int = at_least(1, 1024)   # longer prompts (multi-turn histories) lose their beginning
     batch_size: int = at_least(1, 8)             # items per update
     micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
+    # Run each prompt once for its G samples, in generation and in the update (exact; a model
+    # that cannot continue a shared key/value cache falls back with one log line).
+    share_prompt: bool = True
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
     eval_every: int = at_least(0, 20, " (0 = only before and after training)")
     # The turn tree (magrpo/turns.py): T turns with feedback between them (the `feedback` group).
@@ -123,21 +129,32 @@ def build_optimizer(params: list[torch.nn.Parameter], opt_cfg: Any, total_steps:
 
 
 def clip_and_step(params: list[torch.nn.Parameter], optimizer, scheduler, max_grad_norm: float | None) -> float:
-    """Clip the gradient norm (when set), step; returns the pre-clip norm (0 when clipping is off)."""
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm)) if max_grad_norm is not None else 0.0
+    """Sum the gradients over data-parallel ranks, clip their norm (when set), step; returns the
+    pre-clip norm (0 when clipping is off)."""
+    distributed.sum_gradients(params)
+    norm = 0.0
+    if max_grad_norm is not None:
+        norm = float(distributed.grad_norm(params))     # sharded (fsdp) and plain gradients together
+        coef = min(max_grad_norm / (norm + 1e-6), 1.0)  # as torch.nn.utils.clip_grad_norm_
+        if coef < 1.0:
+            with torch.no_grad():
+                for p in params:
+                    if p.grad is not None:
+                        p.grad.mul_(coef)
     optimizer.step()
     scheduler.step()
     return norm
 
 
 def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:
-    """Team-level reward metrics of a scored rollout and the turns grown from it: reward_mean/std and
-    components over every node of every turn (what the loss sees), the same per turn
-    (`turn_{t}/...`), and `frac_reward_zero_std`: the share of sibling sets whose rewards are all
-    equal, i.e. carry no signal."""
+    """Team-level reward metrics of a scored rollout and the turns grown from it, over every rank's
+    items: reward_mean/std and components over every node of every turn (what the loss sees), the
+    same per turn (`turn_{t}/...`), and `frac_reward_zero_std`: the share of sibling sets whose
+    rewards are all equal, i.e. carry no signal."""
     levels = rollout.levels()
-    R = torch.cat([lv.rewards.flatten() for lv in levels])
-    flat = torch.cat([lv.rewards.std(-1, unbiased=False) for lv in levels])
+    rewards = [distributed.gather_cat(lv.rewards) for lv in levels]
+    R = torch.cat([r.flatten() for r in rewards])
+    flat = torch.cat([r.std(-1, unbiased=False) for r in rewards])
     m = {f"{prefix}/reward_mean": R.mean().item(), f"{prefix}/reward_std": R.std(unbiased=False).item(),
          f"{prefix}/frac_reward_zero_std": (flat < 1e-8).float().mean().item()}
     names = list(dict.fromkeys(k for lv in levels for k in lv.scores.components))
@@ -151,23 +168,50 @@ def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:
     return m
 
 
+# Seconds spent in the learning computation of the current step (`_update`, `_prepare`): the
+# `update` phase of timing_metrics, accumulated by @update_phase and read once per step.
+_UPDATE_SECONDS = [0.0]
+
+
+def update_phase(fn: Callable) -> Callable:
+    """Count a method's wall time as the step's `update` phase (forward/backward/optimizer work)."""
+    @functools.wraps(fn)
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _UPDATE_SECONDS[0] += time.perf_counter() - t0
+
+    return timed
+
+
 def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t_end: float,
                    feedback_s: float = 0.0) -> dict[str, float]:
-    """Lengths and timings of a step; `t_reward - t_gen` covers the reward and, in multi-turn
-    steps, the feedback between turns (`feedback_s` of it)."""
+    """Lengths and phase times of one step: `generate` (the models' decoding, every turn),
+    `reward` (scoring), `feedback` (between turns), `update` (@update_phase methods) and `other`
+    (the rest: tokenization, decoding to text, advantages, metrics), which sum to the step time;
+    and the throughput. `t_gen - t0` is the generation time of every turn and `t_reward - t_gen`
+    the scoring and, in multi-turn steps, the feedback (`feedback_s` of it)."""
     gens = [g for lv in rollout.levels() for g in lv.samples]
     n_tokens = sum(g.lengths.sum().item() for g in gens)
     n_rows = sum(len(g.texts) for g in gens)
-    n_agents = len(rollout.samples)
     m = {}
-    for i in range(n_agents):
+    for i in range(len(rollout.samples)):
         mine = [lv.samples[i] for lv in rollout.levels()]
         m[f"train/agent_{i + 1}/completions/mean_length"] = (sum(g.lengths.sum().item() for g in mine)
                                                             / max(sum(len(g.texts) for g in mine), 1))
+    step = t_end - t0
+    generate = sum(g.sample_seconds for g in gens) or (t_gen - t0)
+    update = _UPDATE_SECONDS[0] or (t_end - t_reward)
+    _UPDATE_SECONDS[0] = 0.0
+    reward = max(t_reward - t_gen - feedback_s, 0.0)
     m.update({
         "train/completions/mean_length": n_tokens / max(n_rows, 1), "train/completions/tokens": float(n_tokens),
-        "time/generate_s": t_gen - t0, "time/reward_s": t_reward - t_gen - feedback_s, "time/feedback_s": feedback_s,
-        "time/update_s": t_end - t_reward, "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
-        "speed/prompts_per_s": rollout.num_items / (t_end - t0),
+        "time/generate_s": generate, "time/reward_s": reward, "time/feedback_s": feedback_s,
+        "time/update_s": update,
+        "time/other_s": max(step - generate - reward - feedback_s - update, 0.0),
+        "time/step_s": step, "speed/tokens_per_s": n_tokens / step,
+        "speed/prompts_per_s": rollout.num_items / step,
     })
     return m

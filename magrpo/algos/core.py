@@ -18,7 +18,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-# --- advantages: A = R - b(R) over the group (paper, Sec. 4) ---------------------------------------
+from magrpo import distributed
+from magrpo.sampler import shares_prompt  # noqa: F401  (re-exported: the algorithms ask it)
+
+# --- advantages: A = R - b(R) over the group (paper, Sec. 4) -------------------------------------------
 
 
 def _mean(R: torch.Tensor) -> torch.Tensor:
@@ -66,6 +69,13 @@ class AggContext:
     num_tokens: int
     max_new_tokens: int
 
+    @classmethod
+    def of(cls, mask: torch.Tensor, max_new_tokens: int) -> AggContext:
+        """The sizes of the whole batch, summed over data-parallel ranks: each rank's loss is then
+        its share of the whole-batch loss, and summed gradients are the whole-batch gradient."""
+        rows, tokens = distributed.sum_floats(mask.shape[0], mask.sum().item())
+        return cls(int(rows), int(tokens), max_new_tokens)
+
 
 def _seq_sum(loss, mask, ctx):  # reference code: sum of token terms per sequence, mean over sequences
     return (loss * mask).sum() / ctx.num_sequences
@@ -92,25 +102,96 @@ LOSS_AGG: dict[str, Callable[[torch.Tensor, torch.Tensor, AggContext], torch.Ten
 
 
 # --- log-probabilities ---------------------------------------------------------------------------
+#
+# One forward gives log pi(c_t | prompt, c_<t) for every completion token. The G completions of an
+# item share its prompt; with `share_prompt` the prompt runs ONCE (with gradients) and its
+# key/value cache is gathered to the completion rows that continue it, so the prompt's cost is
+# paid per item, not per sample, and the gradient of every completion flows back through the one
+# shared prompt pass. Both paths compute the same function: the attention mask is
+# [prompt mask | completion mask] and position ids follow it, in the shared path as in the
+# concatenated one, so they agree to float rounding (tests/test_shared_prompt.py).
+
+def _last_hidden(out):
+    return out.hidden_states[-1] if getattr(out, "hidden_states", None) is not None else out.last_hidden_state
+
+
+def _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_hidden, lm: bool):
+    """(logits or None, hidden or None) at the C positions that predict c_0 .. c_{C-1}."""
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+    attn = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
+    position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
+    P, C = prompt_ids.shape[1], completion_ids.shape[1]
+    kwargs = dict(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False)
+    if lm:
+        # Only the C positions that predict completion tokens need the (vocabulary-wide) head.
+        kwargs.update(logits_to_keep=C + 1, output_hidden_states=with_hidden)
+    out = model(**kwargs)
+    logits = out.logits[:, :-1] if lm else None
+    hidden = _last_hidden(out)[:, P - 1:-1] if with_hidden or not lm else None
+    return logits, hidden
+
+
+def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids, completion_mask, with_hidden,
+                    lm: bool):
+    """The same outputs as `_concat_forward` on (prompt_ids[prompt_index], completion_ids), with each
+    of the U distinct prompts run once: [U, P] prompt pass -> cache gathered to the n rows ->
+    [n, C-1] completion pass (the last completion token predicts nothing we need)."""
+    pos = (prompt_mask.long().cumsum(-1) - 1).clamp(min=0)
+    kwargs = dict(logits_to_keep=1, output_hidden_states=with_hidden) if lm else {}
+    # Prompts are left-padded, so column P-1 is every prompt's last token: it predicts c_0.
+    first = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, **kwargs)
+    cache = first.past_key_values
+    cache.batch_select_indices(prompt_index)          # differentiable gather: [U, ...] -> [n, ...]
+    logits = first.logits[:, -1:][prompt_index] if lm else None
+    hidden = _last_hidden(first)[:, -1:][prompt_index] if with_hidden or not lm else None
+    if completion_ids.shape[1] > 1:
+        c_mask = completion_mask[:, :-1].to(prompt_mask.dtype)
+        attn = torch.cat([prompt_mask[prompt_index], c_mask], dim=1)
+        # position ids continue the concatenated sequence's: count of attended tokens so far - 1
+        c_pos = prompt_mask.long().sum(-1)[prompt_index].unsqueeze(1) + c_mask.long().cumsum(-1) - 1
+        rest = model(input_ids=completion_ids[:, :-1], attention_mask=attn, position_ids=c_pos,
+                     past_key_values=cache, use_cache=True,
+                     **({"output_hidden_states": with_hidden} if lm else {}))
+        if lm:
+            logits = torch.cat([logits, rest.logits], dim=1)
+        if hidden is not None:
+            hidden = torch.cat([hidden, _last_hidden(rest)], dim=1)
+    return logits, hidden
+
+
+def sequence_forward(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                     completion_mask: torch.Tensor, prompt_index: torch.Tensor | None = None,
+                     share_prompt: bool = False, with_hidden: bool = False, lm: bool = True):
+    """(logits [n, C, V], hidden [n, C, H] or None) at the positions that predict each completion token.
+
+    prompt_ids/prompt_mask: left-padded prompts, one per completion row, or (with `prompt_index`,
+    [n] -> prompt row) the distinct prompts the rows continue. `share_prompt` runs each distinct
+    prompt once; otherwise each row is its prompt followed by its completion. `lm=False` is for a
+    backbone without an LM head (a critic model): only hidden states come back.
+    """
+    if prompt_index is not None and share_prompt:
+        return _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids, completion_mask,
+                               with_hidden, lm)
+    if prompt_index is not None:
+        prompt_ids, prompt_mask = prompt_ids[prompt_index], prompt_mask[prompt_index]
+    return _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_hidden, lm)
 
 
 def token_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                    completion_mask: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False,
-                   with_hidden: bool = False, entropy_grad: bool = False):
+                   with_hidden: bool = False, entropy_grad: bool = False, prompt_index: torch.Tensor | None = None,
+                   share_prompt: bool = False):
     """log pi(c_t | prompt, c_<t) for every completion token: [n, C] (and per-token entropy).
 
     The prompt is left-padded and the completion right-padded; position ids follow the attention
     mask, as in generation, so these log-probs match the sampling distribution (logits / T).
+    `prompt_index` / `share_prompt`: see `sequence_forward`.
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus). With `with_hidden`, also returns the last hidden state at the position that predicts each
     completion token (the state s_t a value head reads): (logp, entropy, hidden [n, C, H]).
     """
-    input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
-    attn = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
-    position_ids = (attn.long().cumsum(-1) - 1).clamp(min=0)
-    P = prompt_ids.shape[1]
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
-                output_hidden_states=with_hidden)
-    logits = out.logits[:, P - 1:-1].float()
+    logits, hidden = sequence_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index,
+                                      share_prompt, with_hidden)
+    logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)
@@ -120,25 +201,55 @@ def token_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, c
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
             entropy = -(logp_all.exp() * logp_all).sum(-1)
     if with_hidden:
-        return logp, entropy, out.hidden_states[-1][:, P - 1:-1]
+        return logp, entropy, hidden
     return logp, entropy
 
 
-def row_chunks(rows: int, size: int) -> list[slice]:
-    """Micro-batches of at most `size` rows: the unit of one forward/backward."""
+@dataclass
+class RowBatch:
+    """The model inputs of some completion rows of a Generation: the distinct prompts they continue
+    (`prompt_index` maps each row to one) and the completions."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    prompt_index: torch.Tensor | None      # None: one prompt per row
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+
+    @classmethod
+    def of(cls, gen, rows: slice | torch.Tensor, device) -> RowBatch:
+        r = torch.arange(gen.completion_ids.shape[0])[rows]
+        items, index = torch.unique(r // gen.num_generations, return_inverse=True)
+        ids, mask = gen.prompt_ids[items], gen.prompt_mask[items]
+        # Left-padding columns none of these prompts uses are dropped: a multi-turn batch holds short
+        # first-turn prompts next to long later ones (magrpo.turns.concat_generations).
+        used = mask.any(0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        return cls(ids[:, start:].to(device), mask[:, start:].to(device), index.to(device),
+                   gen.completion_ids[r].to(device), gen.completion_mask[r].to(device))
+
+
+def row_logprobs(model, gen, rows: slice | torch.Tensor, temperature: float, device, share_prompt: bool,
+                 **kwargs):
+    """token_logprobs of a Generation's completion rows `rows`, each distinct prompt run once when shared."""
+    b = RowBatch.of(gen, rows, device)
+    return token_logprobs(model, b.prompt_ids, b.prompt_mask, b.completion_ids, b.completion_mask, temperature,
+                          prompt_index=b.prompt_index, share_prompt=share_prompt, **kwargs)
+
+
+def row_chunks(rows: int, size: int, group: int = 1) -> list[slice]:
+    """Micro-batches of at most `size` rows: the unit of one forward/backward. With `group` (G), a
+    micro-batch holds whole groups where it can (size >= G), so each prompt runs once per step."""
+    if group > 1 and size >= group:
+        size -= size % group
     return [slice(s, min(s + size, rows)) for s in range(0, rows, size)]
 
 
 @torch.no_grad()
-def rollout_logprobs(model, gen, chunks: list[slice], temperature: float, device) -> torch.Tensor:
+def rollout_logprobs(model, gen, chunks: list[slice], temperature: float, device,
+                     share_prompt: bool = False) -> torch.Tensor:
     """[n*G, C] log-probs of a Generation's completions under `model` (the rollout or reference policy)."""
-    parts = []
-    for mb in chunks:
-        p_ids, p_mask = gen.prompt_rows(mb)
-        logp, _ = token_logprobs(model, p_ids.to(device), p_mask.to(device), gen.completion_ids[mb].to(device),
-                                 gen.completion_mask[mb].to(device), temperature)
-        parts.append(logp)
-    return torch.cat(parts)
+    return torch.cat([row_logprobs(model, gen, mb, temperature, device, share_prompt)[0] for mb in chunks])
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -166,10 +277,17 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
 
+def global_masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """masked_mean over the whole batch, i.e. over every data-parallel rank's rows."""
+    total, count = distributed.sum_floats((x * mask).sum().item(), mask.sum().item())
+    return torch.tensor(total / max(count, 1.0), dtype=x.dtype, device=x.device)
+
+
 def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """(x - mean) / (std + 1e-8) over the masked entries; masked-out entries come back as 0."""
-    mean = masked_mean(x, mask)
-    var = masked_mean((x - mean) ** 2, mask)
+    """(x - mean) / (std + 1e-8) over the masked entries of the whole batch (every rank's);
+    masked-out entries come back as 0."""
+    mean = global_masked_mean(x, mask)
+    var = global_masked_mean((x - mean) ** 2, mask)
     out = (x - mean) * torch.rsqrt(var + 1e-8)
     if not shift_mean:
         out = out + mean
@@ -217,6 +335,7 @@ class AdaptiveKLController:
     def update(self, kl: float, n_steps: int) -> None:
         if self.target is None:
             return
+        kl = distributed.sum_floats(kl)[0] / distributed.world().size     # the whole batch's KL
         error = min(max(kl / self.target - 1.0, -0.2), 0.2)
         self.value *= 1.0 + error * n_steps / self.horizon
 

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+from magrpo import distributed
 from magrpo.algos.base import (
     AlgoConfig,
     TeamSpec,
@@ -45,9 +46,11 @@ from magrpo.algos.base import (
     register_algo,
     reward_metrics,
     timing_metrics,
+    update_phase,
 )
 from magrpo.algos.core import (
     AdaptiveKLController,
+    RowBatch,
     clipped_surrogate,
     clipped_value_loss,
     gae,
@@ -56,7 +59,9 @@ from magrpo.algos.core import (
     masked_whiten,
     rollout_logprobs,
     row_chunks,
-    token_logprobs,
+    row_logprobs,
+    sequence_forward,
+    shares_prompt,
 )
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, resolve_model_path
@@ -126,19 +131,17 @@ class Critic(torch.nn.Module):
         self.backbone = AutoModel.from_pretrained(path).to(agent.device)
         self.head = ValueHead(self.backbone.config.hidden_size).to(agent.device)
 
-    def values(self, agent: Agent, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-               completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
-        """[n, C] values of the states before each completion token, given a (prompt, completion)."""
+    def values(self, agent: Agent, rows: RowBatch, share_prompt: bool) -> torch.Tensor:
+        """[n, C] values of the states before each completion token, given (prompt, completion) rows."""
         if self.backbone is None:
             agent.activate()
-            _, _, hidden = token_logprobs(agent.model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                          with_hidden=True)
-            return self.head(hidden)
-        ids = torch.cat([prompt_ids, completion_ids], 1)
-        attn = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
-        pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
-        hidden = self.backbone(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state
-        return self.head(hidden[:, prompt_ids.shape[1] - 1:-1])
+            model, lm = agent.model, True
+        else:
+            model, lm = self.backbone, False
+        share = shares_prompt(model, share_prompt)
+        _, hidden = sequence_forward(model, rows.prompt_ids, rows.prompt_mask, rows.completion_ids,
+                                     rows.completion_mask, rows.prompt_index, share, with_hidden=True, lm=lm)
+        return self.head(hidden)
 
 
 @dataclass
@@ -146,13 +149,23 @@ class Batch:
     """One agent's rollout tensors for the PPO epochs (rows = completions)."""
 
     gen: Generation
-    critic_ids: torch.Tensor      # [n, Pc] what the critic reads before the completion
-    critic_mask: torch.Tensor
+    critic_ids: torch.Tensor | None   # [n, Pc] what the critic reads before the completion; None = the agent's prompt
+    critic_mask: torch.Tensor | None
     old_logp: torch.Tensor        # [n, C]
     old_values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
     mask: torch.Tensor
+
+
+def critic_rows(gen: Generation, critic_ids: torch.Tensor | None, critic_mask: torch.Tensor | None,
+                rows: slice | torch.Tensor, device) -> RowBatch:
+    """The critic's inputs for completion rows `rows`: the agent's own prompts (each run once when
+    shared), or one critic text per row (a centralised critic)."""
+    b = RowBatch.of(gen, rows, device)
+    if critic_ids is None:
+        return b
+    return RowBatch(critic_ids[rows], critic_mask[rows], None, b.completion_ids, b.completion_mask)
 
 
 @register_algo("ippo")
@@ -238,6 +251,7 @@ class IPPO:
         metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), tree.feedback_s))
         return metrics
 
+    @update_phase
     @torch.no_grad()
     def _prepare(self, i: int, gen: Generation, R: torch.Tensor,
                  texts: list[str] | None) -> tuple[Batch, dict[str, float]]:
@@ -247,21 +261,20 @@ class IPPO:
         algo, agent, critic = self.algo, self.agents[i], self.critics[i]
         dev = agent.device
         mask = gen.completion_mask.to(dev)
-        chunks = row_chunks(mask.shape[0], algo.micro_batch_size)
+        chunks = row_chunks(mask.shape[0], algo.micro_batch_size, gen.num_generations)
         agent.activate()
         agent.model.eval()
-        old_logp = rollout_logprobs(agent.model, gen, chunks, algo.temperature, dev)
-        if texts is None:
-            critic_ids, critic_mask = gen.prompt_rows()
-        else:
+        share = shares_prompt(agent.model, algo.share_prompt)
+        old_logp = rollout_logprobs(agent.model, gen, chunks, algo.temperature, dev, share)
+        critic_ids = critic_mask = None
+        if texts is not None:
             tok = agent.tokenizer
             tok.truncation_side = "left"
             enc = tok(texts, return_tensors="pt", padding=True, truncation=True, add_special_tokens=False,
                       max_length=algo.max_prompt_length * max(len(self.agents), 1))
-            critic_ids, critic_mask = enc.input_ids, enc.attention_mask
-        critic_ids, critic_mask = critic_ids.to(dev), critic_mask.to(dev)
-        old_values = torch.cat([critic.values(agent, critic_ids[mb], critic_mask[mb], gen.completion_ids[mb].to(dev),
-                                              mask[mb]) for mb in chunks])
+            critic_ids, critic_mask = enc.input_ids.to(dev), enc.attention_mask.to(dev)
+        old_values = torch.cat([critic.values(agent, critic_rows(gen, critic_ids, critic_mask, mb, dev),
+                                              algo.share_prompt) for mb in chunks])
         # r_t: the return at the last completion token, a KL penalty to the reference at every token
         token_rewards = torch.zeros_like(mask)
         last = (mask.sum(-1).long() - 1).clamp(min=0)
@@ -269,7 +282,7 @@ class IPPO:
         kl = torch.zeros_like(mask)
         if algo.beta > 0:
             with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev)
+                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev, share)
             kl = (old_logp - ref_logp) * mask
             token_rewards = token_rewards - self.kl_ctl.value * kl
         adv, returns = gae(token_rewards, old_values, mask, algo.gamma, algo.lam)
@@ -284,6 +297,7 @@ class IPPO:
         agent.model.train()
         return Batch(gen, critic_ids, critic_mask, old_logp, old_values, adv, returns, mask), stats
 
+    @update_phase
     def _update(self, i: int, b: Batch) -> dict[str, float]:
         algo, agent, critic = self.algo, self.agents[i], self.critics[i]
         opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
@@ -299,24 +313,23 @@ class IPPO:
         n_updates, epochs_run = 0, 0
         agent.activate()
         agent.model.train()
+        share = shares_prompt(agent.model, algo.share_prompt)
         for _ in range(algo.ppo_epochs):
             epoch_kl, epoch_tokens = 0.0, 0.0
             for idx in torch.randperm(rows).split(mini):
                 opt.zero_grad(set_to_none=True)
                 if copt is not None:
                     copt.zero_grad(set_to_none=True)
-                n_tok = b.mask[idx].sum().clamp(min=1)
+                # the mini-batch's tokens on every rank: each rank's loss is its share of the whole
+                n_tok = torch.tensor(distributed.sum_floats(b.mask[idx].sum().item())[0], device=dev).clamp(min=1)
                 for s in range(0, len(idx), algo.micro_batch_size):
                     r = idx[s:s + algo.micro_batch_size]
                     m = b.mask[r]
-                    p_ids, p_mask = gen.prompt_rows(r)
-                    c_ids = gen.completion_ids[r].to(dev)
-                    out = token_logprobs(agent.model, p_ids.to(dev), p_mask.to(dev), c_ids, m, algo.temperature,
-                                         with_entropy=True, with_hidden=shared_forward,
-                                         entropy_grad=algo.ent_coef > 0)
+                    out = row_logprobs(agent.model, gen, r, algo.temperature, dev, share, with_entropy=True,
+                                       with_hidden=shared_forward, entropy_grad=algo.ent_coef > 0)
                     logp, entropy = out[0], out[1]
                     values = critic.head(out[2]) if shared_forward else critic.values(
-                        agent, b.critic_ids[r], b.critic_mask[r], c_ids, m)
+                        agent, critic_rows(gen, b.critic_ids, b.critic_mask, r, dev), algo.share_prompt)
                     pg, clipped = clipped_surrogate(logp, b.old_logp[r], b.advantages[r], algo.epsilon, algo.epsilon)
                     vl, vclipped = clipped_value_loss(values, b.old_values[r], b.returns[r], algo.cliprange_value)
                     token_loss = pg + algo.vf_coef * vl - algo.ent_coef * entropy
@@ -337,8 +350,10 @@ class IPPO:
                     clip_and_step(list(critic.parameters()), copt, csch, self.cfg.optimizer.max_grad_norm)
                 n_updates += 1
             epochs_run += 1
+            epoch_kl, epoch_tokens = distributed.sum_floats(epoch_kl, epoch_tokens)   # every rank stops together
             if algo.target_kl is not None and epoch_kl / max(epoch_tokens, 1) > algo.target_kl:
                 break          # early stop: the policy moved too far from the rollout policy
+        sums = distributed.sum_dict(sums, skip=("grad_norm",))     # each rank held its share of the batch's
         # Sums were weighted for a full run of epochs; rescale to the passes that actually ran.
         scale = (algo.ppo_epochs * algo.num_mini_batches) / max(n_updates, 1)
         out = {k: v * scale for k, v in sums.items()}

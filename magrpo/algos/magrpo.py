@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from magrpo import distributed
 from magrpo.algos.base import (
     AlgoConfig,
     TeamSpec,
@@ -33,6 +34,7 @@ from magrpo.algos.base import (
     register_algo,
     reward_metrics,
     timing_metrics,
+    update_phase,
 )
 from magrpo.algos.core import (
     ADVANTAGES,
@@ -44,7 +46,8 @@ from magrpo.algos.core import (
     k3_kl,
     rollout_logprobs,
     row_chunks,
-    token_logprobs,
+    row_logprobs,
+    shares_prompt,
 )
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent
@@ -111,6 +114,7 @@ class MAGRPO:
         return metrics
 
     # -- the policy update of one agent -----------------------------------------------------------
+    @update_phase
     def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
         algo, agent = self.algo, self.agents[i]
         optimizer, scheduler = self.optimizers[i], self.schedulers[i]
@@ -120,13 +124,14 @@ class MAGRPO:
         adv = adv.to(dev)
         mask = gen.completion_mask.to(dev)
         rows = mask.shape[0]
-        ctx = AggContext(rows, int(mask.sum().item()), algo.max_new_tokens)
+        ctx = AggContext.of(mask, algo.max_new_tokens)      # whole-batch sizes (all ranks)
         aggregate = LOSS_AGG[algo.loss_agg]
-        chunks = row_chunks(rows, algo.micro_batch_size)
+        chunks = row_chunks(rows, algo.micro_batch_size, gen.num_generations)
+        share = shares_prompt(agent.model, algo.share_prompt)
         ref_logp = None
         if algo.beta > 0:
             with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev)
+                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev, share)
         old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 else None
 
         totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
@@ -134,9 +139,7 @@ class MAGRPO:
         for it in range(algo.num_iterations):
             optimizer.zero_grad(set_to_none=True)
             for mb in chunks:
-                p_ids, p_mask = gen.prompt_rows(mb)
-                logp, entropy = token_logprobs(agent.model, p_ids.to(dev), p_mask.to(dev), gen.completion_ids[mb].to(dev),
-                                               mask[mb], algo.temperature, with_entropy=(it == 0))
+                logp, entropy = row_logprobs(agent.model, gen, mb, algo.temperature, dev, share, with_entropy=(it == 0))
                 A, m = adv[mb].unsqueeze(-1), mask[mb]
                 if old_logp is None:
                     token_loss = -A * logp                   # REINFORCE: grad = -A * grad log pi
@@ -158,6 +161,7 @@ class MAGRPO:
                     totals["entropy"] += (entropy * m).sum().item() / max(ctx.num_tokens, 1)
             totals["grad_norm"] += clip_and_step(agent.trainable_parameters(), optimizer, scheduler,
                                                  self.cfg.optimizer.max_grad_norm)
+        totals = distributed.sum_dict(totals, skip=("grad_norm",))   # each rank held its share of the batch's
         k = algo.num_iterations
         # Iteration 0 never clips (ratio = 1), so the clip fraction averages the later ones;
         # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.

@@ -1,0 +1,215 @@
+"""Shared prompts: each prompt runs once for its G samples, in generation and in the update, and
+nothing changes but the cost -- the same tokens under greedy decoding, the same sampling rule, and
+log-probs, hidden states and gradients equal to the one-prompt-per-row path."""
+
+import logging
+
+import pytest
+import torch
+from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+from magrpo.algos.core import LOSS_AGG, AggContext, RowBatch, row_chunks, row_logprobs, sequence_forward
+from magrpo.algos.magrpo import MAGRPO
+from magrpo.config import validate
+from magrpo.models import load_agents
+from magrpo.rollout import Generation, Sampling, completion_mask, generate
+from magrpo.sampler import filter_logits, next_tokens, shares_prompt
+from magrpo.tasks import build_task
+
+# Prompts of different lengths, so the batch is left-padded.
+PROMPTS = ["explain", "a much longer prompt about the water cycle, bees and honey", "chess and the moon"]
+G = 3
+ATOL = 1e-5
+
+
+def _agents(make_cfg, overrides=()):
+    cfg = validate(make_cfg(list(overrides)))
+    return cfg, load_agents(cfg.agents, cfg.hardware, cfg.agents.num_agents, need_reference=cfg.algo.beta > 0)
+
+
+def _generation(agent, tokens=10) -> Generation:
+    """A sampled generation with an early EOS in two rows and garbage after it (post-EOS tokens)."""
+    torch.manual_seed(0)
+    gen = generate(agent, PROMPTS, Sampling(G, tokens, share_prompt=False))
+    ids = gen.completion_ids.clone()
+    eos = agent.tokenizer.eos_token_id
+    ids[1, 3], ids[4, 0] = eos, eos
+    ids[1, 4:] = torch.randint(0, 300, (ids.shape[1] - 4,))
+    ids[4, 1:] = torch.randint(0, 300, (ids.shape[1] - 1,))
+    return Generation(gen.prompt_ids, gen.prompt_mask, ids, completion_mask(ids, [eos]), gen.texts, G, 0.0)
+
+
+def _loss_grads(model, gen, chunks, share, agg, adv):
+    """Gradient of a loss_agg over micro-batches `chunks`, and the [n, C] log-probs."""
+    model.zero_grad(set_to_none=True)
+    mask = gen.completion_mask
+    ctx = AggContext(mask.shape[0], int(mask.sum()), mask.shape[1])
+    parts = []
+    for mb in chunks:
+        logp, _ = row_logprobs(model, gen, mb, 0.7, "cpu", share)
+        LOSS_AGG[agg](-adv[mb].unsqueeze(-1) * logp, mask[mb], ctx).backward()
+        parts.append(logp.detach())
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    return torch.cat(parts), grads
+
+
+def _assert_close(a: dict, b: dict):
+    assert a.keys() == b.keys() and a
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=ATOL, rtol=0, msg=k)
+
+
+def test_prompts_are_left_padded_and_post_eos_tokens_present(make_cfg):
+    _, agents = _agents(make_cfg)
+    gen = _generation(agents[0])
+    assert (gen.prompt_mask == 0).any() and gen.prompt_mask[:, -1].all()
+    assert (gen.completion_mask == 0).any()
+
+
+@pytest.mark.parametrize("agg", sorted(LOSS_AGG))
+def test_shared_prompt_logprobs_and_gradients_equal_the_unshared_ones(make_cfg, agg):
+    _, agents = _agents(make_cfg)
+    model = agents[0].model
+    model.train()
+    gen = _generation(agents[0])
+    adv = torch.tensor([1.0, -2.0, 0.5, 0.3, -0.1, 1.2, 0.7, -0.4, 0.9])
+    ref_logp, ref = _loss_grads(model, gen, [slice(None)], False, agg, adv)
+    mask = gen.completion_mask
+    # whole batch, whole groups per micro-batch, and micro-batches that split a group (4 rows, G = 3)
+    for chunks in ([slice(None)], row_chunks(9, 6, G), row_chunks(9, 4, 1)):
+        logp, grads = _loss_grads(model, gen, chunks, True, agg, adv)
+        torch.testing.assert_close(logp * mask, ref_logp * mask, atol=ATOL, rtol=0)
+        _assert_close(grads, ref)
+
+
+def test_shared_prompt_with_lora_adapters_on_a_shared_base(make_cfg):
+    _, agents = _agents(make_cfg, ["agents=tiny_lora"])
+    adv = torch.linspace(-1, 1, 9)
+    for agent in agents:
+        agent.activate()
+        agent.model.train()
+        gen = _generation(agent)
+        _, ref = _loss_grads(agent.model, gen, [slice(None)], False, "seq_sum", adv)
+        _, got = _loss_grads(agent.model, gen, row_chunks(9, 4, 1), True, "seq_sum", adv)
+        assert all("lora" in k for k in ref)          # only the adapter trains
+        _assert_close(got, ref)
+
+
+def test_hidden_states_for_a_value_head_and_a_critic_backbone(make_cfg):
+    from transformers import AutoModel
+
+    from magrpo.models import resolve_model_path
+
+    _, agents = _agents(make_cfg)
+    gen = _generation(agents[0])
+    rows = RowBatch.of(gen, slice(None), "cpu")
+    backbone = AutoModel.from_pretrained(resolve_model_path("builtin:tiny"))
+    for model, lm in ((agents[0].model, True), (backbone, False)):
+        outs = [sequence_forward(model, rows.prompt_ids, rows.prompt_mask, rows.completion_ids, rows.completion_mask,
+                                 rows.prompt_index, share, with_hidden=True, lm=lm) for share in (False, True)]
+        m = gen.completion_mask.unsqueeze(-1)
+        torch.testing.assert_close(outs[1][1] * m, outs[0][1] * m, atol=ATOL, rtol=0)
+        if lm:
+            torch.testing.assert_close(outs[1][0] * m, outs[0][0] * m, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("extra", [[], ["algo.num_iterations=2", "algo.loss_agg=token_mean"], ["algo.beta=0.1"]])
+def test_magrpo_update_gives_the_same_gradients_with_and_without_sharing(make_cfg, extra):
+    grads = []
+    for share in (False, True):
+        cfg, agents = _agents(make_cfg, [f"algo.share_prompt={str(share).lower()}", "algo.micro_batch_size=4",
+                                         "optimizer.max_grad_norm=1e9", *extra])
+        algo = MAGRPO(cfg, agents, build_task(cfg.task, cfg.reward))
+        gen = _generation(agents[0])
+        metrics = algo._update(0, gen, torch.linspace(-1, 1, 9))
+        grads.append(({n: p.grad.clone() for n, p in agents[0].model.named_parameters() if p.grad is not None},
+                      metrics))
+    _assert_close(grads[1][0], grads[0][0])
+    for k in ("loss", "kl", "entropy", "clip_frac"):
+        assert grads[1][1][k] == pytest.approx(grads[0][1][k], abs=1e-5), k
+
+
+def test_gradient_checkpointing_falls_back_with_one_log_line(make_cfg, caplog, monkeypatch):
+    import magrpo.sampler
+
+    monkeypatch.setattr(magrpo.sampler, "_FALLBACK_LOGGED", set())   # once per process: start afresh
+    _, agents = _agents(make_cfg)
+    model = agents[0].model
+    model.gradient_checkpointing_enable()
+    model.train()
+    with caplog.at_level(logging.INFO, logger="magrpo.sampler"):
+        assert not shares_prompt(model, True)
+        assert not shares_prompt(model, True)
+    assert len([r for r in caplog.records if "gradient checkpointing" in r.message]) == 1
+    model.eval()
+    assert shares_prompt(model, True)          # generation (no gradients) still shares the prompt
+
+
+# --- sampling --------------------------------------------------------------------------------------
+
+
+def test_filter_logits_equals_the_transformers_warper_chain():
+    torch.manual_seed(0)
+    logits = torch.randn(16, 200) * 3
+    for T, k, p in ((1.0, 0, 1.0), (0.7, 20, 1.0), (1.3, 0, 0.8), (0.6, 50, 0.9), (1.0, 1, 0.5)):
+        want = TemperatureLogitsWarper(T)(None, logits.clone()) if T != 1.0 else logits.clone()
+        if k:
+            want = TopKLogitsWarper(k)(None, want)
+        if p < 1.0:
+            want = TopPLogitsWarper(p)(None, want)
+        assert torch.equal(filter_logits(logits, T, k, p), want), (T, k, p)
+
+
+def test_sampled_tokens_follow_the_filtered_distribution():
+    torch.manual_seed(1)
+    logits = torch.randn(1, 40) * 2
+    probs = filter_logits(logits, 0.8, 10, 0.9).softmax(-1)[0]
+    n = 40_000
+    draws = next_tokens(logits.expand(n, -1), True, 0.8, 10, 0.9)
+    freq = torch.bincount(draws, minlength=40).float() / n
+    assert (freq[probs == 0] == 0).all()                     # a removed token is never drawn
+    assert 0.5 * (freq - probs).abs().sum() < 0.015          # total variation distance
+
+
+def test_greedy_shared_prompt_decoding_gives_the_tokens_of_model_generate(make_cfg):
+    _, agents = _agents(make_cfg)
+    outs = [generate(agents[0], PROMPTS, Sampling(G, 12, do_sample=False, share_prompt=s)) for s in (False, True)]
+    assert torch.equal(outs[0].completion_ids, outs[1].completion_ids)
+    assert outs[0].texts == outs[1].texts
+
+
+def test_encoded_prompts_equal_the_tokenizer_batch(make_cfg):
+    _, agents = _agents(make_cfg)
+    agent = agents[0]
+    tok = agent.tokenizer
+    tok.truncation_side = "left"
+    for max_length in (1024, 6):
+        enc = tok([agent.format_prompt(p) for p in PROMPTS], return_tensors="pt", padding=True, truncation=True,
+                  max_length=max_length, add_special_tokens=False)
+        ids, mask, _ = agent.encode_prompts(PROMPTS, max_length)
+        assert torch.equal(ids, enc.input_ids) and torch.equal(mask, enc.attention_mask)
+
+
+@pytest.mark.parametrize("algo_name", ["ippo", "mappo"])
+def test_actor_critic_updates_give_the_same_gradients_with_and_without_sharing(make_cfg, algo_name):
+    from magrpo.algos import ALGOS
+    from magrpo.rollout import team_rollout
+
+    got = []
+    for share in (False, True):
+        cfg, agents = _agents(make_cfg, [f"algo={algo_name}", f"algo.share_prompt={str(share).lower()}",
+                                         "algo.micro_batch_size=4", "algo.batch_size=3", "algo.max_new_tokens=8",
+                                         "optimizer.max_grad_norm=1e9", "algo.ppo_epochs=1"])
+        task = build_task(cfg.task, cfg.reward)
+        algo = ALGOS[algo_name](cfg, agents, task)
+        torch.manual_seed(0)
+        rollout = team_rollout(agents, task, task.load("train")[:3], Sampling(G, 8, share_prompt=False))
+        rollout.score(task)
+        batch, stats = algo._prepare(0, rollout.samples[0], rollout.returns(0).flatten(),
+                                     algo.critic_prompts(rollout, 0))
+        stats.update(algo._update(0, batch))
+        params = list(agents[0].model.named_parameters()) + list(algo.critics[0].named_parameters())
+        got.append(({n: p.grad.clone() for n, p in params if p.grad is not None}, stats))
+    _assert_close(got[1][0], got[0][0])
+    for k in ("value_mean", "loss", "value_loss", "entropy"):
+        assert got[1][1][k] == pytest.approx(got[0][1][k], abs=1e-5), k
