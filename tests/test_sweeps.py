@@ -59,9 +59,12 @@ def test_a_failing_job_is_named_under_the_table_of_the_others_and_wandb_groups_t
     # dies while loading its data; the other one must still run, log and be tabled.
     proc, sweep = multirun(tmp_path, "task=tldr", "task.data.builtin=true,false", "logger=wandb")
     assert proc.returncode != 0                                  # the sweep reports the failure at its end
-    finished = summaries(sweep)
-    assert [s["status"] for s in finished.values()] == ["finished"]
+    runs = summaries(sweep)
+    finished = {name: s for name, s in runs.items() if s["status"] == "finished"}
+    assert len(finished) == 1 and len(runs) == 2
     failed_dir = next(p for p in sweep.iterdir() if p.is_dir() and "task.data.builtin=False" in p.name)
+    failed = runs[failed_dir.name]                                # it says why it failed
+    assert failed["status"] == "failed" and failed["phase"] == "setup" and "tldr" in failed["reason"].lower()
     assert table_main([str(sweep), "--layout", "paper", "--no-plots"]) == 0
     md = (sweep / "table" / "table.md").read_text()
     assert "| MAGRPO | 1 |" in md
