@@ -8,9 +8,13 @@ STAMP := $(VENV)/.installed
 ARGS ?=
 RUNS ?= $(wildcard outputs multirun)
 OUT ?= outputs/table
+TABLE ?= writing
+SCALE ?= paper
+SEEDS ?= 0,1,2
+JOBS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow bench bench-compare sweep table lint clean
+.PHONY: help setup train test test-slow bench bench-compare sweep table paper dashboard lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -32,7 +36,8 @@ train: setup ## train with the embedded default (tiny agents, length_ratio); ARG
 test: setup ## the test suite (under 10 minutes on 2 cores)
 	$(PY) -m pytest -q $(ARGS)
 
-test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up
+test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up, the Ray launcher
+	$(PIP) install -q -e '.[dev,ray]'
 	$(PY) -m pytest -q -m slow $(ARGS)
 
 bench: setup ## throughput of MAGRPO on the builtin "small" model (README, "Tests and benchmark")
@@ -47,6 +52,9 @@ sweep: setup ## an example multirun sweep: 3 seeds x 2 advantage estimators
 
 table: setup ## tables (md/csv/tex) and learning curves from run directories: RUNS=... OUT=...
 	$(VENV)/bin/magrpo-table $(RUNS) --out $(OUT) $(ARGS)
+
+paper: setup ## one table of the paper: TABLE=writing|coding|maporl SCALE=paper|tiny SEEDS=0,1,2 JOBS=2
+	$(PY) -m magrpo.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check magrpo scripts tests

@@ -151,6 +151,8 @@ class TrainSchema:
     save_every: int = at_least(0, 0, " (0 = final checkpoint only)")
     save_final: bool = True
     output_dir: str = "outputs/run"
+    label: str | None = None             # the method's name in tables and W&B (a paper row); null = the algo
+    optimized_metric: str | None = None  # final-eval metric returned to a sweeper; null = the task's primary metric
     agents: AgentsSchema = field(default_factory=AgentsSchema)
     task: Any = None
     reward: Any = None

@@ -5,12 +5,15 @@
     magrpo-eval checkpoint=<run> methods=[team,discussion]
 
 Writes `eval.json` (method -> metrics, plus the settings) and `eval.md` (a table) into its run
-directory, and one `samples_<method>.jsonl` of example completions per method.
+directory, and one `samples_<method>.jsonl` of example completions per method. It also writes the
+`summary.json` every training run writes (`eval_summary`), so a sweep that mixes prompting
+baselines and trained methods yields run directories of one layout for `magrpo-table`.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,15 @@ def markdown_table(results: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def eval_summary(status: str, results: dict[str, dict[str, float]], identity: dict[str, Any],
+                 wall_seconds: float) -> dict[str, Any]:
+    """summary.json of an eval run, in the training runs' layout: `final_eval` is the metrics of the
+    run's (first) method, `results` holds every method's; nothing was trained (steps 0)."""
+    first = next(iter(results.values()), None)
+    return {"status": status, "job_type": "eval", "initial_eval": None, "final_eval": first, "results": results,
+            "best": None, "steps": 0, "wall_seconds": wall_seconds, "evals": [], "config": identity}
+
+
 def run_eval(cfg: DictConfig) -> dict[str, Any]:
     """Validate, load, evaluate every method; returns {"results": {method: metrics}, ...}.
     A failure leaves summary.json (status failed, phase, reason); success leaves eval.json."""
@@ -67,7 +79,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
     from magrpo.feedback import build_feedback
     from magrpo.models import load_agent_weights, load_agents
     from magrpo.tasks import build_task
-    from magrpo.tracking import RunLogger, write_json
+    from magrpo.tracking import RunLogger, run_identity, write_json
     from magrpo.trainer import seed_everything
     from magrpo.turns import TurnSpec
 
@@ -96,6 +108,8 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
     turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.get("feedback"), task)
     logger = RunLogger(cfg, out)
     results: dict[str, dict[str, float]] = {}
+    identity = {**run_identity(cfg), "methods": methods, "checkpoint": str(ckpt) if ckpt else None}
+    started, outcome = time.time(), "failed"
     try:
         for method in methods:
             with torch.no_grad():
@@ -115,9 +129,11 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
         source = f"Weights: {ckpt}\n\n" if ckpt else "Weights: base models (untrained)\n\n"
         (out / "eval.md").write_text(title + source + markdown_table(results))
         log.info("wrote %s and %s", out / "eval.json", out / "eval.md")
+        outcome = "finished"
         return report
     finally:
-        logger.close()
+        logger.summary(eval_summary(outcome, results, identity, time.time() - started))
+        logger.close(0 if outcome == "finished" else 1)
 
 
 @hydra.main(config_path=CONF_DIR, config_name="eval", version_base="1.3")

@@ -73,9 +73,22 @@ def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampl
     metrics.update({"output_tokens_mean": sum(tokens) / max(len(tokens), 1),
                     "response_time_s": gen_seconds / max(len(items), 1),
                     "reward_time_s": reward_seconds, "num_items": float(len(items))})
+    metrics.update(normalized_returns(task, metrics, len(completions[0]) if completions else 2))
     rows = list(zip(all_items, prompts, completions, scores))[::max(S, 1)][:num_examples]
     examples = [{"id": it.get("id"), "prompts": p, "completions": c, "reward": r} for it, p, c, r in rows]
     return metrics, examples
+
+
+def normalized_returns(task: Task, metrics: dict[str, float], num_answers: int) -> dict[str, float]:
+    """`normalized_return` for `reward_mean` and `turn_{t}/normalized_return` for each turn's
+    `turn_{t}/reward_mean`: the reward as a fraction of the task's maximum (Task.normalized_return)."""
+    out = {}
+    for key, value in metrics.items():
+        if key == "reward_mean" or (key.startswith("turn_") and key.endswith("/reward_mean")):
+            norm = task.normalized_return(value, num_answers)
+            if norm is not None:
+                out[key.replace("reward_mean", "normalized_return")] = norm
+    return out
 
 
 def summarize_scores(scores: Scores) -> dict[str, float]:

@@ -3,8 +3,10 @@
     magrpo-table multirun/train/2026-01-01_12-00-00             # one sweep -> DIR/table/
     magrpo-table outputs multirun --out results                 # several places, one table
     magrpo-table runs --group-by algo.joint_mode,algo.advantage --metrics reward_mean,pass@1
+    magrpo-table multirun/paper/writing-tiny-<date> --layout paper   # the paper's layout (paper_table.py)
 
-Runs are found recursively by their `summary.json` (README, "Run outputs"). A *method* is a run's config minus
+Runs are found recursively by their `summary.json` (README, "Run outputs"); an eval run of
+`magrpo-eval` that evaluated several methods counts as one run per method. A *method* is a run's config minus
 its seed: runs that agree on everything else are seeds of one method and become one row, each
 cell the mean ± sample standard deviation over those seeds of the run's final evaluation. Each
 task gets its own table. Written into OUT:
@@ -13,6 +15,9 @@ task gets its own table. Written into OUT:
   table.csv   one row per (task, method): plain numbers, mean and std in separate columns
   table.tex   one booktabs tabular per task
   <task>_<metric>.png   learning curves: mean over seeds vs step, shaded ± std, one line per method
+
+Runs left out of a table (failed, still running, unreadable, or a job directory with a config but
+no summary.json: a job that died before its first evaluation) are listed under it.
 
 A user error (a DIR that does not exist, no runs found, an unknown --metrics or --group-by name)
 is one line on stderr and exit code 2.
@@ -77,7 +82,15 @@ class Run:
     summary_config: dict[str, Any]               # the summary's `config` block
     hydra_config: dict[str, Any] | None          # flattened `.hydra/config.yaml` (dotted keys), if present
     curves: dict[str, dict[int, float]] = field(default_factory=dict)   # "eval/reward_mean" -> {step: value}
+    job_type: str = "train"                      # "eval": a magrpo-eval run (untrained or a checkpoint)
+    results: dict[str, dict[str, float]] = field(default_factory=dict)  # eval runs: method -> metrics
     reason: str = ""                             # why a failed run failed (summary.json)
+
+    @property
+    def label(self) -> str:
+        """The method's name for the paper layout: the config's `label`, else the algo (or eval method)."""
+        found, value = self.lookup("label")
+        return str(value) if found and value else self.algo
 
     def config(self, use_hydra: bool) -> dict[str, Any]:
         return self.hydra_config if use_hydra and self.hydra_config is not None else self.summary_config
@@ -210,10 +223,43 @@ def load_run(path: Path) -> Run:
         final = last_eval(curves, summary)
     from magrpo.tracking import effective_status
 
+    results = {str(m): _numbers(v) for m, v in (summary.get("results") or {}).items() if isinstance(v, dict)}
     # A run killed without a word (SIGKILL, power loss) still says "running": its pid or heartbeat tells.
     return Run(path=path, status=effective_status(summary), task=str(task), algo=str(algo), seed=seed,
                final=final, initial=_numbers(summary.get("initial_eval")), summary_config=summary_config,
-               hydra_config=hydra_config, curves=curves, reason=str(summary.get("reason") or ""))
+               hydra_config=hydra_config, curves=curves, job_type=str(summary.get("job_type", "train")),
+               results=results, reason=str(summary.get("reason") or ""))
+
+
+def split_methods(run: Run) -> list[Run]:
+    """An eval run that evaluated several methods -> one run per method (its `algo` and label)."""
+    if len(run.results) <= 1:
+        return [run]
+    out = []
+    for method, metrics in run.results.items():
+        config = {**run.summary_config, "algo": method, "label": method}
+        hydra = {**run.hydra_config, "methods": method, "label": method} if run.hydra_config is not None else None
+        curves = {k: v for k, v in run.curves.items() if not k.startswith("eval/")}
+        prefix = f"eval/{method}/"
+        curves.update({"eval/" + k[len(prefix):]: v for k, v in run.curves.items() if k.startswith(prefix)})
+        out.append(Run(path=run.path, status=run.status, task=run.task, algo=method, seed=run.seed, final=metrics,
+                       initial={}, summary_config=config, hydra_config=hydra, curves=curves, job_type=run.job_type,
+                       results={method: metrics}, reason=run.reason))
+    return out
+
+
+def find_unstarted(dirs: Iterable[Path], skip: Iterable[Path] = ()) -> list[Path]:
+    """Job directories with a Hydra config but no summary.json: jobs that died before their first
+    evaluation (a bad model path, data that cannot be loaded...) or that have not got there yet."""
+    skip_real = {os.path.realpath(p) for p in skip}
+    found = []
+    for top in dirs:
+        for root, subdirs, files in os.walk(top):
+            if ".hydra" in subdirs and "summary.json" not in files and os.path.realpath(root) not in skip_real:
+                found.append(Path(root))
+            subdirs[:] = [d for d in subdirs if d not in PRUNE_DIRS
+                          and os.path.realpath(os.path.join(root, d)) not in skip_real]
+    return sorted(found, key=lambda p: natural_key(str(p)))
 
 
 def last_eval(curves: dict[str, dict[int, float]], summary: dict) -> dict[str, float]:
@@ -590,11 +636,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smooth", type=int, default=1, metavar="N",
                    help="moving average over N logged points in the learning curves (default 1: none)")
     p.add_argument("--no-plots", action="store_true", help="write the tables only")
+    p.add_argument("--layout", choices=["generic", "paper"], default="generic",
+                   help="generic (default): every config difference is a method; paper: rows = the runs' "
+                        "`label` (paper rows), columns = the task's paper metrics, best in bold")
     return p
 
 
-def collect(dirs: Sequence[Path], out: Path | None, include_unfinished: bool) -> tuple[list[Run], int]:
-    """Finished (or all) runs under `dirs`, and how many were skipped."""
+def collect(dirs: Sequence[Path], out: Path | None,
+            include_unfinished: bool) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Finished (or all) runs under `dirs`, and the runs left out with the reason."""
     for d in dirs:
         if not d.exists():
             raise TableError(f"{d}: no such directory")
@@ -603,27 +653,40 @@ def collect(dirs: Sequence[Path], out: Path | None, include_unfinished: bool) ->
     paths = find_runs(dirs, skip=[out] if out else [])
     if not paths:
         raise TableError(f"no runs found under {', '.join(map(str, dirs))} (looked for */summary.json)")
-    runs, skipped = [], 0
+    runs: list[Run] = []
+    skipped: list[tuple[Path, str]] = []
+
+    def skip(path: Path, reason: str) -> None:
+        warn(f"skipping {path}: {reason}")
+        skipped.append((path, reason))
+
     for path in paths:
         try:
             run = load_run(path)
         except TableError as e:
-            warn(f"skipping {path}: {e}")
-            skipped += 1
+            skip(path, str(e))
             continue
         if run.status != "finished" and not include_unfinished:
             why = f": {run.reason.splitlines()[0]}" if run.reason else ""
-            warn(f"skipping {path}: status {run.status!r}{why} (pass --include-unfinished to include it)")
-            skipped += 1
+            skip(path, f"status {run.status!r}{why} (pass --include-unfinished to include it)")
             continue
         if not run.final:
-            warn(f"skipping {path}: no evaluation recorded yet")
-            skipped += 1
+            skip(path, "no evaluation recorded yet")
             continue
-        runs.append(run)
+        runs += split_methods(run)
+    for path in find_unstarted(dirs, skip=[out] if out else []):
+        skip(path, "no summary.json: the job stopped before its first evaluation (see its log), or is starting")
     if not runs:
-        raise TableError(f"no usable runs under {', '.join(map(str, dirs))} ({skipped} skipped, see warnings above)")
+        raise TableError(f"no usable runs under {', '.join(map(str, dirs))} ({len(skipped)} skipped, "
+                         "see warnings above)")
     return runs, skipped
+
+
+def skipped_note(skipped: Sequence[tuple[Path, str]]) -> list[str]:
+    """Markdown lines naming every run left out of the tables."""
+    if not skipped:
+        return []
+    return ["", f"Not in the table ({len(skipped)} run(s)):", ""] + [f"- `{p}`: {why}" for p, why in skipped]
 
 
 def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequence[str] | None) -> list[str] | None:
@@ -649,7 +712,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         out = args.out if args.out is not None else args.dirs[0] / "table"
         runs, skipped = collect(args.dirs, out, args.include_unfinished)
         metrics = check_names(runs, args.metrics, args.group_by)
-        tables = build_tables(runs, metrics, args.group_by)
         notes = []
         if args.include_unfinished and any(r.status != "finished" for r in runs):
             notes.append("Includes unfinished runs: their latest evaluation stands in for the final one.")
@@ -657,11 +719,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise TableError(f"cannot create {out}: {e}") from None
+        if args.layout == "paper":
+            from magrpo import paper_table
+
+            return paper_table.write(runs, skipped, out, args.digits, notes, plots=not args.no_plots,
+                                     smooth_window=args.smooth, metrics=metrics)
+        tables = build_tables(runs, metrics, args.group_by)
     except TableError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
 
     md = to_markdown(tables, args.digits, notes)
+    if skipped:
+        md += "\n".join(skipped_note(skipped)) + "\n"
     (out / "table.md").write_text(md)
     write_csv(tables, out / "table.csv")
     (out / "table.tex").write_text(to_latex(tables, args.digits, notes))
@@ -670,7 +740,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(md)
     n_methods = sum(len(t.rows) for t in tables)
     print(f"{len(runs)} run(s), {n_methods} method(s), {len(tables)} task(s)"
-          + (f"; {skipped} run(s) skipped" if skipped else ""))
+          + (f"; {len(skipped)} run(s) skipped" if skipped else ""))
     for name in ("table.md", "table.csv", "table.tex"):
         print(f"wrote {out / name}")
     for p in pngs:

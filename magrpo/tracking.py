@@ -5,6 +5,11 @@ metrics.jsonl holds one JSON object per logged step (`step` plus namespaced keys
 "Run outputs"); each line is flushed as it is written, so a crashed run keeps everything up to
 its last step. summary.json is rewritten atomically after every evaluation.
 
+On W&B, every job of a sweep joins one group (`logger.group`, else the sweep directory's name),
+is named `<algo>-<task>-<seed>`, and carries the run's key choices (`run_identity`) as top-level
+config keys next to the full config (under `cfg`), so a dashboard can group and filter by them.
+A run that raises finishes its W&B run with a non-zero exit code (shown as failed).
+
 Status: while a run is alive (`RunStatus`), it owns its directory (a claim file, so two runs never
 write one directory) and its summary.json carries `process`: pid, host, and a heartbeat time
 refreshed every HEARTBEAT_S seconds. A killed process (SIGKILL, power loss) cannot write
@@ -53,6 +58,43 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def run_identity(cfg: Any) -> dict[str, Any]:
+    """The choices a run is compared by: the same keys in summary.json's config and at the top of
+    the W&B config. `algo` is the trained algorithm, or for magrpo-eval the evaluated method(s)."""
+    from magrpo.algos import ALGOS
+
+    job_type = "eval" if "methods" in cfg else cfg.logger.get("job_type", "train")   # magrpo-eval has `methods`
+    methods = list(cfg.get("methods") or [])
+    if job_type == "eval":
+        algo = ",".join(methods) if methods else ("team" if cfg.get("checkpoint") else "baselines")
+        num_agents = 1 if methods == ["single"] else cfg.agents.num_agents
+    else:
+        algo = cfg.algo.name
+        num_agents = ALGOS[algo].team(cfg).num_policies if algo in ALGOS else cfg.agents.num_agents
+    return {"label": cfg.get("label") or algo, "algo": algo, "task": cfg.task.name, "seed": cfg.seed,
+            "num_agents": num_agents, "models": [m.name_or_path for m in cfg.agents.models],
+            "num_turns": cfg.algo.get("num_turns", 1), "feedback": cfg.feedback.get("mode", "none"),
+            "job_type": job_type}
+
+
+def sweep_group() -> str | None:
+    """`<job name>-<sweep dir name>` inside a Hydra multirun (one W&B group per sweep), else None."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+        from hydra.types import RunMode
+
+        if not HydraConfig.initialized():
+            return None
+        hc = HydraConfig.get()
+        if hc.mode != RunMode.MULTIRUN:
+            return None
+        return f"{hc.job.name}-{Path(hc.sweep.dir).name}"
+    except Exception:  # outside a Hydra app the config is not there to read
+        return None
+
+
+# x-axis and summaries of the logged namespaces: evaluations keep their best (max) and last value.
+STEP_METRICS = {"train/*": "last", "eval/*": "max,last", "time/*": "last", "speed/*": "last"}
 # -- who runs where ------------------------------------------------------------------------------
 
 
@@ -239,17 +281,24 @@ class RunLogger:
         if lg.name == "wandb" and lg.mode != "disabled":
             import wandb
 
+            ident = run_identity(cfg)
+            group = lg.group or sweep_group() or f"{ident['task']}-{ident['label']}"
+            name = lg.run_name or f"{ident['label']}-{ident['task']}-{ident['seed']}"
             self.wandb = wandb.init(
-                project=lg.project, entity=lg.entity, group=lg.group, name=lg.run_name or run_dir.name,
-                tags=list(lg.tags), job_type=lg.job_type, mode=lg.mode, dir=str(run_dir),
-                config=OmegaConf.to_container(cfg, resolve=True), reinit="finish_previous")
-            log.info("W&B run %s (%s) in %s", self.wandb.name, lg.mode, run_dir / "wandb")
+                project=lg.project, entity=lg.entity, group=group, name=name,
+                tags=list(lg.tags), job_type=ident["job_type"], mode=lg.mode, dir=str(run_dir),
+                config={**ident, "run_dir": str(run_dir), "cfg": OmegaConf.to_container(cfg, resolve=True)},
+                reinit="finish_previous")
+            self.wandb.define_metric("step", hidden=True)
+            for pattern, summary in STEP_METRICS.items():
+                self.wandb.define_metric(pattern, step_metric="step", summary=summary)
+            log.info("W&B run %s (%s, group %s) in %s", name, lg.mode, group, run_dir / "wandb")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         row = {"step": step, **{k: (float(v) if isinstance(v, (int, float)) else v) for k, v in metrics.items()}}
         self._file.write(json.dumps(_clean(row)) + "\n")
         if self.wandb is not None:
-            self.wandb.log(metrics, step=step)
+            self.wandb.log({"step": step, **metrics}, step=step)
 
     def log_examples(self, step: int, name: str, rows: list[dict]) -> None:
         """Sample completions: a W&B table when W&B is on, and always a jsonl file per run."""
@@ -265,7 +314,7 @@ class RunLogger:
             table = wandb.Table(columns=cols, data=[[step, str(r.get("id")), json.dumps(r.get("prompts")),
                                                     json.dumps(r.get("completions")), float(r.get("reward", 0.0))]
                                                    for r in rows])
-            self.wandb.log({name: table}, step=step)
+            self.wandb.log({"step": step, name: table}, step=step)
 
     def summary(self, data: dict) -> None:
         write_summary(self.run_dir, data)
@@ -274,10 +323,11 @@ class RunLogger:
                 if isinstance(v, (int, float, str, bool)) or v is None:
                     self.wandb.summary[k] = v
 
-    def close(self) -> None:
+    def close(self, exit_code: int = 0) -> None:
+        """Flush and finish; a non-zero `exit_code` marks the W&B run as failed."""
         self._file.close()
         if self.wandb is not None:
-            self.wandb.finish()
+            self.wandb.finish(exit_code=exit_code)
             self.wandb = None
 
 

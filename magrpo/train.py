@@ -87,7 +87,20 @@ def _fit(cfg: DictConfig, out: Path, status=None) -> dict:
 def _run_and_score(cfg: DictConfig) -> float:
     quiet_progress_bars()   # again: joblib workers do not run main()
     result = run(cfg)
-    return result["final_eval"]["reward_mean"]  # the value a Hydra sweeper optimises
+    return sweep_value(cfg, result["final_eval"])
+
+
+def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
+    """The value a Hydra sweeper (Optuna...) optimises: `optimized_metric` of the final evaluation,
+    by default the task's primary metric (pass@1 for coding, the normalized return for writing)."""
+    from magrpo.tasks import TASKS, available_tasks
+
+    available_tasks()
+    name = cfg.get("optimized_metric") or TASKS[cfg.task.name].primary_metric
+    if name not in final_eval:
+        raise ConfigError(f"optimized_metric={name!r} is not in the final evaluation; it has: "
+                          f"{', '.join(sorted(final_eval))}")
+    return float(final_eval[name])
 
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")

@@ -28,7 +28,7 @@ from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
 from magrpo.schema import ConfigError
 from magrpo.tasks import Task, build_task
-from magrpo.tracking import RunLogger, read_status
+from magrpo.tracking import RunLogger, read_status, run_identity
 from magrpo.turns import TurnSpec
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class _QuietLogger:
     def log(self, *args, **kwargs) -> None: ...
     def log_examples(self, *args, **kwargs) -> None: ...
     def summary(self, *args, **kwargs) -> None: ...
-    def close(self) -> None: ...
+    def close(self, exit_code: int = 0) -> None: ...
 
 
 class Trainer:
@@ -217,9 +217,7 @@ class Trainer:
     def key_config(self) -> dict[str, Any]:
         """The choices a table groups runs by: the run's identity, then every algo key (flat)."""
         cfg = self.cfg
-        out = {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed, "num_agents": len(self.agents),
-               "models": [m.name_or_path for m in cfg.agents.models], "lr": cfg.optimizer.lr,
-               "max_steps": cfg.max_steps}
+        out = {**run_identity(cfg), "num_agents": len(self.agents), "lr": cfg.optimizer.lr, "max_steps": cfg.max_steps}
         for key, value in OmegaConf.to_container(cfg.algo, resolve=True).items():
             out.setdefault(key, value)
         return out
@@ -243,6 +241,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.resume:
             self.load(Path(cfg.resume).expanduser())
+        exit_code = 1   # until the run finishes: a raised error marks the W&B run failed
         try:
             if self.initial_eval is None:
                 self.initial_eval = self.run_eval()
@@ -267,9 +266,10 @@ class Trainer:
             if cfg.save_final:
                 self.save()
             self.write_summary("finished", final_eval)
+            exit_code = 0
             return {"initial_eval": self.initial_eval, "final_eval": final_eval, "steps": self.step}
         except BaseException:
             self.write_summary("failed")
             raise
         finally:
-            self.logger.close()
+            self.logger.close(exit_code)

@@ -2,13 +2,15 @@
 
 The file is W&B's 7-byte header followed by LevelDB-log framed records (32 KiB blocks; each
 chunk has a 7-byte header: crc32c, little-endian length, type FULL/FIRST/MIDDLE/LAST), each
-record a protobuf `Record`. Only what the tests need: the history rows.
+record a protobuf `Record`. Only what the tests need: the history rows, the run record, the
+defined metrics and the exit code.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 BLOCK = 32768
@@ -46,9 +48,20 @@ def records(path: Path):
         yield rec
 
 
+def complete_records(path: Path, timeout: float = 60.0) -> list:
+    """Every record of a finished run. The W&B service writes the file on its own schedule and may
+    still be flushing it when `wandb.finish()` has returned: wait for the run's exit record."""
+    deadline = time.monotonic() + timeout
+    while True:
+        recs = list(records(path))
+        if any(r.WhichOneof("record_type") == "exit" for r in recs) or time.monotonic() > deadline:
+            return recs
+        time.sleep(0.2)
+
+
 def history(path: Path) -> list[dict]:
     rows = []
-    for rec in records(path):
+    for rec in complete_records(path):
         if rec.WhichOneof("record_type") == "history":
             row = {}
             for item in rec.history.item:
@@ -62,3 +75,25 @@ def history(path: Path) -> list[dict]:
                     node[leaf] = json.loads(item.value_json)
             rows.append(row)
     return rows
+
+
+def run_info(path: Path) -> dict:
+    """The run record (name, group, job type, top-level config keys) and the exit code, if any."""
+    info: dict = {"config": {}, "exit_code": None, "metrics": {}}
+    for rec in complete_records(path):
+        kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            info.update(name=rec.run.display_name, group=rec.run.run_group, job_type=rec.run.job_type)
+            for item in rec.run.config.update:
+                info["config"][item.key] = json.loads(item.value_json)
+        elif kind == "config":
+            for item in rec.config.update:
+                info["config"][item.key] = json.loads(item.value_json)
+        elif kind == "exit":
+            info["exit_code"] = rec.exit.exit_code
+        elif kind == "metric":
+            m = rec.metric
+            if m.glob_name or m.name:
+                info["metrics"][m.glob_name or m.name] = {"step_metric": m.step_metric,
+                                                          "max": m.summary.max, "last": m.summary.last}
+    return info

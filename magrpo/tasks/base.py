@@ -120,6 +120,22 @@ class Task:
         the joint reward. Only for tasks with `splits_reward`."""
         raise NotImplementedError(f"task {self.name!r} has one team reward that does not split per agent")
 
+    # -- normalization ----------------------------------------------------------------------
+    def reward_max(self, num_answers: int) -> float | None:
+        """The largest raw reward (before `shift`/`scale`) a joint answer of `num_answers` strings
+        can get, or None when the reward has no fixed maximum. Tables report returns as a fraction
+        of it (the paper's normalized return)."""
+        return None
+
+    def normalized_return(self, reward: float, num_answers: int) -> float | None:
+        """reward / maximum, on the raw scale: total = (raw + shift) * scale, so
+        raw = total / scale - shift and the result is raw / reward_max (1.0 = every level paid)."""
+        top = self.reward_max(num_answers)
+        if not top:
+            return None
+        shift, scale = self.reward_cfg.get("shift", 0.0), self.reward_cfg.get("scale", 1.0)
+        return (reward / scale - shift) / top
+
     # -- evaluation metrics -----------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
         """Task metrics beyond the reward (ROUGE-L, CodeBLEU, pass@k...). `items` may repeat an

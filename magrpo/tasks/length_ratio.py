@@ -114,6 +114,9 @@ class LengthRatioTask(Task):
         return (f"Explain {item['topic']} twice: first in one short sentence, then, after a line "
                 f"with '---', in a paragraph two to three times as long.")
 
+    def reward_max(self, num_answers: int) -> float:
+        return 1.0   # inside the band
+
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols) -> Scores:
         r = self.reward_cfg
         totals, ratios, inside = [], [], []

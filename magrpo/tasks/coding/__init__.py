@@ -98,14 +98,41 @@ class CodingTask(Task):
             out.append([total * r / norm for r in raw] if abs(norm) > 1e-12 else [total / 2] * 2)
         return out
 
+    def reward_max(self, num_answers: int) -> float:
+        """Every level and both cooperation bonuses: 4.0 for two agents (0.4 + 0.6 + 0.5 + 1.0 +
+        0.5 + 1.0); the single-agent form has no helper terms: 2.1 (0.6 + 0.5 + 1.0)."""
+        r = self.reward_cfg
+        single = r.main_defined + r.syntax + r.tests
+        return single if num_answers == 1 else single + r.aux_defined + r.main_calls_aux + r.not_wrapper
+
     # -- metrics ------------------------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
         if not items:
             return {}
         if "passed" not in scores.extras or "program" not in scores.extras:
             scores = self.score(items, [[""]] * len(items), completions)
-        return coding_metrics(items, scores.extras["passed"], scores.extras["program"],
-                              scores.extras["tests_fraction"])
+        out = coding_metrics(items, scores.extras["passed"], scores.extras["program"],
+                             scores.extras["tests_fraction"])
+        out.update(level_accuracies(scores))
+        return out
+
+
+# The gated levels of the code reward (reward.py), each with the per-sample test that it paid.
+LEVELS = {
+    "acc/level_1_main_defined": lambda s, k: bool(s.extras["main_defined"][k]),
+    "acc/level_2_parses": lambda s, k: s.components["syntax"][k] > 0,
+    "acc/level_3_test_passed": lambda s, k: s.components["tests"][k] > 0,
+    "acc/level_4_cooperates": lambda s, k: s.components["cooperation"][k] > 0,
+}
+
+
+def level_accuracies(scores: Scores) -> dict[str, float]:
+    """Fraction of samples that reached each level of the reward (the paper's per-level accuracy).
+    Levels are gated, so the fractions never rise from one level to the next."""
+    n = len(scores)
+    if not n or "syntax" not in scores.components:
+        return {}
+    return {name: sum(reached(scores, k) for k in range(n)) / n for name, reached in LEVELS.items()}
 
 
 def coding_metrics(items: Sequence[Item], passed: Sequence[bool], programs: Sequence[str],

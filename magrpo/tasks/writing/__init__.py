@@ -62,6 +62,7 @@ def scores_of(results: Sequence[WritingScore]) -> Scores:
 
 class WritingTask(Task):
     num_agents = 2
+    primary_metric = "normalized_return"   # the paper's headline number for the writing tasks
     feedback_kind = "writing"
 
     def __init__(self, cfg: Any, reward_cfg: Any):
@@ -70,6 +71,13 @@ class WritingTask(Task):
 
     def load(self, split: str) -> list[Item]:
         return load_items(self.name, self.cfg.data, split)
+
+    def reward_max(self, num_answers: int) -> float:
+        """Every level paid: 3.0 with the reference weights (0.5 + 1.0 + 0.5 + 0.4 + 0.6), whether
+        one model or two write the answer."""
+        r = self.reward_cfg
+        return (r.structure_reward + r.length_reward + r.unique_reward + r.transition_weight * r.transition_cap
+                + r.jaccard_weight)
 
     def reward(self, prompts: list[list[str]], completions: list[Any], **cols: list[Any]) -> Scores:
         return scores_of([score_pair(*joint_answer(c), self.reward_cfg) for c in completions])

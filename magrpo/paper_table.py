@@ -1,0 +1,368 @@
+"""`magrpo-table --layout paper`: the paper's tables from run directories.
+
+One table per task. Rows are methods: the runs' `label` (set by every paper experiment config,
+conf/experiment/paper/<task>/<row>.yaml; else the algo, or the method of a magrpo-eval run),
+in the paper's order -- prompting baselines, single-model baselines, multi-agent baselines,
+MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled by what it holds:
+
+  every task     normalized return = reward / the reward's maximum on its raw scale
+                 (3.0 for tldr/arxiv; 4.0 for the two-agent code reward, 2.1 for its single-agent
+                 form; 1.0 for length_ratio), so 1.0 means every level paid
+  writing        structure (levels 1-3), style (the Jaccard term), coherence (the transition
+                 term), ROUGE-L against the reference
+  coding         pass@1/3/5/10, CodeBLEU, and per-level accuracy: the fraction of samples whose
+                 program reached each level of the gated code reward
+  maporl_qa      the reward and every accuracy the evaluation reports
+  multi-turn     the normalized return after turn 1 and after the final turn (when any run of
+                 the table has more than one turn)
+  every task     response time: generation seconds per item (lower is better)
+
+A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; the
+best mean of each column is in bold. Runs left out (failed, unfinished, without summary.json)
+and rows whose runs lack a metric are listed under the table, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from magrpo.table import (
+    PROG,
+    STD_NOTE,
+    Cell,
+    Run,
+    _filename,
+    _md_escape,
+    aggregate,
+    mean_std,
+    skipped_note,
+    smooth,
+    tex_escape,
+)
+
+FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
+          "mbpp": "coding", "maporl_qa": "maporl"}
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str                    # final-eval metric, or a derived one (final_turn/...)
+    header: str                 # what the cell holds
+    higher_is_better: bool = True
+    ranked: bool = True         # False: a quantity with no better direction (no bold)
+
+
+NORM = Column("normalized_return", "norm. return")
+REWARD = Column("reward_mean", "reward")
+TIME = Column("response_time_s", "response time (s/item)", higher_is_better=False)
+FAMILY_COLUMNS: dict[str, list[Column]] = {
+    "writing": [NORM, Column("reward/structure", "structure (levels 1-3)"), Column("reward/style", "style (Jaccard term)"),
+                Column("reward/coherence", "coherence (transitions)"), Column("rouge_l", "ROUGE-L")],
+    "coding": [NORM, *(Column(f"pass@{k}", f"pass@{k}") for k in (1, 3, 5, 10)), Column("codebleu", "CodeBLEU"),
+               Column("acc/level_1_main_defined", "L1 acc (main defined)"),
+               Column("acc/level_2_parses", "L2 acc (parses)"),
+               Column("acc/level_3_test_passed", "L3 acc (a test passes)"),
+               Column("acc/level_4_cooperates", "L4 acc (main uses helper)")],
+    "maporl": [NORM, REWARD],
+}
+# Components that are not rewards, labelled by what they hold; other components as "<name> (reward part)".
+COMPONENT_HEADERS = {"reward/length_ratio": "length ratio a2/a1 (a ratio, not a reward)"}
+
+# The paper's row order and names; rows of other labels follow in the order they were found.
+ROW_NAMES = {
+    "single": "Single model (prompting)",
+    "naive_concat": "Naive concatenation (prompting)",
+    "sequential": "Sequential (prompting)",
+    "discussion": "One-round discussion (prompting)",
+    "untrained_discussion": "Discussion, untrained",
+    "grpo": "GRPO (single model)",
+    "ppo": "PPO (single model)",
+    "ippo": "IPPO",
+    "mappo": "MAPPO",
+    "magrpo": "MAGRPO",
+    **{f"magrpo_2turn_{m}": f"MAGRPO, 2 turns, {m} feedback"
+       for m in ("plain", "diagnostics", "passed", "expert", "discussion")},
+}
+ROW_ORDER = list(ROW_NAMES)
+
+# Raw maxima of the rewards, for runs written before evaluations reported normalized_return.
+REWARD_MAX = {"tldr": 3.0, "arxiv": 3.0, "length_ratio": 1.0, **{t: 4.0 for t in ("humaneval", "coophumaneval", "mbpp")}}
+REWARD_MAX_SINGLE = {"humaneval": 2.1, "coophumaneval": 2.1, "mbpp": 2.1}
+
+NORM_NOTE = ("norm. return = reward / the reward's maximum on its raw scale (shift and scale divided out): "
+             "3.0 for tldr and arxiv, 4.0 for the two-agent code reward and 2.1 for its single-agent form "
+             "(single, grpo, ppo), 1.0 for length_ratio.")
+BOLD_NOTE = ("Bold: the best mean of its column (the lowest for response time); a column where every row "
+             "ties has none.")
+
+
+@dataclass
+class PaperRow:
+    label: str
+    runs: list[Run]
+    cells: dict[str, Cell] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return ROW_NAMES.get(self.label, self.label)
+
+    @property
+    def eval_only(self) -> bool:
+        return all(r.job_type == "eval" for r in self.runs)
+
+
+@dataclass
+class PaperTable:
+    task: str
+    columns: list[Column]
+    rows: list[PaperRow]
+    best: dict[str, set[int]]          # column key -> indices of the rows in bold
+    missing: list[str]                 # notes on metrics that runs lack
+
+
+# -- derived metrics -----------------------------------------------------------------------------
+
+
+def _turns(metrics: dict[str, float], name: str) -> dict[int, float]:
+    out = {}
+    for key, value in metrics.items():
+        m = re.fullmatch(r"turn_(\d+)/" + re.escape(name), key)
+        if m:
+            out[int(m.group(1))] = value
+    return out
+
+
+def with_derived(run: Run) -> dict[str, float]:
+    """The run's final metrics plus normalized_return (when an older run lacks it) and the
+    final turn's value of each per-turn metric (`final_turn/<name>`)."""
+    final = dict(run.final)
+    if "normalized_return" not in final and "reward_mean" in final and run.task in REWARD_MAX:
+        single = run.lookup("num_agents")[1] == 1 or run.algo in ("grpo", "ppo", "single")
+        top = REWARD_MAX_SINGLE.get(run.task, REWARD_MAX[run.task]) if single else REWARD_MAX[run.task]
+        shift = float(run.lookup("reward.shift")[1] or 0.0)
+        scale = float(run.lookup("reward.scale")[1] or 1.0)
+        final["normalized_return"] = (final["reward_mean"] / scale - shift) / top
+        for t, v in _turns(final, "reward_mean").items():
+            final.setdefault(f"turn_{t}/normalized_return", (v / scale - shift) / top)
+    for name in ("normalized_return", "reward_mean"):
+        turns = _turns(final, name)
+        if turns:
+            final[f"final_turn/{name}"] = turns[max(turns)]
+    return final
+
+
+def columns_for(task: str, finals: list[dict[str, float]]) -> list[Column]:
+    family = FAMILY.get(task)
+    present = {k for f in finals for k in f}
+    if family in FAMILY_COLUMNS:
+        cols = list(FAMILY_COLUMNS[family])
+    else:
+        comps = sorted(k for k in present if k.startswith("reward/"))
+        cols = [NORM, *(Column(c, COMPONENT_HEADERS[c], ranked=False) if c in COMPONENT_HEADERS
+                        else Column(c, f"{c[len('reward/'):]} (reward part)") for c in comps)]
+    if family == "maporl":
+        cols += [Column(k, k.replace("_", " ")) for k in sorted(present)
+                 if re.search(r"acc", k) and not k.startswith(("acc/level_", "turn_", "final_turn/"))]
+    if any(t >= 2 for f in finals for t in _turns(f, "reward_mean")):
+        name = "normalized_return" if any("turn_1/normalized_return" in f for f in finals) else "reward_mean"
+        what = "norm. return" if name == "normalized_return" else "reward"
+        cols += [Column(f"turn_1/{name}", f"turn 1 {what}"), Column(f"final_turn/{name}", f"final turn {what}")]
+    return [*cols, TIME]
+
+
+# -- building ------------------------------------------------------------------------------------
+
+
+def _row_key(label: str, found: int) -> tuple[int, int]:
+    return (ROW_ORDER.index(label), 0) if label in ROW_ORDER else (len(ROW_ORDER), found)
+
+
+def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[PaperTable]:
+    by_task: dict[str, list[Run]] = {}
+    for r in runs:
+        by_task.setdefault(r.task, []).append(r)
+    tables = []
+    for task, task_runs in by_task.items():
+        finals = {id(r): with_derived(r) for r in task_runs}
+        columns = columns_for(task, list(finals.values()))
+        if metrics:
+            known = {c.key: c for c in columns}
+            columns = [known.get(m, Column(m, m)) for m in metrics]
+        groups: dict[str, list[Run]] = {}
+        for r in task_runs:
+            groups.setdefault(r.label, []).append(r)
+        labels = sorted(groups, key=lambda lab: _row_key(lab, list(groups).index(lab)))
+        rows = [PaperRow(label, groups[label]) for label in labels]
+        missing = []
+        for col in columns:
+            if not any(col.key in finals[id(r)] for r in task_runs):
+                missing.append(f"`{col.key}` ({col.header}): no run reports it (a metric the task's data or "
+                               "settings do not give, e.g. ROUGE-L without references, pass@k with fewer samples)")
+        for row in rows:
+            for col in columns:
+                have = [finals[id(r)][col.key] for r in row.runs if col.key in finals[id(r)]]
+                row.cells[col.key] = mean_std(have)
+                if have and len(have) < len(row.runs):
+                    lacking = [str(r.path) for r in row.runs if col.key not in finals[id(r)]]
+                    missing.append(f"`{row.name}`: no `{col.key}` in {len(lacking)} of {len(row.runs)} run(s): "
+                                   + ", ".join(f"`{p}`" for p in lacking))
+                elif not have and any(col.key in finals[id(r)] for r in task_runs):
+                    missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
+        best: dict[str, set[int]] = {}
+        for col in (c for c in columns if c.ranked):
+            means = [(i, row.cells[col.key].mean) for i, row in enumerate(rows) if row.cells[col.key].mean is not None]
+            top = (max if col.higher_is_better else min)((m for _, m in means), default=None)
+            winners = {i for i, m in means if abs(m - top) <= 1e-12 * max(1.0, abs(top))} if means else set()
+            if len(winners) < len(means) or len(means) == 1:   # a column where every row ties has no best
+                best[col.key] = winners
+        tables.append(PaperTable(task, columns, rows, best, missing))
+    return tables
+
+
+# -- writers -------------------------------------------------------------------------------------
+
+
+def cell_text(cell: Cell, n: int, digits: int, pm: str, missing: str) -> str:
+    if cell.mean is None:
+        return missing
+    text = f"{cell.mean:.{digits}f}" + (f" {pm} {cell.std:.{digits}f}" if cell.std is not None else "")
+    return text + (f" (n={cell.count})" if cell.count < n else "")
+
+
+def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()) -> str:
+    out = []
+    for t in tables:
+        family = FAMILY.get(t.task, "")
+        out.append(f"### {_md_escape(t.task)}" + (f" ({family})" if family else "") + "\n")
+        out.append("| " + " | ".join(_md_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " |")
+        out.append("|" + "|".join([":---", "---:"] + ["---:"] * len(t.columns)) + "|")
+        for i, row in enumerate(t.rows):
+            n = len(row.runs)
+            cells = []
+            for c in t.columns:
+                text = cell_text(row.cells[c.key], n, digits, "±", "–")
+                cells.append(f"**{text}**" if i in t.best.get(c.key, ()) else text)
+            out.append("| " + " | ".join([_md_escape(row.name), str(n), *(_md_escape(x) for x in cells)]) + " |")
+        out.append("")
+        if t.missing:
+            out += ["Runs lacking a metric:", ""] + [f"- {m}" for m in t.missing] + [""]
+    out.append(f"Cells: {STD_NOTE}. {BOLD_NOTE} {NORM_NOTE} Rows marked (prompting) and 'untrained' are "
+               "evaluations of the base models; the others are trained.")
+    out += list(notes)
+    return "\n".join(out) + "\n"
+
+
+def write_csv(tables: list[PaperTable], path: Path) -> None:
+    """One row per (task, method): mean and std per metric key, and the columns where it is best."""
+    keys: list[str] = []
+    for t in tables:
+        keys += [c.key for c in t.columns if c.key not in keys]
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "method", "label", "n", "seeds", *(f"{k}_{s}" for k in keys for s in ("mean", "std")),
+                    "best_in"])
+        for t in tables:
+            for i, row in enumerate(t.rows):
+                values = []
+                for k in keys:
+                    cell = row.cells.get(k, Cell(None, None, 0))
+                    values += ["" if cell.mean is None else repr(cell.mean), "" if cell.std is None else repr(cell.std)]
+                best = [c.key for c in t.columns if i in t.best.get(c.key, ())]
+                w.writerow([t.task, row.name, row.label, len(row.runs), ";".join(str(r.seed) for r in row.runs),
+                            *values, ";".join(best)])
+
+
+def to_latex(tables: list[PaperTable], digits: int) -> str:
+    out = [f"% written by {PROG} --layout paper; needs \\usepackage{{booktabs}}"]
+    for t in tables:
+        ncols = 2 + len(t.columns)
+        out += [f"% task: {tex_escape(t.task)}", "\\begin{tabular}{l" + "r" * (ncols - 1) + "}", "\\toprule",
+                " & ".join(tex_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " \\\\",
+                "\\midrule"]
+        for i, row in enumerate(t.rows):
+            n = len(row.runs)
+            cells = []
+            for c in t.columns:
+                text = cell_text(row.cells[c.key], n, digits, "$\\pm$", "--")
+                cells.append(f"\\textbf{{{text}}}" if i in t.best.get(c.key, ()) else text)
+            out.append(" & ".join([tex_escape(row.name), str(n), *cells]) + " \\\\")
+        out += ["\\bottomrule",
+                f"\\multicolumn{{{ncols}}}{{l}}{{\\footnotesize Mean $\\pm$ sample std (n-1) over n seeds; "
+                "bold: best in its column.}} \\\\", "\\end{tabular}", ""]
+    return "\n".join(out)
+
+
+def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> list[Path]:
+    """One PNG per (task, metric): trained rows as mean over seeds vs step with ± std shaded;
+    evaluation-only rows (prompting baselines) as a dashed level with its band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    written = []
+    for t in tables:
+        metrics = ["train/reward_mean"] + [f"eval/{c.key}" for c in t.columns]
+        headers = {f"eval/{c.key}": c.header for c in t.columns}
+        for metric in metrics:
+            lines = [(row, [smooth(r.curves[metric], smooth_window) for r in row.runs if r.curves.get(metric)])
+                     for row in t.rows if not row.eval_only]
+            lines = [(row, s) for row, s in lines if s]
+            levels = [(row, row.cells.get(metric[len("eval/"):])) for row in t.rows if row.eval_only]
+            levels = [(row, c) for row, c in levels if c is not None and c.mean is not None]
+            if not lines:   # nothing trained logged it: a plot of flat levels says nothing a table does not
+                continue
+            fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=120)
+            x_max = 0
+            for row, series in lines:
+                steps, means, stds, _ = aggregate(series)
+                x_max = max(x_max, steps[-1])
+                (line,) = ax.plot(steps, means, marker="o" if len(steps) <= 25 else None, markersize=3,
+                                  linewidth=1.6, label=f"{row.name} (n={len(series)})")
+                ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                                color=line.get_color(), alpha=0.2, linewidth=0)
+            for j, (row, cell) in enumerate(levels):   # colours after the trained rows' (axhline does not cycle)
+                color = f"C{(len(lines) + j) % 10}"
+                ax.axhline(cell.mean, color=color, linestyle="--", linewidth=1.2, label=f"{row.name} (n={cell.count})")
+                if cell.std:
+                    ax.axhspan(cell.mean - cell.std, cell.mean + cell.std, color=color, alpha=0.08)
+            ax.set_xlim(0, max(x_max, 1))
+            ax.set_xlabel("optimizer step")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_ylabel(headers.get(metric, metric))
+            ax.set_title(f"{t.task}: {metric}  (mean ± sample std over seeds)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="best")
+            fig.tight_layout()
+            path = out / f"{_filename(t.task)}_{_filename(metric.replace('/', '_'))}.png"
+            fig.savefig(path)
+            plt.close(fig)
+            written.append(path)
+    return written
+
+
+def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digits: int = 3,
+          notes: Sequence[str] = (), plots: bool = True, smooth_window: int = 1,
+          metrics: Sequence[str] | None = None) -> int:
+    """Write table.md, table.csv, table.tex and the curves into `out`; print the markdown."""
+    tables = build(runs, metrics)
+    md = to_markdown(tables, digits, notes)
+    if skipped:
+        md += "\n".join(skipped_note(skipped)) + "\n"
+    (out / "table.md").write_text(md)
+    write_csv(tables, out / "table.csv")
+    (out / "table.tex").write_text(to_latex(tables, digits))
+    pngs = plot_curves(tables, out, smooth_window) if plots else []
+    print(md)
+    print(f"{len(runs)} run(s), {sum(len(t.rows) for t in tables)} row(s), {len(tables)} task(s)"
+          + (f"; {len(skipped)} run(s) not in the table" if skipped else ""))
+    for name in ("table.md", "table.csv", "table.tex"):
+        print(f"wrote {out / name}")
+    for p in pngs:
+        print(f"wrote {p}")
+    return 0

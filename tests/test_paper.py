@@ -1,0 +1,273 @@
+"""Reproducing the paper: every row's config at both scales, the paper layout of magrpo-table on
+hand-made run directories, eval runs in the run-directory layout, the sweep value, and the
+normalized return and per-level accuracies that the paper's columns read."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from magrpo.config import ConfigError, EvalRunSchema, TrainSchema, validate
+from magrpo.paper import TABLES, experiments, sweep_command
+from magrpo.table import main as table_main
+from tests.conftest import compose_cfg
+
+PAPER_ROWS = [(table, task, row) for table, t in TABLES.items() for task in t.tasks for row in t.rows]
+PAPER_MODELS = {"tldr": "Qwen/Qwen3-1.7B", "arxiv": "Qwen/Qwen3-1.7B", "maporl_qa": "Qwen/Qwen3-1.7B",
+                "humaneval": "Qwen/Qwen2.5-Coder-3B-Instruct", "coophumaneval": "Qwen/Qwen2.5-Coder-3B-Instruct",
+                "mbpp": "Qwen/Qwen2.5-Coder-3B-Instruct"}
+
+
+# -- every row of every table composes and validates at both scales ---------------------------------
+
+
+@pytest.mark.parametrize("scale", ["paper", "tiny"])
+@pytest.mark.parametrize("table,task,row", PAPER_ROWS, ids=[f"{t}-{task}-{r.name}" for t, task, r in PAPER_ROWS])
+def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp_path):
+    config_name = "eval" if row.entry == "eval" else "train"
+    cfg = compose_cfg([f"experiment=paper/{task}/{row.name}", f"scale={scale}", f"output_dir={tmp_path}"],
+                      config_name=config_name)
+    if scale == "paper" and not torch.cuda.is_available():
+        # The paper's recipes run on a GPU; here every other key is still checked.
+        assert cfg.hardware.device == "cuda"
+        cfg.hardware.device = "auto"
+    cfg = validate(cfg, EvalRunSchema if row.entry == "eval" else TrainSchema)
+    assert cfg.task.name == task and cfg.label == row.name
+    if row.entry == "eval":
+        assert list(cfg.methods) == (["team"] if row.name == "untrained_discussion" else [row.name])
+    else:
+        algo = row.name.split("_")[0]
+        assert cfg.algo.name == algo
+        if row.name.startswith("magrpo_2turn_"):
+            assert cfg.algo.num_turns == 2 and cfg.feedback.mode == row.name.removeprefix("magrpo_2turn_")
+    if table == "maporl":
+        assert cfg.algo.num_turns == 2 and cfg.feedback.mode == "discussion"
+    if scale == "paper":
+        assert cfg.agents.models[0].name_or_path == PAPER_MODELS[task] and cfg.hardware.name == "gpu"
+        assert cfg.max_steps >= 100 and cfg.algo.max_new_tokens == 256
+    else:
+        assert cfg.agents.models[0].name_or_path == "builtin:tiny" and cfg.hardware.device == "cpu"
+        assert cfg.max_steps <= 10 and cfg.eval.num_items <= 8
+    if task in ("tldr", "arxiv"):   # the hub set at the paper's scale, the built-in one offline
+        assert cfg.task.data.builtin is (scale == "tiny")
+    if table == "coding":
+        assert cfg.optimized_metric == "pass@1" and cfg.eval.num_samples == 10
+    if table == "writing":
+        assert cfg.optimized_metric == "normalized_return"
+
+
+def test_every_paper_row_has_its_config_file_and_nothing_else_is_there():
+    from magrpo.train import CONF_DIR
+
+    files = {str(p.relative_to(Path(CONF_DIR) / "experiment")).removesuffix(".yaml")
+             for p in (Path(CONF_DIR) / "experiment" / "paper").glob("*/*.yaml")}
+    listed = {e for table in TABLES for entry in ("eval", "train") for e in experiments(table, entry)}
+    assert files == listed and len(listed) == 2 * 9 + 3 * 13 + 3
+
+
+def test_sweep_commands_name_one_group_and_one_dir_per_entry(tmp_path):
+    cmd = sweep_command("eval", experiments("writing", "eval"), "0,1", "tiny", "grp", tmp_path / "eval",
+                        "joblib", 2, ["logger=wandb"])
+    assert cmd[1:4] == ["-m", "magrpo.evaluate", "-m"]
+    assert "experiment=paper/tldr/single,paper/tldr/naive_concat,paper/tldr/sequential,paper/tldr/discussion," \
+           "paper/arxiv/single,paper/arxiv/naive_concat,paper/arxiv/sequential,paper/arxiv/discussion" in cmd
+    assert {"seed=0,1", "scale=tiny", "logger.group=grp", f"hydra.sweep.dir={tmp_path / 'eval'}",
+            "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "logger=wandb"} <= set(cmd)
+    assert "hydra.launcher.n_jobs=2" not in sweep_command("train", ["paper/tldr/magrpo"], "0", "tiny", "g",
+                                                         tmp_path, "basic", 2, [])
+
+
+# -- the paper layout on hand-made run directories -------------------------------------------------
+
+
+def write_job(path: Path, *, task: str, label: str, seed: int, final: dict | None, job_type: str = "train",
+              status: str = "finished", curve: dict[int, float] | None = None) -> Path:
+    """A job directory as magrpo-train / magrpo-eval leave it (the files magrpo-table reads)."""
+    path.mkdir(parents=True)
+    algo = label.split("_")[0] if job_type == "train" else label
+    config = {"label": label, "algo": algo, "task": task, "seed": seed, "job_type": job_type}
+    summary = {"status": status, "job_type": job_type, "initial_eval": None, "final_eval": final, "steps": 4,
+               "config": config}
+    if job_type == "eval" and final is not None:
+        summary["results"] = {label: final}
+    (path / "summary.json").write_text(json.dumps(summary))
+    rows = [{"step": s, "eval/normalized_return": v, "train/reward_mean": v} for s, v in (curve or {}).items()]
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (path / ".hydra").mkdir()
+    (path / ".hydra" / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "label": label, "task": {"name": task}}))
+    return path
+
+
+def writing_final(norm: float, rouge: float | None = 0.2, time_s: float = 1.0) -> dict:
+    out = {"reward_mean": 3 * norm, "normalized_return": norm, "reward/structure": 2 * norm, "reward/style": 0.1,
+           "reward/coherence": 0.3, "response_time_s": time_s, "turn_1/reward_mean": 3 * norm}
+    if rouge is not None:
+        out["rouge_l"] = rouge
+    return out
+
+
+def md_table(path: Path, title: str) -> tuple[list[str], dict[str, list[str]]]:
+    lines = path.read_text().splitlines()
+    start = lines.index(title)
+    header = [c.strip() for c in lines[start + 2].strip("|").split(" | ")]
+    rows = {}
+    for line in lines[start + 4:]:
+        if not line.startswith("| "):
+            break
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        rows[cells[0]] = cells[1:]
+    return header, rows
+
+
+@pytest.fixture
+def paper_runs(tmp_path) -> Path:
+    root = tmp_path / "sweep"
+    # tldr: a prompting row (eval jobs), MAGRPO and GRPO (train jobs), two seeds each.
+    norm = {"single": [0.1, 0.3], "magrpo": [0.6, 0.8], "grpo": [0.5, 0.5]}
+    times = {"single": [0.5, 0.7], "magrpo": [2.0, 2.0], "grpo": [0.2, 0.4]}
+    n = 0
+    for label, values in norm.items():
+        entry = "eval" if label == "single" else "train"
+        for seed, v in enumerate(values):
+            rouge = None if (label == "grpo" and seed == 1) else 0.1 * (seed + 1)
+            write_job(root / entry / f"{n}_tldr_{label}_s{seed}", task="tldr", label=label, seed=seed,
+                      job_type=entry, final=writing_final(v, rouge, times[label][seed]),
+                      curve=None if entry == "eval" else {0: v / 2, 4: v})
+            n += 1
+    # A failed job and one that died before its first evaluation (a config, no summary.json).
+    write_job(root / "train" / f"{n}_tldr_magrpo_s2", task="tldr", label="magrpo", seed=2, final=None,
+              status="failed")
+    dead = root / "train" / f"{n + 1}_tldr_ippo_s0"
+    (dead / ".hydra").mkdir(parents=True)
+    (dead / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    # humaneval: one-turn and two-turn MAGRPO, the second with turn-1 and turn-2 returns.
+    for seed in range(2):
+        base = {"reward_mean": 2.0, "normalized_return": 0.5, "pass@1": 0.25 + 0.25 * seed, "codebleu": 0.3,
+                "acc/level_1_main_defined": 1.0, "acc/level_2_parses": 0.9, "acc/level_3_test_passed": 0.5,
+                "acc/level_4_cooperates": 0.1, "response_time_s": 1.0, "turn_1/normalized_return": 0.5,
+                "turn_1/reward_mean": 2.0}
+        write_job(root / "train" / f"he1_{seed}", task="humaneval", label="magrpo", seed=seed, final=base)
+        two = {**base, "pass@1": 0.75, "turn_2/reward_mean": 3.0, "turn_2/normalized_return": 0.75,
+               "turn_1/normalized_return": 0.4 + 0.1 * seed}
+        write_job(root / "train" / f"he2_{seed}", task="humaneval", label="magrpo_2turn_plain", seed=seed, final=two)
+    return root
+
+
+def test_paper_layout_rows_columns_bold_cells_and_listed_runs(paper_runs, capsys):
+    out = paper_runs / "table"
+    assert table_main([str(paper_runs), "--layout", "paper", "--out", str(out)]) == 0
+    md = out / "table.md"
+    header, rows = md_table(md, "### tldr (writing)")
+    assert header == ["method", "n", "norm. return", "structure (levels 1-3)", "style (Jaccard term)",
+                      "coherence (transitions)", "ROUGE-L", "response time (s/item)"]
+    # The paper's order: prompting, single-model, multi-agent; each row's mean ± sample std.
+    assert list(rows) == ["Single model (prompting)", "GRPO (single model)", "MAGRPO"]
+    assert rows["Single model (prompting)"][:2] == ["2", "0.200 ± 0.141"]          # [0.1, 0.3]
+    assert rows["MAGRPO"][:3] == ["2", "**0.700 ± 0.141**", "**1.400 ± 0.283**"]   # best norm. return, structure
+    assert rows["GRPO (single model)"][1] == "0.500 ± 0.000"
+    # Response time: lower is better; GRPO's mean 0.3 is the best. Style ties in every row: no bold.
+    assert rows["GRPO (single model)"][-1] == "**0.300 ± 0.141**"
+    assert all("**" not in r[3] for r in rows.values())
+    # A metric one run lacks: the cell counts it, and the note names the run.
+    assert rows["GRPO (single model)"][5] == "0.100 (n=1)"
+    text = md.read_text()
+    assert "`GRPO (single model)`: no `rouge_l` in 1 of 2 run(s): " in text and "5_tldr_grpo_s1`" in text
+    # Runs left out are named, with the reason.
+    assert "Not in the table (2 run(s))" in text
+    assert "6_tldr_magrpo_s2`: status 'failed'" in text and "7_tldr_ippo_s0`: no summary.json" in text
+
+    header, rows = md_table(md, "### humaneval (coding)")
+    assert header[2:8] == ["norm. return", "pass@1", "pass@3", "pass@5", "pass@10", "CodeBLEU"]
+    assert header[8:] == ["L1 acc (main defined)", "L2 acc (parses)", "L3 acc (a test passes)",
+                          "L4 acc (main uses helper)", "turn 1 norm. return", "final turn norm. return",
+                          "response time (s/item)"]
+    assert list(rows) == ["MAGRPO", "MAGRPO, 2 turns, plain feedback"]
+    turn1, final = header.index("turn 1 norm. return") - 1, header.index("final turn norm. return") - 1
+    assert rows["MAGRPO"][turn1] == "**0.500 ± 0.000**" and rows["MAGRPO"][final] == "0.500 ± 0.000"
+    assert rows["MAGRPO, 2 turns, plain feedback"][turn1] == "0.450 ± 0.071"
+    assert rows["MAGRPO, 2 turns, plain feedback"][final] == "**0.750 ± 0.000**"
+    assert rows["MAGRPO"][header.index("pass@3") - 1] == "–"
+    assert "`pass@3` (pass@3): no run reports it" in text
+
+    with open(out / "table.csv", newline="") as f:
+        csv_rows = {(r["task"], r["label"]): r for r in csv.DictReader(f)}
+    m = csv_rows[("tldr", "magrpo")]
+    assert m["n"] == "2" and m["seeds"] == "0;1" and float(m["normalized_return_mean"]) == pytest.approx(0.7)
+    assert float(m["normalized_return_std"]) == pytest.approx(math.sqrt(0.02))
+    assert "normalized_return" in m["best_in"].split(";")
+    tex = (out / "table.tex").read_text()
+    assert "MAGRPO & 2 & \\textbf{0.700 $\\pm$ 0.141}" in tex and "\\toprule" in tex
+    # Learning curves of the trained rows, with the prompting row as a level.
+    assert (out / "tldr_eval_normalized_return.png").stat().st_size > 10_000
+
+
+def test_eval_runs_write_the_run_directory_layout_and_split_into_rows(make_cfg, tmp_path, capsys):
+    from magrpo.evaluate import run_eval
+
+    out = tmp_path / "sweep" / "0_eval"
+    cfg = compose_cfg([f"output_dir={out}", "methods=[single,naive_concat]", "eval.num_items=2",
+                       "algo.max_new_tokens=6", "label=null"], config_name="eval")
+    report = run_eval(cfg)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["job_type"] == "eval" and summary["steps"] == 0
+    assert summary["final_eval"] == report["results"]["single"] and summary["results"] == report["results"]
+    assert summary["config"]["algo"] == "single,naive_concat" and summary["config"]["task"] == "length_ratio"
+    assert (out / "eval.json").exists() and (out / "eval.md").exists()
+    assert table_main([str(tmp_path / "sweep"), "--layout", "paper", "--no-plots"]) == 0
+    _, rows = md_table(tmp_path / "sweep" / "table" / "table.md", "### length_ratio")
+    assert list(rows) == ["Single model (prompting)", "Naive concatenation (prompting)"]
+    norm = report["results"]["naive_concat"]["normalized_return"]
+    assert rows["Naive concatenation (prompting)"][1].strip("*") == f"{norm:.3f}"   # one seed: no ±
+    header, _ = md_table(tmp_path / "sweep" / "table" / "table.md", "### length_ratio")
+    # The component holds a length ratio, not a reward: labelled so, and never bold (no better direction).
+    assert header[3] == "length ratio a2/a1 (a ratio, not a reward)"
+    assert not any("**" in r[2] for r in rows.values())
+
+
+# -- the value a sweeper optimises, the normalized return and the per-level accuracies -----------------
+
+
+def test_sweep_value_is_the_named_metric_or_the_tasks_primary_one():
+    from magrpo.train import sweep_value
+
+    final = {"reward_mean": 2.0, "normalized_return": 0.5, "pass@1": 0.25}
+    assert sweep_value(compose_cfg(["task=humaneval"]), final) == 0.25
+    assert sweep_value(compose_cfg(["task=tldr"]), final) == 0.5
+    assert sweep_value(compose_cfg(["task=humaneval", "optimized_metric=reward_mean"]), final) == 2.0
+    with pytest.raises(ConfigError, match="optimized_metric='pass@7' is not in the final evaluation"):
+        sweep_value(compose_cfg(["optimized_metric=pass@7"]), final)
+
+
+def test_normalized_return_divides_out_shift_and_scale_and_uses_each_forms_maximum():
+    from magrpo.tasks import build_task
+
+    def task(name, *over):
+        cfg = validate(compose_cfg([f"task={name}", "output_dir=/tmp/x", *over]))
+        return build_task(cfg.task, cfg.reward)
+
+    assert task("tldr").normalized_return(1.5, 2) == pytest.approx(0.5)
+    assert task("arxiv").normalized_return(3.0, 1) == pytest.approx(1.0)
+    he = task("humaneval")
+    assert he.normalized_return(2.0, 2) == pytest.approx(0.5) and he.normalized_return(2.1, 1) == pytest.approx(1.0)
+    # total = (raw + shift) * scale: raw 3.0 of 4.0 -> (3 - 4) * 2 = -2
+    assert task("humaneval", "reward.shift=-4", "reward.scale=2").normalized_return(-2.0, 2) == pytest.approx(0.75)
+    assert task("length_ratio").normalized_return(0.25, 2) == pytest.approx(0.25)
+
+
+def test_level_accuracies_count_the_samples_that_reached_each_level():
+    from magrpo.tasks import Scores
+    from magrpo.tasks.coding import level_accuracies
+
+    # four samples: nothing; main only; parses, no test; a test passes and main calls the helper
+    scores = Scores([0.0, 0.6, 1.1, 3.6],
+                    {"structure": [0.4, 0.6, 1.0, 1.0], "syntax": [0, 0, 0.5, 0.5], "tests": [0, 0, 0, 0.6],
+                     "cooperation": [0, 0, 0, 1.5]},
+                    {"main_defined": [False, True, True, True]})
+    assert level_accuracies(scores) == {"acc/level_1_main_defined": 0.75, "acc/level_2_parses": 0.5,
+                                        "acc/level_3_test_passed": 0.25, "acc/level_4_cooperates": 0.25}
