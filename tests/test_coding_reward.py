@@ -109,7 +109,8 @@ def test_single_agent_form_drops_helper_terms():
 def test_shift_and_scale():
     s = score([[AUX, MAIN_COOP], [AUX, "def sum_sq(xs):\n    return sum(x * x for x in xs\n"]],
               make_task(shift=-4.0, scale=0.5))
-    assert list(s) == pytest.approx([0.0, -1.5])
+    # raw * scale + shift, as the reference composes them: 4.0 * 0.5 - 4 and 1.0 * 0.5 - 4
+    assert list(s) == pytest.approx([-2.0, -3.5])
     assert sum(parts(s, 0)) == pytest.approx(4.0)  # components stay raw
 
 

@@ -1,7 +1,7 @@
-"""Coding tasks: humaneval, coophumaneval, mbpp (SPEC §6-8).
+"""Coding tasks: humaneval, coophumaneval, mbpp (README, "Tasks").
 
 Two agents write one program: agent 1 a helper `aux`, agent 2 the entry point, which may call
-it. The joint program runs against the task's tests in the sandbox (magrpo.sandbox); the reward
+it. The task's tests judge the joint program from outside its sandbox (magrpo.sandbox); the reward
 is the paper's leveled code reward (reward.py). Evaluation adds pass@k, CodeBLEU against the
 canonical solution and the mean fraction of tests passed.
 """
@@ -74,7 +74,8 @@ class CodingTask(Task):
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         n = len(completions)
         return code_reward(completions, cols["entry_point"], cols["tests"],
-                           cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg)
+                           cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg,
+                           test_setups=cols.get("test_setup") or [""] * n)
 
     # -- metrics ------------------------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
