@@ -35,7 +35,7 @@ test: setup ## the test suite (under 10 minutes on 2 cores)
 test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up
 	$(PY) -m pytest -q -m slow $(ARGS)
 
-bench: setup ## throughput of MAGRPO on the builtin "small" model (SPEC §9 bench contract)
+bench: setup ## throughput of MAGRPO on the builtin "small" model (README, "Tests and benchmark")
 	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 --threads 1 $(ARGS)
 
 bench-compare: setup ## MAGRPO vs a bare generate+update loop vs comlrl 1.4.3, one thread each

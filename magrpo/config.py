@@ -8,6 +8,7 @@ is allowed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,18 +16,21 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from magrpo.schema import ConfigError, at_least, check_values, option, positive, within
 
-class ConfigError(ValueError):
-    """A bad configuration value; the message is meant for the user as it is."""
+_DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
+DEVICES = "cpu, cuda, cuda:N, mps"
+
+DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
 
 
 @dataclass
 class LoraSchema:
-    r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.05
+    r: int = positive(16)
+    lora_alpha: int = positive(32)
+    lora_dropout: float = within(0.0, 1.0, 0.05)
     target_modules: Any = "all-linear"
-    bias: str = "none"
+    bias: str = option("none", choices=["none", "all", "lora_only"])
 
 
 @dataclass
@@ -34,7 +38,7 @@ class ModelSchema:
     name_or_path: str = MISSING          # hub id, local directory, or builtin:NAME
     tokenizer: str | None = None         # defaults to name_or_path
     revision: str | None = None
-    dtype: str = "float32"
+    dtype: str = option("float32", choices=DTYPE_CHOICES)
     trust_remote_code: bool = False
     attn_implementation: str | None = None
     lora: LoraSchema | None = None
@@ -43,105 +47,110 @@ class ModelSchema:
 
 @dataclass
 class AgentsSchema:
-    num_agents: int = 2
+    num_agents: int = at_least(1, 2)
     models: list[ModelSchema] = field(default_factory=list)
     share_base: bool = False             # one base model, one LoRA adapter per agent
     gradient_checkpointing: bool = False
 
 
 @dataclass
-class AlgoSchema:
-    name: str = "magrpo"
-    single_agent: bool = False           # one model writes the whole joint answer (GRPO)
-    num_generations: int = 4
-    joint_mode: str = "aligned"
-    cross_credit: str = "mean"
-    num_turns: int = 1
-    discount: float = 1.0
-    early_termination_threshold: float | None = None
-    advantage: str = "mean"
-    scale: str = "none"
-    loss_agg: str = "seq_sum"
-    num_iterations: int = 1
-    epsilon: float = 0.2
-    epsilon_high: float = 0.2
-    beta: float = 0.0
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_new_tokens: int = 32
-    max_prompt_length: int = 1024
-    batch_size: int = 8
-    micro_batch_size: int = 64           # sequences per forward/backward (gradient accumulation)
-    eval_every: int = 20
-
-
-@dataclass
 class OptimizerSchema:
-    name: str = "adamw"
-    lr: float = 1e-5
-    weight_decay: float = 0.0
-    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    eps: float = 1e-8
-    schedule: str = "constant"
-    warmup_steps: int = 0
-    max_grad_norm: float | None = 1.0
+    name: str = option("adamw", choices=["adamw"])
+    lr: float = positive(1e-3)            # suits the tiny default agents; real models want ~1e-5
+    weight_decay: float = at_least(0, 0.0)
+    betas: list[float] = option(default_factory=lambda: [0.9, 0.999], allowed="two numbers in [0, 1)",
+                                check=lambda v: len(v) == 2 and all(0 <= b < 1 for b in v))
+    eps: float = positive(1e-8)
+    schedule: str = option("constant", choices=["constant", "linear", "cosine"])
+    warmup_steps: int = at_least(0, 0)
+    max_grad_norm: float | None = option(1.0, check=lambda v: v is None or v > 0,
+                                         allowed="> 0, or null to turn clipping off")
 
 
 @dataclass
 class HardwareSchema:
     name: str = "cpu"
-    device: str = "cpu"
-    agent_devices: list[str] | None = None
-    num_threads: int | None = None
+    device: str = option("cpu", check=lambda v: v == "auto" or bool(_DEVICE_RE.match(v)),
+                         allowed=f"one of {DEVICES}, auto")
+    agent_devices: list[str] | None = option(None, check=lambda v: v is None or all(_DEVICE_RE.match(d) for d in v),
+                                             allowed=f"null, or a list of {DEVICES}")
+    num_threads: int | None = option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null")
     deterministic: bool = False
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        """A device this machine does not have stops the run here, not at the first tensor moved."""
+        for i, dev in enumerate(node.agent_devices or []):
+            _check_device_available(f"{prefix}agent_devices[{i}]", dev)
+        if not node.agent_devices:
+            _check_device_available(f"{prefix}device", node.device)
+
+
+def _check_device_available(key: str, dev: str) -> None:
+    if dev in ("cpu", "auto"):
+        return
+    import torch
+
+    if dev.startswith("cuda"):
+        if not torch.cuda.is_available():
+            build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
+            raise ConfigError(f"{key}={dev!r}: no CUDA device is usable here (torch {torch.__version__}, {build}); "
+                              f"use hardware=cpu, or {key}=auto to take a GPU only when there is one")
+        count, index = torch.cuda.device_count(), int(dev.partition(":")[2] or 0)
+        if index >= count:
+            raise ConfigError(f"{key}={dev!r}: this machine has {count} CUDA device(s); choose cuda:0..cuda:{count - 1}")
+    elif dev == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"{key}='mps': the MPS backend is not available here; use cpu or auto")
 
 
 @dataclass
 class LoggerSchema:
-    name: str = "none"
+    name: str = option("none", choices=["none", "wandb"])
     project: str = "magrpo"
     entity: str | None = None
     group: str | None = None
     run_name: str | None = None
     tags: list[str] = field(default_factory=list)
     job_type: str = "train"
-    mode: str = "offline"
-    log_every: int = 1
-
-
-@dataclass
-class FeedbackSchema:
-    mode: str = "none"
+    mode: str = option("offline", choices=["offline", "online", "disabled"])
+    log_every: int = at_least(1, 1)
 
 
 @dataclass
 class EvalSchema:
-    every: int = 20
-    num_items: int | None = None
-    num_samples: int = 2
+    every: int = at_least(0, 20, " (0 = only before and after training)")
+    num_items: int | None = option(None, check=lambda v: v is None or v >= 1,
+                                   allowed=">= 1, or null for the whole split")
+    num_samples: int = at_least(1, 2)
     do_sample: bool = True
-    temperature: float = 1.0
-    batch_size: int = 64
-    log_completions: int = 8
+    temperature: float = positive(1.0)
+    batch_size: int = at_least(1, 64)
+    log_completions: int = at_least(0, 8)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if not node.do_sample and node.num_samples > 1:
+            raise ConfigError(f"{prefix}num_samples={node.num_samples} with {prefix}do_sample=false draws the same "
+                              f"greedy answer {node.num_samples} times (pass@k would mean nothing); set "
+                              f"{prefix}num_samples=1 or {prefix}do_sample=true")
 
 
 @dataclass
 class TrainSchema:
-    seed: int = 0
-    max_steps: int = 120
+    seed: int = at_least(0, 0)
+    max_steps: int = at_least(0, 120)
     resume: str | None = None
-    save_every: int = 0
+    save_every: int = at_least(0, 0, " (0 = final checkpoint only)")
     save_final: bool = True
     output_dir: str = "outputs/run"
     agents: AgentsSchema = field(default_factory=AgentsSchema)
     task: Any = None
     reward: Any = None
-    algo: AlgoSchema = field(default_factory=AlgoSchema)
+    algo: Any = None                     # checked against the chosen algorithm's own schema
     optimizer: OptimizerSchema = field(default_factory=OptimizerSchema)
     hardware: HardwareSchema = field(default_factory=HardwareSchema)
     logger: LoggerSchema = field(default_factory=LoggerSchema)
-    feedback: FeedbackSchema = field(default_factory=FeedbackSchema)
+    feedback: Any = None                 # checked against the chosen feedback mode's own schema
     eval: EvalSchema = field(default_factory=EvalSchema)
 
 
@@ -151,63 +160,29 @@ class EvalRunSchema(TrainSchema):
 
     methods: list[str] | None = None
     checkpoint: str | None = None
-    split: str = "eval"
+    split: str = option("eval", choices=["eval", "train"])
 
 
-# Allowed values of the enumerated keys. The estimator and aggregation names come from their
-# registries, so a new entry there is allowed here without a second edit.
-def _choices() -> dict[str, list[str]]:
+def register_schemas() -> None:
+    """Give Hydra every algorithm's defaults, from its schema, as `schema/algo/<name>`.
+
+    Each conf/algo/<name>.yaml starts from them (`defaults: [/schema/algo@_here_: <name>]`) and
+    holds only what differs, so the dataclass stays the one source of defaults while
+    `algo.KEY=VALUE` overrides work on the command line. Stored untyped: values are checked by
+    `validate`, whose messages name the key, the value and what is allowed.
+    """
+    from hydra.core.config_store import ConfigStore
+
     from magrpo.algos import ALGOS
-    from magrpo.algos.core import ADVANTAGES, LOSS_AGG, SCALES
+    from magrpo.feedback import FEEDBACKS
 
-    return {
-        "algo.name": sorted(ALGOS),
-        "algo.joint_mode": ["aligned", "cross"],
-        "algo.cross_credit": ["mean", "sum"],
-        "algo.advantage": sorted(ADVANTAGES),
-        "algo.scale": sorted(SCALES),
-        "algo.loss_agg": sorted(LOSS_AGG),
-        "optimizer.name": ["adamw"],
-        "optimizer.schedule": ["constant", "linear", "cosine"],
-        "logger.name": ["none", "wandb"],
-        "logger.mode": ["offline", "online", "disabled"],
-        "feedback.mode": ["none"],
-    }
-
-
-# (key, test, what is allowed)
-_RANGES: list[tuple[str, Any, str]] = [
-    ("seed", lambda v: v >= 0, ">= 0"),
-    ("max_steps", lambda v: v >= 0, ">= 0"),
-    ("save_every", lambda v: v >= 0, ">= 0 (0 = final checkpoint only)"),
-    ("agents.num_agents", lambda v: v >= 1, ">= 1"),
-    ("algo.num_generations", lambda v: v >= 2, ">= 2 (a group needs at least two samples)"),
-    ("algo.num_turns", lambda v: v == 1, "1 (multi-turn training arrives with the feedback group)"),
-    ("algo.discount", lambda v: 0.0 <= v <= 1.0, "in [0, 1]"),
-    ("algo.num_iterations", lambda v: v >= 1, ">= 1"),
-    ("algo.epsilon", lambda v: v > 0, "> 0"),
-    ("algo.epsilon_high", lambda v: v > 0, "> 0"),
-    ("algo.beta", lambda v: v >= 0, ">= 0"),
-    ("algo.temperature", lambda v: v > 0, "> 0"),
-    ("algo.top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-    ("algo.top_k", lambda v: v >= 0, ">= 0 (0 = off)"),
-    ("algo.max_new_tokens", lambda v: v >= 1, ">= 1"),
-    ("algo.max_prompt_length", lambda v: v >= 1, ">= 1"),
-    ("algo.batch_size", lambda v: v >= 1, ">= 1"),
-    ("algo.micro_batch_size", lambda v: v >= 1, ">= 1"),
-    ("algo.eval_every", lambda v: v >= 0, ">= 0 (0 = only before and after training)"),
-    ("optimizer.lr", lambda v: v > 0, "> 0"),
-    ("optimizer.weight_decay", lambda v: v >= 0, ">= 0"),
-    ("optimizer.warmup_steps", lambda v: v >= 0, ">= 0"),
-    ("optimizer.max_grad_norm", lambda v: v is None or v > 0, "> 0, or null to turn clipping off"),
-    ("eval.every", lambda v: v >= 0, ">= 0 (0 = only before and after training)"),
-    ("eval.num_samples", lambda v: v >= 1, ">= 1"),
-    ("eval.num_items", lambda v: v is None or v >= 1, ">= 1, or null for the whole split"),
-    ("eval.temperature", lambda v: v > 0, "> 0"),
-    ("eval.batch_size", lambda v: v >= 1, ">= 1"),
-]
-
-DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
+    store = ConfigStore.instance()
+    for name, cls in ALGOS.items():
+        store.store(group="schema/algo", name=name,
+                    node=OmegaConf.to_container(OmegaConf.structured(cls.config_schema)))
+    for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
+        node = OmegaConf.to_container(OmegaConf.structured(cls.config_schema))
+        store.store(group="schema/feedback", name=name, node={**node, "mode": name})
 
 
 def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
@@ -248,11 +223,35 @@ def _get(cfg: DictConfig, key: str) -> Any:
 
 def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
+    from magrpo.algos import ALGOS
     from magrpo.tasks import TASKS, available_tasks
 
-    raw = OmegaConf.to_container(cfg, resolve=True)
+    # The algo node is checked against the schema its algorithm registers (its only source of
+    # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
+    raw_algo = _resolved(cfg.algo) if cfg.get("algo") is not None else {}
+    algo_name = raw_algo.get("name", "magrpo")
+    if algo_name not in ALGOS:
+        raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")
+    algo_schema = ALGOS[algo_name].config_schema
+    algo_node = _typed(OmegaConf.create(raw_algo), algo_schema, "algo.")
+    cfg = cfg.copy()
+    with _open(cfg):
+        cfg.algo = OmegaConf.to_container(algo_node)
+
+    raw = _resolved(cfg)
     raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
+    raw.pop("algo", None)
+    raw_feedback = raw.pop("feedback", None) or {}
     typed = _typed(OmegaConf.create(raw), schema, "")
+
+    # The feedback node is checked against the schema of the mode it names.
+    from magrpo.feedback import FEEDBACKS
+
+    mode = raw_feedback.get("mode", "none")
+    if mode not in FEEDBACKS:
+        raise ConfigError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
+    feedback_schema = FEEDBACKS[mode].config_schema
+    feedback_node = _typed(OmegaConf.create(raw_feedback), feedback_schema, "feedback.")
 
     # Task and reward nodes are checked against the schemas their task registers.
     if not raw_task or "name" not in raw_task:
@@ -268,31 +267,62 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     with _open(typed):
         typed.task = task_node
         typed.reward = reward_node
+        typed.algo = algo_node
+        typed.feedback = feedback_node
 
-    for key, allowed in _choices().items():
-        value = _get(typed, key)
-        if value not in allowed:
-            raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(allowed)}")
-    for key, ok, allowed in _RANGES:
-        value = _get(typed, key)
-        if not ok(value):
-            raise ConfigError(f"{key}={value!r} is out of range; it must be {allowed}")
+    check_values(typed, schema)
+    check_values(algo_node, algo_schema, "algo.")
+    check_values(feedback_node, feedback_schema, "feedback.")
+    if task_cls.config_schema:
+        check_values(task_node, task_cls.config_schema, "task.")
+    if task_cls.reward_schema:
+        check_values(reward_node, task_cls.reward_schema, "reward.")
 
-    _validate_agents(typed)
+    _validate_agents(typed, task_cls)
+    from magrpo.algos.base import check_tree
+
+    check_tree(typed, ALGOS[algo_name].team(typed).num_policies)
+    algo_check = getattr(ALGOS[algo_name], "check_config", None)
+    if algo_check is not None:
+        algo_check(typed, task_cls)
     if schema is EvalRunSchema:
         _validate_eval(typed)
-    if typed.resume and not Path(typed.resume).expanduser().exists():
-        raise ConfigError(f"resume={typed.resume!r}: no such checkpoint directory")
+    elif typed.resume:
+        _validate_resume(typed)
     return typed
 
 
-def _validate_agents(cfg: DictConfig) -> None:
+def _resolved(node: DictConfig) -> dict:
+    """The node as plain data; an interpolation that does not resolve is a ConfigError naming it."""
+    try:
+        return OmegaConf.to_container(node, resolve=True)
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"cannot resolve the config{f' at {key}' if key else ''}: "
+                          f"{str(e).splitlines()[0]}") from None
+
+
+def _validate_resume(cfg: DictConfig) -> None:
+    """`resume=` names a complete checkpoint (or a run directory holding one) of this very run."""
+    from magrpo import checkpoint
+
+    ckpt = checkpoint.resolve(cfg.resume, "resume")
+    with _open(cfg):
+        cfg.resume = str(ckpt)
+    checkpoint.check_resume(OmegaConf.to_container(cfg, resolve=True), ckpt)
+
+
+def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
+    from magrpo.algos import ALGOS
     from magrpo.models import BUILTIN_PREFIX, looks_local
     from magrpo.tiny import BUILTIN_MODELS
 
     agents = cfg.agents
-    n = 1 if cfg.algo.single_agent else agents.num_agents
+    n = ALGOS[cfg.algo.name].team(cfg).num_policies
     models = agents.models
+    if n > 1 and n != task_cls.num_agents:
+        raise ConfigError(f"agents.num_agents={n}: task {cfg.task.name!r} is written for {task_cls.num_agents} "
+                          f"agents; use {task_cls.num_agents}, or 1 (one model writes the whole answer)")
     if len(models) == 0:
         raise ConfigError("agents.models is empty; give at least one model entry (name_or_path: ...)")
     if len(models) > agents.num_agents:
@@ -309,8 +339,8 @@ def _validate_agents(cfg: DictConfig) -> None:
                               + ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS)))
         if looks_local(path) and not Path(path).expanduser().exists():
             raise ConfigError(f"{key}.name_or_path={path!r}: no such local model directory")
-        if spec.dtype not in DTYPE_CHOICES:
-            raise ConfigError(f"{key}.dtype={spec.dtype!r} is not allowed; choose one of: {', '.join(DTYPE_CHOICES)}")
+        if spec.tokenizer and looks_local(spec.tokenizer) and not Path(spec.tokenizer).expanduser().exists():
+            raise ConfigError(f"{key}.tokenizer={spec.tokenizer!r}: no such local tokenizer directory")
         if agents.share_base and spec.lora is None:
             raise ConfigError(f"agents.share_base=true needs a LoRA config: {key}.lora is null")
     if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
@@ -319,15 +349,33 @@ def _validate_agents(cfg: DictConfig) -> None:
 
 
 def _validate_eval(cfg: DictConfig) -> None:
-    from magrpo.evaluation import PROTOCOLS
+    from magrpo import checkpoint
+    from magrpo.algos import ALGOS
+    from magrpo.evaluate import BASELINES
+    from magrpo.rollout import SCHEMES
 
-    for m in cfg.methods or []:
-        if m not in PROTOCOLS:
-            raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(PROTOCOLS)}")
+    num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
+    methods = list(cfg.methods) if cfg.methods is not None else (["team"] if cfg.checkpoint else BASELINES)
+    for m in methods:
+        if m not in SCHEMES:
+            raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(SCHEMES)}")
+        if m not in ("single", "team") and num_agents < 2:
+            raise ConfigError(f"methods {'contains' if cfg.methods is not None else 'defaults to the baselines, with'} "
+                              f"{m!r}, which needs at least 2 agents; algo={cfg.algo.name} "
+                              f"with agents.num_agents={cfg.agents.num_agents} has {num_agents} "
+                              f"(methods=[single] evaluates one model)")
+    if len(set(cfg.methods or [])) != len(cfg.methods or []):
+        raise ConfigError(f"methods={list(cfg.methods)} names a method twice")
+    if cfg.methods is not None and len(cfg.methods) == 0:
+        raise ConfigError("methods=[] evaluates nothing; give at least one of: " + ", ".join(SCHEMES)
+                          + " (or null for the default)")
     if cfg.split not in ("eval", "train"):
         raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
-    if cfg.checkpoint and not Path(cfg.checkpoint).expanduser().exists():
-        raise ConfigError(f"checkpoint={cfg.checkpoint!r}: no such checkpoint or run directory")
+    if cfg.checkpoint:
+        ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
+        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt, num_agents)
+        with _open(cfg):
+            cfg.checkpoint = str(ckpt)
 
 
 class _open:

@@ -1,7 +1,7 @@
 """magrpo-eval: a trained team or base models, and the prompting baselines, on a task's eval split.
 
     magrpo-eval task=humaneval eval.num_samples=10            # the four prompting baselines
-    magrpo-eval checkpoint=outputs/train/<run>                # the trained team (last checkpoint)
+    magrpo-eval checkpoint=outputs/train/<run>                # the trained team (newest complete checkpoint)
     magrpo-eval checkpoint=<run> methods=[team,discussion]
 
 Writes `eval.json` (method -> metrics, plus the settings) and `eval.md` (a table) into its run
@@ -11,7 +11,6 @@ directory, and one `samples_<method>.jsonl` of example completions per method.
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,32 +19,30 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config import ConfigError, EvalRunSchema, validate
-from magrpo.train import CONF_DIR, quiet_progress_bars
+from magrpo.launch import as_setup_error, exit_if_sweep_failed, run_job
+from magrpo.train import CONF_DIR, output_dir, quiet_progress_bars
 
 log = logging.getLogger("magrpo")
 
 BASELINES = ["single", "naive_concat", "sequential", "discussion"]
 # Columns of eval.md, in this order, when present.
-HEADLINE = ["reward_mean", "reward_std", "pass@1", "pass@3", "pass@5", "pass@10", "rouge_l", "codebleu",
-            "output_tokens_mean", "response_time_s"]
+HEADLINE = ["reward_mean", "reward_std", "turn_1/reward_mean", "accuracy", "majority_accuracy",
+            "turn_1/accuracy", "turn_1/majority_accuracy", "pass@1", "pass@3", "pass@5", "pass@10", "turn_1/pass@1",
+            "rouge_l", "codebleu", "output_tokens_mean", "response_time_s"]
 
 
 def resolve_checkpoint(path: str | Path) -> Path:
-    """A checkpoint directory as given, or the newest checkpoint of a run directory."""
-    from magrpo.trainer import STATE_FILE
+    """A checkpoint directory as given, or the newest complete checkpoint of a run directory;
+    damaged ones are named and skipped (magrpo.checkpoint)."""
+    from magrpo.checkpoint import resolve
 
-    p = Path(path).expanduser()
-    if (p / STATE_FILE).exists():
-        return p
-    steps = sorted((p / "checkpoints").glob("step_*"), key=lambda d: int(d.name.split("_")[1]))
-    if not steps:
-        raise ConfigError(f"checkpoint={str(path)!r}: neither a checkpoint (no {STATE_FILE}) nor a run "
-                          f"directory with checkpoints/step_*")
-    return steps[-1]
+    return resolve(path, "checkpoint")
 
 
 def markdown_table(results: dict[str, dict[str, float]]) -> str:
-    cols = [c for c in HEADLINE if any(c in m for m in results.values())]
+    multi_turn = any(k.startswith("turn_2/") for m in results.values() for k in m)
+    cols = [c for c in HEADLINE if any(c in m for m in results.values())
+            and (multi_turn or not c.startswith("turn_"))]   # turn 1 is the answer itself in one turn
     cols += sorted({k for m in results.values() for k in m if k.startswith("reward/")})
     lines = ["| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
     for method, m in results.items():
@@ -54,37 +51,57 @@ def markdown_table(results: dict[str, dict[str, float]]) -> str:
 
 
 def run_eval(cfg: DictConfig) -> dict[str, Any]:
-    """Validate, load, evaluate every method; returns {"results": {method: metrics}, ...}."""
+    """Validate, load, evaluate every method; returns {"results": {method: metrics}, ...}.
+    A failure leaves summary.json (status failed, phase, reason); success leaves eval.json."""
+    from magrpo.tracking import RunStatus
+
+    out = output_dir(cfg)
+    with RunStatus(out, kind="eval", heartbeat=False) as status:
+        cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
+        status.phase = "setup"
+        return _evaluate(cfg, out, status)
+
+
+def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
     from magrpo.evaluation import eval_sampling, evaluate
+    from magrpo.feedback import build_feedback
     from magrpo.models import load_agent_weights, load_agents
     from magrpo.tasks import build_task
     from magrpo.tracking import RunLogger, write_json
     from magrpo.trainer import seed_everything
+    from magrpo.turns import TurnSpec
 
-    cfg = validate(cfg, EvalRunSchema)
-    out = Path(cfg.output_dir)
-    ckpt = resolve_checkpoint(cfg.checkpoint) if cfg.checkpoint else None
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
     methods = list(cfg.methods) if cfg.methods else (["team"] if ckpt else BASELINES)
     seed_everything(cfg.seed)
-    task = build_task(cfg.task, cfg.reward)
-    items = task.load(cfg.split)
-    items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
-    num_agents = 1 if cfg.algo.single_agent else cfg.agents.num_agents
-    agents = load_agents(cfg.agents, cfg.hardware, num_agents, need_reference=False)
-    if ckpt is not None:
-        for agent in agents:
-            load_agent_weights(agent, ckpt / agent.name)
-        log.info("loaded trained weights from %s", ckpt)
+
+    def setup() -> tuple[Any, list, list]:
+        from magrpo.algos import ALGOS
+
+        task = build_task(cfg.task, cfg.reward)
+        items = task.load(cfg.split)
+        items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
+        num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
+        agents = load_agents(cfg.agents, cfg.hardware, num_agents, need_reference=False)
+        if ckpt is not None:
+            for agent in agents:
+                load_agent_weights(agent, ckpt / agent.name)
+            log.info("loaded trained weights from %s", ckpt)
+        return task, items, agents
+
+    task, items, agents = as_setup_error(setup)
+    if not items:
+        raise ConfigError(f"split={cfg.split!r} of task {cfg.task.name!r} has no items to evaluate")
+    status.phase = "evaluation"
+    turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.get("feedback"), task)
     logger = RunLogger(cfg, out)
     results: dict[str, dict[str, float]] = {}
     try:
         for method in methods:
-            if method not in ("single", "team") and len(agents) < 2:
-                raise ConfigError(f"method {method!r} needs at least 2 agents; agents.num_agents={len(agents)}")
             with torch.no_grad():
                 metrics, examples = evaluate(agents, task, items, eval_sampling(cfg), cfg.eval.batch_size,
                                              seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
-                                             protocol=method)
+                                             scheme=method, turns=turns, feedback=feedback)
             results[method] = metrics
             logger.log(0, {f"eval/{method}/{k}": v for k, v in metrics.items()})
             logger.log_examples(0, f"samples_{method}", examples)
@@ -105,16 +122,13 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
 
 @hydra.main(config_path=CONF_DIR, config_name="eval", version_base="1.3")
 def _hydra_main(cfg: DictConfig) -> None:
-    try:
-        run_eval(cfg)
-    except ConfigError as e:
-        log.error("config error: %s", e)
-        sys.exit(2)
+    run_job(run_eval, cfg, "magrpo-eval")
 
 
 def main() -> None:
     quiet_progress_bars()
     _hydra_main()
+    exit_if_sweep_failed()
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from magrpo.schema import SetupError
 from magrpo.tiny import build_builtin
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,13 @@ def resolve_model_path(name_or_path: str) -> str:
 
 def looks_local(name_or_path: str) -> bool:
     return name_or_path.startswith(("/", "./", "../", "~")) or os.path.isabs(name_or_path)
+
+
+def transcript(messages: list[dict[str, str]]) -> str:
+    """A conversation as plain text, for models without a chat template (and for logs and critics):
+    user turns as they are, each earlier answer under a "Your answer:" line."""
+    return "\n\n".join(f"Your answer:\n{m['content'].strip()}" if m["role"] == "assistant" else m["content"]
+                       for m in messages)
 
 
 @dataclass
@@ -58,12 +66,14 @@ class Agent:
             return [p for n, p in self.model.named_parameters() if f".{self.adapter}." in n]
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def format_prompt(self, text: str) -> str:
-        """The chat template when the tokenizer has one, else the plain prompt."""
+    def format_prompt(self, text: str | list[dict[str, str]]) -> str:
+        """The chat template when the tokenizer has one, else the plain prompt. `text` is one user
+        message, or a conversation (a multi-turn episode: user, assistant, user, ...)."""
+        messages = [{"role": "user", "content": text}] if isinstance(text, str) else text
         if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                      add_generation_prompt=True, **self.chat_template_kwargs)
-        return text
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                      **self.chat_template_kwargs)
+        return text if isinstance(text, str) else transcript(messages)
 
     @contextlib.contextmanager
     def reference_mode(self):
@@ -104,12 +114,22 @@ def _load_model(spec: Any, path: str, device: torch.device):
     kwargs: dict[str, Any] = dict(revision=spec.revision, trust_remote_code=spec.trust_remote_code, dtype=dtype)
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
-    try:
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    except OSError as e:
-        raise OSError(f"could not load model {spec.name_or_path!r}: {e}\nOffline, download it first "
-                      f"(huggingface-cli download {spec.name_or_path}) and give its local path.") from e
+    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model.to(device)
+
+
+@contextlib.contextmanager
+def _loading(spec: Any, index: int | str):
+    """Any failure to load agent `index`'s model or tokenizer is a SetupError that names the model."""
+    try:
+        yield
+    except Exception as e:
+        hint = ""
+        if isinstance(e, OSError) and not looks_local(spec.name_or_path):
+            hint = (f" Offline, download it first (huggingface-cli download {spec.name_or_path}) and give its "
+                    f"local path: agents.models.{index}.name_or_path=DIR")
+        raise SetupError(f"could not load model {spec.name_or_path!r} (agents.models[{index}]): "
+                         f"{type(e).__name__}: {str(e).strip().rstrip('.')}.{hint}") from e
 
 
 def agent_devices(hw: Any, n: int) -> list[torch.device]:
@@ -132,9 +152,10 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
         from peft import get_peft_model
 
         spec = specs[0]
-        path = resolve_model_path(spec.name_or_path)
-        tok = _load_tokenizer(spec, path)
-        base = _load_model(spec, path, devices[0])
+        with _loading(spec, 0):
+            path = resolve_model_path(spec.name_or_path)
+            tok = _load_tokenizer(spec, path)
+            base = _load_model(spec, path, devices[0])
         if agents_cfg.gradient_checkpointing:
             base.gradient_checkpointing_enable()
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
@@ -145,9 +166,10 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
                                 chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
         return agents
     for i, spec in enumerate(specs):
-        path = resolve_model_path(spec.name_or_path)
-        tok = _load_tokenizer(spec, path)
-        model = _load_model(spec, path, devices[i])
+        with _loading(spec, i if len(models) > 1 else 0):
+            path = resolve_model_path(spec.name_or_path)
+            tok = _load_tokenizer(spec, path)
+            model = _load_model(spec, path, devices[i])
         if agents_cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         reference = None

@@ -1,22 +1,40 @@
-"""Batched generation for every agent, and the joint actions the team is rewarded for.
+"""Rollouts: batched generation for every agent, and the one record that training and evaluation share.
+
+A `Rollout` is one turn of a team on a batch of B items: each agent's samples (`Generation`),
+the joint actions that pair them (`joint`, [J, N]), the joint answers' texts, and once scored
+their rewards and components. Every algorithm trains on it and every evaluation scheme produces
+it, so a metric means the same thing in both. A multi-turn episode is a tree of rollouts: a
+node's `children` are the next turn's rollouts grown from its joint actions.
 
 One `generate` call per agent samples G completions for every prompt of the batch at once
 (`num_return_sequences=G`), so a step costs N generate calls however many items it holds.
-Joint actions pair the agents' samples (SPEC §3):
+Joint actions pair the agents' samples (paper, Sec. 4):
   aligned: joint j = (a_1^j, ..., a_N^j), G per item;
   cross:   the Cartesian product of the agents' samples, G^N per item.
+
+Evaluation schemes (the untrained prompting baselines of the paper and the trained team) are
+named functions in `SCHEMES`, each `(agents, task, items, sampling) -> Rollout`:
+  team / naive_concat  every agent answers its own prompt in parallel (what MAGRPO trains)
+  single               one model (agent 1's) writes the whole joint answer
+  sequential           agent i also sees the answers of agents 1..i-1
+  discussion           parallel answers, then one round where each agent sees the others'
+                       first answers and answers again; the second answers are the joint answer
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from magrpo.models import Agent
+from magrpo.tasks import Scores, Task
 
+log = logging.getLogger(__name__)
 
 @dataclass
 class Sampling:
@@ -37,7 +55,7 @@ class Sampling:
 
 @dataclass
 class Generation:
-    """One agent's samples: row r of the completions answers prompt r // G."""
+    """One agent's samples: row r of the completions answers prompt r // num_generations."""
 
     prompt_ids: torch.Tensor        # [n, P] left-padded
     prompt_mask: torch.Tensor       # [n, P]
@@ -46,16 +64,134 @@ class Generation:
     texts: list[str]                # n*G decoded completions
     num_generations: int
     seconds: float
+    prompts: list[str] = field(default_factory=list)   # the n prompt texts (before the chat template)
+    # Multi-turn: each prompt's conversation (user, assistant, user, ...); its plain text is `prompts`.
+    conversations: list[list[dict[str, str]]] | None = None
+    truncated: int = 0                      # prompts cut from the left to max_prompt_length
+    logprobs: torch.Tensor | None = None    # [n*G, C] rollout-time log-probs, where an algorithm needs them
+    values: torch.Tensor | None = None      # [n*G, C] critic values, where an algorithm has a critic
 
     @property
     def lengths(self) -> torch.Tensor:
         return self.completion_mask.sum(-1)
 
     def prompt_rows(self, rows: slice | torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompt ids and mask repeated to align with completion rows."""
+        """Prompt ids and mask repeated to align with completion rows. Of a subset of rows, the
+        left-padding columns that none of them uses are dropped (a multi-turn batch holds short
+        first-turn prompts next to long later ones; see magrpo.turns.concat_generations)."""
         ids = self.prompt_ids.repeat_interleave(self.num_generations, dim=0)
         mask = self.prompt_mask.repeat_interleave(self.num_generations, dim=0)
-        return (ids, mask) if rows is None else (ids[rows], mask[rows])
+        if rows is None:
+            return ids, mask
+        ids, mask = ids[rows], mask[rows]
+        used = mask.any(0).nonzero()
+        start = int(used[0]) if len(used) else 0
+        return ids[:, start:], mask[:, start:]
+
+
+@dataclass
+class Rollout:
+    """One turn of a team on B items. Joint action j of item b is (sample joint[j, i] of agent i).
+
+    Turn t > 1 of a multi-turn episode (magrpo.turns) is one Rollout for ALL the nodes expanded at
+    turn t - 1 across the batch: its "items" are one group per expanded node (that node's item),
+    and `parents[g]` is the node of the previous turn (item-major joint-action index) that group
+    g continues. A turn's rollout is its predecessor's only entry in `children`.
+    """
+
+    items: list[dict]
+    samples: list[Generation]               # per agent; each holds S_i samples per item, item-major
+    joint: torch.Tensor                     # [J, N]
+    turn: int = 1
+    scores: Scores | None = None            # [B*J], item-major
+    children: list[Rollout] = field(default_factory=list)   # next turn (multi-turn episodes)
+    history: Rollout | None = None          # an earlier round whose answers this one was shown
+    parents: torch.Tensor | None = None     # [B] turn > 1: the previous turn's node each group continues
+
+    @property
+    def num_items(self) -> int:
+        return len(self.items)
+
+    @property
+    def num_joint(self) -> int:
+        return self.joint.shape[0]
+
+    def per_item(self, agent: int) -> int:
+        return len(self.samples[agent].texts) // self.num_items
+
+    def _rows(self, agent: int) -> list[int]:
+        S = self.per_item(agent)
+        return [b * S + int(k) for b in range(self.num_items) for k in self.joint[:, agent]]
+
+    @property
+    def completions(self) -> list[list[str]]:
+        """[B*J][N] texts of every joint action, item-major."""
+        per_agent = [[g.texts[r] for r in self._rows(i)] for i, g in enumerate(self.samples)]
+        return [list(t) for t in zip(*per_agent)]
+
+    @property
+    def prompts(self) -> list[list[str]]:
+        """[B*J][N] the prompt each agent answered in every joint action."""
+        per_agent = []
+        for i, g in enumerate(self.samples):
+            rows_per_prompt = len(g.texts) // max(len(g.prompts), 1)
+            per_agent.append([g.prompts[r // rows_per_prompt] for r in self._rows(i)])
+        return [list(t) for t in zip(*per_agent)]
+
+    @property
+    def joint_items(self) -> list[dict]:
+        return [it for it in self.items for _ in range(self.num_joint)]
+
+    @property
+    def group_ids(self) -> torch.Tensor:
+        """[B*J] the item (the group of sibling joint actions) of every joint action."""
+        return torch.arange(self.num_items).repeat_interleave(self.num_joint)
+
+    @property
+    def rewards(self) -> torch.Tensor:
+        """[B, J] joint rewards."""
+        assert self.scores is not None, "score the rollout first (Rollout.score)"
+        return torch.tensor(list(self.scores), dtype=torch.float32).view(self.num_items, self.num_joint)
+
+    @property
+    def output_tokens(self) -> torch.Tensor:
+        """[B*J] output tokens of every joint action (all agents)."""
+        per_agent = [g.lengths[self._rows(i)] for i, g in enumerate(self.samples)]
+        return torch.stack(per_agent).sum(0)
+
+    @property
+    def seconds(self) -> float:
+        return sum(g.seconds for g in self.samples)
+
+    def levels(self) -> list[Rollout]:
+        """This turn and every later one, in order (one rollout per turn)."""
+        out, node = [self], self
+        while node.children:
+            node = node.children[0]
+            out.append(node)
+        return out
+
+    def row(self, agent: int, node: int) -> int:
+        """Completion row of `agent` in joint action `node` (item-major index into B*J)."""
+        b, j = divmod(node, self.num_joint)
+        return b * self.per_item(agent) + int(self.joint[j, agent])
+
+    def conversation(self, agent: int, node: int) -> list[dict[str, str]]:
+        """The messages `agent` was shown before its answer in joint action `node`."""
+        g = self.samples[agent]
+        p = self.row(agent, node) // (len(g.texts) // max(len(g.prompts), 1))
+        return list(g.conversations[p]) if g.conversations else [{"role": "user", "content": g.prompts[p]}]
+
+    def score(self, task: Task) -> Scores:
+        self.scores = task.score(self.joint_items, self.prompts, self.completions)
+        return self.scores
+
+    def returns(self, agent: int, how: str = "mean") -> torch.Tensor:
+        """[B, G] return of each of `agent`'s samples (see `credit`)."""
+        return credit(self.rewards, self.joint, agent, self.per_item(agent), how)
+
+
+# --- generation ------------------------------------------------------------------------------------
 
 
 def completion_mask(completion_ids: torch.Tensor, eos_token_ids: list[int]) -> torch.Tensor:
@@ -74,13 +210,34 @@ def eos_ids(agent: Agent) -> list[int]:
     return ids
 
 
+_WARNED_TRUNCATION: set[str] = set()
+
+
+def count_truncated(tok, texts: list[str], max_length: int) -> int:
+    """How many of `texts` are longer than `max_length` tokens (only tokenized when they might be:
+    a byte-level token covers at least one byte)."""
+    if all(len(t.encode("utf-8")) <= max_length for t in texts):
+        return 0
+    return sum(len(ids) > max_length for ids in tok(texts, add_special_tokens=False)["input_ids"])
+
+
 @torch.no_grad()
-def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation:
-    """Sample `sampling.num_generations` completions for each prompt in ONE generate call."""
+def generate(agent: Agent, prompts: list[str], sampling: Sampling,
+             conversations: list[list[dict[str, str]]] | None = None) -> Generation:
+    """Sample `sampling.num_generations` completions for each prompt in ONE generate call.
+
+    With `conversations` (multi-turn), each is formatted as a chat in place of its plain prompt."""
     t0 = time.perf_counter()
     tok = agent.tokenizer
     tok.truncation_side = "left"  # keep the end of a long prompt, where the instruction is
-    enc = tok([agent.format_prompt(p) for p in prompts], return_tensors="pt", padding=True, truncation=True,
+    formatted = [agent.format_prompt(p) for p in (conversations if conversations is not None else prompts)]
+    truncated = count_truncated(tok, formatted, sampling.max_prompt_length)
+    if truncated and agent.name not in _WARNED_TRUNCATION:   # once per agent; the metrics count every one
+        _WARNED_TRUNCATION.add(agent.name)
+        log.warning("%d prompt(s) of %s are longer than algo.max_prompt_length=%d tokens; their beginning "
+                    "is cut off (counted in train/prompt_truncated)", truncated, agent.name,
+                    sampling.max_prompt_length)
+    enc = tok(formatted, return_tensors="pt", padding=True, truncation=True,
               max_length=sampling.max_prompt_length, add_special_tokens=False).to(agent.device)
     agent.activate()
     model = agent.model
@@ -100,7 +257,11 @@ def generate(agent: Agent, prompts: list[str], sampling: Sampling) -> Generation
     texts = tok.batch_decode(completion_ids * mask.long() + tok.pad_token_id * (1 - mask.long()),
                              skip_special_tokens=True)
     return Generation(enc.input_ids, enc.attention_mask, completion_ids, mask, texts,
-                      sampling.num_generations, time.perf_counter() - t0)
+                      sampling.num_generations, time.perf_counter() - t0, prompts=list(prompts),
+                      conversations=conversations, truncated=truncated)
+
+
+# --- joint actions and credit ----------------------------------------------------------------------
 
 
 def joint_indices(num_agents: int, num_generations: int, mode: str) -> torch.Tensor:
@@ -113,13 +274,6 @@ def joint_indices(num_agents: int, num_generations: int, mode: str) -> torch.Ten
     raise ValueError(f"joint_mode={mode!r}; choose aligned or cross")
 
 
-def joint_completions(gens: list[Generation], joint: torch.Tensor) -> list[list[str]]:
-    """Texts of every joint action, item-major: [n * J][N]."""
-    G = gens[0].num_generations
-    n = len(gens[0].texts) // G
-    return [[g.texts[b * G + int(k)] for g, k in zip(gens, row)] for b in range(n) for row in joint]
-
-
 def credit(rewards: torch.Tensor, joint: torch.Tensor, agent: int, num_generations: int,
            how: str = "mean") -> torch.Tensor:
     """Per-sample return of one agent, [n, G], from joint rewards [n, J].
@@ -130,3 +284,81 @@ def credit(rewards: torch.Tensor, joint: torch.Tensor, agent: int, num_generatio
     onehot = torch.nn.functional.one_hot(joint[:, agent], num_generations).to(rewards.dtype)  # [J, G]
     total = rewards @ onehot                                                                # [n, G]
     return total / onehot.sum(0) if how == "mean" else total
+
+
+# --- schemes: how a team produces its joint answer -------------------------------------------------
+
+Scheme = Callable[[list[Agent], Task, list[dict], Sampling], Rollout]
+SCHEMES: dict[str, Scheme] = {}
+
+
+def register_scheme(*names: str) -> Callable[[Scheme], Scheme]:
+    def deco(fn: Scheme) -> Scheme:
+        for name in names:
+            SCHEMES[name] = fn
+        return fn
+
+    return deco
+
+
+def team_rollout(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling,
+                 joint_mode: str = "aligned") -> Rollout:
+    """Every agent samples G answers to its own prompt; joint actions pair them (`joint_mode`)."""
+    N = len(agents)
+    prompts = [task.prompts(item, N) for item in items]                                # [B][N]
+    gens = [generate(agent, [p[i] for p in prompts], sampling) for i, agent in enumerate(agents)]
+    return Rollout(list(items), gens, joint_indices(N, sampling.num_generations, joint_mode))
+
+
+@register_scheme("team", "naive_concat")
+def _parallel(agents, task, items, sampling) -> Rollout:
+    return team_rollout(agents, task, items, sampling)
+
+
+@register_scheme("single")
+def _single(agents, task, items, sampling) -> Rollout:
+    return team_rollout(agents[:1], task, items, sampling)
+
+
+@register_scheme("sequential")
+def _sequential(agents, task, items, sampling) -> Rollout:
+    """Agent 1 samples S answers per item; agent i>1 answers once per sample, seeing answers 1..i-1."""
+    N, S = len(agents), sampling.num_generations
+    base = [task.prompts(item, N) for item in items]
+    gens = [generate(agents[0], [p[0] for p in base], sampling)]
+    one = replace(sampling, num_generations=1)
+    for i in range(1, N):
+        ctx = [task.context_prompt(items[r // S], i, base[r // S][i], None,
+                                   {j: gens[j].texts[r] for j in range(i)})
+               for r in range(len(items) * S)]
+        gens.append(generate(agents[i], ctx, one))
+    return Rollout(list(items), gens, joint_indices(N, S, "aligned"))
+
+
+@register_scheme("discussion")
+def _discussion(agents, task, items, sampling) -> Rollout:
+    """One MAPoRL-style round: each agent revises its answer after seeing the others' answers.
+
+    The first round is the returned rollout's `history`, so its cost is counted too.
+    """
+    N, S = len(agents), sampling.num_generations
+    first = team_rollout(agents, task, items, sampling)
+    answers, prompts = first.completions, first.prompts
+    one = replace(sampling, num_generations=1)
+    gens = []
+    for i, agent in enumerate(agents):
+        ctx = [task.context_prompt(items[r // S], i, prompts[r][i], answers[r][i],
+                                   {j: a for j, a in enumerate(answers[r]) if j != i})
+               for r in range(len(items) * S)]
+        gens.append(generate(agent, ctx, one))
+    return Rollout(list(items), gens, joint_indices(N, S, "aligned"), turn=2, history=first)
+
+
+def rollout_cost(rollout: Rollout) -> tuple[float, torch.Tensor]:
+    """Generation seconds and output tokens per joint action, including earlier rounds."""
+    seconds, tokens = rollout.seconds, rollout.output_tokens
+    prev = rollout.history
+    while prev is not None:
+        seconds, tokens = seconds + prev.seconds, tokens + prev.output_tokens
+        prev = prev.history
+    return seconds, tokens

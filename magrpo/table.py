@@ -4,7 +4,7 @@
     magrpo-table outputs multirun --out results                 # several places, one table
     magrpo-table runs --group-by algo.joint_mode,algo.advantage --metrics reward_mean,pass@1
 
-Runs are found recursively by their `summary.json` (SPEC §9). A *method* is a run's config minus
+Runs are found recursively by their `summary.json` (README, "Run outputs"). A *method* is a run's config minus
 its seed: runs that agree on everything else are seeds of one method and become one row, each
 cell the mean ± sample standard deviation over those seeds of the run's final evaluation. Each
 task gets its own table. Written into OUT:
@@ -77,6 +77,7 @@ class Run:
     summary_config: dict[str, Any]               # the summary's `config` block
     hydra_config: dict[str, Any] | None          # flattened `.hydra/config.yaml` (dotted keys), if present
     curves: dict[str, dict[int, float]] = field(default_factory=dict)   # "eval/reward_mean" -> {step: value}
+    reason: str = ""                             # why a failed run failed (summary.json)
 
     def config(self, use_hydra: bool) -> dict[str, Any]:
         return self.hydra_config if use_hydra and self.hydra_config is not None else self.summary_config
@@ -207,9 +208,12 @@ def load_run(path: Path) -> Run:
     curves = read_curves(path / "metrics.jsonl")
     if not final:
         final = last_eval(curves, summary)
-    return Run(path=path, status=str(summary.get("status", "unknown")), task=str(task), algo=str(algo), seed=seed,
+    from magrpo.tracking import effective_status
+
+    # A run killed without a word (SIGKILL, power loss) still says "running": its pid or heartbeat tells.
+    return Run(path=path, status=effective_status(summary), task=str(task), algo=str(algo), seed=seed,
                final=final, initial=_numbers(summary.get("initial_eval")), summary_config=summary_config,
-               hydra_config=hydra_config, curves=curves)
+               hydra_config=hydra_config, curves=curves, reason=str(summary.get("reason") or ""))
 
 
 def last_eval(curves: dict[str, dict[int, float]], summary: dict) -> dict[str, float]:
@@ -344,16 +348,23 @@ def _pass_k(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def turn_columns(names: Sequence[str]) -> list[str]:
+    """Multi-turn runs: the reward after turn 1 and after the last turn (the team's answer)."""
+    turns = sorted({int(m.group(1)) for n in names if (m := re.match(r"turn_(\d+)/reward_mean$", n))})
+    return [f"turn_{turns[0]}/reward_mean", f"turn_{turns[-1]}/reward_mean"] if len(turns) > 1 else []
+
+
 def default_columns(runs: list[Run]) -> list[str]:
-    """reward_mean, then the reward components, then pass@k by k, then the task's other metrics."""
+    """reward_mean (for multi-turn runs then its turn-1 and final-turn values), the reward
+    components, pass@k by k, then the task's other metrics."""
     names: list[str] = []
     for r in runs:
         names += [k for k in r.final if k not in names]
     components = [n for n in names if n.startswith("reward/")]
     passes = sorted((n for n in names if _pass_k(n) is not None), key=_pass_k)
-    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith("reward/")
+    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith(("reward/", "feedback/"))
               and _pass_k(n) is None and not re.match(r"turn_\d+/", n)]
-    return ["reward_mean", *components, *passes, *others]
+    return ["reward_mean", *turn_columns(names), *components, *passes, *others]
 
 
 @dataclass
@@ -601,7 +612,8 @@ def collect(dirs: Sequence[Path], out: Path | None, include_unfinished: bool) ->
             skipped += 1
             continue
         if run.status != "finished" and not include_unfinished:
-            warn(f"skipping {path}: status {run.status!r} (pass --include-unfinished to include it)")
+            why = f": {run.reason.splitlines()[0]}" if run.reason else ""
+            warn(f"skipping {path}: status {run.status!r}{why} (pass --include-unfinished to include it)")
             skipped += 1
             continue
         if not run.final:

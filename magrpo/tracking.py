@@ -1,8 +1,15 @@
-"""Where metrics go: `metrics.jsonl` and `summary.json` always, W&B when `logger=wandb`.
+"""Where metrics go: `metrics.jsonl` and `summary.json` always, W&B when `logger=wandb`; and
+the run's status as others read it.
 
-metrics.jsonl holds one JSON object per logged step (`step` plus namespaced keys, SPEC §9); each
-line is flushed as it is written, so a crashed run keeps everything up to its last step.
-summary.json is rewritten atomically after every evaluation.
+metrics.jsonl holds one JSON object per logged step (`step` plus namespaced keys, see README
+"Run outputs"); each line is flushed as it is written, so a crashed run keeps everything up to
+its last step. summary.json is rewritten atomically after every evaluation.
+
+Status: while a run is alive (`RunStatus`), it owns its directory (a claim file, so two runs never
+write one directory) and its summary.json carries `process`: pid, host, and a heartbeat time
+refreshed every HEARTBEAT_S seconds. A killed process (SIGKILL, power loss) cannot write
+"interrupted", so readers infer it: `effective_status` calls a "running" run interrupted when its
+pid is gone on this host or its heartbeat is older than STALE_AFTER_S.
 """
 
 from __future__ import annotations
@@ -11,12 +18,22 @@ import json
 import logging
 import math
 import os
+import socket
+import threading
+import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from magrpo.schema import ConfigError, SetupError
+
 log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 30.0
+STALE_AFTER_S = 600.0          # 20 missed heartbeats: the process is gone or hung
+CLAIM_FILE = ".magrpo-owner.json"
 
 
 def _clean(value: Any) -> Any:
@@ -31,9 +48,184 @@ def _clean(value: Any) -> Any:
 
 
 def write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(_clean(data), indent=2, sort_keys=False) + "\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(_clean(data), indent=2, sort_keys=False, default=str) + "\n")
     os.replace(tmp, path)
+
+
+# -- who runs where ------------------------------------------------------------------------------
+
+
+def _start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_record() -> dict[str, Any]:
+    pid = os.getpid()
+    return {"pid": pid, "host": socket.gethostname(), "pid_start": _start_ticks(pid), "started_at": time.time()}
+
+
+def pid_alive(pid: Any, pid_start: Any = None) -> bool:
+    """Whether process `pid` (started at `pid_start` ticks, when known) still exists on this host."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass   # alive, owned by someone else
+    return pid_start is None or _start_ticks(pid) in (None, pid_start)
+
+
+def process_alive(rec: dict | None, now: float | None = None) -> bool | None:
+    """True/False when a process record says for sure, None when it cannot (another host, no record)."""
+    if not isinstance(rec, dict):
+        return None
+    if rec.get("host") == socket.gethostname() and rec.get("pid") is not None:
+        return pid_alive(rec.get("pid"), rec.get("pid_start"))
+    beat = rec.get("heartbeat_at")
+    if isinstance(beat, (int, float)):
+        return (now or time.time()) - beat <= STALE_AFTER_S
+    return None
+
+
+def effective_status(summary: dict, now: float | None = None) -> str:
+    """summary.json's status, except that a "running" run whose process is gone is "interrupted"."""
+    status = str(summary.get("status", "unknown"))
+    if status == "running" and process_alive(summary.get("process"), now) is False:
+        return "interrupted"
+    return status
+
+
+def read_status(run_dir: Path) -> tuple[str, dict]:
+    """(effective status, summary) of a run directory; ("missing", {}) without a readable summary."""
+    try:
+        summary = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return "missing", {}
+    return (effective_status(summary), summary) if isinstance(summary, dict) else ("missing", {})
+
+
+_ACTIVE: dict[str, RunStatus] = {}
+
+
+class RunStatus:
+    """The live record of one run: claims `run_dir`, keeps summary.json's `process` block and its
+    heartbeat current, and records how the run ended. Use as a context manager around the run;
+    RunLogger.summary writes through it."""
+
+    def __init__(self, run_dir: Path, kind: str = "train", heartbeat: bool = True):
+        self.run_dir, self.kind, self.heartbeat = Path(run_dir), kind, heartbeat
+        self.phase = "config"
+        self.data: dict[str, Any] | None = None
+        self.record = process_record()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- the directory claim: one live run per directory ------------------------------------------
+    def _claim(self) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        claim = self.run_dir / CLAIM_FILE
+        body = json.dumps(self.record)
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            owner = self._owner(claim)
+            if owner is not None:
+                raise ConfigError(f"output_dir={str(self.run_dir)!r} is in use by another run (pid {owner.get('pid')} "
+                                  f"on {owner.get('host')}); runs never share a directory, so give this one another "
+                                  f"output dir") from None
+            write_json(claim, self.record)   # a dead run's claim: take it over
+            return
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+
+    def _owner(self, claim: Path) -> dict | None:
+        """The claim's owner when it is a live process other than this run, else None."""
+        try:
+            owner = json.loads(claim.read_text())
+        except (OSError, json.JSONDecodeError):
+            # Being written this instant, or left empty by a crash: young means busy.
+            try:
+                return {"pid": "?", "host": "?"} if time.time() - claim.stat().st_mtime < 60 else None
+            except OSError:
+                return None
+        if not isinstance(owner, dict):
+            return None
+        if owner.get("pid") == self.record["pid"] and owner.get("host") == self.record["host"]:
+            return owner if str(self.run_dir.resolve()) in _ACTIVE else None
+        if owner.get("host") == self.record["host"]:
+            return owner if pid_alive(owner.get("pid"), owner.get("pid_start")) else None
+        _, summary = read_status(self.run_dir)    # another host: trust its heartbeat
+        return owner if process_alive(summary.get("process")) else None
+
+    # -- summary.json ---------------------------------------------------------------------------
+    def write(self, data: dict) -> None:
+        with self._lock:
+            self.data = dict(data)
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.data is None:
+            return
+        process = {**self.record, "heartbeat_at": time.time()}
+        write_json(self.run_dir / "summary.json", {**self.data, "process": process})
+
+    def _beat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            with self._lock:
+                if self.data is not None and self.data.get("status") == "running":
+                    self._flush()
+
+    def fail(self, exc: BaseException) -> None:
+        """Record the end of a run that raised: status, the phase it was in and the reason."""
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        with self._lock:
+            data = dict(self.data or {"kind": self.kind})
+            data.update(status="interrupted" if interrupted else "failed", phase=self.phase,
+                        error=type(exc).__name__, reason=str(exc) or type(exc).__name__)
+            if not isinstance(exc, (ConfigError, KeyboardInterrupt)) and (
+                    not isinstance(exc, SetupError) or exc.__cause__ is not None):
+                data["traceback"] = "".join(traceback.format_exception(exc))[-8000:]
+            self.data = data
+            self._flush()
+
+    # -- lifetime -------------------------------------------------------------------------------
+    def __enter__(self) -> RunStatus:
+        self._claim()
+        _ACTIVE[str(self.run_dir.resolve())] = self
+        if self.heartbeat:
+            self._thread = threading.Thread(target=self._beat, name="magrpo-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if exc is not None:
+            self.fail(exc)
+        _ACTIVE.pop(str(self.run_dir.resolve()), None)
+        try:
+            (self.run_dir / CLAIM_FILE).unlink()
+        except OSError:
+            pass
+
+
+def write_summary(run_dir: Path, data: dict) -> None:
+    """summary.json of `run_dir`, through the run's RunStatus when one is alive in this process."""
+    status = _ACTIVE.get(str(Path(run_dir).resolve()))
+    if status is not None:
+        status.write(data)
+    else:
+        write_json(Path(run_dir) / "summary.json", data)
 
 
 class RunLogger:
@@ -76,7 +268,7 @@ class RunLogger:
             self.wandb.log({name: table}, step=step)
 
     def summary(self, data: dict) -> None:
-        write_json(self.run_dir / "summary.json", data)
+        write_summary(self.run_dir, data)
         if self.wandb is not None:
             for k, v in flatten(data).items():
                 if isinstance(v, (int, float, str, bool)) or v is None:

@@ -18,15 +18,17 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
+from magrpo import checkpoint
 from magrpo.algos import ALGOS
+from magrpo.checkpoint import STATE_FILE
 from magrpo.evaluation import eval_sampling, evaluate
+from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
 from magrpo.tasks import Task, build_task
-from magrpo.tracking import RunLogger
+from magrpo.tracking import RunLogger, read_status
+from magrpo.turns import TurnSpec
 
 log = logging.getLogger(__name__)
-
-STATE_FILE = "trainer_state.pt"
 
 
 def seed_everything(seed: int) -> None:
@@ -78,9 +80,12 @@ class Trainer:
         self.eval_items = eval_items[:cfg.eval.num_items] if cfg.eval.num_items else eval_items
         if not self.train_items:
             raise ValueError(f"task {cfg.task.name!r} has no training items")
-        num_agents = 1 if cfg.algo.single_agent else cfg.agents.num_agents
-        self.agents: list[Agent] = load_agents(cfg.agents, hw, num_agents, need_reference=cfg.algo.beta > 0)
-        self.algo = ALGOS[cfg.algo.name](cfg, self.agents, self.task)
+        algo_cls = ALGOS[cfg.algo.name]
+        team = algo_cls.team(cfg)
+        self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
+        self.algo = algo_cls(cfg, self.agents, self.task)
+        self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
+        self.feedback = build_feedback(cfg.get("feedback"), self.task)
         self.logger = RunLogger(cfg, run_dir)
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
@@ -88,12 +93,14 @@ class Trainer:
         self.evals: list[dict[str, Any]] = []
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
+        self.resumed_from: dict[str, Any] | None = None
 
     # -- evaluation -----------------------------------------------------------------------------
     def run_eval(self) -> dict[str, float]:
         cfg = self.cfg
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
-                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions)
+                                     seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
+                                     turns=self.turns, feedback=self.feedback)
         self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
         self.logger.log_examples(self.step, "eval/samples", examples)
         primary = metrics.get(self.task.primary_metric, metrics["reward_mean"])
@@ -106,17 +113,22 @@ class Trainer:
 
     # -- checkpoints ----------------------------------------------------------------------------
     def save(self) -> Path:
-        out = self.run_dir / "checkpoints" / f"step_{self.step}"
-        for agent in self.agents:
-            save_agent(agent, out / agent.name)
-        torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_state(),
-                    "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
-                    "elapsed": self.elapsed(), "config": OmegaConf.to_container(self.cfg, resolve=True)},
-                   out / STATE_FILE)
+        """Atomically (magrpo.checkpoint): a crash mid-save leaves no half checkpoint behind."""
+        config = OmegaConf.to_container(self.cfg, resolve=True)
+
+        def fill(out: Path) -> None:
+            for agent in self.agents:
+                save_agent(agent, out / agent.name)
+            torch.save({"step": self.step, "algo": self.algo.state_dict(), "rng": rng_state(),
+                        "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
+                        "elapsed": self.elapsed(), "config": config}, out / STATE_FILE)
+
+        out = checkpoint.write_checkpoint(self.run_dir / "checkpoints" / f"step_{self.step}", fill, self.step, config)
         log.info("saved checkpoint %s", out)
         return out
 
     def load(self, path: Path) -> None:
+        checkpoint.verify(path)   # every file whole, before any is read
         state = torch.load(path / STATE_FILE, weights_only=False)
         for agent in self.agents:
             load_agent_weights(agent, path / agent.name)
@@ -124,14 +136,26 @@ class Trainer:
         set_rng_state(state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
-        log.info("resumed from %s at step %d", path, self.step)
+        # The run that wrote it, if its directory is the usual <run>/checkpoints/step_N.
+        status, _ = read_status(Path(path).parent.parent)
+        self.resumed_from = {"checkpoint": str(path), "step": self.step, "run_status": status}
+        log.info("resumed from %s at step %d (that run's status: %s)", path, self.step, status)
 
     def elapsed(self) -> float:
         return self.elapsed_before + time.time() - self.started
 
     # -- summary --------------------------------------------------------------------------------
-    def write_summary(self, status: str, final_eval: dict[str, float] | None = None) -> None:
+    def key_config(self) -> dict[str, Any]:
+        """The choices a table groups runs by: the run's identity, then every algo key (flat)."""
         cfg = self.cfg
+        out = {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed, "num_agents": len(self.agents),
+               "models": [m.name_or_path for m in cfg.agents.models], "lr": cfg.optimizer.lr,
+               "max_steps": cfg.max_steps}
+        for key, value in OmegaConf.to_container(cfg.algo, resolve=True).items():
+            out.setdefault(key, value)
+        return out
+
+    def write_summary(self, status: str, final_eval: dict[str, float] | None = None) -> None:
         self.logger.summary({
             "status": status,
             "initial_eval": self.initial_eval,
@@ -140,15 +164,8 @@ class Trainer:
             "steps": self.step,
             "wall_seconds": self.elapsed(),
             "evals": self.evals,
-            "config": {
-                "task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed,
-                "num_agents": len(self.agents), "models": [m.name_or_path for m in cfg.agents.models],
-                "num_generations": cfg.algo.num_generations, "joint_mode": cfg.algo.joint_mode,
-                "num_turns": cfg.algo.num_turns, "advantage": cfg.algo.advantage, "scale": cfg.algo.scale,
-                "loss_agg": cfg.algo.loss_agg, "num_iterations": cfg.algo.num_iterations, "beta": cfg.algo.beta,
-                "lr": cfg.optimizer.lr, "batch_size": cfg.algo.batch_size, "max_steps": cfg.max_steps,
-                "max_new_tokens": cfg.algo.max_new_tokens,
-            },
+            "resumed_from": self.resumed_from,
+            "config": self.key_config(),
         })
 
     # -- the loop -------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
     python scripts/bench.py ... --mode bare        # the floor: generate + one REINFORCE update, nothing else
     python scripts/bench.py ... --mode comlrl      # comlrl's MAGRPOTrainer (pip install comlrl) on the same setup
     python scripts/bench.py ... --mode compare     # all three, each in its own process, plus the two ratios
+    python scripts/bench.py ... --turns 2          # a two-turn step against a one-turn step
 
 Every mode prints ONE JSON line last: prompts_per_s, tokens_per_s, the time shares of generation,
 reward and update (share_other holds what the three do not cover, so the shares sum to 1),
@@ -23,6 +24,14 @@ Modes:
   one forward/backward of -A * log pi(completion) with a fixed dummy advantage, one AdamW step.
   It is what any GRPO-style trainer must at least do, so MAGRPO / bare is the overhead measure.
 - comlrl: see scripts/bench_comlrl.py.
+
+Turns: `--turns T` (T > 1) times the magrpo mode with T turns and `--feedback` between them, and
+the same setup with one turn, each in its own process, and adds `one_turn_seconds`, `turns_over_one_turn`
+(the step-time ratio), `turn_stats` (per turn of one step: joint actions, and the mean prompt
+length in tokens, which grows with the history) and `feedback_s`. With the
+default `--branches 1` every turn of the tree has as many nodes as turn 1 (one node per sibling set
+is expanded), so a T-turn step does T turns' work and should cost about T one-turn steps plus
+the feedback; `--branches 0` expands every node (G times more nodes per turn under aligned).
 """
 
 from __future__ import annotations
@@ -59,7 +68,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch", type=int, default=8, help="items per update")
     p.add_argument("--gens", type=int, default=4, help="G: samples per agent per item")
     p.add_argument("--tokens", type=int, default=64, help="max new tokens per completion")
-    p.add_argument("--mode", default="magrpo", choices=[*MODES, "compare"])
+    p.add_argument("--mode", default="magrpo", choices=[*MODES, "compare"],
+                   help="magrpo: the framework's own trainer (with --algo); bare; comlrl; compare: all three")
+    p.add_argument("--algo", default="magrpo", help="algorithm the framework mode trains (magrpo, grpo, ippo, "
+                   "mappo, ppo): the same budget of --batch items x --gens samples per agent per update")
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16", "auto"])
     p.add_argument("--warmup-steps", type=int, default=1, help="untimed steps (of --batch items) before timing")
@@ -71,6 +83,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--turns", type=int, default=1, help="turns per episode (> 1: compared with one turn)")
+    p.add_argument("--feedback", default="plain", help="feedback mode between turns (conf/feedback)")
+    p.add_argument("--branches", type=int, default=1,
+                   help="algo.max_branches of a multi-turn step: nodes expanded per sibling set (0 = all)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Hydra override for the magrpo config (repeatable)")
     args = p.parse_args(argv)
@@ -78,6 +94,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--prompts ({args.prompts}) must be a positive multiple of --batch ({args.batch})")
     if args.gens < 2:
         p.error("--gens must be >= 2 (a group needs two samples)")
+    if args.turns < 1 or args.branches < 0:
+        p.error("--turns must be >= 1 and --branches >= 0")
+    if args.turns > 1 and args.mode != "magrpo":
+        p.error("--turns > 1 times the framework's own trainer: use it with --mode magrpo")
     if args.agents not in (1, 2):
         p.error("--agents must be 1 or 2: the length_ratio task is written for a team of two "
                 "(1 runs its single-agent form)")
@@ -87,14 +107,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --- configuration and set-up (shared by every mode) ------------------------------------------
 
 
+def bench_algo(args: argparse.Namespace) -> str:
+    """The algorithm to time; one agent under the default means single-agent GRPO."""
+    return "grpo" if args.algo == "magrpo" and args.agents == 1 else args.algo
+
+
 def hydra_overrides(args: argparse.Namespace) -> list[str]:
-    single = args.agents == 1
-    n_items = min(args.prompts, 48)     # length_ratio ships 48 topics; larger runs cycle them
+    # length_ratio ships 48 topics: one is the (unused) eval split, a task needs one; larger runs cycle.
+    n_items = min(args.prompts, 47)
     return [
         "output_dir=" + os.path.join(os.environ.get("TMPDIR", "/tmp"), "magrpo-bench"),
-        "task=length_ratio", "algo=magrpo", "logger=none", "feedback=none",
-        f"task.num_train={n_items}", "task.num_eval=0",
-        f"agents.num_agents={args.agents}", f"algo.single_agent={str(single).lower()}",
+        "task=length_ratio", f"algo={bench_algo(args)}", "logger=none",
+        f"task.num_train={n_items}", "task.num_eval=1",
+        f"agents.num_agents={args.agents}",
         # A one-entry list serves every agent; the value is quoted since it may hold ':' and '/'.
         f"agents.models=[{{name_or_path:'{args.model}',dtype:{args.dtype}}}]",
         f"hardware.device={args.device}",
@@ -106,6 +131,8 @@ def hydra_overrides(args: argparse.Namespace) -> list[str]:
         # one forward/backward per agent per step: every completion row in one micro-batch
         f"algo.micro_batch_size={args.batch * args.gens}",
         f"optimizer.lr={args.lr}",
+        f"algo.num_turns={args.turns}", f"feedback={args.feedback if args.turns > 1 else 'none'}",
+        f"algo.max_branches={args.branches if args.turns > 1 and args.branches else 'null'}",
         *args.override,
     ]
 
@@ -138,7 +165,10 @@ def setup(args: argparse.Namespace):
     task = build_task(cfg.task, cfg.reward)
     train_items = task.load("train")
     t0 = time.perf_counter()
-    agents = load_agents(cfg.agents, cfg.hardware, args.agents, need_reference=cfg.algo.beta > 0)
+    from magrpo.algos import ALGOS
+
+    team = ALGOS[cfg.algo.name].team(cfg)
+    agents = load_agents(cfg.agents, cfg.hardware, team.num_policies, need_reference=team.reference)
     load_s = time.perf_counter() - t0
     n_warm = args.warmup_steps * args.batch
     stream = [train_items[k % len(train_items)] for k in range(n_warm + args.prompts)]
@@ -176,29 +206,34 @@ def sync(agents) -> None:
 
 
 def run_magrpo(args, cfg, agents, task, warm_items, timed_items) -> list[dict]:
-    from magrpo.algos.magrpo import MAGRPO
+    from magrpo.algos import ALGOS
 
-    algo = MAGRPO(cfg, agents, task)
+    algo = ALGOS[cfg.algo.name](cfg, agents, task)
     for batch in batches(warm_items, args.batch):
         algo.step(batch)
     n_completions = args.batch * args.gens * len(agents)
     runs = []
     for _ in range(args.repeats):
-        sums = dict(generate=0.0, reward=0.0, update=0.0, step=0.0, tokens=0.0)
+        sums = dict(generate=0.0, reward=0.0, update=0.0, step=0.0, tokens=0.0, feedback=0.0)
+        nodes: dict[str, float] = {}
         sync(agents)
         t0, c0 = time.perf_counter(), time.process_time()
         for batch in batches(timed_items, args.batch):
             m = algo.step(batch)
-            for k in ("generate", "reward", "update", "step"):
-                sums[k] += m[f"time/{k}_s"]
-            sums["tokens"] += m["train/completions/mean_length"] * n_completions
+            for k in ("generate", "reward", "update", "step", "feedback"):
+                sums[k] += m.get(f"time/{k}_s", 0.0)
+            sums["tokens"] += m.get("train/completions/tokens", m["train/completions/mean_length"] * n_completions)
+            for key, value in m.items():
+                if key.startswith("train/turn_") and key.endswith(("/nodes", "/prompt_tokens_mean")):
+                    nodes[key[len("train/"):]] = nodes.get(key[len("train/"):], 0.0) + value
         sync(agents)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         # The contract: throughput from the algorithm's own step timings (their sum is the
         # step time, so share_other stays ~0; `wall_s` shows the loop around them).
         runs.append(dict(seconds=sums["step"], wall_s=wall, cpu_s=cpu, generate_s=sums["generate"],
-                         reward_s=sums["reward"], update_s=sums["update"], completion_tokens=int(sums["tokens"]),
-                         last_reward_mean=m["train/reward_mean"]))
+                         reward_s=sums["reward"], update_s=sums["update"], completion_tokens=int(round(sums["tokens"])),
+                         last_reward_mean=m["train/reward_mean"], feedback_s=sums["feedback"],
+                         turn_stats={k: round(v / (args.prompts // args.batch), 2) for k, v in nodes.items()}))
     return runs
 
 
@@ -293,7 +328,7 @@ def report(args, runs: list[dict], agents, load_s: float, extra: dict | None = N
         "runs_prompts_per_s": [round(args.prompts / r["seconds"], 4) for r in runs],
         **peak_memory(agents),
         "load_s": round(load_s, 3),
-        "model": args.model, "agents": args.agents, "prompts": args.prompts, "batch": args.batch,
+        "model": args.model, "algo": bench_algo(args), "agents": args.agents, "prompts": args.prompts, "batch": args.batch,
         "gens": args.gens, "max_new_tokens": args.tokens, "warmup_steps": args.warmup_steps,
         "repeats": args.repeats, "seed": args.seed, "device": str(agents[0].device), "dtype": args.dtype,
         "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
@@ -310,6 +345,10 @@ def run_mode(args: argparse.Namespace) -> dict:
     if args.mode == "magrpo":
         runs = run_magrpo(args, cfg, agents, task, warm, timed)
         extra["last_reward_mean"] = round(runs[-1]["last_reward_mean"], 4)
+        if args.turns > 1:
+            median = sorted(runs, key=lambda r: r["seconds"])[(len(runs) - 1) // 2]
+            extra.update(turns=args.turns, feedback=args.feedback, branches=args.branches,
+                         feedback_s=round(median["feedback_s"], 4), turn_stats=median["turn_stats"])
     elif args.mode == "bare":
         runs = run_bare(args, cfg, agents, task, warm, timed)
     else:
@@ -346,10 +385,32 @@ def run_compare(args: argparse.Namespace, argv: list[str]) -> dict:
     return out
 
 
+def run_turns(args: argparse.Namespace, argv: list[str]) -> dict:
+    """The T-turn step here, the one-turn step in a fresh process; their step-time ratio."""
+    result = run_mode(args)
+    base = [a for a in argv if not a.startswith("--turns")]
+    if "--turns" in argv:                # "--turns T" given as two words
+        i = argv.index("--turns")
+        base = argv[:i] + argv[i + 2:]
+    proc = subprocess.run([sys.executable, __file__, *base, "--turns", "1"], capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        result["one_turn_error"] = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return result
+    one = json.loads(lines[-1])
+    result.update(one_turn_seconds=one["seconds"], one_turn_cpu_s=one["cpu_s"],
+                  turns_over_one_turn=round(result["seconds"] / one["seconds"], 3),
+                  turns_over_one_turn_cpu=round(result["cpu_s"] / one["cpu_s"], 3))
+    return result
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    result = run_compare(args, argv) if args.mode == "compare" else run_mode(args)
+    if args.mode == "compare":
+        result = run_compare(args, argv)
+    else:
+        result = run_turns(args, argv) if args.turns > 1 else run_mode(args)
     sys.stdout.flush()
     print(json.dumps(result), flush=True)
 

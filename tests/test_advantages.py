@@ -1,4 +1,4 @@
-"""Group-relative advantage estimators and scales on hand-computed numbers (SPEC §3)."""
+"""Group-relative advantage estimators and scales on hand-computed numbers (the paper's MAGRPO family)."""
 
 import pytest
 import torch

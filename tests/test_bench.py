@@ -1,5 +1,6 @@
-"""Smoke test of the benchmark contract (SPEC §9): scripts/bench.py runs MAGRPO and ends its output
-with one JSON line holding the throughput, the time shares and the peak memory."""
+"""Smoke test of the benchmark contract (README, "Tests and benchmark"): scripts/bench.py trains on
+length_ratio and ends its output with one JSON line holding the throughput, the time shares and
+the peak memory."""
 
 from __future__ import annotations
 
@@ -9,19 +10,22 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_bench_prints_one_json_line_with_the_contract_keys():
+@pytest.mark.parametrize("algo", ["magrpo", "ippo"])
+def test_bench_prints_one_json_line_with_the_contract_keys(algo):
     cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--model", "builtin:tiny", "--agents", "2",
-           "--prompts", "4", "--batch", "2", "--gens", "2", "--tokens", "4", "--threads", "1"]
+           "--prompts", "4", "--batch", "2", "--gens", "2", "--tokens", "4", "--threads", "1", "--algo", algo]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     result = json.loads(lines[-1])          # the JSON line ends the output
 
-    assert result["mode"] == "magrpo"
+    assert result["mode"] == "magrpo" and result["algo"] == algo
     for key in ("prompts_per_s", "tokens_per_s", "share_generate", "share_reward", "share_update",
                 "peak_rss_mb", "seconds", "completion_tokens"):
         assert isinstance(result[key], (int, float)), key
@@ -36,3 +40,18 @@ def test_bench_prints_one_json_line_with_the_contract_keys():
     # prompts/s is the prompts over the summed step time the algorithm reported
     assert abs(result["prompts_per_s"] - 4 / result["seconds"]) < 1e-3 * result["prompts_per_s"] + 1e-4
     assert result["prompts"] == 4 and result["batch"] == 2 and result["gens"] == 2 and result["max_new_tokens"] == 4
+
+
+def test_bench_turns_compares_a_two_turn_step_with_a_one_turn_step():
+    cmd = [sys.executable, str(ROOT / "scripts" / "bench.py"), "--model", "builtin:tiny", "--agents", "2",
+           "--prompts", "2", "--batch", "2", "--gens", "2", "--tokens", "4", "--threads", "1", "--turns", "2"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["turns"] == 2 and result["branches"] == 1 and result["feedback"] == "plain"
+    # one node per sibling set expands: turn 2 holds as many joint actions as turn 1
+    assert result["turn_stats"]["turn_1/nodes"] == result["turn_stats"]["turn_2/nodes"] == 4
+    assert result["turn_stats"]["turn_2/prompt_tokens_mean"] > result["turn_stats"]["turn_1/prompt_tokens_mean"]
+    assert result["one_turn_seconds"] > 0
+    assert result["turns_over_one_turn"] == round(result["seconds"] / result["one_turn_seconds"], 3)

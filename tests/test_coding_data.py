@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from magrpo.tasks.coding import CodingRewardConfig, CodingTaskConfig, HumanEvalTask, MBPPTask
+from magrpo.tasks.coding import CodingRewardConfig, CodingTask, CodingTaskConfig, HumanEvalTask, MBPPTask
 from magrpo.tasks.coding.data import normalize, split_check, split_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,7 +21,9 @@ def make_task(cls, name: str, **data):
     cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), OmegaConf.load(ROOT / f"conf/task/{name}.yaml"))
     for k, v in data.items():
         cfg.data[k] = v
-    rcfg = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), OmegaConf.load(ROOT / f"conf/reward/{name}.yaml"))
+    reward_yaml = OmegaConf.load(ROOT / f"conf/reward/{name}.yaml")
+    base = [OmegaConf.load(ROOT / f"conf/reward/{d}.yaml") for d in reward_yaml.pop("defaults", []) if d != "_self_"]
+    rcfg = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), *base, reward_yaml)
     return cls(cfg, rcfg)
 
 
@@ -196,9 +198,10 @@ def test_coophumaneval_offline_stops_with_data_unavailable(tmp_path):
 
 
 def test_yaml_files_match_the_schemas():
+    assert set(OmegaConf.load(ROOT / "conf/reward/humaneval.yaml")) == set(OmegaConf.structured(CodingRewardConfig))
     for name in ("humaneval", "coophumaneval", "mbpp"):
-        task = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), OmegaConf.load(ROOT / f"conf/task/{name}.yaml"))
-        reward = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig),
-                                 OmegaConf.load(ROOT / f"conf/reward/{name}.yaml"))
-        assert task.name == name and reward.name == name
-        assert set(OmegaConf.load(ROOT / f"conf/reward/{name}.yaml")) == set(OmegaConf.structured(CodingRewardConfig))
+        task = make_task(CodingTask, name)
+        assert task.cfg.name == name and task.reward_cfg.name == name
+    # the other coding rewards repeat nothing: they start from humaneval's and rename it
+    for name in ("coophumaneval", "mbpp"):
+        assert set(OmegaConf.load(ROOT / f"conf/reward/{name}.yaml")) == {"defaults", "name"}

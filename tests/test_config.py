@@ -19,8 +19,23 @@ def test_every_group_exists_and_has_options():
         assert _options(group), f"conf/{group}/ has no options"
 
 
+def _needs_missing_cuda(group: str, option: str) -> bool:
+    import torch
+    from omegaconf import OmegaConf
+
+    if group != "hardware" or torch.cuda.is_available():
+        return False
+    node = OmegaConf.load(Path(CONF_DIR) / group / f"{option}.yaml")
+    return "cuda" in str(node.device) or any("cuda" in str(d) for d in node.agent_devices or [])
+
+
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS if g != "reward" for o in _options(g)])
 def test_every_option_composes_and_validates(make_cfg, group, option):
+    if _needs_missing_cuda(group, option):
+        # Composes, but a GPU option on a machine without one stops at start-up, naming the key.
+        with pytest.raises(ConfigError, match=r"hardware\.(device|agent_devices\[0\])='cuda(:0)?': no CUDA device"):
+            validate(make_cfg([f"{group}={option}"]))
+        return
     cfg = validate(make_cfg([f"{group}={option}"]))
     if group == "task":
         assert cfg.task.name == option
@@ -42,8 +57,11 @@ def test_smoke_caps_an_experiment(make_cfg):
 
 
 def test_grpo_is_single_agent(make_cfg):
+    from magrpo.algos import ALGOS
+
     cfg = validate(make_cfg(["algo=grpo"]))
-    assert cfg.algo.name == "grpo" and cfg.algo.single_agent
+    team = ALGOS["grpo"].team(cfg)
+    assert cfg.algo.name == "grpo" and team.form == "single" and team.num_policies == 1
 
 
 @pytest.mark.parametrize("override,needles", [
@@ -95,3 +113,38 @@ def test_unknown_task_lists_the_known_ones(make_cfg):
     cfg.task.name = "poetry"
     with pytest.raises(ConfigError, match=r"task.name='poetry'.*length_ratio"):
         validate(cfg)
+
+
+@pytest.mark.parametrize("group,option,schema", [("optimizer", "adamw", "OptimizerSchema"),
+                                                 ("logger", "none", "LoggerSchema"),
+                                                 ("agents", "tiny", "AgentsSchema")])
+def test_default_yaml_and_schema_agree(group, option, schema):
+    """A default lives in one place: where a group's YAML repeats a schema default, they agree."""
+    import dataclasses
+
+    import yaml
+
+    from magrpo import config
+
+    cls = getattr(config, schema)
+    data = yaml.safe_load((Path(CONF_DIR) / group / f"{option}.yaml").read_text())
+    for f in dataclasses.fields(cls):
+        if f.name in data and f.default is not dataclasses.MISSING:
+            assert data[f.name] == f.default, (group, f.name, data[f.name], f.default)
+
+
+@pytest.mark.parametrize("task", ["length_ratio", "tldr", "arxiv", "humaneval", "coophumaneval", "mbpp"])
+def test_comparison_recipes_sweep_every_algorithm_with_one_budget(make_cfg, task):
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        full = compose("train", overrides=[f"experiment=compare/{task}"], return_hydra_config=True)
+    assert full.hydra.sweeper.params.algo.split(",") == ["magrpo", "grpo", "ippo", "mappo", "ppo"]
+    budgets = set()
+    for algo in ["magrpo", "grpo", "ippo", "mappo", "ppo"]:
+        cfg = validate(make_cfg([f"experiment=compare/{task}", f"algo={algo}"]))
+        assert cfg.task.name == task and cfg.algo.name == algo
+        budgets.add((cfg.algo.batch_size, cfg.algo.num_generations))
+    assert len(budgets) == 1

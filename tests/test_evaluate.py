@@ -52,3 +52,19 @@ def test_pass_at_k_reported_on_humaneval(tmp_path):
     m = report["results"]["naive_concat"]
     assert {"pass@1", "pass@3", "codebleu"} <= set(m)
     assert "pass@5" not in m, "k above the samples per item is not reported"
+
+
+@pytest.mark.parametrize("task", ["length_ratio", "tldr", "humaneval"])
+def test_every_scheme_reproduces_the_stored_numbers(tmp_path, task):
+    """The evaluation schemes run on the shared rollout code and give the numbers recorded before
+    they moved there (fixed seed, tiny agents); timings are left out."""
+    from pathlib import Path
+
+    want = json.loads((Path(__file__).parent / "data" / "golden_eval.json").read_text())[task]
+    cfg = compose_cfg([f"output_dir={tmp_path / task}", f"task={task}", "algo.max_new_tokens=12", "eval.num_items=3",
+                       "eval.num_samples=2", "methods=[team,single,naive_concat,sequential,discussion]"],
+                      config_name="eval")
+    got = run_eval(cfg)["results"]
+    for method, metrics in want.items():
+        for key, value in metrics.items():
+            assert got[method][key] == pytest.approx(value, rel=1e-9, abs=1e-12), (method, key)

@@ -148,6 +148,20 @@ def test_metrics_option_selects_columns_and_single_seed_has_no_std(sweep, tmp_pa
     assert row["reward_mean_mean"] == "0.42" and row["reward_mean_std"] == ""
 
 
+def test_multi_turn_runs_get_turn_1_and_final_turn_columns(tmp_path, capsys):
+    root = tmp_path / "turns"
+    for seed, (t1, t3) in enumerate([(0.2, 0.5), (0.4, 0.9)]):
+        final = {**final_eval(t3, 1.0), "turn_1/reward_mean": t1, "turn_2/reward_mean": (t1 + t3) / 2,
+                 "turn_3/reward_mean": t3, "turn_3/reward/length_ratio": 1.0, "feedback/degraded": 0.0}
+        write_run(root / f"s{seed}", seed=seed, final=final, initial={"reward_mean": 0.1})
+    assert main([str(root)]) == 0
+    header = md_header(root / "table" / "table.md")
+    assert header[:5] == ["method", "n", "reward_mean", "turn_1/reward_mean", "turn_3/reward_mean"]
+    assert "turn_2/reward_mean" not in header and "feedback/degraded" not in header
+    row = md_rows(root / "table" / "table.md")["magrpo"]
+    assert row[2:4] == ["0.300 ± 0.141", "0.700 ± 0.283"]
+
+
 def test_grouping_default_labels_and_group_by(tmp_path, capsys):
     root = tmp_path / "runs"
     # magrpo with two joint modes x two advantages, and grpo (single_agent is fixed by the algo).

@@ -21,20 +21,9 @@ def _check_run(out, components):
     return summary
 
 
-@pytest.mark.parametrize("task", ["tldr", "arxiv"])
-def test_writing_tasks_train_offline(make_cfg, tmp_path, task):
-    out = tmp_path / task
-    run(make_cfg([f"task={task}", *TINY], out=str(out)))
-    summary = _check_run(out, ["structure", "coherence", "style"])
-    if task == "tldr":
-        assert "rouge_l" in summary["final_eval"]
-
-
-def test_humaneval_trains_offline(make_cfg, tmp_path):
-    out = tmp_path / "he"
-    run(make_cfg(["task=humaneval", *TINY], out=str(out)))
-    summary = _check_run(out, ["structure", "syntax", "tests", "cooperation"])
-    assert {"pass@1", "codebleu"} <= set(summary["final_eval"])
+WRITING = ["structure", "coherence", "style"]
+CODING = ["structure", "syntax", "tests", "cooperation"]
+ALGOS = ["magrpo", "grpo", "ippo", "mappo", "ppo"]
 
 
 def _write_jsonl(path, rows):
@@ -42,27 +31,30 @@ def _write_jsonl(path, rows):
     return path
 
 
-def test_coophumaneval_trains_from_a_local_file(make_cfg, tmp_path):
-    problems = list(read_problems().values())[:6]
-    data = _write_jsonl(tmp_path / "coop.jsonl", problems)
-    out = tmp_path / "coop"
-    run(make_cfg(["task=coophumaneval", f"task.data.path={data}", "task.data.train_split='test[2:]'",
-                  "task.data.eval_split='test[:2]'", *TINY], out=str(out)))
-    _check_run(out, ["structure", "syntax", "tests", "cooperation"])
+def _task_overrides(task, tmp_path):
+    """Overrides that pose `task` offline: hub-only datasets through local files."""
+    if task == "coophumaneval":
+        data = _write_jsonl(tmp_path / "coop.jsonl", list(read_problems().values())[:6])
+        return [f"task.data.path={data}", "task.data.train_split='test[2:]'", "task.data.eval_split='test[:2]'"]
+    if task == "mbpp":
+        rows = [{"source_file": "x", "task_id": i, "prompt": f"Write a function that adds {i} to a number.",
+                 "code": f"def add_{i}(x):\n    return x + {i}\n", "test_imports": [],
+                 "test_list": [f"assert add_{i}(1) == {1 + i}", f"assert add_{i}(0) == {i}"]} for i in range(6)]
+        data = _write_jsonl(tmp_path / "mbpp.jsonl", rows)
+        return [f"task.data.path={data}", "task.data.train_split='train[2:]'", "task.data.eval_split='train[:2]'"]
+    return []
 
 
-def test_mbpp_trains_from_a_local_file(make_cfg, tmp_path):
-    rows = [{"source_file": "x", "task_id": i, "prompt": f"Write a function that adds {i} to a number.",
-             "code": f"def add_{i}(x):\n    return x + {i}\n", "test_imports": [],
-             "test_list": [f"assert add_{i}(1) == {1 + i}", f"assert add_{i}(0) == {i}"]} for i in range(6)]
-    data = _write_jsonl(tmp_path / "mbpp.jsonl", rows)
-    out = tmp_path / "mbpp"
-    run(make_cfg(["task=mbpp", f"task.data.path={data}", "task.data.train_split='train[2:]'",
-                  "task.data.eval_split='train[:2]'", *TINY], out=str(out)))
-    _check_run(out, ["structure", "syntax", "tests", "cooperation"])
-
-
-def test_grpo_on_a_writing_task(make_cfg, tmp_path):
-    out = tmp_path / "grpo"
-    run(make_cfg(["task=tldr", "algo=grpo", *TINY], out=str(out)))
-    _check_run(out, ["structure", "coherence", "style"])
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("task,components", [("length_ratio", ["length_ratio"]), ("tldr", WRITING),
+                                             ("arxiv", WRITING), ("humaneval", CODING), ("coophumaneval", CODING),
+                                             ("mbpp", CODING)])
+def test_every_algorithm_trains_on_every_task(make_cfg, tmp_path, task, components, algo):
+    out = tmp_path / f"{task}-{algo}"
+    run(make_cfg([f"task={task}", f"algo={algo}", *_task_overrides(task, tmp_path), *TINY], out=str(out)))
+    summary = _check_run(out, components)
+    assert summary["config"]["algo"] == algo
+    if task == "tldr":
+        assert "rouge_l" in summary["final_eval"]
+    if task == "humaneval":
+        assert {"pass@1", "codebleu"} <= set(summary["final_eval"])

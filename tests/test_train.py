@@ -93,11 +93,18 @@ def test_team_learns_length_ratio(make_cfg, tmp_path):
     assert final > init + 0.1, (init, final)
 
 
+# How much each algorithm must raise the eval reward of the default run (tiny agents,
+# length_ratio, default budget). The single-model baselines start from a harder form of the task
+# (one answer holding both parts), so they move less in the same budget.
+LEARNS_BY = {"magrpo": 0.2, "ippo": 0.2, "mappo": 0.2, "grpo": 0.05, "ppo": 0.05}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("algo", sorted(LEARNS_BY))
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_default_run_learns_for_each_seed(make_cfg, tmp_path, seed):
-    result = run(make_cfg([f"seed={seed}", "save_final=false"], out=str(tmp_path / f"s{seed}")))
-    assert result["final_eval"]["reward_mean"] > result["initial_eval"]["reward_mean"] + 0.2
+def test_default_run_learns_for_each_algorithm_and_seed(make_cfg, tmp_path, seed, algo):
+    result = run(make_cfg([f"seed={seed}", f"algo={algo}", "save_final=false"], out=str(tmp_path / f"s{seed}")))
+    assert result["final_eval"]["reward_mean"] > result["initial_eval"]["reward_mean"] + LEARNS_BY[algo]
 
 
 def test_wandb_offline_files_hold_the_logged_metrics(make_cfg, tmp_path, monkeypatch):

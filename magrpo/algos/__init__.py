@@ -1,14 +1,19 @@
-"""Algorithm registry: `algo.name` picks the trainer class.
+"""Algorithms, registered by name: `algo.name` (the `algo` config group) picks one.
 
-`grpo` is MAGRPO with one agent writing the whole joint answer (its config sets
-`single_agent: true`), so both names map to the same class.
+Each is one file whose math reads top to bottom; the pieces they share (token log-probs, masks,
+advantage estimators, loss aggregation, clipped surrogates, KL estimators, GAE) live in
+`core.py`, and the contract every algorithm keeps in `base.py`.
 """
 
 from __future__ import annotations
 
-from magrpo.algos.magrpo import MAGRPO
+from magrpo.algos.base import ALGOS, AlgoConfig, Algorithm, TeamSpec, register_algo
 
-ALGOS = {
-    "magrpo": MAGRPO,
-    "grpo": MAGRPO,
-}
+# Importing a module registers its algorithm.
+from magrpo.algos import magrpo as _magrpo  # noqa: E402,F401  isort: skip
+from magrpo.algos import grpo as _grpo  # noqa: E402,F401  isort: skip
+from magrpo.algos import ippo as _ippo  # noqa: E402,F401  isort: skip
+from magrpo.algos import mappo as _mappo  # noqa: E402,F401  isort: skip
+from magrpo.algos import ppo as _ppo  # noqa: E402,F401  isort: skip
+
+__all__ = ["ALGOS", "AlgoConfig", "Algorithm", "TeamSpec", "register_algo"]

@@ -10,89 +10,105 @@ One step, for a batch of B items and N agents:
 The advantage is shared through the joint reward; the gradient of each agent uses only its own
 log-probs (centralised training, decentralised execution).
 
-GRPO is the same algorithm with one agent writing the whole joint answer (`algo.single_agent`).
+With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py): every node's return is
+R = r + discount * mean(children's R), each sibling set is a group for step 3, and one loss runs
+over the samples of every node of every turn.
+
+GRPO (magrpo/algos/grpo.py) is the same algorithm with one agent writing the whole joint answer.
 """
 
 from __future__ import annotations
 
-import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from magrpo.algos.core import LOSS_AGG, AggContext, advantages, k3_kl, token_logprobs
+from magrpo.algos.base import (
+    AlgoConfig,
+    TeamSpec,
+    build_optimizer,
+    clip_and_step,
+    register_algo,
+    reward_metrics,
+    timing_metrics,
+)
+from magrpo.algos.core import (
+    ADVANTAGES,
+    LOSS_AGG,
+    SCALES,
+    AggContext,
+    advantages,
+    clipped_surrogate,
+    k3_kl,
+    rollout_logprobs,
+    row_chunks,
+    token_logprobs,
+)
+from magrpo.feedback import build_feedback
 from magrpo.models import Agent
-from magrpo.rollout import Generation, Sampling, credit, generate, joint_completions, joint_indices
-from magrpo.tasks import Scores, Task
+from magrpo.rollout import Generation, Sampling, credit
+from magrpo.schema import at_least, option, positive
+from magrpo.tasks import Task
+from magrpo.turns import TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
 
 
-def build_optimizer(agent: Agent, opt_cfg: Any, max_steps: int):
-    params = agent.trainable_parameters()
-    optimizer = torch.optim.AdamW(params, lr=opt_cfg.lr, betas=tuple(opt_cfg.betas), eps=opt_cfg.eps,
-                                  weight_decay=opt_cfg.weight_decay)
-    warmup, total = opt_cfg.warmup_steps, max(max_steps, 1)
-
-    def factor(step: int) -> float:  # linear warm-up, then constant / linear / cosine decay to 0
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        progress = min((step - warmup) / max(total - warmup, 1), 1.0)
-        if opt_cfg.schedule == "linear":
-            return 1.0 - progress
-        if opt_cfg.schedule == "cosine":
-            return 0.5 * (1.0 + math.cos(math.pi * progress))
-        return 1.0
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+@dataclass
+class MAGRPOConfig(AlgoConfig):
+    name: str = "magrpo"
+    cross_credit: str = option("mean", choices=["mean", "sum"])   # cross: a sample's return over its joints
+    advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))  # raw = MAREINFORCE, rloo = MARLOO, max = MAReMax
+    scale: str = option("none", choices=lambda: sorted(SCALES))   # divide advantages by (std + 1e-4)
+    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
+    num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout with PPO-clipped ratios
+    epsilon: float = positive(0.2)
+    epsilon_high: float = positive(0.2)
 
 
+@register_algo("magrpo")
 class MAGRPO:
+    config_schema = MAGRPOConfig
+    form = "multi"
+
+    @classmethod
+    def team(cls, cfg: Any) -> TeamSpec:
+        n = 1 if cls.form == "single" else cfg.agents.num_agents
+        return TeamSpec(num_policies=n, form=cls.form, reference=cfg.algo.beta > 0)
+
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
         self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
         self.sampling = Sampling.from_algo(cfg.algo)
+        self.turns = TurnSpec.from_algo(cfg.algo)
+        self.feedback = build_feedback(cfg.get("feedback"), task)
         # Optimizer steps per rollout = num_iterations, so the schedule spans all of them.
         total = cfg.max_steps * cfg.algo.num_iterations
-        self.optimizers, self.schedulers = zip(*[build_optimizer(a, cfg.optimizer, total) for a in agents])
+        self.optimizers, self.schedulers = zip(*[build_optimizer(a.trainable_parameters(), cfg.optimizer, total)
+                                                 for a in agents])
 
     # -- one training step ----------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
-        algo, N, G = self.algo, len(self.agents), self.algo.num_generations
+        algo = self.algo
         t0 = time.perf_counter()
-        prompts = [self.task.prompts(item, N) for item in items]                       # [B][N]
-        gens = [generate(agent, [p[i] for p in prompts], self.sampling) for i, agent in enumerate(self.agents)]
-        t_gen = time.perf_counter()
-
-        joint = joint_indices(N, G, algo.joint_mode)                                    # [J, N]
-        J = joint.shape[0]
-        scores = self.task.score([it for it in items for _ in range(J)],
-                                 [p for p in prompts for _ in range(J)], joint_completions(gens, joint))
-        rewards = torch.tensor(scores, dtype=torch.float32).view(len(items), J)         # [B, J]
+        root, stats = grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
+        t_gen = t0 + stats.generate_s
         t_reward = time.perf_counter()
+        levels = root.levels()
+        node_returns = tree_returns(root, algo.discount)                                # per turn [B_t, J]
 
-        metrics = self._reward_metrics(scores, rewards)
-        for i, (agent, gen) in enumerate(zip(self.agents, gens)):
-            returns = credit(rewards, joint, i, G, algo.cross_credit)                   # [B, G]
-            adv = advantages(returns, algo.advantage, algo.scale).flatten()             # [B*G]
+        metrics = reward_metrics(root)
+        if self.turns.num_turns > 1:
+            metrics.update(tree_metrics(root, stats))
+        for i, agent in enumerate(self.agents):
+            # Each sibling set is a group: advantages per turn, then one update over every turn's samples.
+            returns = [credit(R, lv.joint, i, lv.per_item(i), algo.cross_credit) for lv, R in zip(levels, node_returns)]
+            adv = torch.cat([advantages(R, algo.advantage, algo.scale).flatten() for R in returns])   # [sum_t B_t*G]
+            gen = concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id)
             metrics.update({f"train/{agent.name}/{k}": v for k, v in self._update(i, gen, adv).items()})
-            metrics[f"train/{agent.name}/completions/mean_length"] = gen.lengths.mean().item()
             metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
-        t_end = time.perf_counter()
-
-        n_tokens = sum(g.lengths.sum().item() for g in gens)
-        metrics.update({
-            "train/completions/mean_length": n_tokens / sum(len(g.texts) for g in gens),
-            "time/generate_s": t_gen - t0, "time/reward_s": t_reward - t_gen, "time/update_s": t_end - t_reward,
-            "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
-            "speed/prompts_per_s": len(items) / (t_end - t0),
-        })
+            metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
+        metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), stats.feedback_s))
         return metrics
-
-    def _reward_metrics(self, scores: Scores, rewards: torch.Tensor) -> dict[str, float]:
-        m = {"train/reward_mean": rewards.mean().item(), "train/reward_std": rewards.std(unbiased=False).item(),
-             "train/turn_1/reward_mean": rewards.mean().item()}
-        for name, values in scores.components.items():
-            m[f"train/reward/{name}"] = sum(values) / max(len(values), 1)
-        return m
 
     # -- the policy update of one agent -----------------------------------------------------------
     def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
@@ -106,11 +122,15 @@ class MAGRPO:
         rows = mask.shape[0]
         ctx = AggContext(rows, int(mask.sum().item()), algo.max_new_tokens)
         aggregate = LOSS_AGG[algo.loss_agg]
-        chunks = [slice(s, min(s + algo.micro_batch_size, rows)) for s in range(0, rows, algo.micro_batch_size)]
-        ref_logp = self._reference_logprobs(agent, gen, chunks) if algo.beta > 0 else None
+        chunks = row_chunks(rows, algo.micro_batch_size)
+        ref_logp = None
+        if algo.beta > 0:
+            with agent.reference_mode() as ref:
+                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev)
         old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 else None
 
-        totals = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
+                  "grad_norm": 0.0}
         for it in range(algo.num_iterations):
             optimizer.zero_grad(set_to_none=True)
             for mb in chunks:
@@ -123,10 +143,10 @@ class MAGRPO:
                 else:
                     if it == 0:                              # policy == rollout policy before any update
                         old_logp[mb] = logp.detach()
-                    ratio = torch.exp(logp - old_logp[mb])   # PPO: -min(r A, clip(r, 1-eps, 1+eps_high) A)
-                    clipped = ratio.clamp(1 - algo.epsilon, 1 + algo.epsilon_high)
-                    token_loss = -torch.minimum(ratio * A, clipped * A)
-                    totals["clip_frac"] += ((ratio != clipped).float() * m).sum().item() / max(ctx.num_tokens, 1)
+                    token_loss, clipped = clipped_surrogate(logp, old_logp[mb], A, algo.epsilon, algo.epsilon_high)
+                    totals["clip_frac"] += (clipped * m).sum().item() / max(ctx.num_tokens, 1)
+                    totals["approx_kl"] += (k3_kl(old_logp[mb], logp.detach()) * m).sum().item() / max(ctx.num_tokens, 1)
+                totals["policy_loss"] += aggregate(token_loss.detach(), m, ctx).item()
                 if ref_logp is not None:
                     kl = k3_kl(logp, ref_logp[mb])
                     token_loss = token_loss + algo.beta * kl
@@ -136,29 +156,16 @@ class MAGRPO:
                 totals["loss"] += loss.item()
                 if entropy is not None:
                     totals["entropy"] += (entropy * m).sum().item() / max(ctx.num_tokens, 1)
-            params = agent.trainable_parameters()
-            if self.cfg.optimizer.max_grad_norm is not None:
-                totals["grad_norm"] += float(torch.nn.utils.clip_grad_norm_(params, self.cfg.optimizer.max_grad_norm))
-            optimizer.step()
-            scheduler.step()
+            totals["grad_norm"] += clip_and_step(agent.trainable_parameters(), optimizer, scheduler,
+                                                 self.cfg.optimizer.max_grad_norm)
         k = algo.num_iterations
         # Iteration 0 never clips (ratio = 1), so the clip fraction averages the later ones;
         # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.
-        return {"loss": totals["loss"] / k, "kl": totals["kl"] / k, "entropy": totals["entropy"],
-                "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
-                "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0}
-
-    @torch.no_grad()
-    def _reference_logprobs(self, agent: Agent, gen: Generation, chunks: list[slice]) -> torch.Tensor:
-        dev = agent.device
-        parts = []
-        with agent.reference_mode() as ref:
-            for mb in chunks:
-                p_ids, p_mask = gen.prompt_rows(mb)
-                logp, _ = token_logprobs(ref, p_ids.to(dev), p_mask.to(dev), gen.completion_ids[mb].to(dev),
-                                         gen.completion_mask[mb].to(dev), self.algo.temperature)
-                parts.append(logp)
-        return torch.cat(parts)
+        # approx_kl: k3 estimate of KL(pi_old || pi) over the passes that follow an update.
+        return {"loss": totals["loss"] / k, "policy_loss": totals["policy_loss"] / k, "kl": totals["kl"] / k,
+                "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
+                "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
+                "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}
 
     # -- checkpoint state ---------------------------------------------------------------------------
     def state_dict(self) -> dict:

@@ -60,7 +60,12 @@ class Task:
     # Dataclasses the `task` and `reward` config nodes are checked against at start-up, so a
     # misspelt or mistyped key stops the run before any work (see magrpo.config).
     config_schema: ClassVar[type | None] = None
+    # Whether the team reward splits into one share per agent (`algo.reward=individual` of the
+    # PPO-family baselines); a task that says yes implements `individual_rewards`.
+    splits_reward: ClassVar[bool] = False
     reward_schema: ClassVar[type | None] = None
+    # Which family of `feedback=diagnostics` explains this task's reward (magrpo/feedback/diagnostics.py).
+    feedback_kind: ClassVar[str] = "generic"
 
     def __init__(self, cfg: Any, reward_cfg: Any):
         self.cfg = cfg
@@ -98,12 +103,22 @@ class Task:
                      if own is not None else "Write your part so that it fits with the answer(s) above.")
         return "\n\n".join(parts)
 
+    def revise_instruction(self, item: Item, agent: int, num_agents: int) -> str:
+        """The request that ends every between-turn message (magrpo.feedback): answer again, in the
+        format the first prompt asked for."""
+        return "Now write your part again: reply with your complete revised answer only, in the format asked for above."
+
     # -- reward -----------------------------------------------------------------------------
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         raise NotImplementedError
 
     def score(self, items: Sequence[Item], prompts: list[list[str]], completions: list[list[str]]) -> Scores:
         return self.reward(prompts, completions, **columns(items))
+
+    def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
+        """Each agent's share of every joint reward: [len(scores)][num_agents], each row summing to
+        the joint reward. Only for tasks with `splits_reward`."""
+        raise NotImplementedError(f"task {self.name!r} has one team reward that does not split per agent")
 
     # -- evaluation metrics -----------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:

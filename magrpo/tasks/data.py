@@ -21,11 +21,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from magrpo.schema import ConfigError, SetupError, option
+
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(\[(?P<lo>-?\d*)\s*:\s*(?P<hi>-?\d*)\])?\s*$")
 
 
-class DataUnavailableError(RuntimeError):
+class DataUnavailableError(SetupError):
     """The data cannot be loaded here; the message says what to download or which path to set."""
 
 
@@ -36,6 +38,32 @@ def parse_split(expr: str) -> tuple[str, slice]:
     lo = int(m["lo"]) if m["lo"] else None
     hi = int(m["hi"]) if m["hi"] else None
     return m["name"], slice(lo, hi)
+
+
+def is_split_expr(expr: Any, joined: bool = False) -> bool:
+    """Whether `expr` parses as NAME or NAME[lo:hi] (with `joined`, several joined by "+")."""
+    if not isinstance(expr, str):
+        return False
+    return all(_SPLIT_RE.match(part) for part in (expr.split("+") if joined else [expr]))
+
+
+def split_option(default: str, joined: bool = False) -> Any:
+    """A config field holding a split expression, checked at start-up."""
+    return option(default, check=lambda v: is_split_expr(v, joined),
+                  allowed="NAME or NAME[lo:hi]" + (", parts joined by '+'" if joined else "")
+                  + " (quote it on the command line: key='test[:32]')")
+
+
+def limit_option() -> Any:
+    return option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null for all rows")
+
+
+def check_data_path(node: Any, prefix: str) -> None:
+    """`task.data.path`, when set, must exist: a missing file is a config error, not a crash mid-setup."""
+    path = node.get("path") if hasattr(node, "get") else getattr(node, "path", None)
+    if path and not Path(str(path)).expanduser().exists():
+        raise ConfigError(f"{prefix}path={str(path)!r}: no such file or directory; give a local "
+                          f"{'/'.join(sorted(LOCAL_SUFFIXES))} file or a directory saved with Dataset.save_to_disk")
 
 
 def _rows(ds: Any, sl: slice) -> list[dict[str, Any]]:

@@ -9,12 +9,31 @@ the embedded default run and the benchmark task: a tiny random model can visibly
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
+from typing import Any
 
+from magrpo.schema import ConfigError, at_least, positive
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 
-SPLIT_MARKER = "\n---\n"
+# Where a single-agent answer's short part ends when it has no "---" line: a blank line, a line
+# break, or the end of the first sentence. The prompt asks for one short sentence first, so the
+# first of these is the natural cut; it also gives the reward a graded signal early in training,
+# when a policy has yet to learn the marker (every sample would otherwise score the same).
+_MARKER_LINE = re.compile(r"^[ \t]*---[ \t]*$", re.MULTILINE)
+_FIRST_BREAK = re.compile(r"\n|(?<=[.!?])")
+
+
+def split_single(text: str) -> tuple[str, str]:
+    """(short part, long part) of one model's answer: at a '---' line, else at the first break."""
+    m = _MARKER_LINE.search(text)
+    if m is None:
+        text = text.strip()
+        m = _FIRST_BREAK.search(text)
+    if m is None:
+        return text.strip(), ""
+    return text[:m.start()].strip(), text[m.end():].strip()
 
 TOPICS = [
     "the water cycle", "how bees make honey", "why the sky is blue", "the history of paper",
@@ -38,17 +57,31 @@ TOPICS = [
 @dataclass
 class LengthRatioTaskConfig:
     name: str = "length_ratio"
-    num_train: int = 32
-    num_eval: int = 16
+    num_train: int = at_least(1, 32)
+    num_eval: int = at_least(1, 16)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if node.num_train + node.num_eval > len(TOPICS):
+            raise ConfigError(f"{prefix}num_train + {prefix}num_eval = {node.num_train} + {node.num_eval} "
+                              f"exceeds the {len(TOPICS)} built-in length_ratio topics; their sum must be "
+                              f"<= {len(TOPICS)}")
 
 
 @dataclass
 class LengthRatioRewardConfig:
     name: str = "length_ratio"
-    min_ratio: float = 2.0
-    max_ratio: float = 3.0
+    min_ratio: float = at_least(0, 2.0)
+    max_ratio: float = positive(3.0)
     shift: float = 0.0
-    scale: float = 1.0
+    # A zero scale pays every answer the same; a negative one rewards missing the band.
+    scale: float = positive(1.0)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if node.min_ratio > node.max_ratio:
+            raise ConfigError(f"{prefix}min_ratio={node.min_ratio!r} is above {prefix}max_ratio={node.max_ratio!r}; "
+                              f"the band needs min_ratio <= max_ratio")
 
 
 def band_reward(ratio: float, lo: float, hi: float) -> float:
@@ -83,13 +116,13 @@ class LengthRatioTask(Task):
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols) -> Scores:
         r = self.reward_cfg
-        totals, ratios = [], []
+        totals, ratios, inside = [], [], []
         for joint in completions:
             if len(joint) == 1:  # single-agent form: both parts in one answer
-                first, _, second = joint[0].partition(SPLIT_MARKER.strip())
-                joint = [first.strip(), second.strip()]
+                joint = list(split_single(joint[0]))
             a1, a2 = joint[0], joint[1]
             ratio = len(a2) / max(len(a1), 1)
             ratios.append(ratio)
+            inside.append(r.min_ratio <= ratio <= r.max_ratio)
             totals.append((band_reward(ratio, r.min_ratio, r.max_ratio) + r.shift) * r.scale)
-        return Scores(totals, {"length_ratio": ratios})
+        return Scores(totals, {"length_ratio": ratios}, {"passed": inside})

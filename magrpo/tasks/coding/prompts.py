@@ -1,4 +1,4 @@
-"""Prompts for the coding tasks (SPEC §6).
+"""Prompts for the coding tasks (the paper's helper/main split of a program).
 
 Agent 1 writes a helper `aux`, agent 2 writes the entry point and may call `aux` without
 seeing it (decentralised execution: each agent answers from its own prompt only). Both are told

@@ -42,7 +42,8 @@ COMPONENTS = ("structure", "syntax", "tests", "cooperation")
 # defined `aux`, main defined with a return, main calls aux (only checked once a test passed),
 # the joint program, its syntax error ("line L, column C: msg"), the sandbox's errors (one per
 # test that did not pass, in test order), the error that stopped the program loading, timeouts,
-# each test's outcome by index ("passed", "failed", "timeout", "crashed", "not_run"), and the
+# each test's outcome ({"index", "status", "error"}, status one of passed, failed, timeout,
+# crashed, not_run; read by the diagnostics feedback), and the
 # sandbox isolation level the program ran under.
 EXTRAS = ("passed", "tests_fraction", "aux_defined", "main_defined", "uses_aux", "program",
           "syntax_error", "test_errors", "setup_error", "timeouts", "test_outcomes", "isolation")
@@ -172,6 +173,7 @@ def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequen
         extras["test_errors"].append(list(rep.errors) if rep is not None else [])
         extras["setup_error"].append(rep.setup_error if rep is not None else None)
         extras["timeouts"].append(rep.timeouts if rep is not None else 0)
-        extras["test_outcomes"].append([o.status for o in outcomes])
+        extras["test_outcomes"].append([{"index": t, "status": o.status, "error": o.error}
+                                        for t, o in enumerate(outcomes)])
         extras["isolation"].append(rep.isolation if rep is not None else None)
     return Scores(totals, comps, extras)

@@ -1,5 +1,5 @@
 """The paper's writing tasks: `tldr` (Reddit post summaries) and `arxiv` (introductions from
-abstracts), two agents each, the gated writing reward of SPEC §7 (see `reward.py`).
+abstracts), two agents each, the paper's gated writing reward (see `reward.py`).
 
     task=tldr    agent 1: a short, concise summary; agent 2: a longer, detailed one
     task=arxiv   agent 1: background and motivation; agent 2: method and implications
@@ -62,6 +62,7 @@ def scores_of(results: Sequence[WritingScore]) -> Scores:
 
 class WritingTask(Task):
     num_agents = 2
+    feedback_kind = "writing"
 
     def __init__(self, cfg: Any, reward_cfg: Any):
         super().__init__(cfg, reward_cfg)

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from magrpo.tasks.data import DataUnavailableError, load_split
+from magrpo.schema import ConfigError
+from magrpo.tasks.data import (
+    DataUnavailableError,
+    check_data_path,
+    limit_option,
+    load_split,
+    split_option,
+)
 
 PACKAGE_DIR = Path(__file__).parent
 BUILTIN_FILES = {"tldr": PACKAGE_DIR / "builtin_tldr.jsonl", "arxiv": PACKAGE_DIR / "builtin_arxiv.jsonl"}
@@ -37,16 +44,23 @@ REFERENCE_COLUMNS = {"tldr": ("completion", "summary", "tldr", "reference"),
 @dataclass
 class WritingDataConfig:
     builtin: bool = True
-    builtin_train_split: str = "train[:32]"
-    builtin_eval_split: str = "train[32:]"
-    hub_id: str = "trl-lib/tldr"
+    builtin_train_split: str = split_option("train[:32]")
+    builtin_eval_split: str = split_option("train[32:]")
+    hub_id: str | None = "trl-lib/tldr"
     config_name: str | None = None
     path: str | None = None
-    train_split: str = "train[:1000]"
-    eval_split: str = "test[:1000]"
-    limit: int | None = None
+    train_split: str = split_option("train[:1000]")
+    eval_split: str = split_option("test[:1000]")
+    limit: int | None = limit_option()
     text_column: str | None = None
     reference_column: str | None = None
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        check_data_path(node, prefix)
+        if not node.builtin and not node.get("path") and not node.get("hub_id"):
+            raise ConfigError(f"{prefix}builtin=false with neither {prefix}path nor {prefix}hub_id set: "
+                              f"give a local file (path=...), a hub dataset (hub_id=...), or builtin=true")
 
 
 @dataclass
@@ -56,7 +70,7 @@ class TldrDataConfig(WritingDataConfig):
 
 @dataclass
 class ArxivDataConfig(WritingDataConfig):
-    hub_id: str = "LovelyBuggies/arXiv_abstract"
+    hub_id: str | None = "LovelyBuggies/arXiv_abstract"
     eval_split: str = "val[:1000]"
 
 
@@ -78,10 +92,11 @@ def _as_text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
-def _pick(row: dict[str, Any], explicit: str | None, candidates: tuple[str, ...]) -> str | None:
+def _pick(row: dict[str, Any], explicit: str | None, candidates: tuple[str, ...], key: str) -> str | None:
     if explicit:
         if explicit not in row:
-            raise ValueError(f"column {explicit!r} is not in the data; it has: {', '.join(row)}")
+            raise DataUnavailableError(f"task.data.{key}={explicit!r} is not a column of the data; "
+                                       f"it has: {', '.join(row)}")
         return explicit
     return next((c for c in candidates if c in row), None)
 
@@ -107,11 +122,11 @@ def load_items(task: str, data_cfg: Any, split: str) -> list[dict[str, Any]]:
     if not rows:
         raise DataUnavailableError(f"task {task}: the {split} split is empty "
                                    f"({source.train_split if split == 'train' else source.eval_split})")
-    text_col = _pick(rows[0], data_cfg.get("text_column"), TEXT_COLUMNS[task])
+    text_col = _pick(rows[0], data_cfg.get("text_column"), TEXT_COLUMNS[task], "text_column")
     if text_col is None:
-        raise ValueError(f"task {task}: no text column among {', '.join(TEXT_COLUMNS[task])} in the data "
+        raise DataUnavailableError(f"task {task}: no text column among {', '.join(TEXT_COLUMNS[task])} in the data "
                          f"(it has: {', '.join(rows[0])}); set task.data.text_column")
-    ref_col = _pick(rows[0], data_cfg.get("reference_column"), REFERENCE_COLUMNS[task])
+    ref_col = _pick(rows[0], data_cfg.get("reference_column"), REFERENCE_COLUMNS[task], "reference_column")
     items = []
     for i, row in enumerate(rows):
         ref = _as_text(row.get(ref_col)).strip() if ref_col else ""

@@ -1,4 +1,4 @@
-"""Prompts of the writing tasks (SPEC §6) and the split of a single-agent answer.
+"""Prompts of the paper's writing tasks and the split of a single-agent answer.
 
 Each agent is told its own job and what its partner covers, so the two answers can divide the
 work without seeing each other (decentralized execution). The single-agent form (GRPO, the

@@ -1,4 +1,4 @@
-"""The gated writing reward of the paper's tldr and arxiv tasks (SPEC §7).
+"""The gated writing reward of the paper's tldr and arxiv tasks (arXiv 2508.04652).
 
 Four levels; a level is looked at only when the one before it passed, so a team first learns
 the format, then the length split, then vocabulary, then style:
@@ -39,6 +39,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from magrpo.schema import ConfigError, at_least, positive
+
 LEXICON_PATH = Path(__file__).with_name("lexicon.json")
 _WORD_RE = re.compile(r"\w+")
 
@@ -70,41 +72,49 @@ class TransitionSource(str, Enum):
     both = "both"    # both answers together (arxiv)
 
 
+# Level weights and the style terms: a negative weight would pay for failing a level.
+_weight = lambda default: at_least(0, default)  # noqa: E731
+
+
 @dataclass
 class WritingRewardConfig:
     """The `reward` node of the writing tasks; defaults are the reference tldr values."""
 
     name: str = "tldr"
     # level 1: whitespace-token count of EACH answer must lie in [min_tokens, max_tokens]
-    min_tokens: int = 8
-    max_tokens: int = 256
-    structure_reward: float = 0.5
+    min_tokens: int = at_least(0, 8)
+    max_tokens: int = at_least(1, 256)
+    structure_reward: float = _weight(0.5)
     # level 2: rho = chars(a2) / chars(a1)
-    length_reward: float = 1.0
-    length_ramp_low: float = 1.1
-    length_band_low: float = 1.6
-    length_band_high: float = 3.2
+    length_reward: float = _weight(1.0)
+    length_ramp_low: float = at_least(0, 1.1)
+    length_band_low: float = at_least(0, 1.6)
+    length_band_high: float = at_least(0, 3.2)
     length_ramp_high: float | None = 5.0
     # level 3: u = unique words(a2) / unique words(a1)
-    unique_reward: float = 0.5
-    unique_ramp_low: float = 1.3
-    unique_band_low: float = 2.0
+    unique_reward: float = _weight(0.5)
+    unique_ramp_low: float = at_least(0, 1.3)
+    unique_band_low: float = at_least(0, 2.0)
     unique_band_high: float | None = None   # null: no upper limit
     unique_ramp_high: float | None = None
     unique_without_stopwords: bool = False   # false = reference quirk (stopwords counted)
     # level 4: transition_weight * T + jaccard_weight * J
-    transition_weight: float = 0.4
-    transition_base: float = 0.4
-    transition_step: float = 0.05
-    transition_cap: float = 1.0
+    transition_weight: float = _weight(0.4)
+    transition_base: float = at_least(0, 0.4)
+    transition_step: float = at_least(0, 0.05)
+    transition_cap: float = at_least(0, 1.0)
     transition_source: TransitionSource = TransitionSource.a2
     transition_whole_words: bool = False     # false = reference quirk (substring match)
-    jaccard_weight: float = 0.6
-    jaccard_cap: float = 0.03
+    jaccard_weight: float = _weight(0.6)
+    jaccard_cap: float = positive(0.03)
     lexicon: str | None = None               # null = the shipped lexicon.json
-    # total = (raw + shift) * scale
+    # total = (raw + shift) * scale; a zero scale pays every answer the same
     shift: float = 0.0
-    scale: float = 1.0
+    scale: float = positive(1.0)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        check_reward_config(node, prefix)
 
 
 @dataclass
@@ -132,21 +142,27 @@ class ArxivRewardConfig(WritingRewardConfig):
 REWARD_SCHEMAS: dict[str, type[WritingRewardConfig]] = {"tldr": TldrRewardConfig, "arxiv": ArxivRewardConfig}
 
 
-def check_reward_config(cfg: Any) -> None:
-    """Raise ValueError, naming the keys, when the numbers cannot describe a gated reward."""
+def check_reward_config(cfg: Any, prefix: str = "reward.") -> None:
+    """Raise ConfigError, naming the keys and their values, when the numbers cannot describe a
+    gated reward: an inverted token range or band, a missing lexicon file."""
     problems = []
-    if not 0 <= cfg.min_tokens <= cfg.max_tokens:
-        problems.append(f"need 0 <= min_tokens <= max_tokens, got {cfg.min_tokens}, {cfg.max_tokens}")
+    if cfg.min_tokens > cfg.max_tokens:
+        problems.append(f"{prefix}min_tokens={cfg.min_tokens} is above {prefix}max_tokens={cfg.max_tokens} "
+                        f"(need min_tokens <= max_tokens)")
     for level in ("length", "unique"):
-        edges = [getattr(cfg, f"{level}_{k}") for k in ("ramp_low", "band_low", "band_high", "ramp_high")]
+        names = [f"{level}_{k}" for k in ("ramp_low", "band_low", "band_high", "ramp_high")]
+        edges = [getattr(cfg, n) for n in names]
         finite = [math.inf if e is None else e for e in edges]
         if edges[1] is None or edges[0] is None or finite != sorted(finite) or (edges[2] is None) != (edges[3] is None):
-            problems.append(f"need {level}_ramp_low <= {level}_band_low <= {level}_band_high <= {level}_ramp_high "
-                            f"(high edges both null for no upper limit), got {edges}")
+            got = ", ".join(f"{prefix}{n}={e}" for n, e in zip(names, edges))
+            problems.append(f"{got} is not a band: need {level}_ramp_low <= {level}_band_low <= "
+                            f"{level}_band_high <= {level}_ramp_high (high edges both null for no upper limit)")
     if cfg.jaccard_cap <= 0:
-        problems.append(f"jaccard_cap must be > 0, got {cfg.jaccard_cap}")
+        problems.append(f"{prefix}jaccard_cap={cfg.jaccard_cap} must be > 0")
+    if cfg.lexicon and not Path(str(cfg.lexicon)).expanduser().is_file():
+        problems.append(f"{prefix}lexicon={str(cfg.lexicon)!r}: no such file (null = the shipped lexicon.json)")
     if problems:
-        raise ValueError("reward config: " + "; ".join(problems))
+        raise ConfigError("; ".join(problems))
 
 
 # -- measurements -----------------------------------------------------------------------------

@@ -1,0 +1,173 @@
+"""The algorithm contract: what the training loop may assume about any algorithm.
+
+An algorithm is a class registered by name (`@register_algo("ippo")`) that declares
+  * `config_schema`: ONE dataclass, the only source of its `algo.*` defaults and checks
+    (the YAML under conf/algo/ holds only what differs from them);
+  * `team(cfg)`: the team it needs -- how many policies, whether each needs a frozen reference,
+    and whether the task is posed in its multi-agent or single-agent form;
+and, once built from (cfg, agents, task), offers
+  * `step(items) -> metrics` for one update on a batch of items, and
+  * `state_dict()` / `load_state_dict()` covering every optimizer, scheduler, critic and
+    controller it owns (the agents' weights are saved by the loop).
+The loop (magrpo.trainer) never tests which algorithm it runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol
+
+import torch
+
+from magrpo.models import Agent
+from magrpo.rollout import Rollout
+from magrpo.schema import at_least, option, positive, within
+from magrpo.tasks import Task
+
+ALGOS: dict[str, type[Algorithm]] = {}
+
+
+def register_algo(name: str) -> Callable[[type], type]:
+    def deco(cls: type) -> type:
+        cls.name = name
+        ALGOS[name] = cls
+        return cls
+
+    return deco
+
+
+@dataclass
+class AlgoConfig:
+    """`algo.*` keys that every algorithm reads: how a batch is sampled and how big it is."""
+
+    name: str = option("magrpo", choices=lambda: sorted(ALGOS))
+    num_generations: int = at_least(2, 4, " (a group needs at least two samples)")  # G per agent per item
+    joint_mode: str = option("aligned", choices=["aligned", "cross"])
+    temperature: float = positive(1.0)
+    top_p: float = within(0, 1, 1.0, lo_open=True)
+    top_k: int = at_least(0, 0, " (0 = off)")
+    max_new_tokens: int = at_least(1, 24)
+    max_prompt_length: int = at_least(1, 1024)   # longer prompts (multi-turn histories) lose their beginning
+    batch_size: int = at_least(1, 8)             # items per update
+    micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
+    beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
+    eval_every: int = at_least(0, 20, " (0 = only before and after training)")
+    # The turn tree (magrpo/turns.py): T turns with feedback between them (the `feedback` group).
+    num_turns: int = at_least(1, 1)
+    discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
+    early_termination_threshold: float | None = None   # a sibling set whose mean reward reaches it stops
+    max_branches: int | None = option(None, check=lambda v: v >= 1, allowed=">= 1, or null = expand every node")
+    max_tree_nodes: int = at_least(1, 2048)      # nodes of one item's tree; a bigger config stops at start
+
+
+def check_tree(cfg: Any, num_agents: int) -> None:
+    """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
+    from magrpo.schema import ConfigError
+    from magrpo.turns import tree_size
+
+    a = cfg.algo
+    size = tree_size(num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"))
+    if size > a.max_tree_nodes:
+        raise ConfigError(
+            f"algo.num_turns={a.num_turns} with algo.joint_mode={a.joint_mode!r}, algo.num_generations="
+            f"{a.num_generations}, {num_agents} agent(s) and algo.max_branches={a.get('max_branches')} grows a tree "
+            f"of {size} nodes per item, more than algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
+            f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
+
+
+@dataclass(frozen=True)
+class TeamSpec:
+    num_policies: int
+    form: str = "multi"          # "multi": agent i answers prompt i; "single": one policy answers it all
+    reference: bool = False      # a frozen reference per policy (a KL term)
+
+
+class Algorithm(Protocol):
+    name: ClassVar[str]
+    config_schema: ClassVar[type]
+
+    @classmethod
+    def team(cls, cfg: Any) -> TeamSpec: ...
+
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task) -> None: ...
+
+    def step(self, items: list[dict]) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+# --- pieces every algorithm's step uses --------------------------------------------------------------
+
+
+def build_optimizer(params: list[torch.nn.Parameter], opt_cfg: Any, total_steps: int, lr: float | None = None):
+    """AdamW with linear warm-up, then a constant / linear / cosine schedule to 0 over `total_steps`."""
+    optimizer = torch.optim.AdamW(params, lr=lr or opt_cfg.lr, betas=tuple(opt_cfg.betas), eps=opt_cfg.eps,
+                                  weight_decay=opt_cfg.weight_decay)
+    warmup, total = opt_cfg.warmup_steps, max(total_steps, 1)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        progress = min((step - warmup) / max(total - warmup, 1), 1.0)
+        if opt_cfg.schedule == "linear":
+            return 1.0 - progress
+        if opt_cfg.schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def clip_and_step(params: list[torch.nn.Parameter], optimizer, scheduler, max_grad_norm: float | None) -> float:
+    """Clip the gradient norm (when set), step; returns the pre-clip norm (0 when clipping is off)."""
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_grad_norm)) if max_grad_norm is not None else 0.0
+    optimizer.step()
+    scheduler.step()
+    return norm
+
+
+def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:
+    """Team-level reward metrics of a scored rollout and the turns grown from it: reward_mean/std and
+    components over every node of every turn (what the loss sees), the same per turn
+    (`turn_{t}/...`), and `frac_reward_zero_std`: the share of sibling sets whose rewards are all
+    equal, i.e. carry no signal."""
+    levels = rollout.levels()
+    R = torch.cat([lv.rewards.flatten() for lv in levels])
+    flat = torch.cat([lv.rewards.std(-1, unbiased=False) for lv in levels])
+    m = {f"{prefix}/reward_mean": R.mean().item(), f"{prefix}/reward_std": R.std(unbiased=False).item(),
+         f"{prefix}/frac_reward_zero_std": (flat < 1e-8).float().mean().item()}
+    names = list(dict.fromkeys(k for lv in levels for k in lv.scores.components))
+    for name in names:
+        values = [x for lv in levels for x in lv.scores.components.get(name, [])]
+        m[f"{prefix}/reward/{name}"] = sum(values) / max(len(values), 1)
+    for lv in levels:
+        m[f"{prefix}/turn_{lv.turn}/reward_mean"] = lv.rewards.mean().item()
+        for name, values in lv.scores.components.items():
+            m[f"{prefix}/turn_{lv.turn}/reward/{name}"] = sum(values) / max(len(values), 1)
+    return m
+
+
+def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t_end: float,
+                   feedback_s: float = 0.0) -> dict[str, float]:
+    """Lengths and timings of a step; `t_reward - t_gen` covers the reward and, in multi-turn
+    steps, the feedback between turns (`feedback_s` of it)."""
+    gens = [g for lv in rollout.levels() for g in lv.samples]
+    n_tokens = sum(g.lengths.sum().item() for g in gens)
+    n_rows = sum(len(g.texts) for g in gens)
+    n_agents = len(rollout.samples)
+    m = {}
+    for i in range(n_agents):
+        mine = [lv.samples[i] for lv in rollout.levels()]
+        m[f"train/agent_{i + 1}/completions/mean_length"] = (sum(g.lengths.sum().item() for g in mine)
+                                                            / max(sum(len(g.texts) for g in mine), 1))
+    m.update({
+        "train/completions/mean_length": n_tokens / max(n_rows, 1), "train/completions/tokens": float(n_tokens),
+        "time/generate_s": t_gen - t0, "time/reward_s": t_reward - t_gen - feedback_s, "time/feedback_s": feedback_s,
+        "time/update_s": t_end - t_reward, "time/step_s": t_end - t0, "speed/tokens_per_s": n_tokens / (t_end - t0),
+        "speed/prompts_per_s": rollout.num_items / (t_end - t0),
+    })
+    return m

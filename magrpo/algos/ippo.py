@@ -1,0 +1,365 @@
+"""IPPO: independent PPO for a team of LLM agents (the paper's IPPO baseline).
+
+Each agent i is an actor pi_i with its own critic V_i, and treats the other agents as part of its
+environment: it learns from the team's joint reward (or, with `algo.reward=individual`, from its
+own share where the task can split it). One step, for a batch of B items and N agents:
+  1. every agent samples G completions per item (one batched generate each; same budget as MAGRPO);
+  2. the team is rewarded once per joint action; agent i's sample k gets its return R (its joint
+     reward, or the mean over the joint actions containing it under `joint_mode=cross`);
+  3. per token t of the completion: reward r_t = R at the last token, minus beta * (log pi - log ref)
+     when beta > 0; values V_t from the critic (a head on the agent's own backbone, or a separate
+     LM with a head); GAE:  delta_t = r_t + gamma V_{t+1} - V_t,  A_t = sum_l (gamma lam)^l delta_{t+l};
+     returns R_t = A_t + V_t; advantages whitened over the batch's tokens;
+  4. `ppo_epochs` passes over `num_mini_batches` shuffled mini-batches minimise, per token,
+        L = -min(r A, clip(r, 1 - eps, 1 + eps) A)                                  (clipped surrogate)
+          + vf_coef * 0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-c) - R)^2)     (clipped value loss)
+          - ent_coef * H(pi)                                                        (entropy bonus)
+     averaged over the mini-batch's tokens, r = pi / pi_old; the epochs stop early once the mean
+     approx KL(pi_old || pi) of an epoch exceeds `target_kl`.
+
+With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py) and each turn's completion is
+one episode of the token-level MDP above whose terminal reward is its node's return: the reward
+plus the discounted mean return of the node's children (R = r + discount * mean(children's R),
+a Monte-Carlo estimate of the future turns). The critic thus learns the value of the multi-turn
+return, the advantage of an early turn carries the turns it led to, and the PPO epochs run over the
+completions of every turn together.
+
+MAPPO (mappo.py) changes only what the critic reads; single-agent PPO (ppo.py) only the team and
+the KL coefficient's controller.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from magrpo.algos.base import (
+    AlgoConfig,
+    TeamSpec,
+    build_optimizer,
+    clip_and_step,
+    register_algo,
+    reward_metrics,
+    timing_metrics,
+)
+from magrpo.algos.core import (
+    AdaptiveKLController,
+    clipped_surrogate,
+    clipped_value_loss,
+    gae,
+    k3_kl,
+    masked_mean,
+    masked_whiten,
+    rollout_logprobs,
+    row_chunks,
+    token_logprobs,
+)
+from magrpo.feedback import build_feedback
+from magrpo.models import Agent, resolve_model_path
+from magrpo.rollout import Generation, Rollout, Sampling, credit
+from magrpo.schema import ConfigError, at_least, option, positive, within
+from magrpo.tasks import Task
+from magrpo.turns import TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
+
+
+@dataclass
+class IPPOConfig(AlgoConfig):
+    name: str = "ippo"
+    critic: str = option("head", choices=["head", "model"])   # head: on the actor's backbone; model: separate LM
+    critic_model: str = "builtin:tiny"     # critic=model: a causal LM sharing the actor's tokenizer
+    critic_lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = optimizer.lr")
+    reward: str = option("team", choices=["team", "individual"])
+    cross_credit: str = option("mean", choices=["mean", "sum"])
+    gamma: float = within(0, 1, 1.0)
+    lam: float = within(0, 1, 0.95)
+    epsilon: float = positive(0.2)
+    cliprange_value: float = positive(0.2)
+    vf_coef: float = at_least(0, 0.5)
+    ent_coef: float = at_least(0, 0.0)
+    whiten_advantages: bool = True
+    ppo_epochs: int = at_least(1, 2)
+    num_mini_batches: int = at_least(1, 2)
+    target_kl: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = no early stop")
+    # beta (AlgoConfig): per-token KL penalty to the agent's frozen reference in the reward.
+
+
+class ValueHead(torch.nn.Module):
+    """V(s_t) = w . h_t + b, zero-initialised so the critic starts at V = 0 and leaves the backbone's
+    first gradients to the policy."""
+
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.v = torch.nn.Linear(hidden, 1)
+        torch.nn.init.zeros_(self.v.weight)
+        torch.nn.init.zeros_(self.v.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.v(hidden.float()).squeeze(-1)
+
+
+class Critic(torch.nn.Module):
+    """Per-token values of one agent's completion tokens.
+
+    `head`: a ValueHead on the agent's own backbone (trained with the actor, LoRA adapter included).
+    `model`: a separate backbone (`algo.critic_model`) with its own ValueHead and optimizer; it must
+    share the actor's tokenizer, since it scores the actor's own tokens.
+    """
+
+    def __init__(self, kind: str, agent: Agent, critic_model: str):
+        super().__init__()
+        self.kind = kind
+        if kind == "head":
+            self.backbone = None
+            self.head = ValueHead(agent.model.config.hidden_size).to(agent.device)
+            return
+        from transformers import AutoModel, AutoTokenizer
+
+        path = resolve_model_path(critic_model)
+        tok = AutoTokenizer.from_pretrained(path)
+        if tok.get_vocab() != agent.tokenizer.get_vocab():
+            raise ConfigError(f"algo.critic_model={critic_model!r} has a different tokenizer than {agent.name}; "
+                              f"per-token values need the actor's vocabulary (or use algo.critic=head)")
+        self.backbone = AutoModel.from_pretrained(path).to(agent.device)
+        self.head = ValueHead(self.backbone.config.hidden_size).to(agent.device)
+
+    def values(self, agent: Agent, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+               completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """[n, C] values of the states before each completion token, given a (prompt, completion)."""
+        if self.backbone is None:
+            agent.activate()
+            _, _, hidden = token_logprobs(agent.model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                          with_hidden=True)
+            return self.head(hidden)
+        ids = torch.cat([prompt_ids, completion_ids], 1)
+        attn = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], 1)
+        pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = self.backbone(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state
+        return self.head(hidden[:, prompt_ids.shape[1] - 1:-1])
+
+
+@dataclass
+class Batch:
+    """One agent's rollout tensors for the PPO epochs (rows = completions)."""
+
+    gen: Generation
+    critic_ids: torch.Tensor      # [n, Pc] what the critic reads before the completion
+    critic_mask: torch.Tensor
+    old_logp: torch.Tensor        # [n, C]
+    old_values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+    mask: torch.Tensor
+
+
+@register_algo("ippo")
+class IPPO:
+    config_schema = IPPOConfig
+    form = "multi"
+    centralized_critic = False
+
+    @classmethod
+    def team(cls, cfg: Any) -> TeamSpec:
+        n = 1 if cls.form == "single" else cfg.agents.num_agents
+        return TeamSpec(num_policies=n, form=cls.form, reference=cfg.algo.beta > 0)
+
+    @classmethod
+    def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
+        if cfg.algo.reward == "individual" and not task_cls.splits_reward:
+            raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
+                              f"is one team reward that does not split per agent; choose algo.reward=team")
+
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
+        self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
+        self.sampling = Sampling.from_algo(cfg.algo)
+        self.turns = TurnSpec.from_algo(cfg.algo)
+        self.feedback = build_feedback(cfg.get("feedback"), task)
+        algo = cfg.algo
+        total = cfg.max_steps * algo.ppo_epochs * algo.num_mini_batches   # optimizer steps over the run
+        self.critics = [Critic(algo.critic, a, algo.critic_model) for a in agents]
+        self.optimizers, self.schedulers, self.critic_optimizers, self.critic_schedulers = [], [], [], []
+        for agent, critic in zip(agents, self.critics):
+            actor_params = agent.trainable_parameters()
+            if critic.kind == "head":      # the head trains with the actor (and its adapter)
+                opt, sch = build_optimizer(actor_params + list(critic.head.parameters()), cfg.optimizer, total)
+                copt, csch = None, None
+            else:
+                opt, sch = build_optimizer(actor_params, cfg.optimizer, total)
+                copt, csch = build_optimizer(list(critic.parameters()), cfg.optimizer, total, lr=algo.critic_lr)
+            self.optimizers.append(opt)
+            self.schedulers.append(sch)
+            self.critic_optimizers.append(copt)
+            self.critic_schedulers.append(csch)
+        self.kl_ctl = self.make_kl_controller()
+
+    def make_kl_controller(self) -> AdaptiveKLController:
+        return AdaptiveKLController(self.algo.beta, None, 1)   # IPPO: a fixed coefficient
+
+    # -- what the critic reads ------------------------------------------------------------------------
+    def critic_prompts(self, rollout: Rollout, i: int) -> list[str] | None:
+        """Texts the critic reads before agent i's completion, one per completion row; None = the
+        agent's own prompt (decentralised critic). MAPPO overrides this."""
+        return None
+
+    # -- one training step ----------------------------------------------------------------------------
+    def step(self, items: list[dict]) -> dict[str, float]:
+        algo = self.algo
+        t0 = time.perf_counter()
+        root, tree = grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
+        t_gen = t0 + tree.generate_s
+        t_reward = time.perf_counter()
+        levels = root.levels()
+
+        metrics = reward_metrics(root)
+        if self.turns.num_turns > 1:
+            metrics.update(tree_metrics(root, tree))
+        shares = None
+        if algo.reward == "individual":                            # per turn [B_t*J, N]
+            shares = [torch.tensor(self.task.individual_rewards(lv.scores, len(self.agents))) for lv in levels]
+        team_returns = tree_returns(root, algo.discount) if shares is None else None
+        for i, agent in enumerate(self.agents):
+            node_returns = team_returns or tree_returns(
+                root, algo.discount, [s[:, i].view(lv.num_items, -1) for s, lv in zip(shares, levels)])
+            # The return of each of agent i's samples, turn by turn: [B_t, G] each.
+            R = torch.cat([credit(Rt, lv.joint, i, lv.per_item(i), algo.cross_credit).flatten()
+                           for Rt, lv in zip(node_returns, levels)])
+            gen = concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id)
+            texts = [self.critic_prompts(lv, i) for lv in levels]
+            texts = None if texts[0] is None else [t for part in texts for t in part]
+            batch, stats = self._prepare(i, gen, R, texts)
+            stats.update(self._update(i, batch))
+            metrics.update({f"train/{agent.name}/{k}": v for k, v in stats.items()})
+        self.kl_ctl.update(sum(metrics[f"train/{a.name}/kl"] for a in self.agents) / len(self.agents),
+                           algo.batch_size)
+        metrics["train/kl_coef"] = self.kl_ctl.value
+        metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), tree.feedback_s))
+        return metrics
+
+    @torch.no_grad()
+    def _prepare(self, i: int, gen: Generation, R: torch.Tensor,
+                 texts: list[str] | None) -> tuple[Batch, dict[str, float]]:
+        """Rollout log-probs, values, per-token rewards, GAE advantages and returns of agent i's
+        completions `gen` with returns R (one per row); `texts`: what the critic reads (None: the
+        agent's own prompt)."""
+        algo, agent, critic = self.algo, self.agents[i], self.critics[i]
+        dev = agent.device
+        mask = gen.completion_mask.to(dev)
+        chunks = row_chunks(mask.shape[0], algo.micro_batch_size)
+        agent.activate()
+        agent.model.eval()
+        old_logp = rollout_logprobs(agent.model, gen, chunks, algo.temperature, dev)
+        if texts is None:
+            critic_ids, critic_mask = gen.prompt_rows()
+        else:
+            tok = agent.tokenizer
+            tok.truncation_side = "left"
+            enc = tok(texts, return_tensors="pt", padding=True, truncation=True, add_special_tokens=False,
+                      max_length=algo.max_prompt_length * max(len(self.agents), 1))
+            critic_ids, critic_mask = enc.input_ids, enc.attention_mask
+        critic_ids, critic_mask = critic_ids.to(dev), critic_mask.to(dev)
+        old_values = torch.cat([critic.values(agent, critic_ids[mb], critic_mask[mb], gen.completion_ids[mb].to(dev),
+                                              mask[mb]) for mb in chunks])
+        # r_t: the return at the last completion token, a KL penalty to the reference at every token
+        token_rewards = torch.zeros_like(mask)
+        last = (mask.sum(-1).long() - 1).clamp(min=0)
+        token_rewards[torch.arange(mask.shape[0], device=dev), last] = R.to(dev)
+        kl = torch.zeros_like(mask)
+        if algo.beta > 0:
+            with agent.reference_mode() as ref:
+                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev)
+            kl = (old_logp - ref_logp) * mask
+            token_rewards = token_rewards - self.kl_ctl.value * kl
+        adv, returns = gae(token_rewards, old_values, mask, algo.gamma, algo.lam)
+        ret_var = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
+        explained = 1.0 - masked_mean((returns - old_values - masked_mean(returns - old_values, mask)) ** 2,
+                                      mask) / ret_var.clamp(min=1e-8)
+        stats = {"return_mean": R.mean().item(), "value_mean": masked_mean(old_values, mask).item(),
+                 "explained_variance": explained.item(), "advantage_abs_mean": masked_mean(adv.abs(), mask).item(),
+                 "kl": (kl.sum(-1)).mean().item()}
+        if algo.whiten_advantages:
+            adv = masked_whiten(adv, mask)
+        agent.model.train()
+        return Batch(gen, critic_ids, critic_mask, old_logp, old_values, adv, returns, mask), stats
+
+    def _update(self, i: int, b: Batch) -> dict[str, float]:
+        algo, agent, critic = self.algo, self.agents[i], self.critics[i]
+        opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
+                                self.critic_schedulers[i])
+        dev, gen = agent.device, b.gen
+        rows = b.mask.shape[0]
+        mini = math.ceil(rows / algo.num_mini_batches)
+        shared_forward = critic.kind == "head" and not self.centralized_critic
+        # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`.
+        params = agent.trainable_parameters() + (list(critic.parameters()) if copt is None else [])
+        sums = {k: 0.0 for k in ("loss", "policy_loss", "value_loss", "entropy", "clip_frac", "value_clip_frac",
+                                 "approx_kl", "grad_norm")}
+        n_updates, epochs_run = 0, 0
+        agent.activate()
+        agent.model.train()
+        for _ in range(algo.ppo_epochs):
+            epoch_kl, epoch_tokens = 0.0, 0.0
+            for idx in torch.randperm(rows).split(mini):
+                opt.zero_grad(set_to_none=True)
+                if copt is not None:
+                    copt.zero_grad(set_to_none=True)
+                n_tok = b.mask[idx].sum().clamp(min=1)
+                for s in range(0, len(idx), algo.micro_batch_size):
+                    r = idx[s:s + algo.micro_batch_size]
+                    m = b.mask[r]
+                    p_ids, p_mask = gen.prompt_rows(r)
+                    c_ids = gen.completion_ids[r].to(dev)
+                    out = token_logprobs(agent.model, p_ids.to(dev), p_mask.to(dev), c_ids, m, algo.temperature,
+                                         with_entropy=True, with_hidden=shared_forward,
+                                         entropy_grad=algo.ent_coef > 0)
+                    logp, entropy = out[0], out[1]
+                    values = critic.head(out[2]) if shared_forward else critic.values(
+                        agent, b.critic_ids[r], b.critic_mask[r], c_ids, m)
+                    pg, clipped = clipped_surrogate(logp, b.old_logp[r], b.advantages[r], algo.epsilon, algo.epsilon)
+                    vl, vclipped = clipped_value_loss(values, b.old_values[r], b.returns[r], algo.cliprange_value)
+                    token_loss = pg + algo.vf_coef * vl - algo.ent_coef * entropy
+                    loss = (token_loss * m).sum() / n_tok
+                    loss.backward()
+                    approx_kl = (k3_kl(b.old_logp[r], logp.detach()) * m).sum().item()
+                    epoch_kl, epoch_tokens = epoch_kl + approx_kl, epoch_tokens + m.sum().item()
+                    frac = 1.0 / (algo.ppo_epochs * algo.num_mini_batches)
+                    sums["loss"] += loss.item() * frac
+                    sums["policy_loss"] += ((pg.detach() * m).sum() / n_tok).item() * frac
+                    sums["value_loss"] += ((vl.detach() * m).sum() / n_tok).item() * frac
+                    sums["entropy"] += ((entropy.detach() * m).sum() / n_tok).item() * frac
+                    sums["clip_frac"] += ((clipped * m).sum() / n_tok).item() * frac
+                    sums["value_clip_frac"] += ((vclipped * m).sum() / n_tok).item() * frac
+                    sums["approx_kl"] += approx_kl / n_tok.item() * frac
+                sums["grad_norm"] += clip_and_step(params, opt, sch, self.cfg.optimizer.max_grad_norm)
+                if copt is not None:
+                    clip_and_step(list(critic.parameters()), copt, csch, self.cfg.optimizer.max_grad_norm)
+                n_updates += 1
+            epochs_run += 1
+            if algo.target_kl is not None and epoch_kl / max(epoch_tokens, 1) > algo.target_kl:
+                break          # early stop: the policy moved too far from the rollout policy
+        # Sums were weighted for a full run of epochs; rescale to the passes that actually ran.
+        scale = (algo.ppo_epochs * algo.num_mini_batches) / max(n_updates, 1)
+        out = {k: v * scale for k, v in sums.items()}
+        out["grad_norm"] = sums["grad_norm"] / max(n_updates, 1)
+        out.update({"lr": sch.get_last_lr()[0], "ppo_epochs_run": float(epochs_run)})
+        return out
+
+    # -- checkpoint state -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {"optimizers": [o.state_dict() for o in self.optimizers],
+                "schedulers": [s.state_dict() for s in self.schedulers],
+                "critics": [c.state_dict() for c in self.critics],
+                "critic_optimizers": [o.state_dict() if o else None for o in self.critic_optimizers],
+                "critic_schedulers": [s.state_dict() if s else None for s in self.critic_schedulers],
+                "kl_ctl": self.kl_ctl.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for c, s in zip(self.critics, state["critics"]):
+            c.load_state_dict(s)
+        for group in ("optimizers", "schedulers", "critic_optimizers", "critic_schedulers"):
+            for obj, s in zip(getattr(self, group), state[group]):
+                if obj is not None:
+                    obj.load_state_dict(s)
+        self.kl_ctl.load_state_dict(state["kl_ctl"])

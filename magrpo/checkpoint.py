@@ -1,0 +1,292 @@
+"""Checkpoints that are whole or absent, and the checks a resume makes against them.
+
+A checkpoint `checkpoints/step_N/` holds one directory per agent (`save_pretrained` weights or
+adapter, tokenizer), `trainer_state.pt` (optimizers, schedules, RNG states, step), `config.json`
+(the run's resolved config) and, written last, `manifest.json`: the size and sha256 of every
+other file. Everything is written into a hidden temporary directory next to it and renamed into
+place only once the manifest is on disk, so a crash mid-save leaves no `step_N` at all, and a
+`step_N` whose files do not match its manifest (truncated, emptied, edited) is named and skipped
+instead of being loaded half.
+
+`resolve` turns what a user passes as `resume=` or `checkpoint=` into a verified checkpoint: a
+checkpoint directory as given, or the newest complete checkpoint of a run directory.
+`check_resume` refuses a resume whose config differs from the checkpoint's in anything but the
+keys listed in MAY_CHANGE_ON_RESUME (README, "Resuming").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from magrpo.schema import ConfigError
+
+log = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"        # written last: the completion marker
+CONFIG_FILE = "config.json"
+STATE_FILE = "trainer_state.pt"
+FORMAT = 1
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+# Keys a resume may change; every other key must equal the checkpoint's (README, "Resuming").
+# A prefix covers its sub-keys. They steer how long the run goes, what it logs and evaluates,
+# where it writes and on which hardware, none of which changes what the next step computes.
+MAY_CHANGE_ON_RESUME = ("max_steps", "resume", "output_dir", "save_every", "save_final", "logger", "eval",
+                        "algo.eval_every", "algo.micro_batch_size", "hardware", "agents.gradient_checkpointing")
+# What magrpo-eval checks of a checkpoint it loads into the agents it builds.
+AGENT_KEYS = ("agents",)
+AGENT_KEYS_FREE = ("agents.gradient_checkpointing",)
+
+
+class CheckpointError(ConfigError):
+    """A checkpoint that is damaged or incomplete; the message names the file and what is wrong."""
+
+    def __init__(self, path: Path | str, why: str, key: str | None = None):
+        super().__init__(f"{key}={str(path)!r}: {why}" if key else f"{path}: {why}")
+        self.path, self.why = path, why
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*") if p.is_file() and p.name != MANIFEST)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config: dict) -> Path:
+    """Write a checkpoint to `dest` atomically: `fill(tmp_dir)` writes the payload, then the config
+    and the manifest are added and the directory is renamed to `dest` (replacing an older one)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        fill(tmp)
+        (tmp / CONFIG_FILE).write_text(json.dumps(_plain(config), indent=2) + "\n")
+        files = {}
+        for f in _files(tmp):
+            _fsync(f)
+            files[f.relative_to(tmp).as_posix()] = {"size": f.stat().st_size, "sha256": _sha256(f)}
+        manifest = {"format": FORMAT, "step": step, "created": time.time(), "files": files}
+        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+        _fsync(tmp / MANIFEST)
+        old = None
+        if dest.exists():  # saving the same step again (a resume into the same run directory)
+            old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
+            os.replace(dest, old)
+        os.replace(tmp, dest)
+        _fsync(dest.parent)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+_verified: dict[str, tuple] = {}   # path -> the stat signature it was verified with
+
+
+def _signature(path: Path, names: Iterable[str]) -> tuple:
+    stats = [(path / n).stat() for n in [MANIFEST, *names]]
+    return tuple((s.st_size, s.st_mtime_ns, s.st_ino) for s in stats)
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise CheckpointError(path, f"incomplete checkpoint: no {MANIFEST} (the completion marker; the save "
+                              f"did not finish, or an older magrpo wrote it)") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(path, f"damaged checkpoint: {MANIFEST} is unreadable ({e})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(path, f"damaged checkpoint: {MANIFEST} lists no files")
+    return manifest
+
+
+def verify(path: Path) -> dict:
+    """The manifest of a complete, undamaged checkpoint; CheckpointError naming the first bad file."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    files = manifest["files"]
+    for name in (STATE_FILE, CONFIG_FILE):
+        if name not in files:
+            raise CheckpointError(path, f"damaged checkpoint: {MANIFEST} does not list {name}")
+    for name, meta in files.items():
+        f = path / name
+        if not f.is_file():
+            raise CheckpointError(path, f"damaged checkpoint: {name} is missing")
+        size = f.stat().st_size
+        if size != meta.get("size"):
+            raise CheckpointError(path, f"damaged checkpoint: {name} has {size} bytes, the manifest says "
+                                  f"{meta.get('size')} (truncated or overwritten)")
+    key = str(path.resolve())
+    sig = _signature(path, files)
+    if _verified.get(key) != sig:   # hashing a multi-GB checkpoint once per process is enough
+        for name, meta in files.items():
+            if _sha256(path / name) != meta.get("sha256"):
+                raise CheckpointError(path, f"damaged checkpoint: {name} does not match its sha256 in the manifest")
+        _verified[key] = sig
+    return manifest
+
+
+def stored_config(path: Path) -> dict:
+    try:
+        return json.loads((Path(path) / CONFIG_FILE).read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise CheckpointError(path, f"damaged checkpoint: cannot read {CONFIG_FILE} ({e})") from None
+
+
+def step_dirs(root: Path) -> list[tuple[int, Path]]:
+    """(step, dir) of every `step_N` under `root`, newest first (temporary dirs are hidden, so skipped)."""
+    out = []
+    for d in root.iterdir() if root.is_dir() else []:
+        m = _STEP_RE.match(d.name)
+        if m and d.is_dir():
+            out.append((int(m.group(1)), d))
+    return sorted(out, reverse=True)
+
+
+def _looks_like_checkpoint(p: Path) -> bool:
+    return (p / MANIFEST).exists() or (p / STATE_FILE).exists() or bool(_STEP_RE.match(p.name))
+
+
+def resolve(path: str | os.PathLike, key: str) -> Path:
+    """The verified checkpoint that `key=path` names: the checkpoint itself, or the newest complete
+    one of a run directory (or of its `checkpoints/`), skipping damaged ones with a warning."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ConfigError(f"{key}={str(path)!r}: no such checkpoint or run directory")
+    if not p.is_dir():
+        raise ConfigError(f"{key}={str(path)!r} is a file; give a checkpoint directory (.../checkpoints/step_N) "
+                          f"or a run directory")
+    if _looks_like_checkpoint(p):
+        try:
+            verify(p)
+        except CheckpointError as e:
+            raise CheckpointError(str(path), e.why, key) from None
+        return p
+    root = p / "checkpoints" if (p / "checkpoints").is_dir() else p
+    candidates = step_dirs(root)
+    if not candidates:
+        raise ConfigError(f"{key}={str(path)!r}: neither a checkpoint (no {MANIFEST}) nor a run directory with "
+                          f"checkpoints/step_N")
+    damaged = []
+    for _, d in candidates:
+        try:
+            verify(d)
+        except CheckpointError as e:
+            log.warning("skipping %s", e)
+            damaged.append(str(e))
+            continue
+        if damaged:
+            log.warning("using %s, the newest complete checkpoint of %s", d, p)
+        return d
+    raise CheckpointError(str(path), "no complete checkpoint; " + "; ".join(damaged), key)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(read_manifest(Path(path)).get("step", -1))
+
+
+# -- config checks ------------------------------------------------------------------------------
+
+
+def _plain(node: Any) -> Any:
+    """JSON's view of a config (enums and paths as strings), so a stored and a live config compare."""
+    return json.loads(json.dumps(node, default=str))
+
+
+def _covered(key: str, prefixes: Iterable[str]) -> bool:
+    return any(key == p or key.startswith((p + ".", p + "[")) for p in prefixes)
+
+
+MISSING = "<absent>"
+
+
+def _diff(a: Any, b: Any, key: str, out: list[tuple[str, Any, Any]]) -> None:
+    """Differences between two JSON trees, at the deepest key where they show."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b), key=str):
+            _diff(a.get(k, MISSING), b.get(k, MISSING), f"{key}.{k}" if key else str(k), out)
+    elif (isinstance(a, list) and isinstance(b, list) and len(a) == len(b)
+          and all(isinstance(x, dict) for x in a + b)):
+        for i, (x, y) in enumerate(zip(a, b)):
+            _diff(x, y, f"{key}[{i}]", out)
+    elif a != b:
+        out.append((key, a, b))
+
+
+def config_changes(old: dict, new: dict, only: Iterable[str] | None = None,
+                   free: Iterable[str] = MAY_CHANGE_ON_RESUME) -> list[tuple[str, Any, Any]]:
+    """(key, old, new) for every key that differs, outside `free` (and inside `only` when given)."""
+    diffs: list[tuple[str, Any, Any]] = []
+    _diff(_plain(old), _plain(new), "", diffs)
+    only = tuple(only) if only is not None else None
+    out = [d for d in diffs if not _covered(d[0], free) and (only is None or _covered(d[0], only))]
+    # A node whose `name` changed (task=tldr instead of length_ratio) differs in all its settings:
+    # say so once instead of listing each of them.
+    renamed = [k[:-len(".name")] for k, _, _ in out if k.endswith(".name")]
+    return [c for c in out if c[0].endswith(".name") or not _covered(c[0], renamed)]
+
+
+def _describe(changes: list[tuple[str, Any, Any]], limit: int = 12) -> str:
+    shown = [f"{k}: {v0!r} -> {v1!r}" for k, v0, v1 in changes[:limit]]
+    more = f"; and {len(changes) - limit} more" if len(changes) > limit else ""
+    return "; ".join(shown) + more
+
+
+def check_resume(cfg: dict, ckpt: Path) -> None:
+    """Refuse a resume that would not continue the checkpoint's run: a changed agent, task, reward,
+    algorithm, optimizer, seed or group size, or a max_steps the checkpoint has already reached."""
+    changes = config_changes(stored_config(ckpt), cfg)
+    if changes:
+        raise ConfigError(f"resume={str(cfg.get('resume'))!r}: the checkpoint was trained with a different config "
+                          f"({_describe(changes)}); these keys must stay as they were. A resume may change only: "
+                          f"{', '.join(MAY_CHANGE_ON_RESUME)} (README, Resuming)")
+    step = checkpoint_step(ckpt)
+    if cfg.get("max_steps", 0) <= step:
+        raise ConfigError(f"max_steps={cfg.get('max_steps')}: the checkpoint {ckpt} is already at step {step}; "
+                          f"set max_steps above {step} to train further")
+
+
+def check_agents_match(cfg: dict, ckpt: Path, num_policies: int, key: str = "checkpoint") -> None:
+    """Refuse to load a checkpoint into agents built from a different `agents` config, or into
+    more policies than it holds (a single-policy run's checkpoint under a multi-agent algo)."""
+    changes = config_changes(stored_config(ckpt), cfg, only=AGENT_KEYS, free=AGENT_KEYS_FREE)
+    if changes:
+        raise ConfigError(f"{key}={str(ckpt)!r} holds agents trained with a different agents config "
+                          f"({_describe(changes)}); pass the agents=... options the training run used")
+    missing = [f"agent_{i + 1}" for i in range(num_policies) if not (Path(ckpt) / f"agent_{i + 1}").is_dir()]
+    if missing:
+        held = sorted(d.name for d in Path(ckpt).glob("agent_*") if d.is_dir())
+        raise ConfigError(f"{key}={str(ckpt)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
+                          f"algo={cfg.get('algo', {}).get('name')} builds {num_policies}; pass the algo=... "
+                          f"the training run used")

@@ -1,0 +1,115 @@
+"""Config schemas that carry their own checks.
+
+Every config node (an algorithm's, a task's, the optimizer's...) is a dataclass. A field made
+with `option(...)` states what values it accepts, next to its default, so the one place that
+defines a key also defines its range:
+
+    lr: float = option(1e-5, check=lambda v: v > 0, allowed="> 0")
+    joint_mode: str = option("aligned", choices=["aligned", "cross"])
+    advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))   # from a registry
+
+`check_values` walks a typed config against its schema and raises `ConfigError` naming the key,
+the bad value and what is allowed. Floats must be finite unless a field says otherwise. A schema
+may also define `check_node(node, prefix)` (a staticmethod) for checks across keys, such as a
+band whose lower bound must stay below its upper bound. A subclass that only changes a default
+(`min_tokens: int = 128`) keeps the check its parent declared for that field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message is meant for the user as it is."""
+
+
+class SetupError(RuntimeError):
+    """The run cannot start here: a model, data set, device or sandbox is unavailable. The message
+    names what is missing and, where it can, how to provide it."""
+
+
+Choices = Sequence[Any] | Callable[[], Sequence[Any]]
+
+
+def option(default: Any = dataclasses.MISSING, *, check: Callable[[Any], bool] | None = None,
+           allowed: str = "", choices: Choices | None = None, finite: bool = True,
+           default_factory: Callable[[], Any] | None = None) -> Any:
+    """A dataclass field with a value check (see the module docstring). `None` always passes
+    `check` when the default is None (an optional key left unset)."""
+    meta = {"check": check, "allowed": allowed, "choices": choices, "finite": finite}
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def positive(default: Any, **kw: Any) -> Any:
+    return option(default, check=lambda v: v > 0, allowed="> 0", **kw)
+
+
+def at_least(lo: float, default: Any, note: str = "", **kw: Any) -> Any:
+    return option(default, check=lambda v: v >= lo, allowed=f">= {lo:g}{note}", **kw)
+
+
+def within(lo: float, hi: float, default: Any, *, lo_open: bool = False, **kw: Any) -> Any:
+    ok = (lambda v: lo < v <= hi) if lo_open else (lambda v: lo <= v <= hi)
+    return option(default, check=ok, allowed=f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]", **kw)
+
+
+def _choices(spec: Choices) -> list[Any]:
+    return list(spec() if callable(spec) else spec)
+
+
+def _nested(tp: Any) -> tuple[type | None, bool]:
+    """(dataclass type, is_list) when `tp` is a dataclass, an Optional one, or a list of them."""
+    origin = typing.get_origin(tp)
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if dataclasses.is_dataclass(tp):
+        return tp, False
+    if origin in (list, Sequence) and args and dataclasses.is_dataclass(args[0]):
+        return args[0], True
+    if args and len(args) == 1 and dataclasses.is_dataclass(args[0]):
+        return args[0], False
+    return None, False
+
+
+def _metadata(schema: type, name: str) -> Any:
+    """The field's checks, from the nearest class in the MRO that declared any."""
+    for cls in schema.__mro__:
+        f = getattr(cls, "__dataclass_fields__", {}).get(name)
+        if f is not None and f.metadata:
+            return f.metadata
+    return {}
+
+
+def check_values(node: Any, schema: type, prefix: str = "") -> None:
+    """Raise ConfigError for the first value of `node` that its schema field does not accept."""
+    hints = typing.get_type_hints(schema)
+    for f in dataclasses.fields(schema):
+        key = f"{prefix}{f.name}"
+        value = node.get(f.name) if hasattr(node, "get") else getattr(node, f.name, None)
+        sub, is_list = _nested(hints.get(f.name))
+        if sub is not None and value is not None:
+            for i, child in enumerate(value if is_list else [value]):
+                check_values(child, sub, f"{key}[{i}]." if is_list else f"{key}.")
+            continue
+        meta = _metadata(schema, f.name)
+        if isinstance(value, float) and not math.isfinite(value) and meta.get("finite", True):
+            raise ConfigError(f"{key}={value!r} is not a finite number")
+        if value is None and (f.default is None or meta.get("check") is None):
+            continue
+        choices = meta.get("choices")
+        if choices is not None and value not in (allowed := _choices(choices)):
+            raise ConfigError(f"{key}={value!r} is not allowed; choose one of: "
+                              f"{', '.join(str(a) for a in allowed)}")
+        check = meta.get("check")
+        if check is not None and (value is None or not check(value)):
+            raise ConfigError(f"{key}={value!r} is out of range; it must be {meta.get('allowed') or 'valid'}")
+    # Checks that involve several keys (an inverted band, min > max) live on the schema itself.
+    cross_check = getattr(schema, "check_node", None)
+    if cross_check is not None:
+        cross_check(node, prefix)

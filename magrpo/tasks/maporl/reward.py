@@ -1,0 +1,192 @@
+"""The MAPoRL reward: a verifier's score of each agent's answer plus discussion incentives.
+
+MAPoRL (Park et al., 2025, "MAPoRL: Multi-Agent Post-Co-Training for Collaborative LLMs with
+Reinforcement Learning") rewards each agent for a verified answer and shapes the discussion:
+
+    r_i = correct * v_i                                              verifier score of agent i's answer
+        + persuasion * (share of the other agents that gave another answer at the previous turn
+                        and now give agent i's previous answer, when that answer was right)
+        + correction * [agent i was wrong, saw a right peer, and is now right]
+        - regression * [agent i was right and is now wrong]
+
+The incentive terms need the previous turn: they read the joint answer the node grew from
+(`item["turn_history"][-1]`, magrpo.turns) and are 0 at turn 1. The team reward is the mean over
+agents, (mean_i r_i + shift) * scale; each agent's share (`algo.reward=individual`) is
+(r_i + shift) * scale / N, so the shares add up to it.
+
+Verifier: `exact` (default) parses the final number of an answer (the last "Answer: X", else the
+last number) and compares it with the reference; `model` scores (question, answer) with a local
+reward model loaded by AutoModelForSequenceClassification (sigmoid of a one-logit head, else the
+probability of the last class); an answer counts as right when its score is at least 0.5.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from magrpo.schema import ConfigError, at_least, option
+
+COMPONENTS = ("verifier", "persuasion", "correction", "regression")
+
+_ANSWER = re.compile(r"answer\s*(?:is)?\s*[:=]?\s*\$?\s*(-?[\d,]*\.?\d+)", re.IGNORECASE)
+_NUMBER = re.compile(r"-?\d[\d,]*\.?\d*|-?\.\d+")
+
+
+@dataclass
+class MaporlRewardConfig:
+    name: str = "maporl_qa"
+    verifier: str = option("exact", choices=["exact", "model"])
+    verifier_model: str | None = None      # verifier=model: a local AutoModelForSequenceClassification
+    tolerance: float = at_least(0, 1e-6)   # relative tolerance of the exact numeric match
+    correct: float = 1.0                   # weight of the verifier score
+    persuasion: float = 0.5
+    correction: float = 0.5
+    regression: float = 0.5                # penalty for right -> wrong
+    shift: float = 0.0
+    scale: float = 1.0
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if node.verifier == "model" and not node.get("verifier_model"):
+            raise ConfigError(f"{prefix}verifier='model' needs {prefix}verifier_model (a local reward model path)")
+
+
+def parse_answer(text: str) -> str | None:
+    """The final number of an answer: the last "Answer: X", else the last number; None if none."""
+    found = _ANSWER.findall(text or "")
+    if not found:
+        found = _NUMBER.findall(text or "")
+    if not found:
+        return None
+    s = found[-1].replace(",", "").rstrip(".")
+    try:
+        value = Fraction(s)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return str(value.numerator) if value.denominator == 1 else str(float(value))
+
+
+def same_number(a: str | None, b: str | None, tol: float = 1e-6) -> bool:
+    if a is None or b is None:
+        return False
+    try:
+        x, y = float(a), float(b)
+    except ValueError:
+        return False
+    return abs(x - y) <= tol * max(1.0, abs(y))
+
+
+@functools.lru_cache(maxsize=2)
+def _load_verifier(path: str):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from magrpo.models import resolve_model_path
+
+    where = resolve_model_path(path)
+    tok = AutoTokenizer.from_pretrained(where)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(where).eval()
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tok.pad_token_id
+    return model, tok
+
+
+def model_scores(path: str, questions: Sequence[str], answers: Sequence[str], batch: int = 32) -> list[float]:
+    """Reward-model scores in [0, 1] of (question, answer) pairs."""
+    import torch
+
+    model, tok = _load_verifier(path)
+    out: list[float] = []
+    for s in range(0, len(answers), batch):
+        texts = [f"Question: {q}\nAnswer: {a}" for q, a in zip(questions[s:s + batch], answers[s:s + batch])]
+        enc = tok(texts, return_tensors="pt", padding=True, truncation=True, max_length=1024)
+        with torch.no_grad():
+            logits = model(**enc).logits.float()
+        probs = torch.sigmoid(logits[:, 0]) if logits.shape[-1] == 1 else logits.softmax(-1)[:, -1]
+        out += probs.tolist()
+    return out
+
+
+def verify(answers: list[list[str]], questions: Sequence[str], golds: Sequence[str], cfg: Any) -> list[list[float]]:
+    """[k][agent] verifier score of every answer of every joint action (all in one model batch)."""
+    if cfg.verifier == "model":
+        flat_q = [q for q, joint in zip(questions, answers) for _ in joint]
+        flat_a = [a for joint in answers for a in joint]
+        flat = iter(model_scores(cfg.verifier_model, flat_q, flat_a))
+        return [[next(flat) for _ in joint] for joint in answers]
+    return [[float(same_number(parse_answer(a), str(g), cfg.tolerance)) for a in joint]
+            for joint, g in zip(answers, golds)]
+
+
+def incentives(now: list[str | None], before: list[str | None], right_now: list[bool],
+               right_before: list[bool]) -> list[dict[str, float]]:
+    """Per agent: persuasion (share of peers won over to its previously right answer), correction
+    (wrong -> right after seeing a right peer), regression (right -> wrong); all 0 or in [0, 1]."""
+    n = len(now)
+    out = []
+    for i in range(n):
+        peers = [j for j in range(n) if j != i]
+        won = sum(1 for j in peers if before[j] != before[i] and now[j] is not None and now[j] == before[i])
+        out.append({
+            "persuasion": won / len(peers) if right_before[i] and peers and before[i] is not None else 0.0,
+            "correction": float(not right_before[i] and right_now[i] and any(right_before[j] for j in peers)),
+            "regression": float(right_before[i] and not right_now[i]),
+        })
+    return out
+
+
+def majority(parsed: list[str | None]) -> str | None:
+    """The most common parsed answer (ties: the one an earlier agent gave); None if no agent gave one."""
+    votes = Counter(p for p in parsed if p is not None)
+    return votes.most_common(1)[0][0] if votes else None
+
+
+def maporl_reward(completions: list[list[str]], questions: Sequence[str], golds: Sequence[str],
+                  histories: Sequence[list[list[str]] | None], cfg: Any):
+    """Score joint answers; returns Scores with the components above and per-agent extras."""
+    from magrpo.tasks.base import Scores
+
+    v_now = verify(completions, questions, golds, cfg)
+    prev = [h[-1] if h else None for h in histories]
+    has_prev = [k for k, p in enumerate(prev) if p is not None]
+    v_prev = dict(zip(has_prev, verify([prev[k] for k in has_prev], [questions[k] for k in has_prev],
+                                       [golds[k] for k in has_prev], cfg))) if has_prev else {}
+    totals, shares = [], []
+    comps: dict[str, list[float]] = {c: [] for c in COMPONENTS}
+    extras: dict[str, list[Any]] = {k: [] for k in ("agent_answers", "agent_correct", "passed", "majority",
+                                                    "majority_correct", "agreement", "individual")}
+    for k, joint in enumerate(completions):
+        n = len(joint)
+        parsed = [parse_answer(a) for a in joint]
+        right = [v >= 0.5 for v in v_now[k]]
+        per_agent = [cfg.correct * v for v in v_now[k]]
+        terms = {c: [0.0] * n for c in COMPONENTS}
+        terms["verifier"] = list(per_agent)
+        if k in v_prev:
+            before = [parse_answer(a) for a in prev[k]]
+            bonus = incentives(parsed, before, right, [v >= 0.5 for v in v_prev[k]])
+            for i, b in enumerate(bonus):
+                terms["persuasion"][i] = cfg.persuasion * b["persuasion"]
+                terms["correction"][i] = cfg.correction * b["correction"]
+                terms["regression"][i] = -cfg.regression * b["regression"]
+                per_agent[i] += terms["persuasion"][i] + terms["correction"][i] + terms["regression"][i]
+        for c in COMPONENTS:
+            comps[c].append(sum(terms[c]) / n)
+        totals.append((sum(per_agent) / n + cfg.shift) * cfg.scale)
+        shares.append([(r + cfg.shift) * cfg.scale / n for r in per_agent])
+        vote = majority(parsed)
+        extras["agent_answers"].append(parsed)
+        extras["agent_correct"].append(right)
+        extras["passed"].append(all(right))
+        extras["majority"].append(vote)
+        extras["majority_correct"].append(same_number(vote, str(golds[k]), cfg.tolerance))
+        extras["agreement"].append(len(set(parsed)) == 1 and parsed[0] is not None)
+        extras["individual"].append(shares[-1])
+    return Scores(totals, comps, extras)

@@ -1,0 +1,169 @@
+"""The algorithm contract: every algorithm by name, golden numbers, resume of critics, bad values.
+
+Regenerate the golden numbers after a deliberate change of the math with
+    GOLDEN_REGEN=1 .venv/bin/python -m pytest tests/test_algorithms.py -k golden
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from magrpo.algos import ALGOS
+from magrpo.config import ConfigError, validate
+from magrpo.models import load_agents
+from magrpo.rollout import team_rollout
+from magrpo.tasks import build_task
+from magrpo.train import run
+from magrpo.trainer import seed_everything
+
+GOLDEN = Path(__file__).parent / "data" / "golden_algos.json"
+FAST = ["algo.max_new_tokens=12", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
+GOLDEN_KEYS = ["train/reward_mean", "train/agent_1/loss", "train/agent_1/grad_norm"]
+
+
+def _rows(out: Path) -> dict[int, dict]:
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if "train/reward_mean" in r}
+
+
+def _build(make_cfg, overrides):
+    cfg = validate(make_cfg(overrides))
+    seed_everything(cfg.seed)
+    cls = ALGOS[cfg.algo.name]
+    team = cls.team(cfg)
+    agents = load_agents(cfg.agents, cfg.hardware, team.num_policies, need_reference=team.reference)
+    task = build_task(cfg.task, cfg.reward)
+    return cfg, agents, task, cls(cfg, agents, task)
+
+
+def test_every_algorithm_is_registered_with_its_own_schema():
+    assert set(ALGOS) == {"magrpo", "grpo", "ippo", "mappo", "ppo"}
+    for name, cls in ALGOS.items():
+        assert cls.config_schema.__dataclass_fields__["name"].default == name
+
+
+def test_golden_numbers_of_two_steps_of_each_algorithm(make_cfg, tmp_path):
+    got = {}
+    for algo in sorted(ALGOS):
+        out = tmp_path / algo
+        run(make_cfg([f"algo={algo}", "max_steps=2", "algo.eval_every=0", "save_final=false", *FAST], out=str(out)))
+        got[algo] = {f"{step}:{k}": _rows(out)[step][k] for step in (1, 2) for k in GOLDEN_KEYS}
+    if os.environ.get("GOLDEN_REGEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    want = json.loads(GOLDEN.read_text())
+    for algo in want:
+        for key, value in want[algo].items():
+            assert got[algo][key] == pytest.approx(value, rel=1e-4, abs=1e-6), (algo, key)
+
+
+def test_grpo_equals_magrpo_with_one_agent(make_cfg, tmp_path):
+    common = ["max_steps=2", "algo.eval_every=0", "save_final=false", *FAST]
+    run(make_cfg(["algo=grpo", *common], out=str(tmp_path / "grpo")))
+    run(make_cfg(["algo=magrpo", "agents.num_agents=1", *common], out=str(tmp_path / "magrpo1")))
+    a, b = _rows(tmp_path / "grpo"), _rows(tmp_path / "magrpo1")
+    for step in (1, 2):
+        for key in ("train/reward_mean", "train/agent_1/loss", "train/agent_1/grad_norm", "train/agent_1/entropy"):
+            assert a[step][key] == b[step][key], (step, key)
+
+
+@pytest.mark.parametrize("algo,extra", [("ippo", ["algo.critic=model"]), ("ppo", ["algo.kl_target=0.001"]),
+                                        ("mappo", [])])
+def test_critics_optimizers_and_kl_controller_resume_exactly(make_cfg, tmp_path, algo, extra):
+    common = [f"algo={algo}", "max_steps=4", "save_every=2", "eval.every=2", *FAST, *extra]
+    full = tmp_path / "full"
+    run(make_cfg(common, out=str(full)))
+    resumed = tmp_path / "resumed"
+    run(make_cfg([*common, f"resume={full / 'checkpoints' / 'step_2'}"], out=str(resumed)))
+    a, b = _rows(full), _rows(resumed)
+    assert sorted(b) == [3, 4]
+    keys = ["train/reward_mean", "train/agent_1/loss", "train/agent_1/value_loss", "train/agent_1/value_mean",
+            "train/kl_coef"]
+    for step in (3, 4):
+        for key in keys:
+            assert a[step][key] == b[step][key], (step, key)
+    if algo == "ppo":   # the adaptive coefficient moved, and the resumed run continued from where it was
+        assert a[4]["train/kl_coef"] != 0.05
+
+
+def test_the_centralized_critic_reads_every_agents_text(make_cfg):
+    cfg, agents, task, algo = _build(make_cfg, ["algo=mappo", *FAST])
+    items = task.load("train")[:2]
+    rollout = team_rollout(agents, task, items, algo.sampling)
+    for i in range(2):
+        texts = algo.critic_prompts(rollout, i)
+        assert len(texts) == len(rollout.samples[i].texts)
+        for r, text in enumerate(texts):
+            b, k = divmod(r, cfg.algo.num_generations)
+            for j in range(2):
+                assert task.prompts(items[b], 2)[j].strip() in text
+            other = 1 - i
+            assert rollout.samples[other].texts[r].strip() in text   # the other agent's answer
+            assert text.rstrip().endswith(f"[Agent {i + 1}] answer:")   # then its own completion follows
+
+
+def test_ippo_value_head_and_policy_both_move(make_cfg):
+    cfg, agents, task, algo = _build(make_cfg, ["algo=ippo", "optimizer.lr=1e-2", *FAST])
+    head = algo.critics[0].head.v.weight.detach().clone()
+    params = [p.detach().clone() for p in agents[0].trainable_parameters()]
+    metrics = algo.step(task.load("train")[:2])
+    assert not torch.equal(head, algo.critics[0].head.v.weight)
+    assert any(not torch.equal(p, q) for p, q in zip(params, agents[0].trainable_parameters()))
+    for key in ("loss", "policy_loss", "value_loss", "clip_frac", "approx_kl", "kl", "entropy",
+                "explained_variance", "value_mean", "return_mean", "advantage_abs_mean", "grad_norm", "lr"):
+        assert f"train/agent_1/{key}" in metrics, key
+    assert "train/frac_reward_zero_std" in metrics and "train/kl_coef" in metrics
+
+
+def test_individual_rewards_split_the_coding_reward(make_cfg):
+    cfg = validate(make_cfg(["task=humaneval", "algo=ippo", "algo.reward=individual"]))
+    task = build_task(cfg.task, cfg.reward)
+    item = task.load("eval")[0]
+    helper = "```python\ndef aux(x):\n    return x\n```"
+    scores = task.score([item], [["", ""]], [[helper, "no code here"]])
+    shares = task.individual_rewards(scores, 2)
+    assert sum(shares[0]) == pytest.approx(scores[0])
+
+
+@pytest.mark.parametrize("overrides,needles", [
+    (["algo=ippo", "algo.lam=2"], ["algo.lam", "2", "[0, 1]"]),
+    (["algo=ippo", "algo.critic=foo"], ["algo.critic", "'foo'", "head", "model"]),
+    (["algo=ippo", "algo.reward=individual"], ["algo.reward", "individual", "length_ratio", "team"]),
+    (["algo=ippo", "+algo.advantage=rloo"], ["algo.advantage", "allowed"]),
+    (["algo=mappo", "algo.joint_mode=cross"], ["algo.joint_mode", "cross", "aligned"]),
+    (["algo=ppo", "algo.kl_horizon=0"], ["algo.kl_horizon", ">= 1"]),
+    (["algo.num_turns=0"], ["algo.num_turns", ">= 1"]),
+    (["algo.discount=1.5"], ["algo.discount", "[0, 1]"]),
+    (["algo.max_branches=0"], ["algo.max_branches", ">= 1"]),
+    (["algo.early_termination_threshold=nan"], ["algo.early_termination_threshold", "finite"]),
+    (["algo=banana"], None),
+])
+def test_bad_algorithm_values_fail_at_start(make_cfg, overrides, needles):
+    if needles is None:   # an unknown algo file is Hydra's own error, naming the choices
+        from hydra.errors import MissingConfigException
+
+        with pytest.raises(MissingConfigException, match="banana"):
+            make_cfg(overrides)
+        return
+    with pytest.raises(ConfigError) as e:
+        validate(make_cfg(overrides))
+    for needle in needles:
+        assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_multi_turn_values_are_accepted_by_every_algorithm(make_cfg):
+    for algo in sorted(ALGOS):
+        cfg = validate(make_cfg([f"algo={algo}", "algo.num_turns=2", "algo.discount=0.9", "feedback=plain",
+                                 "algo.early_termination_threshold=0.5", "algo.max_branches=2"]))
+        assert cfg.algo.num_turns == 2 and cfg.algo.discount == 0.9
+
+
+def test_the_yaml_holds_no_default_twice():
+    """Each conf/algo file starts from its schema and overrides nothing but what differs."""
+    from magrpo.train import CONF_DIR
+
+    for path in Path(CONF_DIR, "algo").glob("*.yaml"):
+        lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
+        assert lines[:3] == ["defaults:", f"  - /schema/algo@_here_: {path.stem}", "  - _self_"], path
