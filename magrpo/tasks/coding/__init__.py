@@ -56,6 +56,17 @@ class CodingTask(Task):
     feedback_kind = "coding"
     config_schema = CodingTaskConfig
     reward_schema = CodingRewardConfig
+    uses_sandbox = True
+
+    @property
+    def isolation(self) -> str:
+        """The requested isolation level (`sandbox.isolation`)."""
+        return (self.sandbox_cfg.get("isolation") if self.sandbox_cfg is not None else None) or "auto"
+
+    def run_info(self) -> dict[str, Any]:
+        from magrpo.sandbox import isolation_level
+
+        return {"sandbox_isolation": isolation_level(self.isolation)}
 
     # -- data ---------------------------------------------------------------------------------
     def load(self, split: str) -> list[Item]:
@@ -83,7 +94,7 @@ class CodingTask(Task):
         n = len(completions)
         return code_reward(completions, cols["entry_point"], cols["tests"],
                            cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg,
-                           test_setups=cols.get("test_setup") or [""] * n)
+                           test_setups=cols.get("test_setup") or [""] * n, isolation=self.isolation)
 
     def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
         """Agent 1 owns the helper's structure term, agent 2 the entry point's; the program-level terms

@@ -130,11 +130,13 @@ def sandbox_limits(cfg: Any, isolation: str = "auto") -> SandboxLimits:
 
 def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequence[str],
                 tests: Sequence[Sequence[str]], setups: Sequence[str], imports: Sequence[str],
-                cfg: Any, helper: str = HELPER_NAME, test_setups: Sequence[str] | None = None) -> Scores:
+                cfg: Any, helper: str = HELPER_NAME, test_setups: Sequence[str] | None = None,
+                isolation: str = "auto") -> Scores:
     """Score a batch of joint answers; all sandbox runs of the batch go out in parallel.
 
     `setups` run before the program and in the judge, `test_setups` in the judge only (see
-    magrpo.tasks.coding.data); the tests run in the judge against the program's entry point."""
+    magrpo.tasks.coding.data); the tests run in the judge against the program's entry point.
+    `isolation` is the sandbox level asked for (the config's `sandbox.isolation`)."""
     from magrpo.sandbox import run_tests_many
 
     test_setups = test_setups or [""] * len(completions)
@@ -144,7 +146,7 @@ def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequen
     jobs = [(judgements[i].program.source, list(tests[i]), setups[i] or "", test_setups[i] or "", entry_points[i])
             for i in todo]
     reports = run_tests_many(jobs, per_test_timeout_s=cfg.per_test_timeout_s, max_timeouts=cfg.max_timeouts,
-                             limits=sandbox_limits(cfg), max_workers=cfg.max_workers) if todo else []
+                             limits=sandbox_limits(cfg, isolation), max_workers=cfg.max_workers) if todo else []
     report_of = dict(zip(todo, reports))
 
     comps: dict[str, list[float]] = {k: [] for k in COMPONENTS}
