@@ -172,3 +172,19 @@ def test_mbpp_reference_code_gets_full_single_agent_reward():
     items = [normalize(r) for r in rows]
     s = make_task().score(items, [["p"]], [[it["canonical_solution"]] for it in items])
     assert list(s) == pytest.approx([2.1]) and s.extras["passed"] == [True]
+
+
+@pytest.mark.parametrize("call", ["aux(s)", "aux (s)", "aux(  s )", "aux\t(s)"])
+def test_fixed_ignored_result_check_catches_any_spacing(call):
+    """`fix_ignored_result` penalises a bare statement call of aux whatever its spacing, at any
+    depth of main's body; a call whose value is used is not penalised."""
+    from magrpo.tasks.coding import analysis
+
+    dropped = f"def sum_sq(xs):\n    for s in xs:\n        if s:\n            {call}\n    return sum(aux(x) for x in xs)\n"
+    used = f"def sum_sq(xs):\n    total = 0\n    for s in xs:\n        total += {call}\n    return total\n"
+    assert analysis.ignored_helper_calls(analysis.find_function(dropped, "sum_sq"), "aux") == [4]
+    assert analysis.ignored_helper_calls(analysis.find_function(used, "sum_sq"), "aux") == []
+    fixed = score([[AUX, dropped], [AUX, used]], make_task(fix_ignored_result=True))
+    assert list(fixed) == pytest.approx([3.5, 4.0])
+    assert fixed.components["cooperation"] == pytest.approx([1.0, 1.5])
+    assert list(score([[AUX, dropped], [AUX, used]])) == pytest.approx([4.0, 4.0])  # the reference's quirk
