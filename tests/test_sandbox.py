@@ -90,7 +90,7 @@ def test_failing_program_reports_the_exception():
     assert (r.status, r.returncode, r.ok, r.completed) == ("error", 1, False, False)
     assert r.exception == "ValueError: bad value"
     assert 'File "program.py", line 2, in f' in r.stderr  # the program's own frames and lines
-    assert "raise ValueError" in r.stderr and "sandbox.py" not in r.stderr
+    assert "raise ValueError" in r.stderr and "magrpo/sandbox" not in r.stderr
 
 
 def test_syntax_error_and_main_block():
