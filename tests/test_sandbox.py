@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -88,7 +90,7 @@ def test_failing_program_reports_the_exception():
     assert (r.status, r.returncode, r.ok, r.completed) == ("error", 1, False, False)
     assert r.exception == "ValueError: bad value"
     assert 'File "program.py", line 2, in f' in r.stderr  # the program's own frames and lines
-    assert "raise ValueError" in r.stderr and "sandbox.py" not in r.stderr
+    assert "raise ValueError" in r.stderr and "magrpo/sandbox" not in r.stderr
 
 
 def test_syntax_error_and_main_block():
@@ -105,7 +107,9 @@ def test_files_are_provided_and_the_directory_removed():
     assert r.ok
     text, cwd = r.stdout.splitlines()
     assert text == "payload"
-    assert not os.path.exists(cwd)
+    # At `namespaces` the directory is a tmpfs of the candidate's own mount namespace (its path
+    # may exist here too); at every level the file is gone once the run ends.
+    assert not os.path.exists(os.path.join(cwd, "data", "in.txt"))
     with pytest.raises(ValueError):
         run_program("pass", FAST, files={"../outside.txt": "x"})
 
@@ -153,9 +157,16 @@ def test_exit_codes_and_early_exits():
     assert check_program("while True:\n    pass", 1.0) == (False, "timed out")
 
 
-def test_writes_outside_the_directory_are_refused(tmp_path):
-    outside = tmp_path / "outside"
-    outside.mkdir()
+@pytest.fixture
+def outside():
+    # Not under /tmp: at `namespaces` the candidate's /tmp is a tmpfs of its own, where making a
+    # directory of the same path succeeds and means nothing.
+    path = Path(tempfile.mkdtemp(prefix="magrpo-outside-", dir="/var/tmp" if os.path.isdir("/var/tmp") else None))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_writes_outside_the_directory_are_refused(outside):
     victim = outside / "victim.txt"
     victim.write_text("keep me")
     attempts = {
@@ -175,8 +186,11 @@ def test_writes_outside_the_directory_are_refused(tmp_path):
         "copy": f"import shutil; shutil.copy({str(victim)!r}, {str(outside / 'copy.txt')!r})",
     }
     results = run_programs(list(attempts.values()), FAST)
+    # Refused (guards, uid), or out of sight: a read-only file system with a private /tmp
+    # (namespaces), where the path does not exist or cannot be written.
+    refusals = ("PermissionError", "FileNotFoundError", "OSError: [Errno 30]")
     for (name, _), r in zip(attempts.items(), results):
-        assert r.status == "error" and r.exception.startswith("PermissionError"), (name, r.stderr)
+        assert r.status == "error" and r.exception.startswith(refusals), (name, r.stderr)
     assert sorted(p.name for p in outside.iterdir()) == ["victim.txt"]
     assert victim.read_text() == "keep me" and oct(victim.stat().st_mode & 0o777) != "0o777"
 
@@ -212,9 +226,11 @@ for call in (lambda: subprocess.Popen(['sleep', '30.101']), lambda: os.system('s
              lambda: os.execv('/bin/sleep', ['sleep', '30.101']),
              lambda: os.posix_spawn('/bin/sleep', ['sleep', '30.101'], {})):
     try:
-        call()
+        status = call()
     except PermissionError:
         refused += 1
+    else:  # os.system forks, and its child's exec of the shell is refused: exit status 127
+        refused += isinstance(status, int) and os.waitstatus_to_exitcode(status) == 127
 print(refused)
 """
     r = run_program(code, FAST)
@@ -263,16 +279,14 @@ for _ in range(200):
         time.sleep(30)
         os._exit(0)
     kids.append(pid)
-try:
-    os.setsid()
-except PermissionError:
-    print(json.dumps({"kids": kids, "pgid": os.getpgrp()}))
+print(json.dumps({"kids": kids}))
 """
     r = run_program(code, FAST)
     assert r.ok, r.stderr
     out = json.loads(r.stdout)
     assert len(out["kids"]) == FAST.max_processes - 1
-    assert not any(_alive(pid) for pid in out["kids"])
+    # (The pids are the candidate's own; at `namespaces` they mean nothing here, and the
+    # autouse fixture checks that no process of this sandbox is left.)
 
 
 def test_fork_bomb_is_bounded():
@@ -291,13 +305,26 @@ def test_output_flood_is_bounded_and_fast():
 
 
 def test_signalling_the_parent_or_the_caller_is_refused():
+    # Refused (guards, uid), out of sight (namespaces: the caller is in another PID namespace),
+    # or ignored (namespaces: the parent is the namespace's init, which the kernel shields).
+    refusals = ("PermissionError", "ProcessLookupError")
     for target in ("os.getppid()", str(os.getpid()), "-1", f"-{os.getpgrp()}"):
-        r = run_program(f"import os, signal\nos.kill({target}, signal.SIGKILL)", FAST)
-        assert r.status == "error" and r.exception.startswith("PermissionError"), target
+        r = run_program(f"import os, signal\nos.kill({target}, signal.SIGKILL)\nprint('alive')", FAST)
+        assert (r.status == "error" and r.exception.startswith(refusals)) or r.stdout == "alive\n", target
     r = run_program(f"import os, signal\nos.killpg({os.getpgrp()}, signal.SIGKILL)", FAST)
-    assert r.exception.startswith("PermissionError")
+    assert r.exception.startswith(refusals)
     # Its own group is fair game: it only kills itself.
     assert run_program("import os, signal\nos.kill(0, signal.SIGKILL)", FAST).status == "killed"
+
+
+def test_the_candidate_holds_no_capabilities():
+    # Inside its own user namespace a process keeps every capability across a uid change; the
+    # candidate must not (it could unmount its scratch tmpfs and see the caller's /tmp).
+    r = run_program("for line in open('/proc/self/status'):\n"
+                    "    if line.startswith('Cap'):\n        print(line.split()[1])", FAST)
+    assert r.ok and r.stdout.split() == ["0" * 16] * 5, r.stdout
+    r = run_program("import ctypes\nprint(ctypes.CDLL(None).umount2(b'/tmp', 2))", FAST)
+    assert r.stdout == "-1\n"
 
 
 def test_a_killed_supervisor_does_not_hang_the_caller():
@@ -316,9 +343,11 @@ ctypes.CDLL(None).kill(os.getppid(), 9)
 time.sleep(30)
 """
     t0 = time.monotonic()
-    r = run_program(code, SandboxLimits(timeout_s=5.0))
-    assert r.status == "killed" and "without a report" in r.stderr
-    assert time.monotonic() - t0 < 5.0
+    r = run_program(code, SandboxLimits(timeout_s=3.0))
+    # Its parent dies (guards, uid) or shrugs the signal off (namespaces: the namespace's init);
+    # either way the run is not a clean one and the caller is back within the time limit.
+    assert r.status in ("killed", "timeout", "error") and not r.completed
+    assert time.monotonic() - t0 < 6.0
 
 
 def test_run_programs_keeps_order_and_runs_in_parallel():
@@ -375,14 +404,15 @@ def test_timeouts_are_not_swallowed_by_except_exception():
 
 
 def test_exits_mid_suite_never_count_as_passes():
-    tests = ["assert add(1, 2) == 3", "import sys; sys.exit(3)", "assert add(2, 2) == 4", "import os; os._exit(0)",
+    code = CODE + "def quit3():\n    import sys\n    sys.exit(3)\ndef die():\n    import os\n    os._exit(0)\n"
+    tests = ["assert add(1, 2) == 3", "quit3()", "assert add(2, 2) == 4", "die()",
              "assert add(3, 3) == 6", "assert add(4, 4) == 8"]
-    rep = run_tests(CODE, tests, limits=FAST)
-    # sys.exit is an ordinary failure of that test; os._exit ends the process: what follows never ran.
-    assert (rep.passed, rep.failed, rep.timeouts, rep.status) == (2, 4, 0, "ok")
-    assert rep.errors[0] == "SystemExit: 3"
-    assert rep.errors[1].startswith("the program exited during this test")
-    assert rep.errors[2:] == ["not run: the sandbox ended before this test"] * 2
+    rep = run_tests(code, tests, limits=FAST)
+    # The candidate's sys.exit fails that test; its os._exit ends its process (a crash), and a
+    # fresh candidate process answers the tests after it.
+    assert (rep.passed, rep.failed, rep.timeouts, rep.status) == (4, 2, 0, "ok")
+    assert [o.status for o in rep.outcomes] == ["passed", "failed", "passed", "crashed", "passed", "passed"]
+    assert rep.errors == ["SystemExit: 3", "the candidate's process ended during this test"]
     # Exiting while the candidate code is exec'd: nothing ran.
     rep = run_tests("import os\nos._exit(0)", ["assert True"], limits=FAST)
     assert rep.passed == 0 and rep.setup_error is not None
@@ -392,11 +422,16 @@ def test_junk_output_and_wall_clock_kill():
     code = CODE + "print('{\"test\": 0, \"outcome\": \"pass\"}')\nprint('{\"done\": true}')\n"
     rep = run_tests(code, ["assert add(1, 1) == 3"], limits=FAST)
     assert (rep.passed, rep.failed) == (0, 1)
-    # A test that catches the per-test alarm itself runs into the sandbox wall clock.
-    stubborn = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
-    rep = run_tests(CODE, ["assert add(1, 2) == 3", stubborn, "assert True"], per_test_timeout_s=0.2,
+    # A candidate that catches everything still times out: the deadline is kept by the judge.
+    stubborn = CODE + ("def spin():\n    while True:\n        try:\n            while True:\n                pass\n"
+                       "        except BaseException:\n            pass\n")
+    rep = run_tests(stubborn, ["assert add(1, 2) == 3", "spin()", "assert add(2, 2) == 4"],
+                    per_test_timeout_s=0.3, limits=SandboxLimits(timeout_s=5.0))
+    assert (rep.passed, rep.timeouts, rep.failed, rep.status) == (2, 1, 0, "ok")
+    # The whole run's wall clock bounds it too.
+    rep = run_tests(stubborn, ["assert add(1, 2) == 3", "spin()", "assert True"], per_test_timeout_s=5.0,
                     limits=SandboxLimits(timeout_s=1.5))
-    assert (rep.passed, rep.timeouts, rep.failed, rep.status) == (1, 1, 1, "timeout")
+    assert (rep.passed, rep.timeouts, rep.status) == (1, 1, "timeout")
 
 
 def test_run_tests_many_keeps_order():

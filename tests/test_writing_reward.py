@@ -263,7 +263,7 @@ def test_components_sum_to_raw_and_shift_scale():
     base = score_pair(a1, a2, TLDR)
     assert base.structure + base.coherence + base.style == pytest.approx(base.raw) == pytest.approx(base.total)
     moved = score_pair(a1, a2, dataclasses.replace(TLDR, shift=-3.0, scale=0.5))
-    assert moved.total == pytest.approx((base.raw - 3.0) * 0.5)
+    assert moved.total == pytest.approx(base.raw * 0.5 - 3.0)  # raw * scale + shift
     assert (moved.structure, moved.coherence, moved.style) == (base.structure, base.coherence, base.style)
 
 

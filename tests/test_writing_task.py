@@ -211,7 +211,8 @@ def test_reward_shift_scale_and_batch():
     reward = OmegaConf.merge(OmegaConf.structured(reward_schema), {"shift": -3.0, "scale": 2.0})
     task = build_task(OmegaConf.structured(task_schema), reward)
     s = task.reward([["a", "b"]] * 2, [["too short", "also short"], ["x " * 10, "y " * 30]])
-    assert list(s) == pytest.approx([-6.0, (0.5 + 1.0 - 3.0) * 2.0])     # 2nd: rho 3 pays, u = 1 stops
+    # raw * scale + shift; the 2nd: rho 3 pays, u = 1 stops
+    assert list(s) == pytest.approx([-3.0, (0.5 + 1.0) * 2.0 - 3.0])
     assert s.components["structure"] == pytest.approx([0.0, 1.5])
     assert "level 1 failed" in s.extras["diagnosis"][0] and "level 3 failed" in s.extras["diagnosis"][1]
 

@@ -31,12 +31,13 @@ def available_tasks() -> list[str]:
     return sorted(TASKS)
 
 
-def build_task(cfg: Any, reward_cfg: Any) -> Task:
+def build_task(cfg: Any, reward_cfg: Any, sandbox: Any = None) -> Task:
+    """The task named by the `task` node; `sandbox` is the `sandbox` node (None = defaults)."""
     _import_builtin_tasks()
     name = cfg.name
     if name not in TASKS:
         raise ValueError(f"task.name={name!r} is not a known task; choose one of: {', '.join(sorted(TASKS))}")
-    return TASKS[name](cfg, reward_cfg)
+    return TASKS[name](cfg, reward_cfg, sandbox)
 
 
 __all__ = ["Item", "Scores", "Task", "TASKS", "available_tasks", "build_task", "columns", "register_task"]

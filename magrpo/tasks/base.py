@@ -67,9 +67,19 @@ class Task:
     # Which family of `feedback=diagnostics` explains this task's reward (magrpo/feedback/diagnostics.py).
     feedback_kind: ClassVar[str] = "generic"
 
-    def __init__(self, cfg: Any, reward_cfg: Any):
+    # Whether the reward runs model-generated code (magrpo.sandbox): such a task honours the
+    # `sandbox` config node and records the isolation level that ran in summary.json.
+    uses_sandbox: ClassVar[bool] = False
+
+    def __init__(self, cfg: Any, reward_cfg: Any, sandbox: Any = None):
         self.cfg = cfg
         self.reward_cfg = reward_cfg
+        self.sandbox_cfg = sandbox   # the `sandbox` node; None = its defaults
+
+    def run_info(self) -> dict[str, Any]:
+        """What summary.json records about how this task ran (the coding tasks: the sandbox's
+        isolation level)."""
+        return {}
 
     # -- data -------------------------------------------------------------------------------
     def load(self, split: str) -> list[Item]:

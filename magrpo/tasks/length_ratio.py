@@ -127,5 +127,5 @@ class LengthRatioTask(Task):
             ratio = len(a2) / max(len(a1), 1)
             ratios.append(ratio)
             inside.append(r.min_ratio <= ratio <= r.max_ratio)
-            totals.append((band_reward(ratio, r.min_ratio, r.max_ratio) + r.shift) * r.scale)
+            totals.append(band_reward(ratio, r.min_ratio, r.max_ratio) * r.scale + r.shift)  # raw * scale + shift
         return Scores(totals, {"length_ratio": ratios}, {"passed": inside})

@@ -1,7 +1,7 @@
 """Coding tasks of the paper (arXiv 2508.04652): humaneval, coophumaneval, mbpp.
 
 Two agents write one program: agent 1 a helper `aux`, agent 2 the entry point, which may call
-it. The joint program runs against the task's tests in the sandbox (magrpo.sandbox); the reward
+it. The task's tests judge the joint program from outside its sandbox (magrpo.sandbox); the reward
 is the paper's leveled code reward (reward.py). Evaluation adds pass@k, CodeBLEU against the
 canonical solution and the mean fraction of tests passed.
 """
@@ -56,6 +56,17 @@ class CodingTask(Task):
     feedback_kind = "coding"
     config_schema = CodingTaskConfig
     reward_schema = CodingRewardConfig
+    uses_sandbox = True
+
+    @property
+    def isolation(self) -> str:
+        """The requested isolation level (`sandbox.isolation`)."""
+        return (self.sandbox_cfg.get("isolation") if self.sandbox_cfg is not None else None) or "auto"
+
+    def run_info(self) -> dict[str, Any]:
+        from magrpo.sandbox import isolation_level
+
+        return {"sandbox_isolation": isolation_level(self.isolation)}
 
     # -- data ---------------------------------------------------------------------------------
     def load(self, split: str) -> list[Item]:
@@ -82,7 +93,8 @@ class CodingTask(Task):
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         n = len(completions)
         return code_reward(completions, cols["entry_point"], cols["tests"],
-                           cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg)
+                           cols.get("setup") or [""] * n, cols.get("imports") or [""] * n, self.reward_cfg,
+                           test_setups=cols.get("test_setup") or [""] * n, isolation=self.isolation)
 
     def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
         """Agent 1 owns the helper's structure term, agent 2 the entry point's; the program-level terms

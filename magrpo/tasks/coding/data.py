@@ -5,10 +5,14 @@ all normalised into one item dict:
     prompt              what the agents are shown: imports, given helpers, signature, docstring
     entry_point         name of the function the tests call
     imports             the prompt's import lines; they head the joint program
-    setup               run in the sandbox before the program: imports, the prompt's other
-                        definitions (HumanEval/10's is_palindrome, /32's poly, ...), and the test
-                        file's module-level code (METADATA, imports) or MBPP's test_imports
-    tests               list of independent test snippets, run one by one after the program
+    setup               trusted code run before the program, in its process and in the judge's:
+                        the prompt's imports and other definitions (HumanEval/10's
+                        is_palindrome, /32's poly, ...), or MBPP's test_imports
+    test_setup          trusted code run in the judge only, never in the program's process: the
+                        prompt's imports and definitions (always: the tests call /32's poly even
+                        when the program does not get it) and the test file's module-level code
+    tests               list of independent test snippets, run one by one in the judge, where
+                        the entry point calls the program's function (magrpo.sandbox.judge)
     canonical_solution  a full reference program (signature included), "" if the source has none
     test                the original test source (kept for diagnostics)
 
@@ -51,7 +55,7 @@ def split_check(test_src: str, entry_point: str) -> tuple[list[str], str]:
     """(tests, header) from a HumanEval-style test module.
 
     `header` is the module-level code other than `check` (METADATA, imports, helpers) and goes
-    into the sandbox setup. When `check`'s body is a flat list of asserts (no-op lines allowed),
+    into the judge's test setup. When `check`'s body is a flat list of asserts (no-op lines allowed),
     every assert that uses `candidate` becomes one test with `candidate` renamed to the entry
     point; asserts that do not use it (`assert True`) test nothing and are dropped. Otherwise
     (loops, local variables, imports inside check) the asserts depend on each other, so the whole
@@ -120,7 +124,8 @@ def normalize_humaneval(row: dict[str, Any], helpers_in_setup: bool = True) -> d
         "prompt": prompt.rstrip() + "\n",
         "entry_point": entry,
         "imports": imports,
-        "setup": _join(imports, given if helpers_in_setup else "", header),
+        "setup": _join(imports, given if helpers_in_setup else ""),
+        "test_setup": _join(imports, given, header),
         "tests": tests,
         "canonical_solution": canonical,
         "test": row["test"],
@@ -160,6 +165,7 @@ def normalize_mbpp(row: dict[str, Any], show_tests: int = 1) -> dict[str, Any]:
         "entry_point": entry,
         "imports": "",
         "setup": _join(test_imports),
+        "test_setup": "",
         "tests": tests,
         "canonical_solution": code.strip() + "\n",
         "test": "\n".join(tests),

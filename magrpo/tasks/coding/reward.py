@@ -1,26 +1,28 @@
-"""The coding reward (SPEC §7; maximum 4.0 for two agents, 2.1 for one).
+"""The coding reward (the paper's leveled code reward; maximum 4.0 for two agents, 2.1 for one).
 
 Levels are gated: a level pays only if the one before it did.
 
   level 1, structure   helper `aux` defined with a return        +0.4  (optional: no stop)
                        entry point defined with a return         +0.6  (required, else stop)
   level 2, syntax      imports + helper + main parse together    +0.5  (else stop)
-  level 3, tests       + fraction of the task's tests passed (sandbox, per-test timeout,
-                         stop after `max_timeouts` timeouts)      +1.0 * passed / total
+  level 3, tests       + fraction of the task's tests passed, by the per-test outcomes of
+                         the sandbox's judge (per-test timeout, stop after `max_timeouts`
+                         timeouts)                                +1.0 * passed / total
            cooperation only when >= 1 test passed and agent 1 defined `aux`:
                        main calls aux                            +0.5
                          and main is not a thin wrapper of aux   +1.0
                          and a call's result is thrown away      -0.5
-  total = (structure + syntax + tests + cooperation + shift) * scale
+  total = (structure + syntax + tests + cooperation) * scale + shift   (as the reference composes them)
 
 As in the reference, the wrapper bonus and the penalty are only looked at when main calls aux
 (so cooperation is one of 0, 0.5, 1.5, 0.0 or 1.0), and "aux exists" means agent 1's answer
 defines it, returning or not. The single-agent form (one answer with both functions) drops every
 helper term: main +0.6, syntax +0.5, tests +1.0.
 
-Quirk switch (SPEC §7): the reference's "result ignored" check never fires (see
+Quirk switch (README, "Rewards"): the reference's "result ignored" check never fires (see
 `analysis.ignored_helper_calls`), so by default the penalty is never applied;
-`fix_ignored_result: true` applies it to any statement that is a bare call of aux.
+`fix_ignored_result: true` applies it to any statement that is a bare call of aux, whatever the
+spacing (`aux(s)` as well as `aux (s)`).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.sandbox.limits import SandboxLimits
 from magrpo.tasks.base import Scores
 from magrpo.tasks.coding import analysis
 from magrpo.tasks.coding.extract import HELPER_NAME, Program, build_program
@@ -38,9 +41,12 @@ COMPONENTS = ("structure", "syntax", "tests", "cooperation")
 # Per-sample diagnostics in Scores.extras: all tests passed (pass@k), fraction passed, agent 1
 # defined `aux`, main defined with a return, main calls aux (only checked once a test passed),
 # the joint program, its syntax error ("line L, column C: msg"), the sandbox's errors (one per
-# test that did not pass, in test order), the error that stopped the program loading, timeouts.
+# test that did not pass, in test order), the error that stopped the program loading, timeouts,
+# each test's outcome ({"index", "status", "error"}, status one of passed, failed, timeout,
+# crashed, not_run; read by the diagnostics feedback), and the
+# sandbox isolation level the program ran under.
 EXTRAS = ("passed", "tests_fraction", "aux_defined", "main_defined", "uses_aux", "program",
-          "syntax_error", "test_errors", "setup_error", "timeouts")
+          "syntax_error", "test_errors", "setup_error", "timeouts", "test_outcomes", "isolation")
 
 
 @dataclass
@@ -117,20 +123,30 @@ def cooperation_bonus(main_code: str, entry_point: str, cfg: Any, helper: str = 
     return bonus, True
 
 
+def sandbox_limits(cfg: Any, isolation: str = "auto") -> SandboxLimits:
+    return SandboxLimits(timeout_s=cfg.sandbox_timeout_s, cpu_s=math.ceil(cfg.sandbox_timeout_s),
+                         memory_mb=cfg.memory_mb, isolation=isolation)
+
+
 def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequence[str],
                 tests: Sequence[Sequence[str]], setups: Sequence[str], imports: Sequence[str],
-                cfg: Any, helper: str = HELPER_NAME) -> Scores:
-    """Score a batch of joint answers; all sandbox runs of the batch go out in parallel."""
-    from magrpo.sandbox import SandboxLimits, run_tests_many
+                cfg: Any, helper: str = HELPER_NAME, test_setups: Sequence[str] | None = None,
+                isolation: str = "auto") -> Scores:
+    """Score a batch of joint answers; all sandbox runs of the batch go out in parallel.
 
+    `setups` run before the program and in the judge, `test_setups` in the judge only (see
+    magrpo.tasks.coding.data); the tests run in the judge against the program's entry point.
+    `isolation` is the sandbox level asked for (the config's `sandbox.isolation`)."""
+    from magrpo.sandbox import run_tests_many
+
+    test_setups = test_setups or [""] * len(completions)
     judgements = [judge_static(c, e, imp or "", cfg, helper)
                   for c, e, imp in zip(completions, entry_points, imports)]
     todo = [i for i, j in enumerate(judgements) if j.reached_tests and tests[i]]
-    limits = SandboxLimits(timeout_s=cfg.sandbox_timeout_s, cpu_s=math.ceil(cfg.sandbox_timeout_s),
-                           memory_mb=cfg.memory_mb)
-    reports = run_tests_many([(judgements[i].program.source, list(tests[i]), setups[i] or "") for i in todo],
-                             per_test_timeout_s=cfg.per_test_timeout_s, max_timeouts=cfg.max_timeouts,
-                             limits=limits, max_workers=cfg.max_workers) if todo else []
+    jobs = [(judgements[i].program.source, list(tests[i]), setups[i] or "", test_setups[i] or "", entry_points[i])
+            for i in todo]
+    reports = run_tests_many(jobs, per_test_timeout_s=cfg.per_test_timeout_s, max_timeouts=cfg.max_timeouts,
+                             limits=sandbox_limits(cfg, isolation), max_workers=cfg.max_workers) if todo else []
     report_of = dict(zip(todo, reports))
 
     comps: dict[str, list[float]] = {k: [] for k in COMPONENTS}
@@ -139,7 +155,8 @@ def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequen
     for i, j in enumerate(judgements):
         rep = report_of.get(i)
         n_tests = len(tests[i])
-        passed = rep.passed if rep is not None else 0
+        outcomes = rep.outcomes if rep is not None else []
+        passed = sum(o.status == "passed" for o in outcomes)
         frac = passed / n_tests if n_tests else 0.0
         coop, uses_aux = 0.0, False
         if rep is not None and passed >= 1 and not j.single and j.aux_exists:
@@ -147,7 +164,7 @@ def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequen
         parts = {"structure": j.structure, "syntax": j.syntax, "tests": cfg.tests * frac, "cooperation": coop}
         for k, v in parts.items():
             comps[k].append(v)
-        totals.append((sum(parts.values()) + cfg.shift) * cfg.scale)
+        totals.append(sum(parts.values()) * cfg.scale + cfg.shift)
         extras["passed"].append(bool(rep is not None and n_tests and passed == n_tests))
         extras["tests_fraction"].append(frac)
         extras["aux_defined"].append(j.aux_exists)
@@ -158,4 +175,7 @@ def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequen
         extras["test_errors"].append(list(rep.errors) if rep is not None else [])
         extras["setup_error"].append(rep.setup_error if rep is not None else None)
         extras["timeouts"].append(rep.timeouts if rep is not None else 0)
+        extras["test_outcomes"].append([{"index": t, "status": o.status, "error": o.error}
+                                        for t, o in enumerate(outcomes)])
+        extras["isolation"].append(rep.isolation if rep is not None else None)
     return Scores(totals, comps, extras)

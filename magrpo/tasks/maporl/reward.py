@@ -11,8 +11,8 @@ Reinforcement Learning") rewards each agent for a verified answer and shapes the
 
 The incentive terms need the previous turn: they read the joint answer the node grew from
 (`item["turn_history"][-1]`, magrpo.turns) and are 0 at turn 1. The team reward is the mean over
-agents, (mean_i r_i + shift) * scale; each agent's share (`algo.reward=individual`) is
-(r_i + shift) * scale / N, so the shares add up to it.
+agents, mean_i(r_i) * scale + shift (as the reference composes shift and scale); each agent's
+share (`algo.reward=individual`) is (r_i * scale + shift) / N, so the shares add up to it.
 
 Verifier: `exact` (default) parses the final number of an answer (the last "Answer: X", else the
 last number) and compares it with the reference; `model` scores (question, answer) with a local
@@ -179,8 +179,8 @@ def maporl_reward(completions: list[list[str]], questions: Sequence[str], golds:
                 per_agent[i] += terms["persuasion"][i] + terms["correction"][i] + terms["regression"][i]
         for c in COMPONENTS:
             comps[c].append(sum(terms[c]) / n)
-        totals.append((sum(per_agent) / n + cfg.shift) * cfg.scale)
-        shares.append([(r + cfg.shift) * cfg.scale / n for r in per_agent])
+        totals.append(sum(per_agent) / n * cfg.scale + cfg.shift)
+        shares.append([(r * cfg.scale + cfg.shift) / n for r in per_agent])
         vote = majority(parsed)
         extras["agent_answers"].append(parsed)
         extras["agent_correct"].append(right)

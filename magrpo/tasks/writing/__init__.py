@@ -65,8 +65,8 @@ class WritingTask(Task):
     primary_metric = "normalized_return"   # the paper's headline number for the writing tasks
     feedback_kind = "writing"
 
-    def __init__(self, cfg: Any, reward_cfg: Any):
-        super().__init__(cfg, reward_cfg)
+    def __init__(self, cfg: Any, reward_cfg: Any, sandbox: Any = None):
+        super().__init__(cfg, reward_cfg, sandbox)
         check_reward_config(reward_cfg)
 
     def load(self, split: str) -> list[Item]:

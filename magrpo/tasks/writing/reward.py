@@ -25,7 +25,8 @@ reference code are kept by default, each behind a switch that fixes it:
 
 Components carry the paper's metric names and sum to the raw total: `structure` = levels 1-3
 (structural wellness), `coherence` = the transition term (logical coherence), `style` = the
-Jaccard term (style consistency). The total is (raw + shift) * scale.
+Jaccard term (style consistency). The total is raw * scale + shift, as the reference composes
+them.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class WritingRewardConfig:
     jaccard_weight: float = _weight(0.6)
     jaccard_cap: float = positive(0.03)
     lexicon: str | None = None               # null = the shipped lexicon.json
-    # total = (raw + shift) * scale; a zero scale pays every answer the same
+    # total = raw * scale + shift; a zero scale pays every answer the same
     shift: float = 0.0
     scale: float = positive(1.0)
 
@@ -232,7 +233,7 @@ def transition_score(k: int, cfg: Any) -> float:
 # -- the reward -------------------------------------------------------------------------------
 @dataclass
 class WritingScore:
-    total: float                  # (raw + shift) * scale
+    total: float                  # raw * scale + shift
     raw: float
     structure: float              # levels 1-3
     coherence: float              # transition_weight * T
@@ -251,7 +252,7 @@ def score_pair(a1: str, a2: str, cfg: Any) -> WritingScore:
 
     def done(levels: int, why: str) -> WritingScore:
         raw = structure + coherence + style
-        return WritingScore((raw + cfg.shift) * cfg.scale, raw, structure, coherence, style, levels, why, stats)
+        return WritingScore(raw * cfg.scale + cfg.shift, raw, structure, coherence, style, levels, why, stats)
 
     # Level 1: format.
     lo, hi = cfg.min_tokens, cfg.max_tokens
