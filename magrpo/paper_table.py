@@ -35,10 +35,10 @@ from magrpo.table import (
     STD_NOTE,
     Cell,
     Run,
-    _filename,
     _md_escape,
     aggregate,
     mean_std,
+    save_curve_plot,
     skipped_note,
     smooth,
     tex_escape,
@@ -303,7 +303,6 @@ def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> 
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     written = []
     for t in tables:
@@ -332,17 +331,7 @@ def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> 
                 if cell.std:
                     ax.axhspan(cell.mean - cell.std, cell.mean + cell.std, color=color, alpha=0.08)
             ax.set_xlim(0, max(x_max, 1))
-            ax.set_xlabel("optimizer step")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.set_ylabel(headers.get(metric, metric))
-            ax.set_title(f"{t.task}: {metric}  (mean ± sample std over seeds)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7, loc="best")
-            fig.tight_layout()
-            path = out / f"{_filename(t.task)}_{_filename(metric.replace('/', '_'))}.png"
-            fig.savefig(path)
-            plt.close(fig)
-            written.append(path)
+            written.append(save_curve_plot(fig, ax, t.task, metric, headers.get(metric, metric), out, legend_size=7))
     return written
 
 

@@ -573,7 +573,6 @@ def plot_curves(tables: list[Table], out: Path, smooth_window: int = 1) -> list[
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
 
     written = []
     for t in tables:
@@ -594,19 +593,27 @@ def plot_curves(tables: list[Table], out: Path, smooth_window: int = 1) -> list[
                 (line,) = ax.plot(steps, means, marker="o" if len(steps) <= 25 else None, markersize=3,
                                   linewidth=1.6, label=f"{method.label} (n={len(series)})")
                 ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
-            ax.set_xlabel("optimizer step")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ylabel = metric + (f" (moving avg, {smooth_window})" if smooth_window > 1 else "")
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"{t.task}: {metric}  (mean ± sample std over seeds)")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8, loc="best")
-            fig.tight_layout()
-            path = out / f"{_filename(t.task)}_{_filename(metric.replace('/', '_'))}.png"
-            fig.savefig(path)
-            plt.close(fig)
-            written.append(path)
+            written.append(save_curve_plot(fig, ax, t.task, metric, ylabel, out, legend_size=8))
     return written
+
+
+def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, legend_size: int = 8) -> Path:
+    """Label, title and save one curves figure as OUT/<task>_<metric>.png; returns its path."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("optimizer step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{task}: {metric}  (mean ± sample std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size, loc="best")
+    fig.tight_layout()
+    path = out / f"{_filename(task)}_{_filename(metric.replace('/', '_'))}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 # -- the command ---------------------------------------------------------------------------------

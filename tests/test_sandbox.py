@@ -25,22 +25,13 @@ from magrpo.sandbox import (
     run_tests,
     run_tests_many,
 )
+from magrpo.sandbox.procs import process_state
 
 FAST = SandboxLimits(timeout_s=2.0, cpu_s=3, memory_mb=256, max_processes=8)
 
 
-def _state(pid: int) -> str | None:
-    """Process state letter, None when the pid is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()[0]
-
-
 def _alive(pid: int) -> bool:
-    return _state(pid) not in (None, "Z", "X")
+    return process_state(pid) not in (None, "Z", "X")
 
 
 def _live_processes_mentioning(text: str) -> list[int]:

@@ -28,6 +28,7 @@ import pytest
 
 from magrpo.sandbox import SandboxLimits, isolation_level, judge_humaneval, run_tests_many
 from magrpo.sandbox.pool import get_pool
+from magrpo.sandbox.procs import process_state
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = f"s3cret-{uuid.uuid4().hex}"
@@ -449,15 +450,6 @@ def _prelude(env: dict) -> str:
     return "".join(f"{k} = {v!r}\n" for k, v in env.items())
 
 
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rfind(")") + 2:].split()[0]
-
-
 def _candidate_processes(exclude: set[int]) -> set[int]:
     """Live processes that belong to a candidate: in another PID namespace than ours, running
     as a candidate uid, or a fork of the sandbox's worker (other than the worker itself)."""
@@ -474,7 +466,7 @@ def _candidate_processes(exclude: set[int]) -> set[int]:
                 cmdline = f.read()
         except OSError:
             continue
-        if _state(pid) in (None, "Z", "X"):
+        if process_state(pid) in (None, "Z", "X"):
             continue
         if ns != own_ns or uid == 65534 or uid >= 1_600_000_000 or b"zygote_main" in cmdline:
             found.add(pid)

@@ -107,20 +107,31 @@ def close_fds_except(keep: set[int]) -> None:
                 pass
 
 
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name, None when the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ")".
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of a process (R, S, Z...), None when it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
 def proc_table() -> dict[int, tuple[str, int, int, int]]:
     """pid -> (state, ppid, pgrp, session) of every process, read from /proc/<pid>/stat."""
     table = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read().decode("ascii", "replace")
-        except OSError:
-            continue
-        # The command name (field 2) may contain spaces and parentheses: split after the last ")".
-        fields = stat[stat.rfind(")") + 2:].split()
-        if len(fields) >= 4:
+        fields = _stat_fields(name)
+        if fields is not None and len(fields) >= 4:
             table[int(name)] = (fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
     return table
 
