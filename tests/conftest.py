@@ -31,3 +31,23 @@ def make_cfg(tmp_path):
         return compose_cfg([f"output_dir={out or tmp_path / 'run'}", *(overrides or [])])
 
     return _make
+
+
+def train_rows(run_dir) -> dict[int, dict]:
+    """Step -> the training metrics logged at it, from a run's metrics.jsonl."""
+    import json
+    from pathlib import Path
+
+    rows = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return {r["step"]: r for r in rows if "train/reward_mean" in r}
+
+
+def run_and_resume(make_cfg, tmp_path, common: list[str], at: int = 2) -> tuple[dict[int, dict], dict[int, dict]]:
+    """Train once uninterrupted and once resumed from the first run's step-`at` checkpoint; the
+    training rows of both (the resumed run logs only the steps after `at`)."""
+    from magrpo.train import run
+
+    full, resumed = tmp_path / "full", tmp_path / "resumed"
+    run(make_cfg(common, out=str(full)))
+    run(make_cfg([*common, f"resume={full / 'checkpoints' / f'step_{at}'}"], out=str(resumed)))
+    return train_rows(full), train_rows(resumed)

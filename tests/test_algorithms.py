@@ -18,15 +18,11 @@ from magrpo.rollout import team_rollout
 from magrpo.tasks import build_task
 from magrpo.train import run
 from magrpo.trainer import seed_everything
+from tests.conftest import run_and_resume, train_rows
 
 GOLDEN = Path(__file__).parent / "data" / "golden_algos.json"
 FAST = ["algo.max_new_tokens=12", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
 GOLDEN_KEYS = ["train/reward_mean", "train/agent_1/loss", "train/agent_1/grad_norm"]
-
-
-def _rows(out: Path) -> dict[int, dict]:
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in rows if "train/reward_mean" in r}
 
 
 def _build(make_cfg, overrides):
@@ -50,7 +46,7 @@ def test_golden_numbers_of_two_steps_of_each_algorithm(make_cfg, tmp_path):
     for algo in sorted(ALGOS):
         out = tmp_path / algo
         run(make_cfg([f"algo={algo}", "max_steps=2", "algo.eval_every=0", "save_final=false", *FAST], out=str(out)))
-        got[algo] = {f"{step}:{k}": _rows(out)[step][k] for step in (1, 2) for k in GOLDEN_KEYS}
+        got[algo] = {f"{step}:{k}": train_rows(out)[step][k] for step in (1, 2) for k in GOLDEN_KEYS}
     if os.environ.get("GOLDEN_REGEN"):
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     want = json.loads(GOLDEN.read_text())
@@ -63,7 +59,7 @@ def test_grpo_equals_magrpo_with_one_agent(make_cfg, tmp_path):
     common = ["max_steps=2", "algo.eval_every=0", "save_final=false", *FAST]
     run(make_cfg(["algo=grpo", *common], out=str(tmp_path / "grpo")))
     run(make_cfg(["algo=magrpo", "agents.num_agents=1", *common], out=str(tmp_path / "magrpo1")))
-    a, b = _rows(tmp_path / "grpo"), _rows(tmp_path / "magrpo1")
+    a, b = train_rows(tmp_path / "grpo"), train_rows(tmp_path / "magrpo1")
     for step in (1, 2):
         for key in ("train/reward_mean", "train/agent_1/loss", "train/agent_1/grad_norm", "train/agent_1/entropy"):
             assert a[step][key] == b[step][key], (step, key)
@@ -73,11 +69,7 @@ def test_grpo_equals_magrpo_with_one_agent(make_cfg, tmp_path):
                                         ("mappo", [])])
 def test_critics_optimizers_and_kl_controller_resume_exactly(make_cfg, tmp_path, algo, extra):
     common = [f"algo={algo}", "max_steps=4", "save_every=2", "eval.every=2", *FAST, *extra]
-    full = tmp_path / "full"
-    run(make_cfg(common, out=str(full)))
-    resumed = tmp_path / "resumed"
-    run(make_cfg([*common, f"resume={full / 'checkpoints' / 'step_2'}"], out=str(resumed)))
-    a, b = _rows(full), _rows(resumed)
+    a, b = run_and_resume(make_cfg, tmp_path, common)
     assert sorted(b) == [3, 4]
     keys = ["train/reward_mean", "train/agent_1/loss", "train/agent_1/value_loss", "train/agent_1/value_mean",
             "train/kl_coef"]

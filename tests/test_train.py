@@ -7,6 +7,7 @@ import pytest
 
 from magrpo.config import validate
 from magrpo.train import run
+from tests.conftest import run_and_resume, train_rows
 from tests.wandb_reader import history
 
 FAST = ["algo.max_new_tokens=12", "eval.num_items=4", "eval.num_samples=2"]
@@ -18,10 +19,6 @@ def _metrics(run_dir: Path) -> list[dict]:
 
 def _untimed(metrics: dict) -> dict:
     return {k: v for k, v in metrics.items() if not k.endswith("time_s")}
-
-
-def _train_rows(run_dir: Path) -> dict[int, dict]:
-    return {r["step"]: r for r in _metrics(run_dir) if "train/reward_mean" in r}
 
 
 def test_smoke_run_writes_the_run_directory_contract(make_cfg, tmp_path):
@@ -52,27 +49,23 @@ def test_smoke_run_writes_the_run_directory_contract(make_cfg, tmp_path):
 def test_grpo_and_shared_lora_agents_train(make_cfg, tmp_path):
     out = tmp_path / "grpo"
     run(make_cfg(["debug=smoke", "algo=grpo", *FAST], out=str(out)))
-    row = _train_rows(out)[2]
+    row = train_rows(out)[2]
     assert "train/agent_1/loss" in row and "train/agent_2/loss" not in row
     out2 = tmp_path / "lora"
     run(make_cfg(["debug=smoke", "agents=tiny_lora", "algo.joint_mode=cross", *FAST], out=str(out2)))
-    row = _train_rows(out2)[2]
+    row = train_rows(out2)[2]
     assert "train/agent_2/loss" in row
     assert (out2 / "checkpoints" / "step_2" / "agent_2").exists()
 
 
 def test_resume_continues_exactly(make_cfg, tmp_path):
     common = ["max_steps=4", "save_every=2", "eval.every=2", "algo.batch_size=2", *FAST]
-    full = tmp_path / "full"
-    run(make_cfg(common, out=str(full)))
-    resumed = tmp_path / "resumed"
-    run(make_cfg([*common, f"resume={full / 'checkpoints' / 'step_2'}"], out=str(resumed)))
-    a, b = _train_rows(full), _train_rows(resumed)
+    a, b = run_and_resume(make_cfg, tmp_path, common)
     assert sorted(b) == [3, 4]
     for step in (3, 4):
         for key in ("train/reward_mean", "train/agent_1/loss", "train/agent_2/loss", "train/agent_1/entropy"):
             assert a[step][key] == b[step][key], (step, key)
-    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (full, resumed))
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "full", tmp_path / "resumed"))
     assert _untimed(sa["final_eval"]) == _untimed(sb["final_eval"])
     assert sa["initial_eval"] == sb["initial_eval"]
 

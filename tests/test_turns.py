@@ -15,6 +15,7 @@ from magrpo.tasks import Scores, build_task
 from magrpo.train import run
 from magrpo.trainer import seed_everything
 from magrpo.turns import TreeStats, TurnSpec, choose_expansions, grow_tree, tree_returns, tree_size
+from tests.conftest import run_and_resume, train_rows
 
 FAST = ["algo.max_new_tokens=6", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
 
@@ -155,11 +156,6 @@ def test_long_histories_are_cut_from_the_left_and_counted(make_cfg):
 # --- training end to end --------------------------------------------------------------------------
 
 
-def _rows(out: Path) -> dict[int, dict]:
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {r["step"]: r for r in rows if "train/reward_mean" in r}
-
-
 def _evals(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()
             if "eval/reward_mean" in json.loads(line)]
@@ -178,7 +174,7 @@ def test_two_turn_training_smoke(make_cfg, tmp_path, overrides):
     out = tmp_path / "run"
     result = run(make_cfg(["debug=smoke", "algo.num_turns=2", "save_final=false", *FAST, *overrides], out=str(out)))
     assert result["steps"] == 2
-    row = _rows(out)[2]
+    row = train_rows(out)[2]
     for key in ("train/turn_1/reward_mean", "train/turn_2/reward_mean", "train/turn_1/nodes", "train/turn_2/nodes",
                 "train/prompt_truncated", "train/agent_1/loss", "time/feedback_s"):
         assert key in row, key
@@ -195,11 +191,7 @@ def test_two_turn_training_smoke(make_cfg, tmp_path, overrides):
 def test_resume_in_the_middle_of_a_multi_turn_run_matches_an_uninterrupted_one(make_cfg, tmp_path):
     common = ["max_steps=4", "save_every=2", "eval.every=2", "algo.num_turns=2", "feedback=plain",
               "algo.max_branches=1", "algo.joint_mode=cross", "algo.num_generations=2", *FAST]
-    full = tmp_path / "full"
-    run(make_cfg(common, out=str(full)))
-    resumed = tmp_path / "resumed"
-    run(make_cfg([*common, f"resume={full / 'checkpoints' / 'step_2'}"], out=str(resumed)))
-    a, b = _rows(full), _rows(resumed)
+    a, b = run_and_resume(make_cfg, tmp_path, common)
     assert sorted(b) == [3, 4]
     keys = [k for k in a[3] if k.startswith("train/") and "time" not in k]
     assert "train/turn_2/reward_mean" in keys
@@ -207,4 +199,4 @@ def test_resume_in_the_middle_of_a_multi_turn_run_matches_an_uninterrupted_one(m
         for key in keys:
             assert a[step][key] == b[step][key], (step, key)
     untimed = lambda m: {k: v for k, v in m.items() if not k.endswith("time_s")}  # noqa: E731
-    assert untimed(_evals(full)[-1]) == untimed(_evals(resumed)[-1])
+    assert untimed(_evals(tmp_path / "full")[-1]) == untimed(_evals(tmp_path / "resumed")[-1])
