@@ -122,7 +122,8 @@ def score_humaneval(args: argparse.Namespace) -> None:
     else:
         problems_path = args.problems
         if not os.path.isfile(problems_path):
-            raise ScoreError(f"problems file not found: {problems_path}")
+            why = "is not a regular file" if os.path.exists(problems_path) else "not found"
+            raise ScoreError(f"problems file {problems_path}: {why}")
     problems = {}
     for lineno, row in read_jsonl(problems_path, "problems file"):
         if not all(isinstance(row.get(k), str) for k in ("task_id", "prompt", "test", "entry_point")):
@@ -209,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as e:  # argparse has printed the usage error (or --help) already
         return e.code if isinstance(e.code, int) else 2
     if not os.path.isfile(args.file):
-        print(f"magrpo-score: file not found: {args.file}", file=sys.stderr)
+        why = "is not a regular file" if os.path.exists(args.file) else "not found"
+        print(f"magrpo-score: {args.file}: {why}", file=sys.stderr)
         return 2
     try:
         SCORERS[args.task].run(args)

@@ -95,11 +95,13 @@ def test_bad_samples_files(tmp_path, capsys, content, message):
 
 def test_missing_files_unknown_task_and_bad_options(tmp_path, capsys):
     assert main(["humaneval", str(tmp_path / "nope.jsonl")]) == 2
-    assert "file not found" in capsys.readouterr().err
+    assert "nope.jsonl: not found" in capsys.readouterr().err
+    assert main(["humaneval", str(tmp_path)]) == 2                 # a directory
+    assert "is not a regular file" in capsys.readouterr().err
     sample = tmp_path / "s.jsonl"
     sample.write_text('{"task_id": "HumanEval/23", "completion": "x"}\n')
     assert main(["humaneval", str(sample), "--problems", str(tmp_path / "nope.jsonl")]) == 2
-    assert "problems file not found" in capsys.readouterr().err
+    assert "problems file" in (err := capsys.readouterr().err) and "not found" in err
     assert main(["nosuchtask", str(sample)]) == 2
     err = capsys.readouterr().err
     assert "nosuchtask" in err and all(name in err for name in ("humaneval", "tldr", "arxiv"))
