@@ -261,7 +261,7 @@ def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], 
                   pad_token_id=pad_id, eos_token_id=eos)
     if sampling.do_sample:
         kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                      top_k=sampling.top_k or None)
+                      top_k=sampling.top_k)   # 0 = off, as in the shared sampler (None = the model's default)
     else:   # greedy: every sample of a prompt is the same, so decode it once
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, num_return_sequences=1)
     out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)[:, prompt_ids.shape[1]:]

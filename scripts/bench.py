@@ -251,7 +251,7 @@ def run_bare(args, cfg, agents, task, warm_items, timed_items) -> list[dict]:
     G, T = args.gens, args.tokens
     optimizers = [torch.optim.AdamW(a.model.parameters(), lr=cfg.optimizer.lr) for a in agents]
     sample_kwargs = dict(do_sample=True, max_new_tokens=T, num_return_sequences=G, temperature=args.temperature,
-                         top_p=args.top_p, top_k=args.top_k or None)
+                         top_p=args.top_p, top_k=args.top_k)   # 0 = off (None = the model's default of 50)
 
     def step(batch, times):
         prompts = [task.prompts(item, len(agents)) for item in batch]

@@ -171,6 +171,20 @@ def test_sampled_tokens_follow_the_filtered_distribution():
     assert 0.5 * (freq - probs).abs().sum() < 0.015          # total variation distance
 
 
+def test_top_k_zero_means_no_top_k_on_both_sampling_paths(make_cfg):
+    # transformers' generate reads top_k=None as "the model's default": a real model ships one (Qwen3's
+    # generation_config.json has top_k=20), so 0 must reach generate as off.
+    _, agents = _agents(make_cfg)
+    agents[0].model.generation_config.top_k = 20
+    torch.manual_seed(0)
+    for share in (False, True):
+        gen = generate(agents[0], PROMPTS[:1], Sampling(256, 1, temperature=3.0, top_k=0, share_prompt=share))
+        first = gen.completion_ids[:, 0]
+        assert len(set(first.tolist())) > 50, share        # the random model is near-uniform at T=3
+        gen = generate(agents[0], PROMPTS[:1], Sampling(256, 1, temperature=3.0, top_k=5, share_prompt=share))
+        assert len(set(gen.completion_ids[:, 0].tolist())) <= 5, share
+
+
 def test_greedy_shared_prompt_decoding_gives_the_tokens_of_model_generate(make_cfg):
     _, agents = _agents(make_cfg)
     outs = [generate(agents[0], PROMPTS, Sampling(G, 12, do_sample=False, share_prompt=s)) for s in (False, True)]
