@@ -308,10 +308,21 @@ def register_scheme(*names: str) -> Callable[[Scheme], Scheme]:
     return deco
 
 
+def team_budget(sampling: Sampling, task: Task, num_agents: int) -> Sampling:
+    """One model writing a team task's whole joint answer (grpo, ppo, the `single` baseline) may
+    generate the tokens of the whole team, `max_new_tokens` x the task's agents, so every
+    algorithm spends the same generated tokens per update (README, "Algorithms")."""
+    team = getattr(task, "num_agents", 1) or 1
+    if num_agents == 1 and team > 1:
+        return replace(sampling, max_new_tokens=sampling.max_new_tokens * team)
+    return sampling
+
+
 def team_rollout(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling,
                  joint_mode: str = "aligned") -> Rollout:
     """Every agent samples G answers to its own prompt; joint actions pair them (`joint_mode`)."""
     N = len(agents)
+    sampling = team_budget(sampling, task, N)
     prompts = [task.prompts(item, N) for item in items]                                # [B][N]
     gens = [generate(agent, [p[i] for p in prompts], sampling) for i, agent in enumerate(agents)]
     return Rollout(list(items), gens, joint_indices(N, sampling.num_generations, joint_mode))

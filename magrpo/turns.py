@@ -35,7 +35,7 @@ import torch
 
 from magrpo.feedback import Feedback, NodeView
 from magrpo.models import Agent, transcript
-from magrpo.rollout import Generation, Rollout, Sampling, generate, joint_indices, team_rollout
+from magrpo.rollout import Generation, Rollout, Sampling, generate, joint_indices, team_budget, team_rollout
 from magrpo.tasks import Scores, Task
 
 
@@ -101,6 +101,7 @@ def expand(agents: list[Agent], task: Task, feedback: Feedback, parent: Rollout,
     stats.degraded += feedback.degraded - before
     stats.feedback_s += time.perf_counter() - t0
     team = agents[:len(parent.samples)]
+    sampling = team_budget(sampling, task, len(team))
     gens = []
     for i, agent in enumerate(team):
         conversations = [parent.conversation(i, k) + [{"role": "assistant", "content": v.answers[i]},

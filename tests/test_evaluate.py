@@ -59,7 +59,9 @@ def test_every_scheme_reproduces_the_stored_numbers(tmp_path, task):
     """The evaluation schemes run on the shared rollout code and give the numbers recorded before
     they moved there (fixed seed, tiny agents); timings are left out. The numbers were drawn by
     transformers' `generate`, the path of `algo.share_prompt=false`; the shared-prompt sampler draws
-    from the same distribution with another random stream (tests/test_shared_prompt.py)."""
+    from the same distribution with another random stream (tests/test_shared_prompt.py). The
+    `single` numbers were recorded again when one model writing the joint answer got the team's
+    token budget (rollout.team_budget); the other schemes' are the originals."""
     from pathlib import Path
 
     want = json.loads((Path(__file__).parent / "data" / "golden_eval.json").read_text())[task]

@@ -43,3 +43,15 @@ def test_completion_mask_keeps_first_eos_and_drops_the_rest():
 def test_completion_mask_handles_several_eos_ids():
     m = completion_mask(torch.tensor([[4, 7, 8, 1]]), [7, 8])
     assert m.tolist() == [[1, 1, 0, 0]]
+
+
+def test_one_model_writing_the_joint_answer_gets_the_teams_token_budget():
+    from magrpo.rollout import Sampling, team_budget
+
+    class TwoAgentTask:
+        num_agents = 2
+
+    s = Sampling(num_generations=4, max_new_tokens=24)
+    assert team_budget(s, TwoAgentTask(), 1).max_new_tokens == 48     # grpo, ppo, the single baseline
+    assert team_budget(s, TwoAgentTask(), 2).max_new_tokens == 24     # each agent of the team
+    assert s.max_new_tokens == 24                                      # the caller's sampling is untouched
