@@ -65,7 +65,7 @@ def test_grpo_equals_magrpo_with_one_agent(make_cfg, tmp_path):
             assert a[step][key] == b[step][key], (step, key)
 
 
-@pytest.mark.parametrize("algo,extra", [("ippo", ["algo.critic=model"]), ("ppo", ["algo.kl_target=0.001"]),
+@pytest.mark.parametrize("algo,extra", [("ippo", ["algo.critic=model"]), ("ppo", ["algo.beta=0.05", "algo.kl_target=0.001"]),
                                         ("mappo", [])])
 def test_critics_optimizers_and_kl_controller_resume_exactly(make_cfg, tmp_path, algo, extra):
     common = [f"algo={algo}", "max_steps=4", "save_every=2", "eval.every=2", *FAST, *extra]

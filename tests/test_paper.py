@@ -44,6 +44,8 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
     else:
         algo = row.name.split("_")[0]
         assert cfg.algo.name == algo
+        if algo == "ppo":     # the paper's PPO baseline carries a KL penalty to its reference
+            assert cfg.algo.beta > 0
         if row.name.startswith("magrpo_2turn_"):
             assert cfg.algo.num_turns == 2 and cfg.feedback.mode == row.name.removeprefix("magrpo_2turn_")
     if table == "maporl":

@@ -19,9 +19,10 @@ from magrpo.schema import at_least, option
 @dataclass
 class PPOConfig(IPPOConfig):
     name: str = "ppo"
-    # Initial KL coefficient (needs a reference). 0.01, not the 0.05 of RLHF recipes: on the tiny
-    # embedded default a 0.05 penalty holds the policy at its start for some seeds.
-    beta: float = at_least(0, 0.01)
+    # Initial KL coefficient; > 0 loads the frozen reference and turns the penalty on (RLHF recipes
+    # use 0.05 with kl_target 6, as the paper rows under conf/experiment/paper/ do). Off by default:
+    # on the tiny embedded default any penalty held some seeds at their start.
+    beta: float = at_least(0, 0.0)
     kl_target: float | None = option(6.0, check=lambda v: v is None or v > 0,
                                      allowed="> 0, or null for a fixed coefficient")
     kl_horizon: int = at_least(1, 10000)
