@@ -38,8 +38,8 @@ from magrpo.table import (
     _md_escape,
     aggregate,
     mean_std,
+    save_and_report,
     save_curve_plot,
-    skipped_note,
     smooth,
     tex_escape,
 )
@@ -340,18 +340,8 @@ def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digit
           metrics: Sequence[str] | None = None) -> int:
     """Write table.md, table.csv, table.tex and the curves into `out`; print the markdown."""
     tables = build(runs, metrics)
-    md = to_markdown(tables, digits, notes)
-    if skipped:
-        md += "\n".join(skipped_note(skipped)) + "\n"
-    (out / "table.md").write_text(md)
-    write_csv(tables, out / "table.csv")
-    (out / "table.tex").write_text(to_latex(tables, digits))
-    pngs = plot_curves(tables, out, smooth_window) if plots else []
-    print(md)
-    print(f"{len(runs)} run(s), {sum(len(t.rows) for t in tables)} row(s), {len(tables)} task(s)"
-          + (f"; {len(skipped)} run(s) not in the table" if skipped else ""))
-    for name in ("table.md", "table.csv", "table.tex"):
-        print(f"wrote {out / name}")
-    for p in pngs:
-        print(f"wrote {p}")
+    save_and_report(out, to_markdown(tables, digits, notes), skipped, lambda path: write_csv(tables, path),
+                    to_latex(tables, digits), lambda: plot_curves(tables, out, smooth_window) if plots else [],
+                    f"{len(runs)} run(s), {sum(len(t.rows) for t in tables)} row(s), {len(tables)} task(s)"
+                    + (f"; {len(skipped)} run(s) not in the table" if skipped else ""))
     return 0

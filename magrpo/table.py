@@ -33,7 +33,7 @@ import os
 import re
 import statistics
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -737,22 +737,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
     md = to_markdown(tables, args.digits, notes)
+    n_methods = sum(len(t.rows) for t in tables)
+    save_and_report(out, md, skipped, lambda path: write_csv(tables, path), to_latex(tables, args.digits, notes),
+                    lambda: [] if args.no_plots else plot_curves(tables, out, args.smooth),
+                    f"{len(runs)} run(s), {n_methods} method(s), {len(tables)} task(s)"
+                    + (f"; {len(skipped)} run(s) skipped" if skipped else ""))
+    return 0
+
+
+def save_and_report(out: Path, md: str, skipped: Sequence[tuple[Path, str]], write_csv_to: Callable[[Path], None],
+                    tex: str, plot: Callable[[], list[Path]], counts: str) -> None:
+    """Write table.md (with the runs left out listed under it), table.csv, table.tex and the
+    curves into `out`, then print the markdown, `counts` and every file written."""
     if skipped:
         md += "\n".join(skipped_note(skipped)) + "\n"
     (out / "table.md").write_text(md)
-    write_csv(tables, out / "table.csv")
-    (out / "table.tex").write_text(to_latex(tables, args.digits, notes))
-    pngs = [] if args.no_plots else plot_curves(tables, out, args.smooth)
-
+    write_csv_to(out / "table.csv")
+    (out / "table.tex").write_text(tex)
+    pngs = plot()
     print(md)
-    n_methods = sum(len(t.rows) for t in tables)
-    print(f"{len(runs)} run(s), {n_methods} method(s), {len(tables)} task(s)"
-          + (f"; {len(skipped)} run(s) skipped" if skipped else ""))
+    print(counts)
     for name in ("table.md", "table.csv", "table.tex"):
         print(f"wrote {out / name}")
     for p in pngs:
         print(f"wrote {p}")
-    return 0
 
 
 if __name__ == "__main__":
