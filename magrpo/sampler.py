@@ -16,6 +16,15 @@ likely token is always kept), and position ids and the attention mask follow the
 prompt exactly as in `generate`, so the rows are draws from the same distribution, and with
 greedy decoding the same tokens (tests/test_shared_prompt.py). `model.generate` remains the path
 for `algo.share_prompt=false` and for models without a standard key/value cache.
+
+Decoding one token through `model(...)` costs far more than its arithmetic on a small model: the
+causal mask is rebuilt, the cache grows by concatenation (each step copies all of it), and every
+layer passes through several wrappers. For the Llama family (llama, mistral, qwen2, qwen3) the
+step is `LeanDecoder`: the same submodules called in the same order (so LoRA adapters, quantised
+linears and the model's own rotary embedding still apply), a key/value buffer written in place, a
+mask built once, and attention by the same `scaled_dot_product_attention` call as transformers'
+sdpa path. It gives the tokens of `model(...)` bit for bit on float32 (the tests compare with
+`model.generate`); any other model, attention kernel or hooked module takes the plain step.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import logging
 
 import torch
+import torch.nn.functional as F
 
 log = logging.getLogger(__name__)
 _FALLBACK_LOGGED: set[tuple[str, str]] = set()
@@ -90,6 +100,172 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_k
     return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=cdf.shape[-1] - 1)
 
 
+# --- the one-token step ----------------------------------------------------------------------------
+
+LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+# RoPE variants whose cos/sin depend only on the position (the "dynamic" ones rescale with the length seen).
+_STATIC_ROPE = ("default", "linear", "llama3", "yarn")
+_RMS_NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
+
+
+def _rms_norm(module, x: torch.Tensor) -> torch.Tensor:
+    # The fused kernel equals these models' RMSNorm bit for bit in float32 (not in bf16, where the
+    # module rounds before its weight multiply).
+    if x.dtype == torch.float32 and type(module).__name__ in _RMS_NORMS and \
+            not torch.is_autocast_enabled(x.device.type):
+        return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
+    return module(x)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    # The models' RoPE, x * cos + rotate_half(x) * sin with rotate_half(x) = [-x2, x1], written as
+    # x * cos + [x2, x1] * [-sin1, sin2]: one roll instead of a negation, two slices and a cat,
+    # and the same bits (a sign flip is exact).
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
+
+
+def _plain(module) -> bool:
+    return not (module._forward_hooks or module._forward_pre_hooks)
+
+
+def _linear(module):
+    """`module` as a callable; a plain nn.Linear becomes F.linear on its weights (what its forward
+    does, without the module call's overhead). LoRA and quantised layers stay modules."""
+    if type(module) is torch.nn.Linear and _plain(module):
+        weight, bias = module.weight, module.bias
+        return lambda x: F.linear(x, weight, bias)
+    return module
+
+
+_GATED_MLPS = ("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP")
+
+
+def _mlp(module):
+    """down_proj(act(gate_proj(x)) * up_proj(x)), these models' MLP, with its linears as `_linear`."""
+    if type(module).__name__ not in _GATED_MLPS or not _plain(module) or not _plain(module.act_fn):
+        return module
+    gate, up, down = _linear(module.gate_proj), _linear(module.up_proj), _linear(module.down_proj)
+    act = F.silu if type(module.act_fn).__name__ in ("SiLUActivation", "SiLU") else module.act_fn
+    return lambda x: down(act(gate(x)) * up(x))
+
+
+class LeanDecoder:
+    """The decoding step of a Llama-family causal LM without `model(...)`'s per-call overhead.
+
+    Per layer, as the model's own forward: h = x + o_proj(attn(rope(q), rope(k), v)) over
+    input_layernorm(x), then x = h + mlp(post_attention_layernorm(h)); logits = lm_head(norm(x)).
+    Key/values go into a [rows, kv_heads, P + T, head_dim] buffer per layer, written in place.
+    """
+
+    def __init__(self, lm):
+        self.lm, self.body = lm, lm.model
+        self.layers = list(self.body.layers)
+        self.lm_head = _linear(lm.lm_head)
+        # Per layer: its modules, plain linears and the MLP as direct calls (see _linear).
+        self.blocks = [(layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm,
+                        *(_linear(getattr(layer.self_attn, f"{x}_proj")) for x in "qkvo"), _mlp(layer.mlp))
+                       for layer in self.layers]
+
+    @classmethod
+    def of(cls, model) -> LeanDecoder | None:
+        """The lean step for `model` (a causal LM, or a peft model over one), or None when the plain
+        `model(...)` step must run: another architecture or attention kernel, sliding-window or
+        length-dependent RoPE layers, prompt-learning adapters, sharded (fsdp) weights, or hooks on
+        the modules the lean step does not call."""
+        lm = model
+        if hasattr(model, "get_base_model"):
+            config = getattr(model, "peft_config", {}).get(getattr(model, "active_adapter", None))
+            if config is None or getattr(config, "is_prompt_learning", False):
+                return None
+            lm = model.get_base_model()
+        config = getattr(lm, "config", None)
+        body = getattr(lm, "model", None)
+        if (config is None or getattr(config, "model_type", None) not in LEAN_MODEL_TYPES
+                or getattr(config, "_attn_implementation", None) != "sdpa"
+                or any(t != "full_attention" for t in (getattr(config, "layer_types", None) or []))
+                or getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
+                or not all(hasattr(body, a) for a in ("embed_tokens", "layers", "norm", "rotary_emb"))
+                or not hasattr(lm, "lm_head")
+                or getattr(body.rotary_emb, "rope_type", None) not in _STATIC_ROPE):
+            return None
+        for layer in body.layers:
+            attn = getattr(layer, "self_attn", None)
+            if not all(hasattr(layer, a) for a in ("input_layernorm", "post_attention_layernorm", "mlp")) or \
+                    not all(hasattr(attn, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim", "scaling")):
+                return None
+        # The modules whose forward the lean step replaces, norms included (fused above).
+        skipped = [model, lm, body, body.norm, *body.layers]
+        for layer in body.layers:
+            skipped += [layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm,
+                        getattr(layer.self_attn, "q_norm", None), getattr(layer.self_attn, "k_norm", None)]
+        if any(m is not None and (m._forward_hooks or m._forward_pre_hooks) for m in skipped):   # accelerate offload...
+            return None
+        if any(type(m).__name__.startswith("FSDP") for m in model.modules()):
+            return None
+        return cls(lm)
+
+    def start(self, cache, attention_mask: torch.Tensor, num_generations: int, max_new_tokens: int) -> bool:
+        """Take over the prefill's key/value cache ([B, kv_heads, P, head_dim] per layer), repeated
+        to B*G rows; False (nothing changed) when it is not one plain tensor pair per layer."""
+        layers = getattr(cache, "layers", None)
+        if layers is None or len(layers) != len(self.layers) or \
+                any(getattr(c, "keys", None) is None or c.keys.dim() != 4 for c in layers):
+            return False
+        G, P = num_generations, attention_mask.shape[1]
+        self.keys, self.values = [], []
+        for c in layers:
+            for src, out in ((c.keys, self.keys), (c.values, self.values)):
+                buf = src.new_empty(src.shape[0] * G, src.shape[1], P + max_new_tokens, src.shape[3])
+                buf[:, :, :P] = src.repeat_interleave(G, dim=0)
+                out.append(buf)
+        n, dev = attention_mask.shape[0] * G, attention_mask.device
+        self.P = P
+        # As transformers' sdpa path: no mask at all when no prompt is padded (a lone query token
+        # sees every key), else a boolean row mask.
+        self.mask = None
+        if not bool(attention_mask.all()):
+            self.mask = torch.ones(n, 1, 1, P + max_new_tokens, dtype=torch.bool, device=dev)
+            self.mask[:, 0, 0, :P] = attention_mask.repeat_interleave(G, dim=0).bool()
+        # Position of new token t: the row's prompt length + t. cos/sin of every position, once.
+        positions = attention_mask.long().sum(-1).repeat_interleave(G).unsqueeze(1) + \
+            torch.arange(max_new_tokens, device=dev)
+        probe = self.keys[0].new_zeros(1)
+        cos, sin = self.body.rotary_emb(probe, positions)          # [n, T, head_dim]
+        half = sin.shape[-1] // 2
+        self.cos, self.sin = cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), -1).unsqueeze(1)
+        return True
+
+    def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
+        """Logits [n, V] after new token t ([n]) of every row."""
+        n, end = tokens.shape[0], self.P + t + 1
+        cos, sin = self.cos[:, :, t:t + 1], self.sin[:, :, t:t + 1]
+        mask = self.mask[..., :end] if self.mask is not None else None
+        x = self.body.embed_tokens(tokens.unsqueeze(1))             # [n, 1, hidden]
+        for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp), keys, values in \
+                zip(self.blocks, self.keys, self.values):
+            d = attn.head_dim
+            h = _rms_norm(norm1, x)
+            q, k = q_proj(h).view(n, 1, -1, d), k_proj(h).view(n, 1, -1, d)
+            if hasattr(attn, "q_norm"):                              # qwen3: RMSNorm over each head
+                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
+            q = _rotate(q.transpose(1, 2), cos, sin)                 # [n, heads, 1, head_dim]
+            keys[:, :, end - 1:end] = _rotate(k.transpose(1, 2), cos, sin)
+            values[:, :, end - 1:end] = v_proj(h).view(n, 1, -1, d).transpose(1, 2)
+            dropout = getattr(attn, "attention_dropout", 0.0) if attn.training else 0.0
+            if mask is None:
+                out = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], dropout_p=dropout,
+                                                     scale=attn.scaling, enable_gqa=q.shape[1] != keys.shape[1])
+            else:
+                # One query token: its heads become kv_heads x group queries against the shared
+                # key/value heads (transformers' pack_gqa), with the row mask broadcast over them.
+                out = F.scaled_dot_product_attention(q.reshape(n, keys.shape[1], -1, d), keys[:, :, :end],
+                                                     values[:, :, :end], attn_mask=mask, dropout_p=dropout,
+                                                     scale=attn.scaling)
+            x = x + o_proj(out.reshape(n, 1, -1))
+            x = x + mlp(_rms_norm(norm2, x))
+        return self.lm_head(_rms_norm(self.body.norm, x))[:, -1]
+
+
 @torch.no_grad()
 def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_generations: int,
                          max_new_tokens: int, eos_token_ids: list[int], pad_token_id: int, do_sample: bool = True,
@@ -106,13 +282,21 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     cache = out.past_key_values
     if cache is None or not hasattr(cache, "batch_repeat_interleave"):
         return None
-    cache.batch_repeat_interleave(G)
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)
     n, P = logits.shape[0], input_ids.shape[1]
-    # The attention mask of the whole sequence, written once; step t reads its first P + t + 1 columns.
-    attn = torch.ones(n, P + max_new_tokens, dtype=attention_mask.dtype, device=dev)
-    attn[:, :P] = attention_mask.repeat_interleave(G, dim=0)
-    next_pos = prompt_len.repeat_interleave(G).unsqueeze(1)       # position of the first new token
+    lean = LeanDecoder.of(model)
+    if lean is not None and lean.start(cache, attention_mask, G, max_new_tokens):
+        step = lean.step
+    else:
+        cache.batch_repeat_interleave(G)
+        # The attention mask of the whole sequence, written once; step t reads its first P + t + 1 columns.
+        attn = torch.ones(n, P + max_new_tokens, dtype=attention_mask.dtype, device=dev)
+        attn[:, :P] = attention_mask.repeat_interleave(G, dim=0)
+        next_pos = prompt_len.repeat_interleave(G).unsqueeze(1)       # position of the first new token
+
+        def step(tok: torch.Tensor, t: int) -> torch.Tensor:
+            return model(input_ids=tok.unsqueeze(1), attention_mask=attn[:, :P + t + 1], position_ids=next_pos + t,
+                         past_key_values=cache, use_cache=True).logits[:, -1]
     tokens = torch.full((n, max_new_tokens), pad_token_id, dtype=input_ids.dtype, device=dev)
     eos = torch.tensor(eos_token_ids, dtype=input_ids.dtype, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
@@ -126,7 +310,5 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
             done |= torch.isin(tok, eos)
         if t + 1 == max_new_tokens or bool(done.all()):
             break
-        out = model(input_ids=tok.unsqueeze(1), attention_mask=attn[:, :P + t + 1], position_ids=next_pos + t,
-                    past_key_values=cache, use_cache=True)
-        logits = out.logits[:, -1]
+        logits = step(tok, t)
     return tokens[:, :steps]

@@ -227,3 +227,101 @@ def test_actor_critic_updates_give_the_same_gradients_with_and_without_sharing(m
     _assert_close(got[1][0], got[0][0])
     for k in ("value_mean", "loss", "value_loss", "entropy"):
         assert got[1][1][k] == pytest.approx(got[0][1][k], abs=1e-5), k
+
+
+# --- the lean decoding step ------------------------------------------------------------------------
+
+def _random_lm(kind: str, attn: str = "sdpa"):
+    """A two-layer random model of each Llama-family architecture, grouped-query attention."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config
+
+    configs = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config, "qwen3": Qwen3Config}
+    extra = {"sliding_window": None} if kind == "mistral" else {}
+    cfg = configs[kind](hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        intermediate_size=128, vocab_size=300, max_position_embeddings=512, **extra)
+    cfg._attn_implementation = attn
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(cfg).eval()
+
+
+def _prompt_batch(padded: bool):
+    torch.manual_seed(1)
+    ids = torch.randint(3, 300, (3, 9))
+    mask = torch.ones_like(ids)
+    if padded:
+        mask[0, :4] = 0
+        mask[2, :2] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
+@pytest.mark.parametrize("padded", [True, False])
+def test_lean_step_gives_the_greedy_tokens_of_model_generate(kind, padded):
+    from magrpo.sampler import LeanDecoder, sample_shared_prompt
+
+    model = _random_lm(kind)
+    assert LeanDecoder.of(model) is not None
+    ids, mask = _prompt_batch(padded)
+    got = sample_shared_prompt(model, ids, mask, 2, 20, [], 0, do_sample=False)
+    want = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=20,
+                          min_new_tokens=20, pad_token_id=0, eos_token_id=None)[:, ids.shape[1]:]
+    assert got.shape == (6, 20)
+    assert torch.equal(got, want.repeat_interleave(2, dim=0))
+
+
+def _decode_both_ways(model, ids, mask, monkeypatch, **kw):
+    """Sampled tokens through the lean step and through the plain model(...) step, same seed."""
+    from magrpo import sampler
+
+    out = []
+    for lean in (True, False):
+        with monkeypatch.context() as m:
+            if not lean:
+                m.setattr(sampler.LeanDecoder, "of", classmethod(lambda cls, model: None))
+            torch.manual_seed(3)
+            out.append(sampler.sample_shared_prompt(model, ids, mask, 4, 16, [7], 0, **kw))
+    return out
+
+
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3"])
+def test_lean_step_samples_the_same_tokens_as_the_plain_step(kind, monkeypatch):
+    # Same logits bit for bit, so the same draws from the same generator, EOS stops included.
+    model = _random_lm(kind)
+    ids, mask = _prompt_batch(True)
+    lean, plain = _decode_both_ways(model, ids, mask, monkeypatch, do_sample=True, temperature=1.3, top_p=0.9)
+    assert torch.equal(lean, plain)
+
+
+def test_lean_step_serves_the_builtin_model_and_lora_agents(make_cfg, monkeypatch):
+    from magrpo.sampler import LeanDecoder
+
+    for agents_cfg in ("tiny", "tiny_lora"):
+        _, agents = _agents(make_cfg, [f"agents={agents_cfg}"])
+        for agent in agents:
+            agent.activate()
+            assert LeanDecoder.of(agent.model) is not None, agents_cfg
+            ids, mask, _ = agent.encode_prompts(PROMPTS, 1024)
+            lean, plain = _decode_both_ways(agent.model, ids, mask, monkeypatch, do_sample=True)
+            assert torch.equal(lean, plain), agents_cfg
+
+
+def test_models_the_lean_step_cannot_serve_take_the_plain_step(monkeypatch):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from magrpo.sampler import LeanDecoder, sample_shared_prompt
+
+    assert LeanDecoder.of(_random_lm("qwen2", attn="eager")) is None
+    assert LeanDecoder.of(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=300))) is None
+    windowed = _random_lm("qwen2")
+    windowed.config.layer_types = ["sliding_attention", "full_attention"]
+    assert LeanDecoder.of(windowed) is None
+    # A hook on a module the lean step would skip (what accelerate's offloading installs) must run.
+    model = _random_lm("llama")
+    calls = []
+    handle = model.model.layers[1].register_forward_hook(lambda *a: calls.append(1))
+    assert LeanDecoder.of(model) is None
+    ids, mask = _prompt_batch(True)
+    got = sample_shared_prompt(model, ids, mask, 2, 6, [], 0, do_sample=False)
+    assert len(calls) == 6                                       # the prefill and five decoding steps
+    handle.remove()
+    assert torch.equal(got, sample_shared_prompt(model, ids, mask, 2, 6, [], 0, do_sample=False))
