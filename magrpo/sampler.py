@@ -198,7 +198,7 @@ class LeanDecoder:
         for layer in body.layers:
             skipped += [layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm,
                         getattr(layer.self_attn, "q_norm", None), getattr(layer.self_attn, "k_norm", None)]
-        if any(m is not None and (m._forward_hooks or m._forward_pre_hooks) for m in skipped):   # accelerate offload...
+        if any(m is not None and not _plain(m) for m in skipped):   # accelerate offload...
             return None
         if any(type(m).__name__.startswith("FSDP") for m in model.modules()):
             return None
