@@ -162,8 +162,11 @@ class LeanDecoder:
         self.layers = list(self.body.layers)
         self.lm_head = _linear(lm.lm_head)
         # Per layer: its modules, plain linears and the MLP as direct calls (see _linear).
+        # qwen3 also normalises each head's query and key (q_norm, k_norm); looked up once, not per step.
         self.blocks = [(layer.self_attn, layer.input_layernorm, layer.post_attention_layernorm,
-                        *(_linear(getattr(layer.self_attn, f"{x}_proj")) for x in "qkvo"), _mlp(layer.mlp))
+                        *(_linear(getattr(layer.self_attn, f"{x}_proj")) for x in "qkvo"), _mlp(layer.mlp),
+                        (layer.self_attn.q_norm, layer.self_attn.k_norm) if hasattr(layer.self_attn, "q_norm")
+                        else None)
                        for layer in self.layers]
 
     @classmethod
@@ -241,13 +244,13 @@ class LeanDecoder:
         cos, sin = self.cos[:, :, t:t + 1], self.sin[:, :, t:t + 1]
         mask = self.mask[..., :end] if self.mask is not None else None
         x = self.body.embed_tokens(tokens.unsqueeze(1))             # [n, 1, hidden]
-        for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp), keys, values in \
+        for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp, qk_norm), keys, values in \
                 zip(self.blocks, self.keys, self.values):
             d = attn.head_dim
             h = _rms_norm(norm1, x)
             q, k = q_proj(h).view(n, 1, -1, d), k_proj(h).view(n, 1, -1, d)
-            if hasattr(attn, "q_norm"):                              # qwen3: RMSNorm over each head
-                q, k = _rms_norm(attn.q_norm, q), _rms_norm(attn.k_norm, k)
+            if qk_norm is not None:
+                q, k = _rms_norm(qk_norm[0], q), _rms_norm(qk_norm[1], k)
             q = _rotate(q.transpose(1, 2), cos, sin)                 # [n, heads, 1, head_dim]
             keys[:, :, end - 1:end] = _rotate(k.transpose(1, 2), cos, sin)
             values[:, :, end - 1:end] = v_proj(h).view(n, 1, -1, d).transpose(1, 2)
