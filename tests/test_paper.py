@@ -257,8 +257,10 @@ def test_normalized_return_divides_out_shift_and_scale_and_uses_each_forms_maxim
     assert task("arxiv").normalized_return(3.0, 1) == pytest.approx(1.0)
     he = task("humaneval")
     assert he.normalized_return(2.0, 2) == pytest.approx(0.5) and he.normalized_return(2.1, 1) == pytest.approx(1.0)
-    # total = (raw + shift) * scale: raw 3.0 of 4.0 -> (3 - 4) * 2 = -2
-    assert task("humaneval", "reward.shift=-4", "reward.scale=2").normalized_return(-2.0, 2) == pytest.approx(0.75)
+    # total = raw * scale + shift: raw 3.0 of 4.0 -> 3 * 2 - 4 = 2
+    assert task("humaneval", "reward.shift=-4", "reward.scale=2").normalized_return(2.0, 2) == pytest.approx(0.75)
+    # the case: an optimal length_ratio answer under scale 0.5, shift 3 totals 3.5 and is 1.0
+    assert task("length_ratio", "reward.scale=0.5", "reward.shift=3").normalized_return(3.5, 2) == pytest.approx(1.0)
     assert task("length_ratio").normalized_return(0.25, 2) == pytest.approx(0.25)
 
 

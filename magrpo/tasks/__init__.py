@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from magrpo.registry import registrar
-from magrpo.tasks.base import Item, Scores, Task, columns
+from magrpo.tasks.base import Item, Scores, Task, columns, raw_reward
 
 TASKS: dict[str, type[Task]] = {}
 
@@ -40,4 +40,4 @@ def build_task(cfg: Any, reward_cfg: Any, sandbox: Any = None) -> Task:
     return TASKS[name](cfg, reward_cfg, sandbox)
 
 
-__all__ = ["Item", "Scores", "Task", "TASKS", "available_tasks", "build_task", "columns", "register_task"]
+__all__ = ["Item", "Scores", "Task", "TASKS", "available_tasks", "build_task", "columns", "raw_reward", "register_task"]

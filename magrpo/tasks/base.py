@@ -41,6 +41,14 @@ class Scores(list):
         return cls(totals, comps, extras)
 
 
+def raw_reward(total: float, shift: float = 0.0, scale: float = 1.0) -> float:
+    """Undo the reward's composition `total = raw * scale + shift` (every task composes it so):
+    raw = (total - shift) / scale. The one inverse: normalized returns and tables call it."""
+    if not scale:
+        raise ValueError("reward.scale=0 cannot be inverted: every total is the shift")
+    return (total - shift) / scale
+
+
 def columns(items: Sequence[Item]) -> dict[str, list[Any]]:
     """Items as TRL-style keyword columns: {key: [value per item]}."""
     keys = list(dict.fromkeys(k for it in items for k in it))
@@ -138,13 +146,13 @@ class Task:
         return None
 
     def normalized_return(self, reward: float, num_answers: int) -> float | None:
-        """reward / maximum, on the raw scale: total = (raw + shift) * scale, so
-        raw = total / scale - shift and the result is raw / reward_max (1.0 = every level paid)."""
+        """The raw reward (`raw_reward`: shift and scale undone) as a fraction of `reward_max`:
+        1.0 = every level paid, whatever `reward.shift` and `reward.scale` are."""
         top = self.reward_max(num_answers)
         if not top:
             return None
         shift, scale = self.reward_cfg.get("shift", 0.0), self.reward_cfg.get("scale", 1.0)
-        return (reward / scale - shift) / top
+        return raw_reward(reward, shift, scale) / top
 
     # -- evaluation metrics -----------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
