@@ -17,7 +17,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from magrpo.sandbox.limits import ISOLATION_CHOICES
-from magrpo.schema import ConfigError, at_least, check_values, option, positive, within
+from magrpo.schema import ConfigError, at_least, check_values, did_you_mean, option, positive, within
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
 DEVICES = "cpu, cuda, cuda:N, mps"
@@ -184,7 +184,9 @@ class EvalRunSchema(TrainSchema):
 
 
 def register_schemas() -> None:
-    """Give Hydra every algorithm's defaults, from its schema, as `schema/algo/<name>`.
+    """Give Hydra every algorithm's defaults, from its schema, as `schema/algo/<name>`. Every entry
+    point calls it first (launch.cli_main), and so must code that composes `conf/` with Hydra's
+    compose API (the tests' conftest does); calling it again is harmless.
 
     Each conf/algo/<name>.yaml starts from them (`defaults: [/schema/algo@_here_: <name>]`) and
     holds only what differs, so the dataclass stays the one source of defaults while
@@ -213,7 +215,8 @@ def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
         key = f"{prefix}{e.full_key}" if e.full_key else prefix.rstrip(".")
         node = key.rsplit(".", 1)[0] if "." in key else "the top level"
         allowed = _keys_at(schema, key[len(prefix):].rsplit(".", 1)[0] if "." in key[len(prefix):] else "")
-        raise ConfigError(f"unknown config key {key!r}; keys allowed in {node}: {', '.join(allowed)}") from None
+        raise ConfigError(f"unknown config key {key!r}; keys allowed in {node}: {', '.join(allowed)}"
+                          f"{did_you_mean(key.rsplit('.', 1)[-1], allowed)}") from None
     except ValidationError as e:
         key = f"{prefix}{e.full_key}"
         raise ConfigError(f"{key}={e.value!r} has the wrong type: {str(e).splitlines()[0]}") from None
@@ -387,8 +390,7 @@ def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
 def _validate_eval(cfg: DictConfig) -> None:
     from magrpo import checkpoint
     from magrpo.algos import ALGOS
-    from magrpo.evaluate import BASELINES
-    from magrpo.rollout import SCHEMES
+    from magrpo.rollout import BASELINES, SCHEMES
 
     num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
     methods = list(cfg.methods) if cfg.methods is not None else (["team"] if cfg.checkpoint else BASELINES)

@@ -22,12 +22,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config import ConfigError, EvalRunSchema, validate
-from magrpo.launch import as_setup_error, exit_if_sweep_failed, run_job
-from magrpo.train import CONF_DIR, output_dir, quiet_progress_bars
+from magrpo.launch import CONF_DIR, as_setup_error, check_run_dir, cli_main, output_dir, run_job
+from magrpo.rollout import BASELINES
 
 log = logging.getLogger("magrpo")
 
-BASELINES = ["single", "naive_concat", "sequential", "discussion"]
 # Columns of eval.md, in this order, when present.
 HEADLINE = ["reward_mean", "reward_std", "turn_1/reward_mean", "accuracy", "majority_accuracy",
             "turn_1/accuracy", "turn_1/majority_accuracy", "pass@1", "pass@3", "pass@5", "pass@10", "turn_1/pass@1",
@@ -68,6 +67,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
     from magrpo.tracking import RunStatus
 
     out = output_dir(cfg)
+    check_run_dir(out)
     with RunStatus(out, kind="eval", heartbeat=False) as status:
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
         status.phase = "setup"
@@ -75,7 +75,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
-    from magrpo.evaluation import eval_sampling, evaluate
+    from magrpo.eval_loop import eval_sampling, evaluate
     from magrpo.feedback import build_feedback
     from magrpo.models import load_agent_weights, load_agents
     from magrpo.tasks import build_task
@@ -143,9 +143,7 @@ def _hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    quiet_progress_bars()
-    _hydra_main()
-    exit_if_sweep_failed()
+    cli_main(_hydra_main, "magrpo-eval", "eval")
 
 
 if __name__ == "__main__":

@@ -26,8 +26,9 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
-from magrpo.schema import ConfigError, SetupError
+from magrpo.schema import ConfigError, SetupError, did_you_mean
 
 log = logging.getLogger("magrpo")
 
@@ -38,6 +39,23 @@ def conf_dir() -> Path:
     here = Path(__file__).resolve().parent
     repo = here.parent / "conf"
     return repo if (repo / "train.yaml").is_file() else here / "conf"
+
+
+CONF_DIR = str(conf_dir())
+
+
+def output_dir(cfg: DictConfig) -> Path:
+    try:
+        return Path(str(cfg.output_dir))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"output_dir cannot be resolved: {str(e).splitlines()[0]}") from None
+
+
+def quiet_progress_bars() -> None:
+    """HF's per-file progress bars (every checkpoint save and load) drown the training log."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
 
 
 # -- run directory names -------------------------------------------------------------------------
@@ -102,6 +120,10 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
     None for a failed job of a multirun."""
     multirun, name = _job()
     where = f"{name}: " if multirun else ""
+    try:
+        CURRENT_RUN["dir"] = output_dir(cfg)
+    except ConfigError:
+        CURRENT_RUN["dir"] = None
     try:
         return fn(cfg)
     except ConfigError as e:
@@ -169,3 +191,191 @@ class SweepReport(Callback):
 def exit_if_sweep_failed() -> None:
     if FAILED_JOBS:
         sys.exit(1)
+
+
+# -- one run per directory -----------------------------------------------------------------------
+# What a run leaves that a second run would mix into (Hydra's .hydra/ and log are rewritten by
+# every start, so they do not count as a run on their own).
+RUN_RECORDS = ("metrics.jsonl", "checkpoints", "eval.json")
+
+
+def check_run_dir(run_dir: Path, resume: Any = None, key: str = "output_dir") -> None:
+    """Refuse to write into a directory that holds another run, finished or not, unless `resume`
+    names a checkpoint of that very run (resuming continues it in place). A directory whose run
+    stopped before recording anything (a config error, say) holds nothing to lose and is reused."""
+    run_dir = Path(run_dir)
+    held = [name for name in RUN_RECORDS if (run_dir / name).exists()]
+    if not held:
+        return
+    if resume:
+        try:
+            inside = Path(str(resume)).expanduser().resolve().is_relative_to(run_dir.resolve())
+        except OSError:
+            inside = False
+        if inside:
+            return
+    from magrpo.tracking import read_status
+
+    status, summary = read_status(run_dir)
+    what = f"a {status} run" + (f" of {summary['steps']} step(s)" if summary.get("steps") else "")
+    way_out = (f"resume it in place with resume={run_dir} (and its overrides), or " if (run_dir / "checkpoints").is_dir()
+               else "")
+    raise ConfigError(f"{key}={str(run_dir)!r} already holds {what} ({', '.join(held)}); a run never writes into "
+                      f"another run's directory: {way_out}give this one another directory "
+                      f"(hydra.run.dir=... or output_dir=...)")
+
+
+class RunDirGuard(Callback):
+    """Checks the run (or sweep) directory before Hydra writes its .hydra/ copy and log into it, so
+    a run refused for an occupied directory changes nothing there. Hydra turns an exception of a
+    callback into a warning and goes on, so the refusal exits here (2, as any config error)."""
+
+    def __init__(self, prog: str = "magrpo") -> None:
+        self.prog = prog
+
+    def _check(self, dirs: list[Path], resume: Any, key: str) -> None:
+        try:
+            for d in dirs:
+                check_run_dir(d, resume, key)
+        except ConfigError as e:
+            report(self.prog, f"config error: {e}")
+            sys.exit(2)
+
+    def on_run_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            run_dir = Path(str(config.hydra.run.dir))
+        except OmegaConfBaseException:
+            return      # resolved again by Hydra, which reports the problem
+        self._check([run_dir], OmegaConf.select(config, "resume", default=None), "hydra.run.dir")
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        try:
+            sweep_dir = Path(str(config.hydra.sweep.dir))
+        except OmegaConfBaseException:
+            return
+        if sweep_dir.is_dir():
+            self._check(job_dirs(sweep_dir), None, "hydra.sweep.dir")
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None:
+    """What every Hydra entry point runs: register the schemas, run the app, and turn what Hydra
+    would report with its own words (a mistyped key, an unknown group option) or a traceback
+    (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
+    from magrpo.config import register_schemas
+
+    register_schemas()
+    quiet_progress_bars()
+    user_full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"   # composition errors reach us as exceptions, not as Hydra's text
+    try:
+        hydra_main()
+    except KeyboardInterrupt:
+        print(f"{prog}: {interrupt_report(prog)}", file=sys.stderr, flush=True)
+        sys.exit(130)
+    except Exception as e:
+        msg = explain_override_error(e, config_name, sys.argv[1:])
+        if msg is None or user_full_error == "1":
+            raise
+        report(prog, f"config error: {msg}")
+        sys.exit(2)
+    exit_if_sweep_failed()
+
+
+def _overrides(argv: list[str]) -> list[str]:
+    return [a for a in argv if not a.startswith("-")]
+
+
+def _group_options(group: str) -> list[str]:
+    root = Path(CONF_DIR) / group
+    return sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+
+
+def explain_override_error(exc: BaseException, config_name: str, argv: list[str]) -> str | None:
+    """Our message for an override Hydra could not apply, or None for anything else."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
+        group, _, bad = exc.missing_cfg_file.rpartition("/")
+        return (f"{group}={bad!r} is not an option of the config group {group!r}; choose one of: "
+                f"{', '.join(exc.options)}{did_you_mean(bad, exc.options)}")
+    if isinstance(exc, OverrideParseException):
+        return (f"cannot parse the overrides ({str(exc).splitlines()[0]}); quote values with brackets, "
+                f"commas or spaces, e.g. task.data.eval_split='test[:32]'")
+    if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):
+        for arg in _overrides(argv):
+            group, _, value = arg.lstrip("+~").partition("=")
+            options = _group_options(group)
+            if options and value not in options:
+                return (f"{group}={value!r} is not an option of the config group {group!r}; choose one of: "
+                        f"{', '.join(options)}{did_you_mean(value, options)}")
+        return None
+    key = getattr(exc.__cause__, "full_key", None)
+    if isinstance(exc, ConfigCompositionException) and key:
+        import re
+
+        m = re.match(r"Could not override '([^']+)'", str(exc))
+        typed = m.group(1) if m else key
+        parent, _, leaf = typed.rpartition(".")
+        allowed = _keys_at(config_name, [a for a in _overrides(argv) if a.lstrip("+~").partition("=")[0] != typed],
+                           parent)
+        where = f"in {parent}" if parent else "at the top level"
+        listing = f"; keys allowed {where}: {', '.join(allowed)}" if allowed else ""
+        return f"unknown config key {typed!r}{listing}{did_you_mean(leaf, allowed)}"
+    return None
+
+
+def _keys_at(config_name: str, overrides: list[str], dotted: str) -> list[str]:
+    """Keys of the node `dotted` of the config composed with `overrides` (sweep values: the first);
+    [] when that cannot be composed."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        single = [o.input_line if not o.is_sweep_override() else
+                  f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" for o in parsed]
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=single)
+        node = OmegaConf.select(cfg, dotted) if dotted else cfg
+    except Exception:
+        return []
+    finally:
+        GlobalHydra.instance().clear()
+    return sorted(str(k) for k in node.keys()) if OmegaConf.is_dict(node) else []
+
+
+# -- interrupts ----------------------------------------------------------------------------------
+CURRENT_RUN: dict[str, Any] = {}     # the run directory of the job running in this process
+
+
+def interrupt_report(prog: str) -> str:
+    """One line for Ctrl-C: the step reached, the status recorded and the exact resume command."""
+    import shlex
+
+    from magrpo.tracking import read_status
+
+    run_dir = CURRENT_RUN.get("dir")
+    if run_dir is None:
+        return "interrupted before a run started; nothing was written"
+    status, summary = read_status(run_dir)
+    where = f"interrupted at step {summary.get('steps', 0)}; {run_dir}/summary.json says {status}"
+    try:
+        from magrpo.checkpoint import resolve
+
+        ckpt = resolve(run_dir, "resume")
+    except Exception:
+        return f"{where}; no checkpoint was saved, so it cannot be resumed (save_every=N saves one every N steps)"
+    try:
+        import yaml
+
+        given = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, ValueError):
+        given = _overrides(sys.argv[1:])
+    keep = [o for o in given if o.partition("=")[0].lstrip("+~") not in ("resume", "hydra.run.dir", "output_dir")]
+    cmd = shlex.join([prog, *keep, f"resume={run_dir}", f"hydra.run.dir={run_dir}"])
+    return f"{where} (checkpoint {Path(ckpt).name}); resume with: {cmd}"

@@ -169,11 +169,21 @@ def _load_model(spec: Any, path: str, device: torch.device):
 def _loading(spec: Any, index: int | str):
     """Any failure to load agent `index`'s model or tokenizer is a SetupError that names the model."""
     try:
+        if not looks_local(spec.name_or_path) and not str(spec.name_or_path).startswith(BUILTIN_PREFIX):
+            from magrpo import hub
+
+            hub.ensure_mode()       # offline: the cache only, and a fast failure
         yield
     except Exception as e:
+        from magrpo import hub
+
+        if not looks_local(spec.name_or_path) and hub.offline_reason() is not None:
+            raise SetupError(f"could not load agents.models[{index}]: "
+                             + hub.unreachable_hint("model", spec.name_or_path, f"agents.models.{index}.name_or_path")
+                             ) from e
         hint = ""
         if isinstance(e, OSError) and not looks_local(spec.name_or_path):
-            hint = (f" Offline, download it first (huggingface-cli download {spec.name_or_path}) and give its "
+            hint = (f" Offline, download it first (hf download {spec.name_or_path} --local-dir DIR) and give its "
                     f"local path: agents.models.{index}.name_or_path=DIR")
         raise SetupError(f"could not load model {spec.name_or_path!r} (agents.models[{index}]): "
                          f"{type(e).__name__}: {str(e).strip().rstrip('.')}.{hint}") from e

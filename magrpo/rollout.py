@@ -297,6 +297,8 @@ def credit(rewards: torch.Tensor, joint: torch.Tensor, agent: int, num_generatio
 
 Scheme = Callable[[list[Agent], Task, list[dict], Sampling], Rollout]
 SCHEMES: dict[str, Scheme] = {}
+# The untrained prompting baselines `magrpo-eval` runs when no checkpoint is given.
+BASELINES = ["single", "naive_concat", "sequential", "discussion"]
 
 
 def register_scheme(*names: str) -> Callable[[Scheme], Scheme]:

@@ -36,6 +36,14 @@ class SetupError(RuntimeError):
 Choices = Sequence[Any] | Callable[[], Sequence[Any]]
 
 
+def did_you_mean(bad: Any, allowed: Sequence[Any]) -> str:
+    """"; did you mean 'X'?" for the allowed name closest to a misspelt one, else ""."""
+    import difflib
+
+    close = difflib.get_close_matches(str(bad), [str(a) for a in allowed], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def option(default: Any = dataclasses.MISSING, *, check: Callable[[Any], bool] | None = None,
            allowed: str = "", choices: Choices | None = None, finite: bool = True,
            default_factory: Callable[[], Any] | None = None) -> Any:
@@ -105,7 +113,7 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
         choices = meta.get("choices")
         if choices is not None and value not in (allowed := _choices(choices)):
             raise ConfigError(f"{key}={value!r} is not allowed; choose one of: "
-                              f"{', '.join(str(a) for a in allowed)}")
+                              f"{', '.join(str(a) for a in allowed)}{did_you_mean(value, allowed)}")
         check = meta.get("check")
         if check is not None and (value is None or not check(value)):
             raise ConfigError(f"{key}={value!r} is out of range; it must be {meta.get('allowed') or 'valid'}")

@@ -261,6 +261,31 @@ class RunStatus:
             pass
 
 
+def set_aside_after(run_dir: Path, step: int) -> int:
+    """A run resumed in place from step `step` logs the steps after it again: the rows its first
+    attempt logged after `step` move from metrics.jsonl to metrics.after_step_<step>.jsonl (kept,
+    not lost), so metrics.jsonl holds one history. Returns how many rows moved."""
+    path = Path(run_dir) / "metrics.jsonl"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return 0
+    keep, later = [], []
+    for line in lines:
+        try:
+            row_step = json.loads(line).get("step", 0)
+        except (json.JSONDecodeError, AttributeError):
+            row_step = 0
+        (later if isinstance(row_step, (int, float)) and row_step > step else keep).append(line)
+    if later:
+        with open(path.with_name(f"metrics.after_step_{step}.jsonl"), "a") as f:
+            f.write("\n".join(later) + "\n")
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        os.replace(tmp, path)
+    return len(later)
+
+
 def write_summary(run_dir: Path, data: dict) -> None:
     """summary.json of `run_dir`, through the run's RunStatus when one is alive in this process."""
     status = _ACTIVE.get(str(Path(run_dir).resolve()))

@@ -19,56 +19,65 @@ from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
-from omegaconf.errors import OmegaConfBaseException
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from magrpo import distributed
-from magrpo.config import ConfigError, register_schemas, validate
-from magrpo.launch import as_setup_error, conf_dir, exit_if_sweep_failed, run_job
+from magrpo.config import ConfigError, validate
+from magrpo.launch import (
+    CONF_DIR,
+    as_setup_error,
+    check_run_dir,
+    cli_main,
+    output_dir,
+    quiet_progress_bars,
+    run_job,
+)
 
 log = logging.getLogger("magrpo")
-CONF_DIR = str(conf_dir())
-register_schemas()
-
-
-def quiet_progress_bars() -> None:
-    """HF's per-file progress bars (every checkpoint save and load) drown the training log."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
-
-
-def output_dir(cfg: DictConfig) -> Path:
-    try:
-        return Path(str(cfg.output_dir))
-    except OmegaConfBaseException as e:
-        raise ConfigError(f"output_dir cannot be resolved: {str(e).splitlines()[0]}") from None
+__all__ = ["CONF_DIR", "main", "run", "sweep_value"]
 
 
 def run(cfg: DictConfig) -> dict:
     """Validate, build and train; returns the final summary. Usable without Hydra (tests).
 
-    The run directory is claimed first (no other live run may write it); whatever stops the run
-    after that is recorded in its summary.json (status, phase, reason). Under torchrun, rank 0
-    owns the run directory and its status; the other ranks only train."""
-    from magrpo.tracking import RunStatus
+    The run directory is checked (it must not hold another run, unless this run resumes it in
+    place) and claimed (no other live run may write it); whatever stops the run after that is
+    recorded in its summary.json (status, phase, reason). Under torchrun, rank 0 owns the run
+    directory and its status; the other ranks only train."""
+    from magrpo.tracking import RunStatus, read_status
 
     out = output_dir(cfg)
     if int(os.environ.get("RANK", "0")) > 0:
         return _fit(validate(cfg), out)
+    check_run_dir(out, cfg.get("resume"))
+    before = read_status(out)[0]          # a run resumed in place: its status before this one claims it
     with RunStatus(out, kind="train") as status:
         cfg = validate(cfg)
+        if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):
+            from magrpo.checkpoint import checkpoint_step
+            from magrpo.tracking import set_aside_after
+
+            step = checkpoint_step(Path(cfg.resume))
+            if moved := set_aside_after(out, step):
+                log.info("resuming in place from step %d: %d later row(s) of metrics.jsonl moved to "
+                         "metrics.after_step_%d.jsonl", step, moved, step)
         status.phase = "setup"
         status.write({"status": "running", "kind": "train", "phase": "setup",
                       "config": {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed}})
-        return _fit(cfg, out, status)
+        result = _fit(cfg, out, status, before)
+        result["sweep_value"] = sweep_value(cfg, result["final_eval"])   # a failure here marks the run failed
+    metric = cfg.get("optimized_metric") or result["primary_metric"]
+    first = (result["initial_eval"] or {}).get(metric)
+    log.info("finished: %d steps in %.0f s; %s %s%.4f (final eval); run dir %s", result["steps"],
+             result["wall_seconds"], metric, "" if first is None else f"{first:.4f} -> ", result["sweep_value"], out)
+    return result
 
 
-def _fit(cfg: DictConfig, out: Path, status=None) -> dict:
+def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing") -> dict:
     from magrpo.trainer import Trainer
 
     try:
-        trainer = as_setup_error(lambda: Trainer(cfg, out))
+        trainer = as_setup_error(lambda: Trainer(cfg, out, status_before=before))
         if status is not None:
             status.phase = "training"
         result = trainer.fit()
@@ -86,13 +95,13 @@ def _fit(cfg: DictConfig, out: Path, status=None) -> dict:
 
 def _run_and_score(cfg: DictConfig) -> float:
     quiet_progress_bars()   # again: joblib workers do not run main()
-    result = run(cfg)
-    return sweep_value(cfg, result["final_eval"])
+    return run(cfg)["sweep_value"]
 
 
 def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
     """The value a Hydra sweeper (Optuna...) optimises: `optimized_metric` of the final evaluation,
-    by default the task's primary metric (pass@1 for coding, the normalized return for writing)."""
+    by default the task's primary metric (pass@1 for coding, the normalized return for writing).
+    The trainer checks at start that the evaluation reports it (Trainer.check_metrics)."""
     from magrpo.tasks import TASKS, available_tasks
 
     available_tasks()
@@ -122,10 +131,8 @@ def quiet_other_ranks() -> None:
 
 @record        # under torchrun, a failing rank's traceback is what the launcher reports
 def main() -> None:
-    quiet_progress_bars()
     quiet_other_ranks()
-    _hydra_main()
-    exit_if_sweep_failed()
+    cli_main(_hydra_main, "magrpo-train", "train")
 
 
 if __name__ == "__main__":

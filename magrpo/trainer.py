@@ -23,10 +23,10 @@ from tqdm import tqdm
 from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
 from magrpo.checkpoint import STATE_FILE
-from magrpo.evaluation import eval_sampling, evaluate
+from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
-from magrpo.schema import ConfigError
+from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import Task, build_task
 from magrpo.tracking import RunLogger, read_status, run_identity
 from magrpo.turns import TurnSpec
@@ -77,8 +77,32 @@ class _QuietLogger:
     def close(self, exit_code: int = 0) -> None: ...
 
 
+class Progress:
+    """Console progress where no progress bar is drawn (no TTY: a batch job, a pipe, a log file):
+    one line per `logger.log_every` steps with the reward, the loss, the elapsed time and an ETA."""
+
+    def __init__(self, first_step: int, max_steps: int):
+        self.first, self.max_steps, self.started = first_step, max_steps, time.time()
+
+    def line(self, step: int, metrics: dict[str, float]) -> str:
+        elapsed = time.time() - self.started
+        eta = elapsed / max(step - self.first, 1) * (self.max_steps - step)
+        losses = [v for k, v in metrics.items() if k.endswith("/loss") and k.startswith("train/")]
+        loss = f" loss {sum(losses) / len(losses):.4f}" if losses else ""
+        return (f"step {step}/{self.max_steps} reward {metrics.get('train/reward_mean', float('nan')):.4f}{loss} "
+                f"elapsed {_clock(elapsed)} eta {_clock(eta)}")
+
+
+def _clock(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
 class Trainer:
-    def __init__(self, cfg: Any, run_dir: Path):
+    def __init__(self, cfg: Any, run_dir: Path, status_before: str = "missing"):
+        """`status_before`: the status run_dir's summary.json had before this run claimed it (what a
+        run resumed in place reports as the status of the run it continues)."""
         hw = cfg.hardware
         self.world = distributed.init(hw)
         run_dir = self._shared_run_dir(run_dir)
@@ -100,6 +124,8 @@ class Trainer:
             raise ValueError(f"task {cfg.task.name!r} has no training items")
         algo_cls = ALGOS[cfg.algo.name]
         team = algo_cls.team(cfg)
+        self.status_before = status_before
+        self.check_metrics(team.num_policies)     # before any model is loaded
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
         if cfg.resume:        # weights first: a sharded model (fsdp) loads only gathered weights
             checkpoint.verify(Path(cfg.resume).expanduser())   # every file whole, before any is read
@@ -136,6 +162,20 @@ class Trainer:
         return shared
 
     # -- evaluation -----------------------------------------------------------------------------
+    def check_metrics(self, num_policies: int) -> None:
+        """The metric a sweeper optimises (`optimized_metric`, else the task's primary metric) must
+        be one this run's evaluation reports: refused now, not after training."""
+        cfg = self.cfg
+        name = cfg.get("optimized_metric") or self.task.primary_metric
+        if not self.eval_items:
+            raise ConfigError(f"eval.num_items / task {cfg.task.name!r}: the eval split has no items to evaluate")
+        names = metric_names(self.task, self.eval_items[0], cfg.eval.num_samples, num_policies, cfg.algo.num_turns)
+        if name not in names:
+            key = "optimized_metric" if cfg.get("optimized_metric") else f"task {cfg.task.name!r}'s primary metric"
+            raise ConfigError(f"{key}={name!r} is not a metric this run's evaluation reports "
+                              f"(eval.num_samples={cfg.eval.num_samples}, algo.num_turns={cfg.algo.num_turns}); "
+                              f"it reports: {', '.join(names)}{did_you_mean(name, names)}")
+
     def run_eval(self) -> dict[str, float]:
         cfg = self.cfg
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
@@ -206,8 +246,11 @@ class Trainer:
         set_rng_state(state["rng_ranks"][self.world.rank] if "rng_ranks" in state else state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
-        # The run that wrote it, if its directory is the usual <run>/checkpoints/step_N.
-        status, _ = read_status(Path(path).parent.parent)
+        # The run that wrote it, if its directory is the usual <run>/checkpoints/step_N; resumed in
+        # place, that run's summary.json is this run's now, so its status is the one read before.
+        origin = Path(path).parent.parent
+        same = origin.resolve() == self.run_dir.resolve()
+        status = self.status_before if same else read_status(origin)[0]
         self.resumed_from = {"checkpoint": str(path), "step": self.step, "run_status": status}
         log.info("resumed from %s at step %d (that run's status: %s)", path, self.step, status)
 
@@ -251,6 +294,7 @@ class Trainer:
             bar = tqdm(range(self.step, cfg.max_steps), initial=self.step, total=cfg.max_steps,
                        desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True,
                        disable=None if self.world.is_main else True)
+            progress = Progress(self.step, cfg.max_steps) if self.world.is_main and bar.disable else None
             for _ in bar:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
                 idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
@@ -259,6 +303,8 @@ class Trainer:
                 if self.step % cfg.logger.log_every == 0 or self.step == cfg.max_steps:
                     self.logger.log(self.step, metrics)
                 bar.set_postfix(reward=f"{metrics['train/reward_mean']:.3f}", step_s=f"{metrics['time/step_s']:.2f}")
+                if progress is not None and (self.step % cfg.logger.log_every == 0 or self.step == cfg.max_steps):
+                    log.info(progress.line(self.step, metrics))
                 if cfg.eval.every and self.step % cfg.eval.every == 0 and self.step < cfg.max_steps:
                     self.run_eval()
                     self.write_summary("running")
@@ -269,7 +315,8 @@ class Trainer:
                 self.save()
             self.write_summary("finished", final_eval)
             exit_code = 0
-            return {"initial_eval": self.initial_eval, "final_eval": final_eval, "steps": self.step}
+            return {"initial_eval": self.initial_eval, "final_eval": final_eval, "steps": self.step,
+                    "wall_seconds": self.elapsed(), "primary_metric": self.task.primary_metric}
         except BaseException:
             self.write_summary("failed")
             raise

@@ -145,9 +145,10 @@ def compose_config(args: argparse.Namespace):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from magrpo.config import validate
-    from magrpo.train import CONF_DIR
+    from magrpo.config import register_schemas, validate
+    from magrpo.launch import CONF_DIR
 
+    register_schemas()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         cfg = compose("train", overrides=hydra_overrides(args))

@@ -8,7 +8,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from magrpo.train import CONF_DIR
+from magrpo.config import register_schemas
+from magrpo.launch import CONF_DIR
+
+register_schemas()      # what every entry point does first: conf/ composes without importing one
 
 # Hub look-ups fail fast instead of retrying; the tests never need the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -98,9 +98,14 @@ def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]
 def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> list[dict[str, Any]]:
     import datasets
 
+    from magrpo import hub
+
+    hub.ensure_mode()       # offline: the cache only, and a fast failure
     try:
         ds = datasets.load_dataset(hub_id, config_name, split=split_expr)
     except Exception as e:  # connection, offline mode, missing cache: all mean "not here"
+        if hub.offline_reason() is not None:
+            raise DataUnavailableError(hub.unreachable_hint("dataset", hub_id, "task.data.path")) from e
         raise DataUnavailableError(
             f"could not load hub dataset {hub_id!r} (split {split_expr!r}): {type(e).__name__}: {e}\n"
             f"Download it where the hub is reachable, e.g. "

@@ -1,0 +1,143 @@
+"""The evaluation loop: a team on held-out items, scored by the reward, its components and the
+task's metrics. (The `magrpo-eval` command around it is magrpo/evaluate.py.)
+
+Used before training, every `eval.every` steps, at the end, and by `magrpo-eval`. How the
+agents produce a joint answer is a named scheme from `magrpo.rollout.SCHEMES` (team, single,
+naive_concat, sequential, discussion): the same rollout code that training uses.
+
+The evaluation follows one path per sample through the turns (magrpo.turns.follow_paths) with
+the same feedback as training; one turn is the case T = 1 of the same path. `reward_mean`, its
+components, `normalized_return` and the task's metrics describe the answers after the last turn,
+and `turn_{t}/...` the same metrics of the answers after turn t (a path stopped early keeps its
+last answer), so a one-turn and a multi-turn evaluation report the same names.
+
+Sampling runs under a forked RNG seeded from the run's seed, so evaluating never changes the
+training stream (a resumed run and an uninterrupted one see the same random numbers).
+Under torchrun each rank generates and scores its block of the items, and the metrics are
+computed on everything gathered from the ranks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from magrpo import distributed
+from magrpo.feedback import Feedback
+from magrpo.models import Agent
+from magrpo.rollout import SCHEMES, Sampling, rollout_cost
+from magrpo.tasks import Scores, Task
+from magrpo.turns import TurnSpec, follow_paths, path_cost, path_turn
+
+Answers = tuple[list[dict], list[list[str]], list[list[str]], Scores]   # items, prompts, completions, scores
+
+
+def eval_sampling(cfg: Any) -> Sampling:
+    return Sampling(num_generations=cfg.eval.num_samples, max_new_tokens=cfg.algo.max_new_tokens,
+                    do_sample=cfg.eval.do_sample, temperature=cfg.eval.temperature, top_p=cfg.algo.top_p,
+                    top_k=cfg.algo.top_k, max_prompt_length=cfg.algo.max_prompt_length,
+                    share_prompt=cfg.algo.share_prompt)
+
+
+def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,
+             seed: int, num_examples: int = 8, scheme: str = "team", turns: TurnSpec | None = None,
+             feedback: Feedback | None = None) -> tuple[dict[str, float], list[dict]]:
+    """Metrics (unprefixed: reward_mean, reward/<component>, pass@1, normalized_return, and the same
+    per turn as turn_{t}/...) and example rows. One path for any number of turns: with one turn
+    the path stops after the first rollout."""
+    turns = turns or TurnSpec()
+    S = sampling.num_generations
+    world = distributed.world()
+    mine = items[distributed.shard(len(items))]
+    paths, costs, degraded, reward_s = [], [], 0, 0.0
+    devices = [a.device for a in agents if a.device.type == "cuda"]
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed + 1_000_003 * world.rank)
+        for start in range(0, len(mine), batch_size):
+            first = SCHEMES[scheme](agents, task, mine[start:start + batch_size], sampling)
+            path, stats = follow_paths(agents, task, feedback, first, sampling, turns)
+            paths.append(path)
+            costs.append(path_cost(path, rollout_cost(first)))
+            degraded += stats.degraded
+            reward_s += stats.reward_s
+    # Per turn, every path's answer after that turn; under torchrun, every rank's block in rank
+    # order (= item order), so the metrics are computed on the whole split.
+    per_turn = [_gather_turn([path_turn(p, t) for p in paths]) for t in range(1, turns.num_turns + 1)]
+    tokens = [n for _, per_path in costs for n in per_path]
+    gen_s = sum(s for s, _ in costs)
+    if world.distributed:
+        parts = distributed.gather_objects((tokens, gen_s, reward_s, degraded))
+        tokens = [n for p in parts for n in p[0]]
+        gen_s, reward_s, degraded = (sum(p[k] for p in parts) for k in (1, 2, 3))
+    metrics = eval_metrics(task, per_turn, tokens, gen_s, reward_s, degraded, len(items))
+    all_items, prompts, completions, scores = per_turn[-1]
+    rows = list(zip(all_items, prompts, completions, scores))[::max(S, 1)][:num_examples]
+    examples = [{"id": it.get("id"), "prompts": p, "completions": c, "reward": r} for it, p, c, r in rows]
+    return metrics, examples
+
+
+def eval_metrics(task: Task, per_turn: list[Answers], tokens: list[float], gen_s: float, reward_s: float,
+                 degraded: int, num_items: int) -> dict[str, float]:
+    """Everything an evaluation reports, from its answers per turn and what they cost."""
+    metrics = turn_metrics(task, per_turn)
+    metrics.update({"output_tokens_mean": sum(tokens) / max(len(tokens), 1),
+                    "response_time_s": gen_s / max(num_items, 1),
+                    "reward_time_s": reward_s, "num_items": float(num_items)})
+    if len(per_turn) > 1:
+        metrics["feedback/degraded"] = float(degraded)
+    return metrics
+
+
+def metric_names(task: Task, item: dict, num_samples: int, num_answers: int, num_turns: int) -> list[str]:
+    """The metric names an evaluation of this shape reports, made by the code that makes them
+    (`eval_metrics`) on empty answers to one item: a run checks `optimized_metric` against them
+    before any work."""
+    items = [item] * num_samples
+    prompts = [task.prompts(item, num_answers)] * num_samples
+    completions = [[""] * num_answers for _ in items]
+    answers = (items, prompts, completions, task.score(items, prompts, completions))
+    return sorted(eval_metrics(task, [answers] * num_turns, [], 0.0, 0.0, 0, 1))
+
+
+
+def _gather_turn(parts: list[Answers]) -> Answers:
+    items = [it for part in parts for it in part[0]]
+    prompts = [x for part in parts for x in part[1]]
+    completions = [c for part in parts for c in part[2]]
+    scores = Scores.concat([part[3] for part in parts])
+    if distributed.world().distributed:
+        ranks = distributed.gather_objects((items, prompts, completions, scores))
+        items, prompts, completions = ([x for r in ranks for x in r[k]] for k in range(3))
+        scores = Scores.concat([r[3] for r in ranks])
+    return items, prompts, completions, scores
+
+
+def turn_metrics(task: Task, per_turn: list[Answers]) -> dict[str, float]:
+    """The answer metrics of every turn, as turn_{t}/<name>, and those of the last turn (the team's
+    answer) unprefixed. The one place an evaluation's metric names are made: `metric_names`
+    predicts them from it."""
+    metrics: dict[str, float] = {}
+    for t, (items, _, completions, scores) in enumerate(per_turn, start=1):
+        turn = answer_metrics(task, items, completions, scores)
+        metrics.update({f"turn_{t}/{k}": v for k, v in turn.items() if k != "reward_std"})
+    metrics.update(turn)
+    return metrics
+
+
+def answer_metrics(task: Task, items: list[dict], completions: list[list[str]], scores: Scores) -> dict[str, float]:
+    """Reward summary, the task's metrics and the normalized return of one set of answers."""
+    m = summarize_scores(scores)
+    m.update(task.metrics(items, completions, scores) if items else {})
+    norm = task.normalized_return(m["reward_mean"], len(completions[0]) if completions else task.num_agents)
+    if norm is not None:
+        m["normalized_return"] = norm
+    return m
+
+
+def summarize_scores(scores: Scores) -> dict[str, float]:
+    t = torch.tensor(list(scores), dtype=torch.float64) if len(scores) else torch.zeros(1, dtype=torch.float64)
+    m = {"reward_mean": t.mean().item(), "reward_std": t.std(unbiased=False).item()}
+    for name, values in scores.components.items():
+        m[f"reward/{name}"] = sum(values) / max(len(values), 1)
+    return m
