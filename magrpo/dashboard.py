@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--entity", default=None, help="W&B entity (default: $WANDB_ENTITY or your default entity)")
     p.add_argument("--name", default=None, help="workspace name (default: 'magrpo <group>')")
     p.add_argument("--out", type=Path, default=None,
-                   help="write the workspace spec (JSON) to this file instead of saving it")
+                   help="write the workspace spec (JSON) to this file instead of saving it (folders are created)")
     return p
 
 
@@ -125,7 +125,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: no W&B login (or WANDB_MODE=offline): writing the spec instead of saving it")
     if out is not None:
         spec = workspace_spec(workspace)
-        out.write_text(json.dumps(spec, indent=1) + "\n")
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(spec, indent=1) + "\n")
+        except OSError as e:
+            print(f"{PROG}: error: cannot write the spec to {out}: {e}", file=sys.stderr)
+            return 2
         for p in panels_of(spec):
             shown = p["regex"] or ", ".join(p["metrics"]) or SAMPLES_TABLE
             print(f"  [{p['section']}] {p['title'] or p['type']}: {shown}")

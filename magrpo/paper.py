@@ -19,11 +19,17 @@ Every job joins one W&B group named after the sweep directory (with `logger=wand
 `magrpo-dashboard --group <that name>` compares them. A failed job never stops the others:
 both sweeps run to the end, the table is built from what finished and names what did not, and
 the command exits non-zero.
+
+Every command is printed before it runs, and `--dry-run` prints them only, as a shell script:
+`#` comment lines say what each step is, the commands carry the interpreter and every argument
+shell-quoted (Hydra's `${...}` interpolations stay literal), so the output can be pasted into a
+shell or piped to `sh` as it is.
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import subprocess
 import sys
 import time
@@ -85,6 +91,26 @@ def sweep_command(entry: str, exps: list[str], seeds: str, scale: str, group: st
     return cmd + overrides
 
 
+def table_command(root: Path) -> list[str]:
+    """magrpo-table over the whole sweep directory, in the paper layout (run in this process)."""
+    return [sys.executable, "-m", "magrpo.table", str(root), "--layout", "paper", "--out", str(root / "table")]
+
+
+def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]]]:
+    """(step, what it does, argv) of every command the table needs, in order: the sweeps, then
+    the table."""
+    steps = []
+    for entry in ("eval", "train"):
+        exps = experiments(args.table, entry)
+        if not exps or args.only not in (None, entry):
+            continue
+        cmd = sweep_command(entry, exps, args.seeds, args.scale, root.name, root / entry, args.launcher, args.jobs,
+                            args.overrides)
+        steps.append((entry, f"{entry}: {len(exps)} row(s) x seeds {args.seeds} -> {root / entry}", cmd))
+    steps.append(("table", f"table: magrpo-table --layout paper -> {root / 'table'}", table_command(root)))
+    return steps
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Run one table of the paper (rows x seeds as Hydra "
                                 "multiruns: prompting rows with magrpo-eval, trained rows with magrpo-train) "
@@ -107,32 +133,35 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from magrpo import table as table_cli
 
-    args = build_parser().parse_args(argv)
+    # Intermixed: overrides may follow options (`make paper` appends ARGS after --jobs).
+    args = build_parser().parse_intermixed_args(argv)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    group = root.name
+    steps = plan(args, root)
+    if args.dry_run:
+        for _, what, cmd in steps:
+            # a newline in a path would end the comment and run the rest of the line
+            print(f"# {PROG}: {what.replace(chr(10), ' ')}\n{shlex.join(cmd)}")
+        return 0
+    try:  # a folder that cannot be made stops the table before any job runs
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        print(f"{PROG}: error: cannot create the sweep directory {root}: {e}", file=sys.stderr)
+        return 2
     failed: list[str] = []
     started = time.time()
-    for entry in ("eval", "train"):
-        exps = experiments(args.table, entry)
-        if not exps or args.only not in (None, entry):
-            continue
-        cmd = sweep_command(entry, exps, args.seeds, args.scale, group, root / entry, args.launcher, args.jobs,
-                            args.overrides)
-        print(f"{PROG}: {entry}: {len(exps)} row(s) x seeds {args.seeds} -> {root / entry}", flush=True)
-        print("  " + " ".join(cmd[1:]), flush=True)
-        if args.dry_run:
+    for step, what, cmd in steps:
+        print(f"{PROG}: {what}\n  {shlex.join(cmd)}", flush=True)
+        if step == "table":
+            print(f"{PROG}: sweeps done in {time.time() - started:.0f} s; W&B group (with logger=wandb): "
+                  f"{root.name}", flush=True)
+            rc = table_cli.main(cmd[3:])
+            if rc != 0:
+                failed.append(f"magrpo-table exited with {rc}")
             continue
         rc = subprocess.run(cmd).returncode
         if rc != 0:
             # Hydra runs every job of the sweep before it reports a failed one: the others are there.
-            failed.append(f"the {entry} sweep exited with {rc}")
-    if args.dry_run:
-        return 0
-    wall = time.time() - started
-    print(f"{PROG}: sweeps done in {wall:.0f} s; W&B group (with logger=wandb): {group}", flush=True)
-    rc = table_cli.main([str(root), "--layout", "paper", "--out", str(root / "table")])
-    if rc != 0:
-        failed.append(f"magrpo-table exited with {rc}")
+            failed.append(f"the {step} sweep exited with {rc}")
     for msg in failed:
         print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 1 if failed else 0

@@ -275,3 +275,85 @@ def test_level_accuracies_count_the_samples_that_reached_each_level():
                     {"main_defined": [False, True, True, True]})
     assert level_accuracies(scores) == {"acc/level_1_main_defined": 0.75, "acc/level_2_parses": 0.5,
                                         "acc/level_3_test_passed": 0.25, "acc/level_4_cooperates": 0.25}
+
+
+# -- magrpo-paper --dry-run prints commands a shell runs as they are ---------------------------------
+
+
+def _unquoted_dollars(line: str) -> list[int]:
+    """Positions of `$` that a POSIX shell would expand: outside single quotes (double quotes
+    expand `$`; a backslash escapes one character outside quotes)."""
+    out, single, double, i = [], False, False, 0
+    while i < len(line):
+        c = line[i]
+        if c == "\\" and not single:
+            i += 2
+            continue
+        if c == "'" and not double:
+            single = not single
+        elif c == '"' and not single:
+            double = not double
+        elif c == "$" and not single:
+            out.append(i)
+        i += 1
+    return out
+
+
+def _bash_words(line: str) -> list[str]:
+    """The argv bash would run for `line`, without running it."""
+    import subprocess
+
+    proc = subprocess.run(["bash", "-c", f'set -- {line}\nprintf "%s\\0" "$@"'], capture_output=True, check=True)
+    return proc.stdout.decode().split("\0")[:-1]
+
+
+@pytest.mark.parametrize("table", sorted(TABLES))
+def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsys):
+    import shlex
+    import sys
+
+    from magrpo.paper import main as paper_main
+    from magrpo.paper import table_command
+
+    root = tmp_path / "sweep dir"   # a space, which must be quoted too
+    overrides = ["label=${task.name}_x", "hydra.job.name=a b", "logger.tags=[it's]"]
+    # overrides after the options, as `make paper ... $(ARGS)` passes them
+    assert paper_main([table, "--scale", "tiny", "--seeds", "0,1", "--out", str(root), "--dry-run", *overrides]) == 0
+    out = capsys.readouterr().out
+    assert not root.exists()            # a dry run makes nothing
+    commands = [line for line in out.splitlines() if not line.startswith("#")]
+    expected = [sweep_command(entry, experiments(table, entry), "0,1", "tiny", root.name, root / entry, "joblib", 2,
+                              overrides) for entry in ("eval", "train")] + [table_command(root)]
+    assert len(commands) == len(expected) == 3
+    for line, argv in zip(commands, expected):
+        assert argv[0] == sys.executable and argv[1] == "-m"
+        assert shlex.split(line) == argv
+        assert _unquoted_dollars(line) == [], line
+        assert _bash_words(line) == argv
+    # the whole output is a script: the comments are comments to a shell too
+    assert shlex.split(out, comments=True) == [w for argv in expected for w in argv]
+    assert "${hydra.job.num}" in commands[0] and "${task.name}_x" in commands[1]
+
+
+def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_what_runs(tmp_path, capsys,
+                                                                                        monkeypatch):
+    import shlex
+
+    import magrpo.paper as paper
+    import magrpo.table as table
+
+    ran = []
+    monkeypatch.setattr(paper.subprocess, "run", lambda cmd: ran.append(cmd) or type("P", (), {"returncode": 0}))
+    monkeypatch.setattr(table, "main", lambda argv: ran.append(argv) or 0)
+    root = tmp_path / "new" / "nested" / "sweep"
+    assert paper.main(["maporl", "--scale", "tiny", "--out", str(root), "--only", "train"]) == 0
+    assert root.is_dir()   # made before any job runs
+    printed = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
+    assert printed[0] == ran[0] and printed[1][3:] == ran[1]
+    assert ran[0][2] == "magrpo.train" and ran[1] == [str(root), "--layout", "paper", "--out", str(root / "table")]
+    # a sweep directory that cannot be made stops it before any job, in one line
+    (tmp_path / "file").write_text("")
+    ran.clear()
+    assert paper.main(["maporl", "--out", str(tmp_path / "file" / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert ran == [] and err.count("\n") == 1 and "cannot create the sweep directory" in err

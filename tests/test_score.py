@@ -77,13 +77,15 @@ def test_default_problems_and_k(tmp_path, capsys):
 
 @pytest.mark.parametrize("content, message", [
     ('{"task_id": "HumanEval/23", "completion": "x"}\n{not json\n', "line 2 is not valid JSON"),
-    ('{"task_id": "HumanEval/23"}\n', "line 1 needs string fields"),
+    ('{"task_id": "HumanEval/23"}\n', 'line 1 needs fields "task_id" and "completion"; "completion" is missing'),
     ('\n[1, 2]\n', "line 2 is not a JSON object"),
     ('{"task_id": "HumanEval/999", "completion": "x"}\n', "line 1: task_id 'HumanEval/999'"),
     ('\n\n', "holds no samples"),
     ('', "holds no samples"),
-    ('{"task_id": "HumanEval/23", "completion": 5}\n', "line 1 needs string fields"),
-    (b'\xff\xfe garbage\n', "cannot read samples file"),
+    ('{"task_id": "HumanEval/23", "completion": 5}\n', '"completion" is 5, not a string'),
+    ('{"task_id": ["HumanEval/23"], "completion": "x"}\n', '"task_id" is ["HumanEval/23"], not a string or an integer'),
+    ('{"task_id": 23, "completion": "x"}\n', "line 1: task_id 23 is not in"),
+    (b'\xff\xfe garbage\n', "line 1 is not UTF-8 text (byte 0xff); cannot read samples file"),
 ])
 def test_bad_samples_files(tmp_path, capsys, content, message):
     path = tmp_path / "bad.jsonl"
@@ -104,7 +106,7 @@ def test_missing_files_unknown_task_and_bad_options(tmp_path, capsys):
     assert "problems file" in (err := capsys.readouterr().err) and "not found" in err
     assert main(["nosuchtask", str(sample)]) == 2
     err = capsys.readouterr().err
-    assert "nosuchtask" in err and all(name in err for name in ("humaneval", "tldr", "arxiv"))
+    assert "nosuchtask" in err and all(name in err for name in ("humaneval", "coophumaneval", "mbpp", "tldr", "arxiv"))
     assert main(["humaneval", str(sample), "--k", "1,x"]) == 2
     assert "--k" in capsys.readouterr().err
     for bad in ("0", "-1", "nan", "inf", "-inf"):
@@ -122,7 +124,7 @@ def test_missing_files_unknown_task_and_bad_options(tmp_path, capsys):
 
 
 def test_registry_has_the_writing_scorers():
-    assert {"humaneval", "tldr", "arxiv"} <= set(SCORERS)
+    assert {"humaneval", "coophumaneval", "mbpp", "tldr", "arxiv"} <= set(SCORERS)
 
 
 def test_tldr_scorer_prints_one_line_per_pair(tmp_path, capsys):
