@@ -281,6 +281,11 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
             raise
         report(prog, f"config error: {msg}")
         sys.exit(2)
+    finally:
+        if user_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = user_full_error
     exit_if_sweep_failed()
 
 
