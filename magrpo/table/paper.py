@@ -30,19 +30,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magrpo.table import (
-    PROG,
-    STD_NOTE,
-    Cell,
-    Run,
-    _md_escape,
-    aggregate,
-    mean_std,
-    save_and_report,
-    save_curve_plot,
-    smooth,
-    tex_escape,
-)
+from magrpo.table.render import STD_NOTE, md_escape, save_and_report, save_curve_plot, tex_escape
+from magrpo.table.runs import PROG, Run
+from magrpo.table.stats import Cell, aggregate, mean_std, smooth
 
 FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
           "mbpp": "coding", "maporl_qa": "maporl"}
@@ -237,8 +227,8 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
     out = []
     for t in tables:
         family = FAMILY.get(t.task, "")
-        out.append(f"### {_md_escape(t.task)}" + (f" ({family})" if family else "") + "\n")
-        out.append("| " + " | ".join(_md_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " |")
+        out.append(f"### {md_escape(t.task)}" + (f" ({family})" if family else "") + "\n")
+        out.append("| " + " | ".join(md_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " |")
         out.append("|" + "|".join([":---", "---:"] + ["---:"] * len(t.columns)) + "|")
         for i, row in enumerate(t.rows):
             n = len(row.runs)
@@ -246,7 +236,7 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
             for c in t.columns:
                 text = cell_text(row.cells[c.key], n, digits, "±", "–")
                 cells.append(f"**{text}**" if i in t.best.get(c.key, ()) else text)
-            out.append("| " + " | ".join([_md_escape(row.name), str(n), *(_md_escape(x) for x in cells)]) + " |")
+            out.append("| " + " | ".join([md_escape(row.name), str(n), *(md_escape(x) for x in cells)]) + " |")
         out.append("")
         if t.missing:
             out += ["Runs lacking a metric:", ""] + [f"- {m}" for m in t.missing] + [""]
