@@ -17,6 +17,7 @@ from magrpo.config import ConfigError, EvalRunSchema, TrainSchema, validate
 from magrpo.paper import TABLES, experiments, sweep_command
 from magrpo.table import main as table_main
 from tests.conftest import compose_cfg
+from tests.test_table import tex_problems
 
 PAPER_ROWS = [(table, task, row) for table, t in TABLES.items() for task in t.tasks for row in t.rows]
 PAPER_MODELS = {"tldr": "Qwen/Qwen3-1.7B", "arxiv": "Qwen/Qwen3-1.7B", "maporl_qa": "Qwen/Qwen3-1.7B",
@@ -230,6 +231,57 @@ def test_eval_runs_write_the_run_directory_layout_and_split_into_rows(make_cfg, 
     # The component holds a length ratio, not a reward: labelled so, and never bold (no better direction).
     assert header[3] == "length ratio a2/a1 (a ratio, not a reward)"
     assert not any("**" in r[2] for r in rows.values())
+
+
+def read_paper_csv(path: Path) -> dict[tuple[str, str], dict[str, str]]:
+    with open(path, newline="") as f:
+        return {(r["task"], r["label"]): r for r in csv.DictReader(f)}
+
+
+def test_paper_tex_of_every_table_is_well_formed(paper_runs, capsys):
+    # Besides tldr and humaneval (one- and two-turn rows): arxiv, so both writing tasks are there,
+    # a maporl_qa table, and a row whose label is full of LaTeX specials.
+    for seed in range(2):
+        write_job(paper_runs / "train" / f"ax_{seed}", task="arxiv", label="magrpo", seed=seed,
+                  final=writing_final(0.4 + 0.1 * seed))
+        write_job(paper_runs / "train" / f"odd_{seed}", task="arxiv", label="my_row{1}%&#$", seed=seed,
+                  final=writing_final(0.3, rouge=None))
+        write_job(paper_runs / "train" / f"qa_{seed}", task="maporl_qa", label="magrpo", seed=seed,
+                  final={"reward_mean": 0.5, "normalized_return": 0.5, "accuracy": 0.4, "response_time_s": 1.0})
+    out = paper_runs / "table"
+    assert table_main([str(paper_runs), "--layout", "paper", "--out", str(out), "--no-plots"]) == 0
+    tex = (out / "table.tex").read_text()
+    assert tex.count("\\begin{tabular}") == 4 and tex_problems(tex) == []
+    assert "my\\_row\\{1\\}\\%\\&\\#\\$ & 2" in tex
+
+
+def test_a_column_where_every_row_ties_has_no_bold_in_md_csv_and_tex(tmp_path, capsys):
+    # One row alone: it ties with itself in every column.
+    one = tmp_path / "one"
+    for seed in range(2):
+        write_job(one / f"m{seed}", task="tldr", label="magrpo", seed=seed, final=writing_final(0.5 + 0.1 * seed))
+    assert table_main([str(one), "--layout", "paper", "--no-plots"]) == 0
+    _, rows = md_table(one / "table" / "table.md", "### tldr (writing)")
+    assert list(rows) == ["MAGRPO"] and not any("**" in c for c in rows["MAGRPO"])
+    assert read_paper_csv(one / "table" / "table.csv")[("tldr", "magrpo")]["best_in"] == ""
+    tex = (one / "table" / "table.tex").read_text()
+    assert "\\textbf" not in tex and tex_problems(tex) == []
+
+    # Two rows that tie everywhere but in response time: only that column has a best.
+    tie = tmp_path / "tie"
+    for label, time_s in (("magrpo", 1.0), ("grpo", 2.0)):
+        for seed in range(2):
+            write_job(tie / f"{label}{seed}", task="tldr", label=label, seed=seed,
+                      final=writing_final(0.5 + 0.1 * seed, time_s=time_s))
+    assert table_main([str(tie), "--layout", "paper", "--no-plots"]) == 0
+    header, rows = md_table(tie / "table" / "table.md", "### tldr (writing)")
+    time_col = header.index("response time (s/item)") - 1
+    assert rows["MAGRPO"][time_col] == "**1.000 ± 0.000**"
+    assert [c for r in rows.values() for i, c in enumerate(r) if "**" in c and i != time_col] == []
+    csv_rows = read_paper_csv(tie / "table" / "table.csv")
+    assert csv_rows[("tldr", "magrpo")]["best_in"] == "response_time_s" and csv_rows[("tldr", "grpo")]["best_in"] == ""
+    tex = (tie / "table" / "table.tex").read_text()
+    assert tex.count("\\textbf") == 1 and "\\textbf{1.000 $\\pm$ 0.000}" in tex and tex_problems(tex) == []
 
 
 # -- the value a sweeper optimises, the normalized return and the per-level accuracies -----------------

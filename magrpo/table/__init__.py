@@ -25,7 +25,7 @@ is one line on stderr and exit code 2.
 The package, by responsibility:
 
   runs.py     finding and reading run directories (summary.json, metrics.jsonl, .hydra/config.yaml)
-  stats.py    mean ± sample std, curve aggregates, smoothing
+  stats.py    mean ± sample std, curve aggregates, the best rows of a column
   render.py   what both layouts share when they write: cell text, escaping, notes, files, figures
   generic.py  the default layout: a method = a config minus its seed
   paper.py    --layout paper: the paper's rows and columns, best in bold
@@ -73,10 +73,10 @@ from magrpo.table.runs import (
     split_methods,
     warn,
 )
-from magrpo.table.stats import Cell, aggregate, mean_std, smooth
+from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, smooth
 
 __all__ = ["INITIAL", "PROG", "STD_NOTE", "TEX_NOTE", "Cell", "Method", "Row", "Run", "Table", "TableError",
-           "aggregate", "build_parser", "build_tables", "cell_text", "check_names",
+           "aggregate", "best_rows", "build_parser", "build_tables", "cell_text", "check_names",
            "collect", "default_columns", "find_runs", "find_unstarted", "flatten", "group_runs", "load_run", "main",
            "md_escape", "mean_std", "natural_key", "plot_curves", "read_curves", "read_hydra_config",
            "save_and_report", "save_curve_plot", "skipped_note", "smooth", "split_methods", "tex_escape",

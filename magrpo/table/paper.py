@@ -18,8 +18,9 @@ MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled b
   every task     response time: generation seconds per item (lower is better)
 
 A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; the
-best mean of each column is in bold. Runs left out (failed, unfinished, without summary.json)
-and rows whose runs lack a metric are listed under the table, never dropped silently.
+best mean of each column is in bold (none where every row ties). Runs left out (failed,
+unfinished, without summary.json) and rows whose runs lack a metric are listed under the table,
+never dropped silently.
 """
 
 from __future__ import annotations
@@ -30,9 +31,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magrpo.table.render import STD_NOTE, md_escape, save_and_report, save_curve_plot, tex_escape
+from magrpo.table.render import (
+    STD_NOTE,
+    md_escape,
+    save_and_report,
+    save_curve_plot,
+    tex_escape,
+    tex_note_row,
+)
 from magrpo.table.runs import PROG, Run
-from magrpo.table.stats import Cell, aggregate, mean_std, smooth
+from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, smooth
 
 FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
           "mbpp": "coding", "maporl_qa": "maporl"}
@@ -202,13 +210,8 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
                                    + ", ".join(f"`{p}`" for p in lacking))
                 elif not have and any(col.key in finals[id(r)] for r in task_runs):
                     missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
-        best: dict[str, set[int]] = {}
-        for col in (c for c in columns if c.ranked):
-            means = [(i, row.cells[col.key].mean) for i, row in enumerate(rows) if row.cells[col.key].mean is not None]
-            top = (max if col.higher_is_better else min)((m for _, m in means), default=None)
-            winners = {i for i, m in means if abs(m - top) <= 1e-12 * max(1.0, abs(top))} if means else set()
-            if len(winners) < len(means) or len(means) == 1:   # a column where every row ties has no best
-                best[col.key] = winners
+        best = {col.key: best_rows([row.cells[col.key].mean for row in rows], col.higher_is_better)
+                for col in columns if col.ranked}
         tables.append(PaperTable(task, columns, rows, best, missing))
     return tables
 
@@ -280,9 +283,8 @@ def to_latex(tables: list[PaperTable], digits: int) -> str:
                 text = cell_text(row.cells[c.key], n, digits, "$\\pm$", "--")
                 cells.append(f"\\textbf{{{text}}}" if i in t.best.get(c.key, ()) else text)
             out.append(" & ".join([tex_escape(row.name), str(n), *cells]) + " \\\\")
-        out += ["\\bottomrule",
-                f"\\multicolumn{{{ncols}}}{{l}}{{\\footnotesize Mean $\\pm$ sample std (n-1) over n seeds; "
-                "bold: best in its column.}} \\\\", "\\end{tabular}", ""]
+        note = "Mean $\\pm$ sample std (n-1) over n seeds; bold: best in its column."
+        out += ["\\bottomrule", tex_note_row(ncols, note), "\\end{tabular}", ""]
     return "\n".join(out)
 
 

@@ -1,5 +1,5 @@
-"""The statistics of `magrpo-table`: mean ± sample std over seeds, per-step curve aggregates
-and smoothing."""
+"""The statistics of `magrpo-table`: mean ± sample std over seeds, per-step curve aggregates,
+smoothing, and which rows of a column are best."""
 
 from __future__ import annotations
 
@@ -22,6 +22,17 @@ def mean_std(values: Sequence[float]) -> Cell:
     if not vals:
         return Cell(None, None, 0)
     return Cell(statistics.fmean(vals), statistics.stdev(vals) if len(vals) > 1 else None, len(vals))
+
+
+def best_rows(means: Sequence[float | None], higher_is_better: bool = True) -> set[int]:
+    """Indices of the rows whose mean is the best of the column (ties share it). Empty when no row
+    stands out: a column where every row with a value ties, one row alone included, has no best."""
+    have = [(i, m) for i, m in enumerate(means) if m is not None]
+    if not have:
+        return set()
+    top = (max if higher_is_better else min)(m for _, m in have)
+    winners = {i for i, m in have if abs(m - top) <= 1e-12 * max(1.0, abs(top))}
+    return winners if len(winners) < len(have) else set()
 
 
 def smooth(series: dict[int, float], window: int) -> dict[int, float]:
