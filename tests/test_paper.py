@@ -14,6 +14,7 @@ import torch
 import yaml
 
 from magrpo.config import ConfigError, EvalRunSchema, TrainSchema, validate
+from magrpo.metrics import codebleu
 from magrpo.paper import TABLES, experiments, sweep_command
 from magrpo.table import main as table_main
 from tests.conftest import compose_cfg
@@ -186,7 +187,8 @@ def test_paper_layout_rows_columns_bold_cells_and_listed_runs(paper_runs, capsys
     assert "6_tldr_magrpo_s2`: status 'failed'" in text and "7_tldr_ippo_s0`: no summary.json" in text
 
     header, rows = md_table(md, "### humaneval (coding)")
-    assert header[2:8] == ["norm. return", "pass@1", "pass@3", "pass@5", "pass@10", "CodeBLEU"]
+    floor = codebleu([""], ["def f(x):\n    y = x * 2\n    return y\n"])["codebleu"]   # the package's, for empty code
+    assert header[2:8] == ["norm. return", "pass@1", "pass@3", "pass@5", "pass@10", f"CodeBLEU (floor {floor:.3f})"]
     assert header[8:] == ["L1 acc (main defined)", "L2 acc (parses)", "L3 acc (a test passes)",
                           "L4 acc (main uses helper)", "turn 1 norm. return", "final turn norm. return",
                           "response time (s/item)"]

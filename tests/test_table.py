@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from magrpo.metrics import codebleu
 from magrpo.table import aggregate, main, mean_std, tex_escape
 
 # Two methods x three seeds. Final reward_mean: [0.5, 0.6, 0.7] -> 0.6 ± 0.1 (sample std);
@@ -464,3 +465,24 @@ def test_generic_tex_is_well_formed_with_special_characters_notes_and_codebleu(s
     tex = (out / "table.tex").read_text()
     assert tex.count("\\begin{tabular}") == 2 and tex_problems(tex) == []
     assert "a\\_b\\{c\\}\\%\\&\\#\\$\\textasciitilde{}\\textasciicircum{}\\textbackslash{}x" in tex
+
+
+def test_codebleu_column_reports_the_packages_floor(tmp_path, capsys):
+    reference = "def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s\n"
+    floor = codebleu([""], [reference])["codebleu"]
+    # The floor is the package's value for any code without data flow in common with the reference.
+    assert floor > 0 and codebleu(["this is ( not python"], [reference])["codebleu"] == pytest.approx(floor)
+    root = tmp_path / "runs"
+    write_run(root / "he", seed=0, task="humaneval", final={"reward_mean": 1.0, "codebleu": floor + 0.02},
+              initial={"reward_mean": 0.0})
+    assert main([str(root), "--no-plots"]) == 0
+    md = (root / "table" / "table.md").read_text()
+    assert f"codebleu (floor {floor:.3f})" in md_header(root / "table" / "table.md")
+    assert f"empty or unparsable code already scores {floor:.3f}" in md and "parity with the paper" in md
+    assert f"empty code scores {floor:.3f}" in (root / "table" / "table.tex").read_text()
+    assert read_csv(root / "table" / "table.csv")["magrpo"]["codebleu_mean"] == repr(floor + 0.02)
+    # A table without CodeBLEU says nothing about it.
+    plain = tmp_path / "plain"
+    write_run(plain / "lr", seed=0, final={"reward_mean": 1.0}, initial={"reward_mean": 0.0})
+    assert main([str(plain), "--no-plots"]) == 0
+    assert "CodeBLEU" not in (plain / "table" / "table.md").read_text()

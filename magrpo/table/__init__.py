@@ -52,6 +52,7 @@ from magrpo.table.render import (
     STD_NOTE,
     TEX_NOTE,
     cell_text,
+    codebleu_floor,
     md_escape,
     save_and_report,
     save_curve_plot,
@@ -76,7 +77,7 @@ from magrpo.table.runs import (
 from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, smooth
 
 __all__ = ["INITIAL", "PROG", "STD_NOTE", "TEX_NOTE", "Cell", "Method", "Row", "Run", "Table", "TableError",
-           "aggregate", "best_rows", "build_parser", "build_tables", "cell_text", "check_names",
+           "aggregate", "best_rows", "build_parser", "build_tables", "cell_text", "check_names", "codebleu_floor",
            "collect", "default_columns", "find_runs", "find_unstarted", "flatten", "group_runs", "load_run", "main",
            "md_escape", "mean_std", "natural_key", "plot_curves", "read_curves", "read_hydra_config",
            "save_and_report", "save_curve_plot", "skipped_note", "smooth", "split_methods", "tex_escape",

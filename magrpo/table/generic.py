@@ -15,6 +15,8 @@ from magrpo.table.render import (
     STD_NOTE,
     TEX_NOTE,
     cell_text,
+    codebleu_header,
+    codebleu_note,
     md_escape,
     save_and_report,
     save_curve_plot,
@@ -197,7 +199,14 @@ def build_tables(runs: list[Run], metrics: Sequence[str] | None = None,
 
 
 def header(column: str) -> str:
-    return "initial reward_mean" if column == INITIAL else column
+    if column == INITIAL:
+        return "initial reward_mean"
+    return codebleu_header(column) if column == "codebleu" else column
+
+
+def table_notes(tables: list[Table], notes: Sequence[str], short: bool = False) -> list[str]:
+    """The notes every format carries: the caller's, then the CodeBLEU floor when a table shows it."""
+    return [*notes, *([codebleu_note(short)] if any("codebleu" in t.columns for t in tables) else [])]
 
 
 def to_markdown(tables: list[Table], digits: int = 3, notes: Sequence[str] = ()) -> str:
@@ -213,7 +222,7 @@ def to_markdown(tables: list[Table], digits: int = 3, notes: Sequence[str] = ())
             out.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
         out.append("")
     out.append(f"Cells: {STD_NOTE}. `initial reward_mean` is the evaluation before training.")
-    out += [f"{note}" for note in notes]
+    out += table_notes(tables, notes)
     return "\n".join(out) + "\n"
 
 
@@ -253,7 +262,7 @@ def to_latex(tables: list[Table], digits: int = 3, notes: Sequence[str] = ()) ->
             cells = [tex_escape(row.method.label), str(n), *(tex_cell(row.cells[c], n, digits) for c in t.columns)]
             out.append(" & ".join(cells) + " \\\\")
         # Short on purpose: a long footnote would set the width of the whole tabular.
-        note = " ".join([TEX_NOTE, *(tex_escape(n) for n in notes)])
+        note = " ".join([TEX_NOTE, *(tex_escape(n) for n in table_notes([t], notes, short=True))])
         out += ["\\bottomrule", tex_note_row(ncols, note), "\\end{tabular}", ""]
     return "\n".join(out)
 

@@ -10,7 +10,8 @@ MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled b
                  form; 1.0 for length_ratio), so 1.0 means every level paid
   writing        structure (levels 1-3), style (the Jaccard term), coherence (the transition
                  term), ROUGE-L against the reference
-  coding         pass@1/3/5/10, CodeBLEU, and per-level accuracy: the fraction of samples whose
+  coding         pass@1/3/5/10, CodeBLEU (the `codebleu` package's, whose floor for empty code
+                 is shown beside it), and per-level accuracy: the fraction of samples whose
                  program reached each level of the gated code reward
   maporl_qa      the reward and every accuracy the evaluation reports
   multi-turn     the normalized return after turn 1 and after the final turn (when any run of
@@ -33,6 +34,9 @@ from pathlib import Path
 
 from magrpo.table.render import (
     STD_NOTE,
+    cell_text,
+    codebleu_header,
+    codebleu_note,
     md_escape,
     save_and_report,
     save_curve_plot,
@@ -219,11 +223,13 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
 # -- writers -------------------------------------------------------------------------------------
 
 
-def cell_text(cell: Cell, n: int, digits: int, pm: str, missing: str) -> str:
-    if cell.mean is None:
-        return missing
-    text = f"{cell.mean:.{digits}f}" + (f" {pm} {cell.std:.{digits}f}" if cell.std is not None else "")
-    return text + (f" (n={cell.count})" if cell.count < n else "")
+def heading(col: Column) -> str:
+    """A column's header as printed: CodeBLEU carries its floor (the package's score of empty code)."""
+    return codebleu_header(col.header) if col.key == "codebleu" else col.header
+
+
+def shows_codebleu(tables: Sequence[PaperTable]) -> bool:
+    return any(c.key == "codebleu" for t in tables for c in t.columns)
 
 
 def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()) -> str:
@@ -231,7 +237,7 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
     for t in tables:
         family = FAMILY.get(t.task, "")
         out.append(f"### {md_escape(t.task)}" + (f" ({family})" if family else "") + "\n")
-        out.append("| " + " | ".join(md_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " |")
+        out.append("| " + " | ".join(md_escape(h) for h in ["method", "n", *(heading(c) for c in t.columns)]) + " |")
         out.append("|" + "|".join([":---", "---:"] + ["---:"] * len(t.columns)) + "|")
         for i, row in enumerate(t.rows):
             n = len(row.runs)
@@ -245,6 +251,8 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
             out += ["Runs lacking a metric:", ""] + [f"- {m}" for m in t.missing] + [""]
     out.append(f"Cells: {STD_NOTE}. {BOLD_NOTE} {NORM_NOTE} Rows marked (prompting) and 'untrained' are "
                "evaluations of the base models; the others are trained.")
+    if shows_codebleu(tables):
+        out.append(codebleu_note())
     out += list(notes)
     return "\n".join(out) + "\n"
 
@@ -274,7 +282,7 @@ def to_latex(tables: list[PaperTable], digits: int) -> str:
     for t in tables:
         ncols = 2 + len(t.columns)
         out += [f"% task: {tex_escape(t.task)}", "\\begin{tabular}{l" + "r" * (ncols - 1) + "}", "\\toprule",
-                " & ".join(tex_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " \\\\",
+                " & ".join(tex_escape(h) for h in ["method", "n", *(heading(c) for c in t.columns)]) + " \\\\",
                 "\\midrule"]
         for i, row in enumerate(t.rows):
             n = len(row.runs)
@@ -284,6 +292,8 @@ def to_latex(tables: list[PaperTable], digits: int) -> str:
                 cells.append(f"\\textbf{{{text}}}" if i in t.best.get(c.key, ()) else text)
             out.append(" & ".join([tex_escape(row.name), str(n), *cells]) + " \\\\")
         note = "Mean $\\pm$ sample std (n-1) over n seeds; bold: best in its column."
+        if shows_codebleu([t]):
+            note += " " + tex_escape(codebleu_note(short=True))
         out += ["\\bottomrule", tex_note_row(ncols, note), "\\end{tabular}", ""]
     return "\n".join(out)
 

@@ -4,16 +4,21 @@ frame, and writing the files into OUT."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from magrpo.table.runs import warn
 from magrpo.table.stats import Cell
 
 STD_NOTE = ("mean ± sample standard deviation (n − 1 in the denominator) over seeds of each run's "
             "final evaluation; n = number of seeds; a cell marked (n=k) has the metric in only k of them")
 
 TEX_NOTE = "Mean $\\pm$ sample std (n-1) over n seeds, final evaluation."
+
+# Any reference works: the package's floor comes from its data-flow term, whatever the reference holds.
+_CODEBLEU_REFERENCE = "def add_one(values):\n    out = [v + 1 for v in values]\n    return out\n"
 
 
 def cell_text(cell: Cell, n: int, digits: int, pm: str = "±", missing: str = "–") -> str:
@@ -43,6 +48,42 @@ def tex_escape(text: str) -> str:
 def tex_note_row(ncols: int, note: str) -> str:
     """The footnote row under a tabular: `note` is LaTeX already (escape plain text first)."""
     return f"\\multicolumn{{{ncols}}}{{l}}{{\\footnotesize {note}}} \\\\"
+
+
+# -- the CodeBLEU floor ----------------------------------------------------------------------------
+
+
+@functools.cache
+def codebleu_floor() -> float | None:
+    """CodeBLEU of empty code, as the `codebleu` package scores it (the tables keep its value for
+    parity with the paper). The package replaces a data-flow match of 0 by 1, so code with no data
+    flow in common with the reference, empty or unparsable code included, still gets that term's
+    weight. None, with a warning, when the package cannot be loaded."""
+    try:
+        from magrpo.metrics import codebleu
+
+        return float(codebleu([""], [_CODEBLEU_REFERENCE])["codebleu"])
+    except Exception as e:   # a broken tree-sitter install must not cost the whole table
+        warn(f"cannot compute the CodeBLEU floor with the codebleu package ({type(e).__name__}: {e})")
+        return None
+
+
+def codebleu_header(header: str) -> str:
+    """A CodeBLEU column's header with the package's floor beside it."""
+    floor = codebleu_floor()
+    return header if floor is None else f"{header} (floor {floor:.3f})"
+
+
+def codebleu_note(short: bool = False) -> str:
+    """What a CodeBLEU cell is measured against. `short`: for the LaTeX footnote row, which sets
+    the width of its tabular."""
+    floor = codebleu_floor()
+    value = "an unknown floor (the package could not be loaded)" if floor is None else f"{floor:.3f}"
+    if short:
+        return f"CodeBLEU: the codebleu package's score; empty code scores {value}."
+    return ("CodeBLEU is the `codebleu` package's score, kept as it is for parity with the paper: the package "
+            "counts a data-flow match of 0 as a full match, so empty or unparsable code already scores "
+            f"{value} (the floor beside the column's name); read a cell against that floor, not against 0.")
 
 
 # -- notes, figures, files -------------------------------------------------------------------------
