@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 
 from magrpo.config import ConfigError, EvalRunSchema, TrainSchema, validate
 from magrpo.metrics import codebleu
@@ -284,6 +285,62 @@ def test_a_column_where_every_row_ties_has_no_bold_in_md_csv_and_tex(tmp_path, c
     assert csv_rows[("tldr", "magrpo")]["best_in"] == "response_time_s" and csv_rows[("tldr", "grpo")]["best_in"] == ""
     tex = (tie / "table" / "table.tex").read_text()
     assert tex.count("\\textbf") == 1 and "\\textbf{1.000 $\\pm$ 0.000}" in tex and tex_problems(tex) == []
+
+
+def test_paper_layout_derives_normalized_return_from_each_runs_own_reward(tmp_path, capsys):
+    """Runs whose evaluation did not report normalized_return: the table inverts total = raw * scale +
+    shift with the run's own reward config, over the task's maximum for the run's number of answers."""
+    root = tmp_path / "sweep"
+
+    def job(name, overrides, final, label="magrpo", summary_config=None, hydra=True):
+        path = write_job(root / name, task=final.pop("task"), label=label, seed=0, final=final)
+        if hydra:
+            cfg = compose_cfg([*overrides, f"output_dir={path}"])
+            OmegaConf.save(cfg, path / ".hydra" / "config.yaml")
+        else:
+            (path / ".hydra" / "config.yaml").unlink()
+        if summary_config:
+            summary = json.loads((path / "summary.json").read_text())
+            summary["config"].update(summary_config)
+            (path / "summary.json").write_text(json.dumps(summary))
+
+    # The issue's case: an optimal length_ratio answer under scale 0.5, shift 3 totals 1 * 0.5 + 3 = 3.5 (the
+    # old formula, (3.5 / 0.5 - 3) / 1, read 4.0); turn 1 paid half: 0.5 * 0.5 + 3 = 3.25.
+    job("lr", ["task=length_ratio", "reward.scale=0.5", "reward.shift=3"],
+        {"task": "length_ratio", "reward_mean": 3.5, "turn_1/reward_mean": 3.25, "turn_2/reward_mean": 3.5})
+    # humaneval, scale 2, shift -4: two agents, raw 3.0 of 4.0 -> total 2.0; grpo's one answer, raw 2.1
+    # of 2.1 -> total 0.2 (summary.json says one policy answered).
+    job("he", ["task=humaneval", "reward.scale=2", "reward.shift=-4"], {"task": "humaneval", "reward_mean": 2.0})
+    job("he_grpo", ["task=humaneval", "algo=grpo", "reward.scale=2", "reward.shift=-4"],
+        {"task": "humaneval", "reward_mean": 0.2}, label="grpo", summary_config={"num_agents": 1})
+    # An older summary.json without num_agents: ppo's single-model form says one answer.
+    job("he_ppo", ["task=humaneval", "algo=ppo", "reward.scale=2", "reward.shift=-4"],
+        {"task": "humaneval", "reward_mean": 0.2}, label="ppo")
+    # tldr with its reward's weights halved (maximum 1.5), scale 1, shift 0: 0.75 is half.
+    weights = ["reward.structure_reward=0.25", "reward.length_reward=0.5", "reward.unique_reward=0.25",
+               "reward.transition_weight=0.2", "reward.jaccard_weight=0.3"]
+    job("tldr", ["task=tldr", *weights], {"task": "tldr", "reward_mean": 0.75})
+    # No saved config: the task's default reward (maximum 3.0), said under the table.
+    job("tldr_bare", [], {"task": "tldr", "reward_mean": 1.5}, label="grpo", hydra=False)
+    # A saved reward this version cannot read: no value, and the note says why.
+    job("tldr_old", [], {"task": "tldr", "reward_mean": 1.5}, label="ippo", hydra=False)
+    (root / "tldr_old" / ".hydra" / "config.yaml").write_text("task: {name: tldr}\nreward: {retired_key: 1.0}\n")
+    assert table_main([str(root), "--layout", "paper", "--no-plots"]) == 0
+    rows = read_paper_csv(root / "table" / "table.csv")
+    assert float(rows[("length_ratio", "magrpo")]["normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("length_ratio", "magrpo")]["turn_1/normalized_return_mean"]) == pytest.approx(0.5)
+    assert float(rows[("length_ratio", "magrpo")]["final_turn/normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("humaneval", "magrpo")]["normalized_return_mean"]) == pytest.approx(0.75)
+    assert float(rows[("humaneval", "grpo")]["normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("humaneval", "ppo")]["normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("tldr", "magrpo")]["normalized_return_mean"]) == pytest.approx(0.5)
+    assert float(rows[("tldr", "grpo")]["normalized_return_mean"]) == pytest.approx(0.5)
+    md = (root / "table" / "table.md").read_text()
+    assert f"`{root / 'tldr_bare'}`: norm. return derived from reward_mean with the tldr task's default reward" in md
+    assert rows[("tldr", "ippo")]["normalized_return_mean"] == ""
+    (why,) = [line for line in md.splitlines() if line.startswith(f"- `{root / 'tldr_old'}`: no norm. return")]
+    assert f"cannot rebuild its tldr reward from {root / 'tldr_old' / '.hydra' / 'config.yaml'}: " in why
+    assert "retired_key" in why
 
 
 # -- the value a sweeper optimises, the normalized return and the per-level accuracies -----------------

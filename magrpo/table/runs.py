@@ -1,5 +1,5 @@
 """Reading runs for `magrpo-table`: finding run directories, loading each one's summary, config
-and curves, splitting multi-method eval runs.
+and curves, splitting multi-method eval runs, and rebuilding a run's task from its saved config.
 
 Nothing here formats a table: the layouts (generic.py, paper.py) take the `Run`s this returns.
 """
@@ -269,3 +269,56 @@ def collect(dirs: Sequence[Path], out: Path | None,
         raise TableError(f"no usable runs under {', '.join(map(str, dirs))} ({len(skipped)} skipped, "
                          "see warnings above)")
     return runs, skipped
+
+
+# -- the run's task, for what its evaluation did not report ------------------------------------------
+
+
+def run_task(run: Run):
+    """The run's task (a `magrpo.tasks.Task`), rebuilt from the `task` and `reward` nodes of its
+    `.hydra/config.yaml` over the task's schema defaults, so that its `reward_max` and reward
+    composition are the ones the run trained with. A run without that file gets the defaults.
+    None for a task this version does not know; TableError when the saved nodes no longer fit."""
+    from omegaconf import OmegaConf
+
+    from magrpo.tasks import TASKS, available_tasks, build_task
+
+    if run.task not in available_tasks():
+        return None
+    cls = TASKS[run.task]
+    saved: dict[str, Any] = {}
+    file = run.path / ".hydra" / "config.yaml"
+    try:
+        if file.exists():
+            cfg = OmegaConf.load(file)
+            saved = {node: OmegaConf.to_container(cfg[node], resolve=True)
+                     for node in ("task", "reward") if OmegaConf.is_dict(cfg.get(node))}
+        reward = OmegaConf.create(saved.get("reward") or {})
+        if cls.reward_schema is not None:
+            reward = OmegaConf.merge(OmegaConf.structured(cls.reward_schema), reward)
+        return build_task(OmegaConf.create({**(saved.get("task") or {}), "name": run.task}), reward)
+    except Exception as e:   # an older config whose keys the task no longer has, a bad value...
+        raise TableError(f"cannot rebuild its {run.task} reward from {file}: "
+                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+
+
+def num_answers(run: Run) -> int:
+    """How many strings one joint answer of the run had: 1 for the single-model form (the `single`
+    baseline, and the algorithms that train one policy, grpo and ppo), else the number of agents.
+    summary.json's `num_agents` says it (the policies that answered); older runs fall back on the
+    algorithm's form, then the saved config's `agents.num_agents`, then the task's."""
+    if run.algo == "single":
+        return 1
+    value = run.summary_config.get("num_agents")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    from magrpo.algos import ALGOS
+
+    if getattr(ALGOS.get(run.algo), "form", None) == "single":
+        return 1
+    found, value = run.lookup("agents.num_agents")
+    if found and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    from magrpo.tasks import TASKS, available_tasks
+
+    return TASKS[run.task].num_agents if run.task in available_tasks() else 2
