@@ -12,11 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from omegaconf import OmegaConf
 
 from magrpo.config import ConfigError, EvalRunSchema, TrainSchema, validate
+from magrpo.metrics import codebleu
 from magrpo.paper import TABLES, experiments, sweep_command
 from magrpo.table import main as table_main
 from tests.conftest import compose_cfg
+from tests.test_table import tex_problems
 
 PAPER_ROWS = [(table, task, row) for table, t in TABLES.items() for task in t.tasks for row in t.rows]
 PAPER_MODELS = {"tldr": "Qwen/Qwen3-1.7B", "arxiv": "Qwen/Qwen3-1.7B", "maporl_qa": "Qwen/Qwen3-1.7B",
@@ -185,7 +188,8 @@ def test_paper_layout_rows_columns_bold_cells_and_listed_runs(paper_runs, capsys
     assert "6_tldr_magrpo_s2`: status 'failed'" in text and "7_tldr_ippo_s0`: no summary.json" in text
 
     header, rows = md_table(md, "### humaneval (coding)")
-    assert header[2:8] == ["norm. return", "pass@1", "pass@3", "pass@5", "pass@10", "CodeBLEU"]
+    floor = codebleu([""], ["def f(x):\n    y = x * 2\n    return y\n"])["codebleu"]   # the package's, for empty code
+    assert header[2:8] == ["norm. return", "pass@1", "pass@3", "pass@5", "pass@10", f"CodeBLEU (floor {floor:.3f})"]
     assert header[8:] == ["L1 acc (main defined)", "L2 acc (parses)", "L3 acc (a test passes)",
                           "L4 acc (main uses helper)", "turn 1 norm. return", "final turn norm. return",
                           "response time (s/item)"]
@@ -230,6 +234,113 @@ def test_eval_runs_write_the_run_directory_layout_and_split_into_rows(make_cfg, 
     # The component holds a length ratio, not a reward: labelled so, and never bold (no better direction).
     assert header[3] == "length ratio a2/a1 (a ratio, not a reward)"
     assert not any("**" in r[2] for r in rows.values())
+
+
+def read_paper_csv(path: Path) -> dict[tuple[str, str], dict[str, str]]:
+    with open(path, newline="") as f:
+        return {(r["task"], r["label"]): r for r in csv.DictReader(f)}
+
+
+def test_paper_tex_of_every_table_is_well_formed(paper_runs, capsys):
+    # Besides tldr and humaneval (one- and two-turn rows): arxiv, so both writing tasks are there,
+    # a maporl_qa table, and a row whose label is full of LaTeX specials.
+    for seed in range(2):
+        write_job(paper_runs / "train" / f"ax_{seed}", task="arxiv", label="magrpo", seed=seed,
+                  final=writing_final(0.4 + 0.1 * seed))
+        write_job(paper_runs / "train" / f"odd_{seed}", task="arxiv", label="my_row{1}%&#$", seed=seed,
+                  final=writing_final(0.3, rouge=None))
+        write_job(paper_runs / "train" / f"qa_{seed}", task="maporl_qa", label="magrpo", seed=seed,
+                  final={"reward_mean": 0.5, "normalized_return": 0.5, "accuracy": 0.4, "response_time_s": 1.0})
+    out = paper_runs / "table"
+    assert table_main([str(paper_runs), "--layout", "paper", "--out", str(out), "--no-plots"]) == 0
+    tex = (out / "table.tex").read_text()
+    assert tex.count("\\begin{tabular}") == 4 and tex_problems(tex) == []
+    assert "my\\_row\\{1\\}\\%\\&\\#\\$ & 2" in tex
+
+
+def test_a_column_where_every_row_ties_has_no_bold_in_md_csv_and_tex(tmp_path, capsys):
+    # One row alone: it ties with itself in every column.
+    one = tmp_path / "one"
+    for seed in range(2):
+        write_job(one / f"m{seed}", task="tldr", label="magrpo", seed=seed, final=writing_final(0.5 + 0.1 * seed))
+    assert table_main([str(one), "--layout", "paper", "--no-plots"]) == 0
+    _, rows = md_table(one / "table" / "table.md", "### tldr (writing)")
+    assert list(rows) == ["MAGRPO"] and not any("**" in c for c in rows["MAGRPO"])
+    assert read_paper_csv(one / "table" / "table.csv")[("tldr", "magrpo")]["best_in"] == ""
+    tex = (one / "table" / "table.tex").read_text()
+    assert "\\textbf" not in tex and tex_problems(tex) == []
+
+    # Two rows that tie everywhere but in response time: only that column has a best.
+    tie = tmp_path / "tie"
+    for label, time_s in (("magrpo", 1.0), ("grpo", 2.0)):
+        for seed in range(2):
+            write_job(tie / f"{label}{seed}", task="tldr", label=label, seed=seed,
+                      final=writing_final(0.5 + 0.1 * seed, time_s=time_s))
+    assert table_main([str(tie), "--layout", "paper", "--no-plots"]) == 0
+    header, rows = md_table(tie / "table" / "table.md", "### tldr (writing)")
+    time_col = header.index("response time (s/item)") - 1
+    assert rows["MAGRPO"][time_col] == "**1.000 ± 0.000**"
+    assert [c for r in rows.values() for i, c in enumerate(r) if "**" in c and i != time_col] == []
+    csv_rows = read_paper_csv(tie / "table" / "table.csv")
+    assert csv_rows[("tldr", "magrpo")]["best_in"] == "response_time_s" and csv_rows[("tldr", "grpo")]["best_in"] == ""
+    tex = (tie / "table" / "table.tex").read_text()
+    assert tex.count("\\textbf") == 1 and "\\textbf{1.000 $\\pm$ 0.000}" in tex and tex_problems(tex) == []
+
+
+def test_paper_layout_derives_normalized_return_from_each_runs_own_reward(tmp_path, capsys):
+    """Runs whose evaluation did not report normalized_return: the table inverts total = raw * scale +
+    shift with the run's own reward config, over the task's maximum for the run's number of answers."""
+    root = tmp_path / "sweep"
+
+    def job(name, overrides, final, label="magrpo", summary_config=None, hydra=True):
+        path = write_job(root / name, task=final.pop("task"), label=label, seed=0, final=final)
+        if hydra:
+            cfg = compose_cfg([*overrides, f"output_dir={path}"])
+            OmegaConf.save(cfg, path / ".hydra" / "config.yaml")
+        else:
+            (path / ".hydra" / "config.yaml").unlink()
+        if summary_config:
+            summary = json.loads((path / "summary.json").read_text())
+            summary["config"].update(summary_config)
+            (path / "summary.json").write_text(json.dumps(summary))
+
+    # The issue's case: an optimal length_ratio answer under scale 0.5, shift 3 totals 1 * 0.5 + 3 = 3.5 (the
+    # old formula, (3.5 / 0.5 - 3) / 1, read 4.0); turn 1 paid half: 0.5 * 0.5 + 3 = 3.25.
+    job("lr", ["task=length_ratio", "reward.scale=0.5", "reward.shift=3"],
+        {"task": "length_ratio", "reward_mean": 3.5, "turn_1/reward_mean": 3.25, "turn_2/reward_mean": 3.5})
+    # humaneval, scale 2, shift -4: two agents, raw 3.0 of 4.0 -> total 2.0; grpo's one answer, raw 2.1
+    # of 2.1 -> total 0.2 (summary.json says one policy answered).
+    job("he", ["task=humaneval", "reward.scale=2", "reward.shift=-4"], {"task": "humaneval", "reward_mean": 2.0})
+    job("he_grpo", ["task=humaneval", "algo=grpo", "reward.scale=2", "reward.shift=-4"],
+        {"task": "humaneval", "reward_mean": 0.2}, label="grpo", summary_config={"num_agents": 1})
+    # An older summary.json without num_agents: ppo's single-model form says one answer.
+    job("he_ppo", ["task=humaneval", "algo=ppo", "reward.scale=2", "reward.shift=-4"],
+        {"task": "humaneval", "reward_mean": 0.2}, label="ppo")
+    # tldr with its reward's weights halved (maximum 1.5), scale 1, shift 0: 0.75 is half.
+    weights = ["reward.structure_reward=0.25", "reward.length_reward=0.5", "reward.unique_reward=0.25",
+               "reward.transition_weight=0.2", "reward.jaccard_weight=0.3"]
+    job("tldr", ["task=tldr", *weights], {"task": "tldr", "reward_mean": 0.75})
+    # No saved config: the task's default reward (maximum 3.0), said under the table.
+    job("tldr_bare", [], {"task": "tldr", "reward_mean": 1.5}, label="grpo", hydra=False)
+    # A saved reward this version cannot read: no value, and the note says why.
+    job("tldr_old", [], {"task": "tldr", "reward_mean": 1.5}, label="ippo", hydra=False)
+    (root / "tldr_old" / ".hydra" / "config.yaml").write_text("task: {name: tldr}\nreward: {retired_key: 1.0}\n")
+    assert table_main([str(root), "--layout", "paper", "--no-plots"]) == 0
+    rows = read_paper_csv(root / "table" / "table.csv")
+    assert float(rows[("length_ratio", "magrpo")]["normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("length_ratio", "magrpo")]["turn_1/normalized_return_mean"]) == pytest.approx(0.5)
+    assert float(rows[("length_ratio", "magrpo")]["final_turn/normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("humaneval", "magrpo")]["normalized_return_mean"]) == pytest.approx(0.75)
+    assert float(rows[("humaneval", "grpo")]["normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("humaneval", "ppo")]["normalized_return_mean"]) == pytest.approx(1.0)
+    assert float(rows[("tldr", "magrpo")]["normalized_return_mean"]) == pytest.approx(0.5)
+    assert float(rows[("tldr", "grpo")]["normalized_return_mean"]) == pytest.approx(0.5)
+    md = (root / "table" / "table.md").read_text()
+    assert f"`{root / 'tldr_bare'}`: norm. return derived from reward_mean with the tldr task's default reward" in md
+    assert rows[("tldr", "ippo")]["normalized_return_mean"] == ""
+    (why,) = [line for line in md.splitlines() if line.startswith(f"- `{root / 'tldr_old'}`: no norm. return")]
+    assert f"cannot rebuild its tldr reward from {root / 'tldr_old' / '.hydra' / 'config.yaml'}: " in why
+    assert "retired_key" in why
 
 
 # -- the value a sweeper optimises, the normalized return and the per-level accuracies -----------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import struct
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from magrpo.metrics import codebleu
 from magrpo.table import aggregate, main, mean_std, tex_escape
 
 # Two methods x three seeds. Final reward_mean: [0.5, 0.6, 0.7] -> 0.6 ± 0.1 (sample std);
@@ -323,3 +325,164 @@ def test_real_smoke_run_is_read(make_cfg, tmp_path, capsys):
     assert row["n"] == "1" and float(row["reward_mean_mean"]) == summary["final_eval"]["reward_mean"]
     assert float(row["reward/length_ratio_mean"]) == summary["final_eval"]["reward/length_ratio"]
     assert png_size(tmp_path / "sweep" / "table" / "length_ratio_train_reward_mean.png")[0] >= 400
+
+
+# -- table.tex, checked as LaTeX reads it -------------------------------------------------------------
+
+TEX_RULES = {"toprule", "midrule", "bottomrule", "hline"}
+
+
+def _tex_tokens(tex: str) -> list[tuple[str, str, int]]:
+    """(kind, text, line): kind 'cmd' (the name after a backslash: `\\\\` is the command '\\\\',
+    `\\{` the command '{', so escaped characters are never braces), '{', '}', '&' or 'text';
+    comments dropped."""
+    out, i = [], 0
+    while i < len(tex):
+        c, line = tex[i], tex.count("\n", 0, i) + 1
+        if c == "%":
+            i = tex.find("\n", i) if "\n" in tex[i:] else len(tex)
+        elif c == "\\":
+            m = re.match(r"\\([A-Za-z]+|.)", tex[i:], re.S)
+            out.append(("cmd", m.group(1), line))
+            i += m.end()
+        elif c in "{}&":
+            out.append((c, c, line))
+            i += 1
+        else:
+            j = i
+            while j < len(tex) and tex[j] not in "\\{}&%":
+                j += 1
+            out.append(("text", tex[i:j], line))
+            i = j
+    return out
+
+
+def _group(tokens: list[tuple[str, str, int]], k: int) -> tuple[str | None, int]:
+    """The text of the brace group starting at tokens[k], and the index after it."""
+    if k >= len(tokens) or tokens[k][0] != "{":
+        return None, k
+    depth, text = 0, []
+    for j in range(k, len(tokens)):
+        kind, val, _ = tokens[j]
+        depth += {"{": 1, "}": -1}.get(kind, 0)
+        if depth == 0:
+            return "".join(text[1:]), j + 1
+        text.append("\\" + val if kind == "cmd" else val)
+    return None, len(tokens)
+
+
+def _spec_columns(spec: str) -> int:
+    spec = re.sub(r"[@!<>]\{[^}]*\}", "", spec)          # inter-column material holds no column
+    spec = re.sub(r"[pmb]\{[^}]*\}", "l", spec)           # a paragraph column is one column
+    return sum(ch in "lcrX" for ch in spec)
+
+
+def tex_problems(tex: str) -> list[str]:
+    """What LaTeX would stop at in a table.tex, found without a LaTeX engine: unbalanced braces, a
+    \\begin without its \\end (or the other way round), and a tabular row whose cells
+    (\\multicolumn{k} counting k) are not as many as the column spec's columns. Empty when none."""
+    tokens = _tex_tokens(tex)
+    problems: list[str] = []
+    depth, envs, k = 0, [], 0
+    while k < len(tokens):
+        kind, val, line = tokens[k]
+        if kind == "cmd" and val in ("begin", "end"):
+            name, k = _group(tokens, k + 1)
+            if name is None:
+                problems.append(f"\\{val} without an environment name")
+                continue
+            if val == "begin":
+                env = {"name": name, "depth": depth, "cols": None, "cells": 1, "open": False, "rows": 0}
+                if name == "tabular":
+                    spec, k = _group(tokens, k)
+                    env["cols"] = _spec_columns(spec or "")
+                envs.append(env)
+            elif not envs or envs[-1]["name"] != name:
+                problems.append(f"\\end{{{name}}} closes " + (f"\\begin{{{envs[-1]['name']}}}" if envs else "nothing"))
+            else:
+                env = envs.pop()
+                if env["open"]:
+                    problems.append(f"the last row of a {name} does not end with \\\\")
+            continue
+        if kind == "{":
+            depth += 1
+        elif kind == "}":
+            depth -= 1
+            if depth < 0:
+                problems.append(f"line {line}: a '}}' closes nothing")
+                depth = 0
+        elif envs and envs[-1]["cols"] is not None and depth == envs[-1]["depth"]:
+            env = envs[-1]
+            if kind == "&":
+                env["cells"] += 1
+                env["open"] = True
+            elif kind == "cmd" and val == "\\":
+                env["rows"] += 1
+                if env["cells"] != env["cols"]:
+                    problems.append(f"line {line}: a row of {env['cells']} cells in a tabular of {env['cols']} columns")
+                env["cells"], env["open"] = 1, False
+            elif kind == "cmd" and val == "multicolumn":
+                span, k = _group(tokens, k + 1)
+                env["cells"] += int(span) - 1
+                env["open"] = True
+                continue
+            elif (kind == "text" and val.strip()) or (kind == "cmd" and val not in TEX_RULES):
+                env["open"] = True
+        k += 1
+    if depth:
+        problems.append(f"{depth} '{{' never closed")
+    problems += [f"\\begin{{{e['name']}}} never ended" for e in envs]
+    return problems
+
+
+def test_tex_checker_finds_what_latex_would_stop_at():
+    good = "% a comment with { and }\n\\begin{tabular}{lr}\n\\toprule\na\\_\\{ & 1 \\\\\n\\midrule\n" \
+           "\\multicolumn{2}{l}{\\footnotesize x \\& y} \\\\\n\\bottomrule\n\\end{tabular}\n"
+    assert tex_problems(good) == []
+    # The note row the paper layout used to write: one '}' too many per table.
+    assert tex_problems(good.replace("x \\& y}", "x \\& y}}")) == ["line 6: a '}' closes nothing"]
+    assert tex_problems(good.replace("a\\_\\{ & 1", "a & 1 & 2")) == ["line 4: a row of 3 cells in a tabular of 2 columns"]
+    assert tex_problems(good.replace("\\multicolumn{2}", "\\multicolumn{3}")) == [
+        "line 6: a row of 3 cells in a tabular of 2 columns"]
+    assert tex_problems(good.replace("\\end{tabular}", "")) == ["\\begin{tabular} never ended"]
+    assert tex_problems(good.replace("\\end{tabular}", "\\end{table}")) == [
+        "\\end{table} closes \\begin{tabular}", "\\begin{tabular} never ended"]
+    assert tex_problems(good + "{") == ["1 '{' never closed"]
+
+
+def test_generic_tex_is_well_formed_with_special_characters_notes_and_codebleu(sweep, tmp_path, capsys):
+    # A label full of LaTeX specials, an unfinished run (its note), a second task with a CodeBLEU column.
+    write_run(sweep / "odd", seed=0, advantage="a_b{c}%&#$~^\\x", final=final_eval(0.1, 0.2),
+              initial={"reward_mean": 0.0})
+    write_run(sweep / "running", seed=1, final=None, status="running", initial={"reward_mean": 0.2},
+              evals={0: 0.2, 2: 0.3})
+    for seed in range(2):
+        write_run(sweep / f"he_{seed}", seed=seed, task="humaneval",
+                  final={"reward_mean": 3.0, "pass@1": 0.5, "codebleu": 0.26 + 0.01 * seed},
+                  initial={"reward_mean": 0.0})
+    out = tmp_path / "t"
+    assert main([str(sweep), "--out", str(out), "--include-unfinished", "--no-plots"]) == 0
+    tex = (out / "table.tex").read_text()
+    assert tex.count("\\begin{tabular}") == 2 and tex_problems(tex) == []
+    assert "a\\_b\\{c\\}\\%\\&\\#\\$\\textasciitilde{}\\textasciicircum{}\\textbackslash{}x" in tex
+
+
+def test_codebleu_column_reports_the_packages_floor(tmp_path, capsys):
+    reference = "def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s\n"
+    floor = codebleu([""], [reference])["codebleu"]
+    # The floor is the package's value for any code without data flow in common with the reference.
+    assert floor > 0 and codebleu(["this is ( not python"], [reference])["codebleu"] == pytest.approx(floor)
+    root = tmp_path / "runs"
+    write_run(root / "he", seed=0, task="humaneval", final={"reward_mean": 1.0, "codebleu": floor + 0.02},
+              initial={"reward_mean": 0.0})
+    assert main([str(root), "--no-plots"]) == 0
+    md = (root / "table" / "table.md").read_text()
+    assert f"codebleu (floor {floor:.3f})" in md_header(root / "table" / "table.md")
+    assert f"empty or unparsable code already scores {floor:.3f}" in md and "parity with the paper" in md
+    assert f"empty code scores {floor:.3f}" in (root / "table" / "table.tex").read_text()
+    assert read_csv(root / "table" / "table.csv")["magrpo"]["codebleu_mean"] == repr(floor + 0.02)
+    # A table without CodeBLEU says nothing about it.
+    plain = tmp_path / "plain"
+    write_run(plain / "lr", seed=0, final={"reward_mean": 1.0}, initial={"reward_mean": 0.0})
+    assert main([str(plain), "--no-plots"]) == 0
+    assert "CodeBLEU" not in (plain / "table" / "table.md").read_text()

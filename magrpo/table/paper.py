@@ -5,12 +5,15 @@ conf/experiment/paper/<task>/<row>.yaml; else the algo, or the method of a magrp
 in the paper's order -- prompting baselines, single-model baselines, multi-agent baselines,
 MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled by what it holds:
 
-  every task     normalized return = reward / the reward's maximum on its raw scale
-                 (3.0 for tldr/arxiv; 4.0 for the two-agent code reward, 2.1 for its single-agent
-                 form; 1.0 for length_ratio), so 1.0 means every level paid
+  every task     normalized return = the raw reward (shift and scale undone) / the task's
+                 `reward_max` (with the reference weights 3.0 for tldr/arxiv; 4.0 for the
+                 two-agent code reward, 2.1 for its single-agent form; 1.0 for length_ratio),
+                 so 1.0 means every level paid. A run whose evaluation did not report it gets it
+                 from its own task and reward config, rebuilt from `.hydra/config.yaml`
   writing        structure (levels 1-3), style (the Jaccard term), coherence (the transition
                  term), ROUGE-L against the reference
-  coding         pass@1/3/5/10, CodeBLEU, and per-level accuracy: the fraction of samples whose
+  coding         pass@1/3/5/10, CodeBLEU (the `codebleu` package's, whose floor for empty code
+                 is shown beside it), and per-level accuracy: the fraction of samples whose
                  program reached each level of the gated code reward
   maporl_qa      the reward and every accuracy the evaluation reports
   multi-turn     the normalized return after turn 1 and after the final turn (when any run of
@@ -18,8 +21,9 @@ MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled b
   every task     response time: generation seconds per item (lower is better)
 
 A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; the
-best mean of each column is in bold. Runs left out (failed, unfinished, without summary.json)
-and rows whose runs lack a metric are listed under the table, never dropped silently.
+best mean of each column is in bold (none where every row ties). Runs left out (failed,
+unfinished, without summary.json) and rows whose runs lack a metric are listed under the table,
+never dropped silently.
 """
 
 from __future__ import annotations
@@ -30,19 +34,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magrpo.table import (
-    PROG,
+from magrpo.table.render import (
     STD_NOTE,
-    Cell,
-    Run,
-    _md_escape,
-    aggregate,
-    mean_std,
+    cell_text,
+    codebleu_header,
+    codebleu_note,
+    md_escape,
     save_and_report,
     save_curve_plot,
-    smooth,
     tex_escape,
+    tex_note_row,
 )
+from magrpo.table.runs import PROG, Run, TableError, num_answers, run_task
+from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, smooth
 
 FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
           "mbpp": "coding", "maporl_qa": "maporl"}
@@ -89,13 +93,9 @@ ROW_NAMES = {
 }
 ROW_ORDER = list(ROW_NAMES)
 
-# Raw maxima of the rewards, for runs written before evaluations reported normalized_return.
-REWARD_MAX = {"tldr": 3.0, "arxiv": 3.0, "length_ratio": 1.0, **{t: 4.0 for t in ("humaneval", "coophumaneval", "mbpp")}}
-REWARD_MAX_SINGLE = {"humaneval": 2.1, "coophumaneval": 2.1, "mbpp": 2.1}
-
-NORM_NOTE = ("norm. return = reward / the reward's maximum on its raw scale (shift and scale divided out): "
-             "3.0 for tldr and arxiv, 4.0 for the two-agent code reward and 2.1 for its single-agent form "
-             "(single, grpo, ppo), 1.0 for length_ratio.")
+NORM_NOTE = ("norm. return = the raw reward, (total - reward.shift) / reward.scale, as a fraction of the "
+             "task's maximum raw reward (with the reference weights: 3.0 for tldr and arxiv, 4.0 for the two-agent "
+             "code reward and 2.1 for its single-agent form (single, grpo, ppo), 1.0 for length_ratio).")
 BOLD_NOTE = ("Bold: the best mean of its column (the lowest for response time); a column where every row "
              "ties has none.")
 
@@ -136,18 +136,39 @@ def _turns(metrics: dict[str, float], name: str) -> dict[int, float]:
     return out
 
 
-def with_derived(run: Run) -> dict[str, float]:
+def derived_returns(run: Run, final: dict[str, float]) -> tuple[dict[str, float], str | None]:
+    """`normalized_return` (and `turn_<t>/normalized_return`) of a run whose evaluation did not
+    report them, from its `reward_mean` values through its own task: `Task.normalized_return`, the
+    evaluation's one normalization (`raw_reward` over the task's `reward_max`). Returns them and a
+    note for the table when they rest on a guess, or could not be had."""
+    wanted = {k: v for k, v in final.items()
+              if (k == "reward_mean" or re.fullmatch(r"turn_\d+/reward_mean", k))
+              and k.replace("reward_mean", "normalized_return") not in final}
+    if not wanted:
+        return {}, None
+    try:
+        task = run_task(run)
+    except TableError as e:
+        return {}, f"`{run.path}`: no norm. return: {e}"
+    n = num_answers(run)
+    if task is None or not task.reward_max(n):
+        return {}, None     # a reward without a fixed maximum has no normalized return
+    out = {k.replace("reward_mean", "normalized_return"): task.normalized_return(v, n) for k, v in wanted.items()}
+    if not (run.path / ".hydra" / "config.yaml").exists():
+        return out, (f"`{run.path}`: norm. return derived from reward_mean with the {run.task} task's default "
+                     "reward config (the run has no .hydra/config.yaml to say its shift, scale and weights)")
+    return out, None
+
+
+def with_derived(run: Run, notes: list[str] | None = None) -> dict[str, float]:
     """The run's final metrics plus normalized_return (when an older run lacks it) and the
-    final turn's value of each per-turn metric (`final_turn/<name>`)."""
+    final turn's value of each per-turn metric (`final_turn/<name>`). A note on how the
+    normalized return was had, if any, goes to `notes`."""
     final = dict(run.final)
-    if "normalized_return" not in final and "reward_mean" in final and run.task in REWARD_MAX:
-        single = run.lookup("num_agents")[1] == 1 or run.algo in ("grpo", "ppo", "single")
-        top = REWARD_MAX_SINGLE.get(run.task, REWARD_MAX[run.task]) if single else REWARD_MAX[run.task]
-        shift = float(run.lookup("reward.shift")[1] or 0.0)
-        scale = float(run.lookup("reward.scale")[1] or 1.0)
-        final["normalized_return"] = (final["reward_mean"] / scale - shift) / top
-        for t, v in _turns(final, "reward_mean").items():
-            final.setdefault(f"turn_{t}/normalized_return", (v / scale - shift) / top)
+    derived, note = derived_returns(run, final)
+    final.update(derived)
+    if note is not None and notes is not None:
+        notes.append(note)
     for name in ("normalized_return", "reward_mean"):
         turns = _turns(final, name)
         if turns:
@@ -187,7 +208,8 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
         by_task.setdefault(r.task, []).append(r)
     tables = []
     for task, task_runs in by_task.items():
-        finals = {id(r): with_derived(r) for r in task_runs}
+        derived_notes: list[str] = []
+        finals = {id(r): with_derived(r, derived_notes) for r in task_runs}
         columns = columns_for(task, list(finals.values()))
         if metrics:
             known = {c.key: c for c in columns}
@@ -197,7 +219,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
             groups.setdefault(r.label, []).append(r)
         labels = sorted(groups, key=lambda lab: _row_key(lab, list(groups).index(lab)))
         rows = [PaperRow(label, groups[label]) for label in labels]
-        missing = []
+        missing = list(dict.fromkeys(derived_notes))   # an eval run split per method would say it twice
         for col in columns:
             if not any(col.key in finals[id(r)] for r in task_runs):
                 missing.append(f"`{col.key}` ({col.header}): no run reports it (a metric the task's data or "
@@ -212,13 +234,8 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
                                    + ", ".join(f"`{p}`" for p in lacking))
                 elif not have and any(col.key in finals[id(r)] for r in task_runs):
                     missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
-        best: dict[str, set[int]] = {}
-        for col in (c for c in columns if c.ranked):
-            means = [(i, row.cells[col.key].mean) for i, row in enumerate(rows) if row.cells[col.key].mean is not None]
-            top = (max if col.higher_is_better else min)((m for _, m in means), default=None)
-            winners = {i for i, m in means if abs(m - top) <= 1e-12 * max(1.0, abs(top))} if means else set()
-            if len(winners) < len(means) or len(means) == 1:   # a column where every row ties has no best
-                best[col.key] = winners
+        best = {col.key: best_rows([row.cells[col.key].mean for row in rows], col.higher_is_better)
+                for col in columns if col.ranked}
         tables.append(PaperTable(task, columns, rows, best, missing))
     return tables
 
@@ -226,19 +243,21 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
 # -- writers -------------------------------------------------------------------------------------
 
 
-def cell_text(cell: Cell, n: int, digits: int, pm: str, missing: str) -> str:
-    if cell.mean is None:
-        return missing
-    text = f"{cell.mean:.{digits}f}" + (f" {pm} {cell.std:.{digits}f}" if cell.std is not None else "")
-    return text + (f" (n={cell.count})" if cell.count < n else "")
+def heading(col: Column) -> str:
+    """A column's header as printed: CodeBLEU carries its floor (the package's score of empty code)."""
+    return codebleu_header(col.header) if col.key == "codebleu" else col.header
+
+
+def shows_codebleu(tables: Sequence[PaperTable]) -> bool:
+    return any(c.key == "codebleu" for t in tables for c in t.columns)
 
 
 def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()) -> str:
     out = []
     for t in tables:
         family = FAMILY.get(t.task, "")
-        out.append(f"### {_md_escape(t.task)}" + (f" ({family})" if family else "") + "\n")
-        out.append("| " + " | ".join(_md_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " |")
+        out.append(f"### {md_escape(t.task)}" + (f" ({family})" if family else "") + "\n")
+        out.append("| " + " | ".join(md_escape(h) for h in ["method", "n", *(heading(c) for c in t.columns)]) + " |")
         out.append("|" + "|".join([":---", "---:"] + ["---:"] * len(t.columns)) + "|")
         for i, row in enumerate(t.rows):
             n = len(row.runs)
@@ -246,12 +265,14 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
             for c in t.columns:
                 text = cell_text(row.cells[c.key], n, digits, "±", "–")
                 cells.append(f"**{text}**" if i in t.best.get(c.key, ()) else text)
-            out.append("| " + " | ".join([_md_escape(row.name), str(n), *(_md_escape(x) for x in cells)]) + " |")
+            out.append("| " + " | ".join([md_escape(row.name), str(n), *(md_escape(x) for x in cells)]) + " |")
         out.append("")
         if t.missing:
             out += ["Runs lacking a metric:", ""] + [f"- {m}" for m in t.missing] + [""]
     out.append(f"Cells: {STD_NOTE}. {BOLD_NOTE} {NORM_NOTE} Rows marked (prompting) and 'untrained' are "
                "evaluations of the base models; the others are trained.")
+    if shows_codebleu(tables):
+        out.append(codebleu_note())
     out += list(notes)
     return "\n".join(out) + "\n"
 
@@ -281,7 +302,7 @@ def to_latex(tables: list[PaperTable], digits: int) -> str:
     for t in tables:
         ncols = 2 + len(t.columns)
         out += [f"% task: {tex_escape(t.task)}", "\\begin{tabular}{l" + "r" * (ncols - 1) + "}", "\\toprule",
-                " & ".join(tex_escape(h) for h in ["method", "n", *(c.header for c in t.columns)]) + " \\\\",
+                " & ".join(tex_escape(h) for h in ["method", "n", *(heading(c) for c in t.columns)]) + " \\\\",
                 "\\midrule"]
         for i, row in enumerate(t.rows):
             n = len(row.runs)
@@ -290,9 +311,10 @@ def to_latex(tables: list[PaperTable], digits: int) -> str:
                 text = cell_text(row.cells[c.key], n, digits, "$\\pm$", "--")
                 cells.append(f"\\textbf{{{text}}}" if i in t.best.get(c.key, ()) else text)
             out.append(" & ".join([tex_escape(row.name), str(n), *cells]) + " \\\\")
-        out += ["\\bottomrule",
-                f"\\multicolumn{{{ncols}}}{{l}}{{\\footnotesize Mean $\\pm$ sample std (n-1) over n seeds; "
-                "bold: best in its column.}} \\\\", "\\end{tabular}", ""]
+        note = "Mean $\\pm$ sample std (n-1) over n seeds; bold: best in its column."
+        if shows_codebleu([t]):
+            note += " " + tex_escape(codebleu_note(short=True))
+        out += ["\\bottomrule", tex_note_row(ncols, note), "\\end{tabular}", ""]
     return "\n".join(out)
 
 

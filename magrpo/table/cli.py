@@ -1,0 +1,82 @@
+"""The `magrpo-table` command: its options, the early checks of what the user named, and the
+dispatch to a layout (generic.py, or paper.py with --layout paper)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from magrpo.table import generic, paper
+from magrpo.table.runs import PROG, Run, TableError, collect
+
+
+def _csv_list(text: str) -> list[str]:
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list, got nothing")
+    return items
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Tables (md, csv, tex) and learning curves from "
+                                "magrpo-train run or multirun directories: one row per method, mean ± std over seeds.")
+    p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="run or multirun directories (searched recursively)")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: DIR/table for a single DIR)")
+    p.add_argument("--group-by", type=_csv_list, default=None, metavar="KEY[,KEY]",
+                   help="dotted config keys that define a method, e.g. algo.name,algo.joint_mode "
+                        "(default: the algo plus the keys that differ between the runs)")
+    p.add_argument("--metrics", type=_csv_list, default=None, metavar="A,B,C",
+                   help="final-eval metrics to show, e.g. reward_mean,pass@1 (default: reward_mean, the reward "
+                        "components and the task's metrics)")
+    p.add_argument("--include-unfinished", action="store_true",
+                   help="include runs whose status is not 'finished' (their last evaluation stands in for the final one)")
+    p.add_argument("--digits", type=int, default=3, help="decimals in table.md / table.tex (default 3)")
+    p.add_argument("--smooth", type=int, default=1, metavar="N",
+                   help="moving average over N logged points in the learning curves (default 1: none)")
+    p.add_argument("--no-plots", action="store_true", help="write the tables only")
+    p.add_argument("--layout", choices=["generic", "paper"], default="generic",
+                   help="generic (default): every config difference is a method; paper: rows = the runs' "
+                        "`label` (paper rows), columns = the task's paper metrics, best in bold")
+    return p
+
+
+def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequence[str] | None) -> list[str] | None:
+    """Fail early, naming the bad name and what exists, on an unknown --metrics or --group-by entry."""
+    if metrics:
+        metrics = [m.removeprefix("eval/") for m in metrics]
+        known = {k for r in runs for k in r.final}
+        unknown = [m for m in metrics if m not in known]
+        if unknown:
+            raise TableError(f"unknown metric(s) {', '.join(unknown)}; the runs have: {', '.join(sorted(known))}")
+    for key in group_by or []:
+        if not any(r.lookup(key)[0] for r in runs):
+            raise TableError(f"--group-by key {key!r} is in no run's config (use dotted keys of .hydra/config.yaml, "
+                             "e.g. algo.joint_mode)")
+    return metrics
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.out is None and len(args.dirs) > 1:
+            raise TableError("several DIRs given: say where the tables go with --out")
+        out = args.out if args.out is not None else args.dirs[0] / "table"
+        runs, skipped = collect(args.dirs, out, args.include_unfinished)
+        metrics = check_names(runs, args.metrics, args.group_by)
+        notes = []
+        if args.include_unfinished and any(r.status != "finished" for r in runs):
+            notes.append("Includes unfinished runs: their latest evaluation stands in for the final one.")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TableError(f"cannot create {out}: {e}") from None
+        common = dict(digits=args.digits, notes=notes, plots=not args.no_plots, smooth_window=args.smooth,
+                      metrics=metrics)
+        if args.layout == "paper":
+            return paper.write(runs, skipped, out, **common)
+        return generic.write(runs, skipped, out, group_by=args.group_by, **common)
+    except TableError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2

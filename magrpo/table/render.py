@@ -1,0 +1,136 @@
+"""What both table layouts share when they write: cell text, escaping for markdown and LaTeX, the
+notes under a table (what the ± is, the CodeBLEU floor, the runs left out), the curve figures'
+frame, and writing the files into OUT."""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from magrpo.table.runs import warn
+from magrpo.table.stats import Cell
+
+STD_NOTE = ("mean ± sample standard deviation (n − 1 in the denominator) over seeds of each run's "
+            "final evaluation; n = number of seeds; a cell marked (n=k) has the metric in only k of them")
+
+TEX_NOTE = "Mean $\\pm$ sample std (n-1) over n seeds, final evaluation."
+
+# Any reference works: the package's floor comes from its data-flow term, whatever the reference holds.
+_CODEBLEU_REFERENCE = "def add_one(values):\n    out = [v + 1 for v in values]\n    return out\n"
+
+
+def cell_text(cell: Cell, n: int, digits: int, pm: str = "±", missing: str = "–") -> str:
+    if cell.mean is None:
+        return missing
+    text = f"{cell.mean:.{digits}f}"
+    if cell.std is not None:
+        text += f" {pm} {cell.std:.{digits}f}"
+    if cell.count < n:
+        text += f" (n={cell.count})"
+    return text
+
+
+def md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+TEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+                "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
+
+
+def tex_escape(text: str) -> str:
+    return "".join(TEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def tex_note_row(ncols: int, note: str) -> str:
+    """The footnote row under a tabular: `note` is LaTeX already (escape plain text first)."""
+    return f"\\multicolumn{{{ncols}}}{{l}}{{\\footnotesize {note}}} \\\\"
+
+
+# -- the CodeBLEU floor ----------------------------------------------------------------------------
+
+
+@functools.cache
+def codebleu_floor() -> float | None:
+    """CodeBLEU of empty code, as the `codebleu` package scores it (the tables keep its value for
+    parity with the paper). The package replaces a data-flow match of 0 by 1, so code with no data
+    flow in common with the reference, empty or unparsable code included, still gets that term's
+    weight. None, with a warning, when the package cannot be loaded."""
+    try:
+        from magrpo.metrics import codebleu
+
+        return float(codebleu([""], [_CODEBLEU_REFERENCE])["codebleu"])
+    except Exception as e:   # a broken tree-sitter install must not cost the whole table
+        warn(f"cannot compute the CodeBLEU floor with the codebleu package ({type(e).__name__}: {e})")
+        return None
+
+
+def codebleu_header(header: str) -> str:
+    """A CodeBLEU column's header with the package's floor beside it."""
+    floor = codebleu_floor()
+    return header if floor is None else f"{header} (floor {floor:.3f})"
+
+
+def codebleu_note(short: bool = False) -> str:
+    """What a CodeBLEU cell is measured against. `short`: for the LaTeX footnote row, which sets
+    the width of its tabular."""
+    floor = codebleu_floor()
+    value = "an unknown floor (the package could not be loaded)" if floor is None else f"{floor:.3f}"
+    if short:
+        return f"CodeBLEU: the codebleu package's score; empty code scores {value}."
+    return ("CodeBLEU is the `codebleu` package's score, kept as it is for parity with the paper: the package "
+            "counts a data-flow match of 0 as a full match, so empty or unparsable code already scores "
+            f"{value} (the floor beside the column's name); read a cell against that floor, not against 0.")
+
+
+# -- notes, figures, files -------------------------------------------------------------------------
+
+
+def skipped_note(skipped: Sequence[tuple[Path, str]]) -> list[str]:
+    """Markdown lines naming every run left out of the tables."""
+    if not skipped:
+        return []
+    return ["", f"Not in the table ({len(skipped)} run(s)):", ""] + [f"- `{p}`: {why}" for p, why in skipped]
+
+
+def _filename(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9@.=+-]+", "_", text).strip("_")
+
+
+def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, legend_size: int = 8) -> Path:
+    """Label, title and save one curves figure as OUT/<task>_<metric>.png; returns its path."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_xlabel("optimizer step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylabel(ylabel)
+    ax.set_title(f"{task}: {metric}  (mean ± sample std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=legend_size, loc="best")
+    fig.tight_layout()
+    path = out / f"{_filename(task)}_{_filename(metric.replace('/', '_'))}.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def save_and_report(out: Path, md: str, skipped: Sequence[tuple[Path, str]], write_csv_to: Callable[[Path], None],
+                    tex: str, plot: Callable[[], list[Path]], counts: str) -> None:
+    """Write table.md (with the runs left out listed under it), table.csv, table.tex and the
+    curves into `out`, then print the markdown, `counts` and every file written."""
+    if skipped:
+        md += "\n".join(skipped_note(skipped)) + "\n"
+    (out / "table.md").write_text(md)
+    write_csv_to(out / "table.csv")
+    (out / "table.tex").write_text(tex)
+    pngs = plot()
+    print(md)
+    print(counts)
+    for name in ("table.md", "table.csv", "table.tex"):
+        print(f"wrote {out / name}")
+    for p in pngs:
+        print(f"wrote {p}")
