@@ -48,7 +48,9 @@ def run(cfg: DictConfig) -> dict:
 
     out = output_dir(cfg)
     if int(os.environ.get("RANK", "0")) > 0:
-        return _fit(validate(cfg), out)
+        cfg = validate(cfg)
+        result = _fit(cfg, out)
+        return {**result, "sweep_value": sweep_value(cfg, result["final_eval"])}
     check_run_dir(out, cfg.get("resume"))
     before = read_status(out)[0]          # a run resumed in place: its status before this one claims it
     with RunStatus(out, kind="train") as status:
