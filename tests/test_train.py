@@ -89,7 +89,8 @@ def test_team_learns_length_ratio(make_cfg, tmp_path):
 # The default run of every algorithm (tiny agents, length_ratio, the default budget) must end
 # LEARNS_BY above where it started, and keep what it learned: its final eval at most KEEPS_WITHIN
 # below its best one. The single-model baselines (grpo, ppo) start from the harder form of the
-# task (one answer holding both parts), so they must gain less.
+# task (one answer holding both parts), so they must gain less: ending the short part at a
+# constant rate per token earns at most 0.32, and grpo stays near that for the whole budget.
 LEARNS_BY = {"magrpo": 0.2, "ippo": 0.2, "mappo": 0.2, "grpo": 0.05, "ppo": 0.05}
 KEEPS_WITHIN = 0.1
 # Each eval samples 8 answers per eval item instead of the default 2; training is unchanged (the
