@@ -9,7 +9,9 @@ own share where the task can split it). One step, for a batch of B items and N a
   3. per token t of the completion: reward r_t = R at the last token, minus beta * (log pi - log ref)
      when beta > 0; values V_t from the critic (a head on the agent's own backbone, or a separate
      LM with a head); GAE:  delta_t = r_t + gamma V_{t+1} - V_t,  A_t = sum_l (gamma lam)^l delta_{t+l};
-     returns R_t = A_t + V_t; advantages whitened over the batch's tokens;
+     returns R_t = A_t + V_t; advantages whitened over the batch's tokens. With the defaults
+     gamma = lam = 1, A_t = (R minus the KL penalties from t on) - V_t: the critic is a baseline,
+     not a stand-in for the return;
   4. `ppo_epochs` passes over `num_mini_batches` shuffled mini-batches minimise, per token,
         L = -min(r A, clip(r, 1 - eps, 1 + eps) A)                                  (clipped surrogate)
           + vf_coef * 0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-c) - R)^2)     (clipped value loss)
@@ -80,7 +82,12 @@ class IPPOConfig(AlgoConfig):
     reward: str = option("team", choices=["team", "individual"])
     cross_credit: str = option("mean", choices=["mean", "sum"])
     gamma: float = within(0, 1, 1.0)
-    lam: float = within(0, 1, 0.95)
+    # 1 (Monte-Carlo) by default. The reward comes once, at the last token, and the critic starts
+    # as a zero head; with lam < 1 token t gets lam^(T-t) of the return's signal and the rest from
+    # the critic's guesses. At lam = 0.95 the opening tokens of a 48-token answer (the ones that
+    # shape it) got 1/7 of the tail's advantage, and single-agent PPO stalled on the embedded
+    # default. lam < 1 pays off once a critic predicts the return (explained_variance well above 0).
+    lam: float = within(0, 1, 1.0)
     epsilon: float = positive(0.2)
     cliprange_value: float = positive(0.2)
     vf_coef: float = at_least(0, 0.5)
