@@ -524,9 +524,9 @@ def world(tmp_path_factory):
     os.environ["MAGRPO_HOSTILE_SECRET"] = SECRET  # in the caller too: no candidate may see it
     listener = Listener()
     env = {"CANARY_DIR": str(canary_dir), "CANARIES": [str(p) for p in canaries], "README": str(ROOT / "README.md"),
-           "TABLE": str(ROOT / "magrpo" / "table.py"), "TRAINER": os.getpid(), "DECOY": decoy.pid,
+           "TABLE": str(ROOT / "magrpo" / "table" / "render.py"), "TRAINER": os.getpid(), "DECOY": decoy.pid,
            "PORT": listener.port, "UDP_PORT": listener.udp_port}
-    protected = canaries + [ROOT / "README.md", ROOT / "magrpo" / "table.py"]
+    protected = canaries + [ROOT / "README.md", ROOT / "magrpo" / "table" / "render.py"]
     before = _digest(protected)
     yield {"env": env, "canary_dir": canary_dir, "protected": protected, "before": before, "decoy": decoy,
            "listener": listener}
