@@ -10,7 +10,7 @@ from magrpo.train import run
 
 # Prompts cut to their last 64 tokens: the long writing and coding prompts (and MAPPO's critic,
 # which reads every agent's prompt) made a few of these runs cost as much as all the others; the
-# reward reads the item, not the prompt, so each run still checks the same path.
+# cut is made when the prompt is tokenized, so the reward still scores the whole item.
 TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2", "algo.max_prompt_length=64"]
 
 
