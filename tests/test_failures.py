@@ -121,15 +121,11 @@ def _cli(args: list[str], cwd: Path, module: str = "magrpo.train", timeout: int 
                           timeout=timeout, cwd=cwd)
 
 
-@pytest.mark.parametrize("overrides,needle", [
-    (["logger.log_every=0"], "logger.log_every=0 is out of range; it must be >= 1"),
-    (["hardware.device=banana"], "hardware.device='banana'"),
-    (["task=tldr", "reward.length_band_low=9"], "reward.length_band_low=9.0"),
-    (["task=tldr", "task.data.path=/no/such.jsonl"], "task.data.path='/no/such.jsonl': no such file"),
-])
-def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path, overrides, needle):
+def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path):
+    """The command end to end, once; the in-process tests below cover the other bad values."""
     run_dir = tmp_path / "run"
-    proc = _cli([*overrides, f"hydra.run.dir={run_dir}"], tmp_path)
+    needle = "logger.log_every=0 is out of range; it must be >= 1"
+    proc = _cli(["logger.log_every=0", f"hydra.run.dir={run_dir}"], tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert needle in proc.stderr and "config error" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -138,22 +134,50 @@ def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path, override
     assert not (run_dir / "metrics.jsonl").exists()        # no work was done
 
 
-def test_cli_empty_resume_dir_exits_2(tmp_path):
+def _job_exit(cfg, capsys) -> tuple[int, str]:
+    """What `magrpo-train` does with a composed config (magrpo.launch.run_job around the run), in
+    this process: its exit code and its stderr. Spares a fresh interpreter per bad value."""
+    from magrpo.launch import run_job
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        run_job(run, cfg, "magrpo-train")
+    return e.value.code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["hardware.device=banana"], "hardware.device='banana'"),
+    (["task=tldr", "reward.length_band_low=9"], "reward.length_band_low=9.0"),
+    (["task=tldr", "task.data.path=/no/such.jsonl"], "task.data.path='/no/such.jsonl': no such file"),
+    (["algo.joint_mode=foo"], "algo.joint_mode='foo' is not allowed; choose one of: aligned, cross"),
+])
+def test_config_error_exits_2_with_one_line_and_a_failed_summary(make_cfg, tmp_path, capsys, overrides, needle):
+    run_dir = tmp_path / "run"
+    code, err = _job_exit(make_cfg(overrides, out=str(run_dir)), capsys)
+    assert code == 2, err[-2000:]
+    assert needle in err and "config error" in err and "Traceback" not in err
+    summary = _summary(run_dir)
+    assert summary["status"] == "failed" and summary["phase"] == "config" and needle in summary["reason"]
+    assert not (run_dir / "metrics.jsonl").exists()        # no work was done
+
+
+def test_empty_resume_dir_exits_2(make_cfg, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    proc = _cli([f"resume={tmp_path / 'empty'}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "resume=" in proc.stderr and "neither a checkpoint" in proc.stderr
+    code, err = _job_exit(make_cfg([f"resume={tmp_path / 'empty'}"]), capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "resume=" in err and "neither a checkpoint" in err
 
 
 # -- setup failures: clear, named, recorded -------------------------------------------------------
 
 
-def test_unloadable_model_is_a_setup_error_naming_the_model(tmp_path):
+def test_unloadable_model_is_a_setup_error_naming_the_model(make_cfg, tmp_path, capsys):
     run_dir = tmp_path / "run"
-    proc = _cli(["agents.models.0.name_or_path=nobody/no-such-model", *TINY, f"hydra.run.dir={run_dir}"], tmp_path)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "setup error" in proc.stderr and "'nobody/no-such-model'" in proc.stderr
-    assert "agents.models[0]" in proc.stderr and "Traceback" not in proc.stderr
+    code, err = _job_exit(make_cfg(["agents.models.0.name_or_path=nobody/no-such-model", *TINY], out=str(run_dir)),
+                          capsys)
+    assert code == 1, err[-2000:]
+    assert "setup error" in err and "'nobody/no-such-model'" in err
+    assert "agents.models[0]" in err and "Traceback" not in err
     summary = _summary(run_dir)
     assert summary["status"] == "failed" and summary["phase"] == "setup"
     assert "nobody/no-such-model" in summary["reason"]
@@ -174,11 +198,11 @@ def test_data_with_wrong_columns_is_a_setup_error(make_cfg, tmp_path):
 # -- a sweep survives its jobs --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
-                         ids=["basic", "joblib"])
-def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, launcher):
+def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path):
+    """The basic launcher (jobs one after another in the command's process); tests/test_sweep.py
+    checks the same under joblib."""
     sweep = tmp_path / "sweep"
-    proc = _cli(["-m", *launcher, "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
+    proc = _cli(["-m", "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
                  f"hydra.sweep.dir={sweep}"], tmp_path)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "1 of 2 job(s) failed" in proc.stderr and "0_algo.epsilon=-1" in proc.stderr
