@@ -57,31 +57,37 @@ def _fixed_update(out: str, overrides: list[str], rank: int, world_size: int):
     return grads, metrics
 
 
-def _rank_main(rank: int, world_size: int, port: int, out: str, overrides: list[str]) -> None:
+def _rank_main(rank: int, world_size: int, port: int, out: str, cases: dict[str, list[str]]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     cfg = validate(compose_cfg([f"output_dir={out}"]))
     distributed.init(cfg.hardware)
     try:
-        grads, metrics = _fixed_update(out, overrides, rank, world_size)
-        torch.save({"grads": grads, "metrics": metrics}, Path(out) / f"rank{rank}.pt")
+        for name, overrides in cases.items():
+            grads, metrics = _fixed_update(out, overrides, rank, world_size)
+            torch.save({"grads": grads, "metrics": metrics}, Path(out) / f"{name}_rank{rank}.pt")
     finally:
         distributed.shutdown()
 
 
-@pytest.mark.parametrize("agg,strategy", [("token_mean", "ddp"), ("seq_mean_token_mean", "fsdp")])
-def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_path, agg, strategy):
-    overrides = [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=0.05", f"hardware.strategy={strategy}"]
-    mp.spawn(_rank_main, args=(2, _free_port(), str(tmp_path), overrides), nprocs=2, join=True)
-    want, want_metrics = _fixed_update(str(tmp_path), overrides, 0, 1)
-    for rank in range(2):
-        got = torch.load(tmp_path / f"rank{rank}.pt")
-        assert got["grads"].keys() == want.keys()
-        for name in want:
-            torch.testing.assert_close(got["grads"][name], want[name], atol=1e-5, rtol=0, msg=name)
-        for key in ("loss", "policy_loss", "kl", "entropy", "clip_frac", "grad_norm"):
-            assert got["metrics"][key] == pytest.approx(want_metrics[key], abs=1e-5), key
+# Each strategy with a loss aggregation whose normaliser spans the ranks' items.
+CASES = {strategy: [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=0.05", f"hardware.strategy={strategy}"]
+         for agg, strategy in [("token_mean", "ddp"), ("seq_mean_token_mean", "fsdp")]}
+
+
+def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_path):
+    # One pair of rank processes runs every case: starting them costs more than the updates.
+    mp.spawn(_rank_main, args=(2, _free_port(), str(tmp_path), CASES), nprocs=2, join=True)
+    for name, overrides in CASES.items():
+        want, want_metrics = _fixed_update(str(tmp_path), overrides, 0, 1)
+        for rank in range(2):
+            got = torch.load(tmp_path / f"{name}_rank{rank}.pt")
+            assert got["grads"].keys() == want.keys(), name
+            for param in want:
+                torch.testing.assert_close(got["grads"][param], want[param], atol=1e-5, rtol=0, msg=f"{name} {param}")
+            for key in ("loss", "policy_loss", "kl", "entropy", "clip_frac", "grad_norm"):
+                assert got["metrics"][key] == pytest.approx(want_metrics[key], abs=1e-5), (name, key)
 
 
 # --- torchrun jobs ---------------------------------------------------------------------------------
