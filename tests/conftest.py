@@ -51,3 +51,37 @@ def run_and_resume(make_cfg, tmp_path, common: list[str], at: int = 2) -> tuple[
     run(make_cfg(common, out=str(full)))
     run(make_cfg([*common, f"resume={full / 'checkpoints' / f'step_{at}'}"], out=str(resumed)))
     return train_rows(full), train_rows(resumed)
+
+
+def run_cli(main, prog: str, args: list[str]) -> int:
+    """`PROG ARGS` through a Hydra entry point's `main`, in this process: its exit code. A fresh
+    interpreter per command costs more than the tiny runs the tests ask of it; the end-to-end
+    tests keep a subprocess. Hydra's singletons and the logging it configures for each job are
+    put back afterwards, so later tests see neither."""
+    import copy
+    import logging
+    import sys
+    import warnings
+
+    from hydra.core.singleton import Singleton
+
+    state = copy.deepcopy(Singleton.get_state())
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    argv, sys.argv = sys.argv, [prog, *args]
+    try:
+        with warnings.catch_warnings():
+            # torchrun's @record wants a real stderr for its fault handler; a captured test has none.
+            warnings.filterwarnings("ignore", "Unable to enable fault handler")
+            main()
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        sys.argv = argv
+        for handler in root.handlers:
+            if handler not in handlers:
+                handler.close()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        Singleton.set_state(state)

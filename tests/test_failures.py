@@ -22,7 +22,7 @@ from magrpo.config import EvalRunSchema, validate
 from magrpo.schema import ConfigError, SetupError
 from magrpo.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
 from magrpo.train import run
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["algo.max_new_tokens=8", "eval.num_items=1"]
@@ -122,7 +122,7 @@ def _cli(args: list[str], cwd: Path, module: str = "magrpo.train", timeout: int 
 
 
 def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path):
-    """The command end to end, once; the in-process tests below cover the other bad values."""
+    """The command as a process, once; the tests below run its main in this process."""
     run_dir = tmp_path / "run"
     needle = "logger.log_every=0 is out of range; it must be >= 1"
     proc = _cli(["logger.log_every=0", f"hydra.run.dir={run_dir}"], tmp_path)
@@ -134,15 +134,14 @@ def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path):
     assert not (run_dir / "metrics.jsonl").exists()        # no work was done
 
 
-def _job_exit(cfg, capsys) -> tuple[int, str]:
-    """What `magrpo-train` does with a composed config (magrpo.launch.run_job around the run), in
-    this process: its exit code and its stderr. Spares a fresh interpreter per bad value."""
-    from magrpo.launch import run_job
+def _train_here(args: list[str], capsys) -> tuple[int, str]:
+    """`magrpo-train ARGS` run by its main in this process: the exit code and stderr. Spares a
+    fresh interpreter per bad value; the test above runs the command as a process."""
+    from magrpo.train import main
 
     capsys.readouterr()
-    with pytest.raises(SystemExit) as e:
-        run_job(run, cfg, "magrpo-train")
-    return e.value.code, capsys.readouterr().err
+    code = run_cli(main, "magrpo-train", args)
+    return code, capsys.readouterr().err
 
 
 @pytest.mark.parametrize("overrides,needle", [
@@ -151,9 +150,9 @@ def _job_exit(cfg, capsys) -> tuple[int, str]:
     (["task=tldr", "task.data.path=/no/such.jsonl"], "task.data.path='/no/such.jsonl': no such file"),
     (["algo.joint_mode=foo"], "algo.joint_mode='foo' is not allowed; choose one of: aligned, cross"),
 ])
-def test_config_error_exits_2_with_one_line_and_a_failed_summary(make_cfg, tmp_path, capsys, overrides, needle):
+def test_other_bad_values_exit_2_on_stderr_without_traceback(tmp_path, capsys, overrides, needle):
     run_dir = tmp_path / "run"
-    code, err = _job_exit(make_cfg(overrides, out=str(run_dir)), capsys)
+    code, err = _train_here([*overrides, f"hydra.run.dir={run_dir}"], capsys)
     assert code == 2, err[-2000:]
     assert needle in err and "config error" in err and "Traceback" not in err
     summary = _summary(run_dir)
@@ -161,9 +160,9 @@ def test_config_error_exits_2_with_one_line_and_a_failed_summary(make_cfg, tmp_p
     assert not (run_dir / "metrics.jsonl").exists()        # no work was done
 
 
-def test_empty_resume_dir_exits_2(make_cfg, tmp_path, capsys):
+def test_empty_resume_dir_exits_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    code, err = _job_exit(make_cfg([f"resume={tmp_path / 'empty'}"]), capsys)
+    code, err = _train_here([f"resume={tmp_path / 'empty'}", f"hydra.run.dir={tmp_path / 'run'}"], capsys)
     assert code == 2 and "Traceback" not in err
     assert "resume=" in err and "neither a checkpoint" in err
 
@@ -171,10 +170,10 @@ def test_empty_resume_dir_exits_2(make_cfg, tmp_path, capsys):
 # -- setup failures: clear, named, recorded -------------------------------------------------------
 
 
-def test_unloadable_model_is_a_setup_error_naming_the_model(make_cfg, tmp_path, capsys):
+def test_unloadable_model_is_a_setup_error_naming_the_model(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    code, err = _job_exit(make_cfg(["agents.models.0.name_or_path=nobody/no-such-model", *TINY], out=str(run_dir)),
-                          capsys)
+    code, err = _train_here(["agents.models.0.name_or_path=nobody/no-such-model", *TINY, f"hydra.run.dir={run_dir}"],
+                            capsys)
     assert code == 1, err[-2000:]
     assert "setup error" in err and "'nobody/no-such-model'" in err
     assert "agents.models[0]" in err and "Traceback" not in err
@@ -198,16 +197,15 @@ def test_data_with_wrong_columns_is_a_setup_error(make_cfg, tmp_path):
 # -- a sweep survives its jobs --------------------------------------------------------------------
 
 
-def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path):
-    """The basic launcher (jobs one after another in the command's process); tests/test_sweep.py
-    checks the same under joblib."""
+def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, capsys):
+    """The basic launcher; tests/test_sweep.py runs a sweep as a process, under joblib."""
     sweep = tmp_path / "sweep"
-    proc = _cli(["-m", "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
-                 f"hydra.sweep.dir={sweep}"], tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "1 of 2 job(s) failed" in proc.stderr and "0_algo.epsilon=-1" in proc.stderr
-    assert "algo.epsilon=-1.0 is out of range" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    code, err = _train_here(["-m", "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
+                             f"hydra.sweep.dir={sweep}"], capsys)
+    assert code == 1, err[-3000:]
+    assert "1 of 2 job(s) failed" in err and "0_algo.epsilon=-1" in err
+    assert "algo.epsilon=-1.0 is out of range" in err
+    assert "Traceback" not in err
     bad, good = sorted(sweep.glob("*_algo.epsilon=*"))
     assert bad.name.startswith("0_") and _summary(bad)["status"] == "failed"
     assert "algo.epsilon=-1.0" in _summary(bad)["reason"]
