@@ -467,8 +467,12 @@ def test_installed_wheel_trains_from_any_directory(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}
-    where = subprocess.run([sys.executable, "-c", "import magrpo.train as t; print(t.__file__); print(t.CONF_DIR)"],
-                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout.split()
+    # Where magrpo.train would load from and the conf/ it reads (train.CONF_DIR is conf_dir()), found
+    # without importing torch: the run below pays for that once.
+    code = ("import importlib.util as u; from magrpo.launch import conf_dir; "
+            "print(u.find_spec('magrpo.train').origin); print(conf_dir())")
+    where = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True,
+                           check=True).stdout.split()
     assert where == [str(target / "magrpo" / "train.py"), str(target / "magrpo" / "conf")]
     proc = subprocess.run([str(target / "bin" / "magrpo-train"), "debug=smoke", *TINY], cwd=work, env=env,
                           capture_output=True, text=True, timeout=300)
