@@ -56,19 +56,17 @@ def run_and_resume(make_cfg, tmp_path, common: list[str], at: int = 2) -> tuple[
 def run_cli(main, prog: str, args: list[str]) -> int:
     """`PROG ARGS` through a Hydra entry point's `main`, in this process: its exit code. A fresh
     interpreter per command costs more than the tiny runs the tests ask of it; the end-to-end
-    tests keep a subprocess. Hydra's singletons and the logging it configures for each job are
-    put back afterwards, so later tests see neither."""
+    tests keep a subprocess. Hydra leaves logging alone here (its dictConfig would close every
+    handler in the process, pytest's capture included), and its singletons are put back
+    afterwards, so later tests see no trace of the command."""
     import copy
-    import logging
     import sys
     import warnings
 
     from hydra.core.singleton import Singleton
 
     state = copy.deepcopy(Singleton.get_state())
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    argv, sys.argv = sys.argv, [prog, *args]
+    argv, sys.argv = sys.argv, [prog, *args, "hydra/job_logging=none", "hydra/hydra_logging=none"]
     try:
         with warnings.catch_warnings():
             # torchrun's @record wants a real stderr for its fault handler; a captured test has none.
@@ -79,9 +77,4 @@ def run_cli(main, prog: str, args: list[str]) -> int:
         return e.code if isinstance(e.code, int) else int(e.code is not None)
     finally:
         sys.argv = argv
-        for handler in root.handlers:
-            if handler not in handlers:
-                handler.close()
-        root.handlers[:] = handlers
-        root.setLevel(level)
         Singleton.set_state(state)
