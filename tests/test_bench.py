@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,7 +19,8 @@ BENCH = ROOT / "scripts" / "bench.py"
 
 def _bench_here(argv: list[str], monkeypatch, capsys) -> dict:
     """The JSON line of scripts/bench.py's main run in this process (a fresh interpreter costs more
-    than the benchmark); the script's environment defaults, sys.path and torch threads are put back."""
+    than the benchmark; the two-turn test below runs the script as a process too, for its one-turn
+    step). The script's environment defaults, sys.path and torch threads are put back."""
     for key, value in (("TOKENIZERS_PARALLELISM", "false"), ("WANDB_MODE", "disabled"),
                        ("OMP_WAIT_POLICY", "PASSIVE"), ("HF_HUB_OFFLINE", "1")):
         monkeypatch.setenv(key, os.environ.get(key, value))
@@ -39,17 +39,8 @@ def _bench_here(argv: list[str], monkeypatch, capsys) -> dict:
 
 @pytest.mark.parametrize("algo", ["magrpo", "ippo"])
 def test_bench_prints_one_json_line_with_the_contract_keys(algo, monkeypatch, capsys):
-    argv = ["--model", "builtin:tiny", "--agents", "2", "--prompts", "4", "--batch", "2", "--gens", "2",
-            "--tokens", "4", "--threads", "1", "--algo", algo]
-    if algo == "magrpo":     # the command itself, once
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-        proc = subprocess.run([sys.executable, str(BENCH), *argv], capture_output=True, text=True, timeout=300,
-                              cwd=ROOT, env=env)
-        assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-3000:])
-        lines = proc.stdout.strip().splitlines()
-        result = json.loads(lines[-1])          # the JSON line ends the output
-    else:
-        result = _bench_here(argv, monkeypatch, capsys)
+    result = _bench_here(["--model", "builtin:tiny", "--agents", "2", "--prompts", "4", "--batch", "2", "--gens", "2",
+                          "--tokens", "4", "--threads", "1", "--algo", algo], monkeypatch, capsys)
 
     assert result["mode"] == "magrpo" and result["algo"] == algo
     for key in ("prompts_per_s", "tokens_per_s", "share_generate", "share_reward", "share_update",
@@ -69,7 +60,8 @@ def test_bench_prints_one_json_line_with_the_contract_keys(algo, monkeypatch, ca
 
 
 def test_bench_turns_compares_a_two_turn_step_with_a_one_turn_step(monkeypatch, capsys):
-    # The two-turn step runs here; the script times the one-turn step in a process of its own.
+    # The two-turn step runs here; the script times the one-turn step in a process of its own and
+    # reads that process's last line: the command's JSON line contract, end to end.
     result = _bench_here(["--model", "builtin:tiny", "--agents", "2", "--prompts", "2", "--batch", "2", "--gens", "2",
                           "--tokens", "4", "--threads", "1", "--turns", "2"], monkeypatch, capsys)
     assert "one_turn_error" not in result, result.get("one_turn_error")
