@@ -216,7 +216,8 @@ def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, caps
 
 
 def test_two_runs_started_together_get_their_own_directories(tmp_path):
-    args = [sys.executable, "-m", "magrpo.train", "debug=smoke", "save_final=false", *TINY]
+    # One torch thread each: the two share the machine's cores.
+    args = [sys.executable, "-m", "magrpo.train", "debug=smoke", "save_final=false", "hardware.num_threads=1", *TINY]
     procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     for p in procs:
