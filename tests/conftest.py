@@ -54,3 +54,30 @@ def run_and_resume(make_cfg, tmp_path, common: list[str], at: int = 2) -> tuple[
     run(make_cfg(common, out=str(full)))
     run(make_cfg([*common, f"resume={full / 'checkpoints' / f'step_{at}'}"], out=str(resumed)))
     return train_rows(full), train_rows(resumed)
+
+
+def run_cli(main, prog: str, args: list[str]) -> int:
+    """`PROG ARGS` through a Hydra entry point's `main`, in this process: its exit code. A fresh
+    interpreter per command costs more than the tiny runs the tests ask of it; the end-to-end
+    tests keep a subprocess. Hydra leaves logging alone here (its dictConfig would close every
+    handler in the process, pytest's capture included), and its singletons are put back
+    afterwards, so later tests see no trace of the command."""
+    import copy
+    import sys
+    import warnings
+
+    from hydra.core.singleton import Singleton
+
+    state = copy.deepcopy(Singleton.get_state())
+    argv, sys.argv = sys.argv, [prog, *args, "hydra/job_logging=none", "hydra/hydra_logging=none"]
+    try:
+        with warnings.catch_warnings():
+            # torchrun's @record wants a real stderr for its fault handler; a captured test has none.
+            warnings.filterwarnings("ignore", "Unable to enable fault handler")
+            main()
+        return 0
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else int(e.code is not None)
+    finally:
+        sys.argv = argv
+        Singleton.set_state(state)

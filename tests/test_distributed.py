@@ -57,31 +57,37 @@ def _fixed_update(out: str, overrides: list[str], rank: int, world_size: int):
     return grads, metrics
 
 
-def _rank_main(rank: int, world_size: int, port: int, out: str, overrides: list[str]) -> None:
+def _rank_main(rank: int, world_size: int, port: int, out: str, cases: dict[str, list[str]]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
     cfg = validate(compose_cfg([f"output_dir={out}"]))
     distributed.init(cfg.hardware)
     try:
-        grads, metrics = _fixed_update(out, overrides, rank, world_size)
-        torch.save({"grads": grads, "metrics": metrics}, Path(out) / f"rank{rank}.pt")
+        for name, overrides in cases.items():
+            grads, metrics = _fixed_update(out, overrides, rank, world_size)
+            torch.save({"grads": grads, "metrics": metrics}, Path(out) / f"{name}_rank{rank}.pt")
     finally:
         distributed.shutdown()
 
 
-@pytest.mark.parametrize("agg,strategy", [("token_mean", "ddp"), ("seq_mean_token_mean", "fsdp")])
-def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_path, agg, strategy):
-    overrides = [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=0.05", f"hardware.strategy={strategy}"]
-    mp.spawn(_rank_main, args=(2, _free_port(), str(tmp_path), overrides), nprocs=2, join=True)
-    want, want_metrics = _fixed_update(str(tmp_path), overrides, 0, 1)
-    for rank in range(2):
-        got = torch.load(tmp_path / f"rank{rank}.pt")
-        assert got["grads"].keys() == want.keys()
-        for name in want:
-            torch.testing.assert_close(got["grads"][name], want[name], atol=1e-5, rtol=0, msg=name)
-        for key in ("loss", "policy_loss", "kl", "entropy", "clip_frac", "grad_norm"):
-            assert got["metrics"][key] == pytest.approx(want_metrics[key], abs=1e-5), key
+# Each strategy with a loss aggregation whose normaliser spans the ranks' items.
+CASES = {strategy: [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=0.05", f"hardware.strategy={strategy}"]
+         for agg, strategy in [("token_mean", "ddp"), ("seq_mean_token_mean", "fsdp")]}
+
+
+def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_path):
+    # One pair of rank processes runs every case: starting them costs more than the updates.
+    mp.spawn(_rank_main, args=(2, _free_port(), str(tmp_path), CASES), nprocs=2, join=True)
+    for name, overrides in CASES.items():
+        want, want_metrics = _fixed_update(str(tmp_path), overrides, 0, 1)
+        for rank in range(2):
+            got = torch.load(tmp_path / f"{name}_rank{rank}.pt")
+            assert got["grads"].keys() == want.keys(), name
+            for param in want:
+                torch.testing.assert_close(got["grads"][param], want[param], atol=1e-5, rtol=0, msg=f"{name} {param}")
+            for key in ("loss", "policy_loss", "kl", "entropy", "clip_frac", "grad_norm"):
+                assert got["metrics"][key] == pytest.approx(want_metrics[key], abs=1e-5), (name, key)
 
 
 # --- torchrun jobs ---------------------------------------------------------------------------------
@@ -95,39 +101,7 @@ def _torchrun(args: list[str], cwd: Path, timeout: int = 240, script: str | None
     return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
-def test_two_rank_smoke_run_writes_one_run_directory_and_resumes(tmp_path, strategy):
-    run = tmp_path / "run"
-    common = ["debug=smoke", f"hardware.strategy={strategy}", "algo.max_new_tokens=8", f"hydra.run.dir={run}"]
-    proc = _torchrun([*common, f"output_dir={run}"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("metrics.jsonl")] == [Path("run/metrics.jsonl")]
-    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["world_size"] == 2 and summary["steps"] == 2
-    steps = [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()
-             if "train/reward_mean" in line]
-    assert steps == [1, 2]
-
-    resumed = tmp_path / "resumed"
-    proc = _torchrun([*common[:3], "max_steps=3", f"hydra.run.dir={resumed}",
-                      f"output_dir={resumed}", f"resume={run / 'checkpoints' / 'step_2'}"], tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    summary = json.loads((resumed / "summary.json").read_text())
-    assert summary["steps"] == 3 and summary["world_size"] == 2
-    steps = [json.loads(line)["step"] for line in (resumed / "metrics.jsonl").read_text().splitlines()
-             if "train/reward_mean" in line]
-    assert steps == [3]
-
-    # the checkpoint of 2 ranks does not resume in one process
-    cfg = compose_cfg([*common[:3], "max_steps=3", f"output_dir={tmp_path / 'one'}",
-                       f"resume={run / 'checkpoints' / 'step_2'}"])
-    from magrpo.train import run as train_run
-
-    with pytest.raises(ConfigError, match="saved by 2 rank"):
-        train_run(cfg)
-
-
+# Rank 1 raises in its second optimizer step of the job.
 FAILING_RANK = """
 import sys
 from magrpo.algos.magrpo import MAGRPO
@@ -149,16 +123,46 @@ main()
 """
 
 
-def test_a_rank_that_raises_stops_the_whole_job_with_its_error(tmp_path):
+def _train_steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+            if "train/reward_mean" in line]
+
+
+@pytest.mark.parametrize("strategy", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
+def test_two_rank_run_writes_one_run_directory_resumes_and_stops_as_a_whole(tmp_path, strategy):
+    """A two-step job, then a job resumed from its checkpoint whose rank 1 raises in its second step
+    (each torchrun launch costs more than its steps, so the resume and the failure share one)."""
+    run = tmp_path / "run"
+    common = ["debug=smoke", f"hardware.strategy={strategy}", "algo.max_new_tokens=8", f"hydra.run.dir={run}"]
+    proc = _torchrun([*common, f"output_dir={run}"], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [p.relative_to(tmp_path) for p in tmp_path.rglob("metrics.jsonl")] == [Path("run/metrics.jsonl")]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["world_size"] == 2 and summary["steps"] == 2
+    assert _train_steps(run) == [1, 2]
+
+    # Resumed at step 2: step 3 runs on both ranks, then rank 1 fails and the whole job stops.
     script = tmp_path / "failing_rank.py"
     script.write_text(textwrap.dedent(FAILING_RANK))
-    run = tmp_path / "run"
-    proc = _torchrun(["debug=smoke", "max_steps=4", "algo.max_new_tokens=8", f"hydra.run.dir={run}",
-                      f"output_dir={run}"], tmp_path, timeout=180, script=str(script))
+    resumed = tmp_path / "resumed"
+    proc = _torchrun([*common[:3], "max_steps=4", f"hydra.run.dir={resumed}", f"output_dir={resumed}",
+                      f"resume={run / 'checkpoints' / 'step_2'}"], tmp_path, script=str(script))
     assert proc.returncode != 0
     report = (proc.stdout + proc.stderr).split("Root Cause")[-1]      # torchrun's report of the first failure
     assert "rank      : 1" in report and "RuntimeError: injected failure on rank 1" in report
-    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+    summary = json.loads((resumed / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["world_size"] == 2
+    assert summary["steps"] == 3 and summary["resumed_from"]["step"] == 2
+    assert _train_steps(resumed) == [3]
+
+    # the checkpoint of 2 ranks does not resume in one process
+    cfg = compose_cfg([*common[:3], "max_steps=3", f"output_dir={tmp_path / 'one'}",
+                       f"resume={run / 'checkpoints' / 'step_2'}"])
+    from magrpo.train import run as train_run
+
+    with pytest.raises(ConfigError, match="saved by 2 rank"):
+        train_run(cfg)
 
 
 def test_batch_size_must_split_over_the_ranks(make_cfg, monkeypatch):

@@ -22,7 +22,7 @@ from magrpo.config import EvalRunSchema, validate
 from magrpo.schema import ConfigError, SetupError
 from magrpo.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
 from magrpo.train import run
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["algo.max_new_tokens=8", "eval.num_items=1"]
@@ -121,15 +121,11 @@ def _cli(args: list[str], cwd: Path, module: str = "magrpo.train", timeout: int 
                           timeout=timeout, cwd=cwd)
 
 
-@pytest.mark.parametrize("overrides,needle", [
-    (["logger.log_every=0"], "logger.log_every=0 is out of range; it must be >= 1"),
-    (["hardware.device=banana"], "hardware.device='banana'"),
-    (["task=tldr", "reward.length_band_low=9"], "reward.length_band_low=9.0"),
-    (["task=tldr", "task.data.path=/no/such.jsonl"], "task.data.path='/no/such.jsonl': no such file"),
-])
-def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path, overrides, needle):
+def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path):
+    """The command as a process, once; the tests below run its main in this process."""
     run_dir = tmp_path / "run"
-    proc = _cli([*overrides, f"hydra.run.dir={run_dir}"], tmp_path)
+    needle = "logger.log_every=0 is out of range; it must be >= 1"
+    proc = _cli(["logger.log_every=0", f"hydra.run.dir={run_dir}"], tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert needle in proc.stderr and "config error" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
@@ -138,22 +134,49 @@ def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path, override
     assert not (run_dir / "metrics.jsonl").exists()        # no work was done
 
 
-def test_cli_empty_resume_dir_exits_2(tmp_path):
+def _train_here(args: list[str], capsys) -> tuple[int, str]:
+    """`magrpo-train ARGS` run by its main in this process: the exit code and stderr. Spares a
+    fresh interpreter per bad value; the test above runs the command as a process."""
+    from magrpo.train import main
+
+    capsys.readouterr()
+    code = run_cli(main, "magrpo-train", args)
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["hardware.device=banana"], "hardware.device='banana'"),
+    (["task=tldr", "reward.length_band_low=9"], "reward.length_band_low=9.0"),
+    (["task=tldr", "task.data.path=/no/such.jsonl"], "task.data.path='/no/such.jsonl': no such file"),
+    (["algo.joint_mode=foo"], "algo.joint_mode='foo' is not allowed; choose one of: aligned, cross"),
+])
+def test_other_bad_values_exit_2_on_stderr_without_traceback(tmp_path, capsys, overrides, needle):
+    run_dir = tmp_path / "run"
+    code, err = _train_here([*overrides, f"hydra.run.dir={run_dir}"], capsys)
+    assert code == 2, err[-2000:]
+    assert needle in err and "config error" in err and "Traceback" not in err
+    summary = _summary(run_dir)
+    assert summary["status"] == "failed" and summary["phase"] == "config" and needle in summary["reason"]
+    assert not (run_dir / "metrics.jsonl").exists()        # no work was done
+
+
+def test_empty_resume_dir_exits_2(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    proc = _cli([f"resume={tmp_path / 'empty'}", f"hydra.run.dir={tmp_path / 'run'}"], tmp_path)
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert "resume=" in proc.stderr and "neither a checkpoint" in proc.stderr
+    code, err = _train_here([f"resume={tmp_path / 'empty'}", f"hydra.run.dir={tmp_path / 'run'}"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert "resume=" in err and "neither a checkpoint" in err
 
 
 # -- setup failures: clear, named, recorded -------------------------------------------------------
 
 
-def test_unloadable_model_is_a_setup_error_naming_the_model(tmp_path):
+def test_unloadable_model_is_a_setup_error_naming_the_model(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    proc = _cli(["agents.models.0.name_or_path=nobody/no-such-model", *TINY, f"hydra.run.dir={run_dir}"], tmp_path)
-    assert proc.returncode == 1, proc.stderr[-2000:]
-    assert "setup error" in proc.stderr and "'nobody/no-such-model'" in proc.stderr
-    assert "agents.models[0]" in proc.stderr and "Traceback" not in proc.stderr
+    code, err = _train_here(["agents.models.0.name_or_path=nobody/no-such-model", *TINY, f"hydra.run.dir={run_dir}"],
+                            capsys)
+    assert code == 1, err[-2000:]
+    assert "setup error" in err and "'nobody/no-such-model'" in err
+    assert "agents.models[0]" in err and "Traceback" not in err
     summary = _summary(run_dir)
     assert summary["status"] == "failed" and summary["phase"] == "setup"
     assert "nobody/no-such-model" in summary["reason"]
@@ -174,16 +197,15 @@ def test_data_with_wrong_columns_is_a_setup_error(make_cfg, tmp_path):
 # -- a sweep survives its jobs --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
-                         ids=["basic", "joblib"])
-def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, launcher):
+def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, capsys):
+    """The basic launcher; tests/test_sweep.py runs a sweep as a process, under joblib."""
     sweep = tmp_path / "sweep"
-    proc = _cli(["-m", *launcher, "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
-                 f"hydra.sweep.dir={sweep}"], tmp_path)
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "1 of 2 job(s) failed" in proc.stderr and "0_algo.epsilon=-1" in proc.stderr
-    assert "algo.epsilon=-1.0 is out of range" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    code, err = _train_here(["-m", "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
+                             f"hydra.sweep.dir={sweep}"], capsys)
+    assert code == 1, err[-3000:]
+    assert "1 of 2 job(s) failed" in err and "0_algo.epsilon=-1" in err
+    assert "algo.epsilon=-1.0 is out of range" in err
+    assert "Traceback" not in err
     bad, good = sorted(sweep.glob("*_algo.epsilon=*"))
     assert bad.name.startswith("0_") and _summary(bad)["status"] == "failed"
     assert "algo.epsilon=-1.0" in _summary(bad)["reason"]
@@ -194,7 +216,8 @@ def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, laun
 
 
 def test_two_runs_started_together_get_their_own_directories(tmp_path):
-    args = [sys.executable, "-m", "magrpo.train", "debug=smoke", "save_final=false", *TINY]
+    # One torch thread each: the two share the machine's cores.
+    args = [sys.executable, "-m", "magrpo.train", "debug=smoke", "save_final=false", "hardware.num_threads=1", *TINY]
     procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     for p in procs:
@@ -445,8 +468,12 @@ def test_installed_wheel_trains_from_any_directory(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}
-    where = subprocess.run([sys.executable, "-c", "import magrpo.train as t; print(t.__file__); print(t.CONF_DIR)"],
-                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout.split()
+    # Where magrpo.train would load from and the conf/ it reads (train.CONF_DIR is conf_dir()), found
+    # without importing torch: the run below pays for that once.
+    code = ("import importlib.util as u; from magrpo.launch import conf_dir; "
+            "print(u.find_spec('magrpo.train').origin); print(conf_dir())")
+    where = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True,
+                           check=True).stdout.split()
     assert where == [str(target / "magrpo" / "train.py"), str(target / "magrpo" / "conf")]
     proc = subprocess.run([str(target / "bin" / "magrpo-train"), "debug=smoke", *TINY], cwd=work, env=env,
                           capture_output=True, text=True, timeout=300)

@@ -13,7 +13,8 @@ from magrpo.tasks.maporl.reward import incentives, majority, parse_answer
 from magrpo.train import run
 from tests.conftest import compose_cfg
 
-FAST = ["algo.max_new_tokens=8", "eval.num_items=2", "eval.num_samples=2", "save_final=false"]
+# Two samples per agent: a two-turn tree of G + G*G nodes per item, 6 instead of the default 20.
+FAST = ["algo.max_new_tokens=8", "algo.num_generations=2", "eval.num_items=2", "eval.num_samples=2", "save_final=false"]
 
 
 def _task(overrides=()):

@@ -15,17 +15,30 @@ from pathlib import Path
 import pytest
 
 from magrpo.table import main as table_main
+from tests.conftest import run_cli
 from tests.wandb_reader import run_info
 
 SMOKE = ["debug=smoke", "algo.max_new_tokens=8", "eval.num_items=2", "save_final=false", "hardware.num_threads=1"]
 
 
-def multirun(tmp_path: Path, *overrides: str, module: str = "magrpo.train", timeout: int = 600):
+def multirun(tmp_path: Path, *overrides: str, timeout: int = 600):
+    """`magrpo-train -m SMOKE OVERRIDES` as a fresh process (its output and exit code)."""
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", module, "-m", *SMOKE, *overrides, f"hydra.sweep.dir={sweep}"]
+    cmd = [sys.executable, "-m", "magrpo.train", "-m", *SMOKE, *overrides, f"hydra.sweep.dir={sweep}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                           env={**os.environ, "WANDB_SILENT": "true"})
     return proc, sweep
+
+
+def multirun_here(tmp_path: Path, capsys, *overrides: str):
+    """The same sweep run by magrpo-train's main in this process: (exit code, stderr, sweep dir).
+    tests/test_sweep.py and tests/test_failures.py run sweeps as processes."""
+    from magrpo.train import main
+
+    sweep = tmp_path / "sweep"
+    capsys.readouterr()
+    code = run_cli(main, "magrpo-train", ["-m", *SMOKE, *overrides, f"hydra.sweep.dir={sweep}"])
+    return code, capsys.readouterr().err, sweep
 
 
 def summaries(sweep: Path) -> dict[str, dict]:
@@ -33,8 +46,8 @@ def summaries(sweep: Path) -> dict[str, dict]:
 
 
 def test_two_algos_two_seeds_table_matches_the_runs_own_metrics(tmp_path, capsys):
-    proc, sweep = multirun(tmp_path, "algo=magrpo,grpo", "seed=0,1")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    code, err, sweep = multirun_here(tmp_path, capsys, "algo=magrpo,grpo", "seed=0,1")
+    assert code == 0, err[-2000:]
     runs = summaries(sweep)
     assert len(runs) == 4
     checked = {"generic": ("reward_mean", "normalized_return"), "paper": ("normalized_return", "response_time_s")}
@@ -57,8 +70,8 @@ def test_two_algos_two_seeds_table_matches_the_runs_own_metrics(tmp_path, capsys
 def test_a_failing_job_is_named_under_the_table_of_the_others_and_wandb_groups_the_sweep(tmp_path, capsys):
     # task.data.builtin=false asks the hub for TL;DR, which the offline tests cannot reach: that job
     # dies while loading its data; the other one must still run, log and be tabled.
-    proc, sweep = multirun(tmp_path, "task=tldr", "task.data.builtin=true,false", "logger=wandb")
-    assert proc.returncode != 0                                  # the sweep reports the failure at its end
+    code, err, sweep = multirun_here(tmp_path, capsys, "task=tldr", "task.data.builtin=true,false", "logger=wandb")
+    assert code == 1 and "1 of 2 job(s) failed" in err           # the sweep reports the failure at its end
     runs = summaries(sweep)
     finished = {name: s for name, s in runs.items() if s["status"] == "finished"}
     assert len(finished) == 1 and len(runs) == 2
@@ -131,9 +144,9 @@ def test_dashboard_spec_built_offline_has_the_panels_and_grouping(tmp_path, monk
     assert "wrote" in capsys.readouterr().out
 
 
-def test_optuna_example_runs_three_trials(tmp_path):
-    proc, sweep = multirun(tmp_path, "hparams_search=length_ratio_optuna", "hydra.sweeper.n_trials=3")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+def test_optuna_example_runs_three_trials(tmp_path, capsys):
+    code, err, sweep = multirun_here(tmp_path, capsys, "hparams_search=length_ratio_optuna", "hydra.sweeper.n_trials=3")
+    assert code == 0, err[-2000:]
     runs = summaries(sweep)
     assert len(runs) == 3
     import yaml

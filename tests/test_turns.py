@@ -15,17 +15,23 @@ from magrpo.tasks import Scores, build_task
 from magrpo.train import run
 from magrpo.trainer import seed_everything
 from magrpo.turns import TreeStats, TurnSpec, choose_expansions, grow_tree, tree_returns, tree_size
-from tests.conftest import run_and_resume, train_rows
+from tests.conftest import compose_cfg, run_and_resume, train_rows
 
 FAST = ["algo.max_new_tokens=6", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
 
 
-def _setup(make_cfg, overrides):
-    cfg = validate(make_cfg(overrides))
-    seed_everything(cfg.seed)
-    agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
-    task = build_task(cfg.task, cfg.reward)
-    return cfg, agents, task
+@pytest.fixture(scope="module")
+def team(tmp_path_factory):
+    """The default two tiny agents and the length_ratio task. The tree tests only sample from the
+    agents (they never update them), so one loaded team serves them all."""
+    cfg = validate(compose_cfg([f"output_dir={tmp_path_factory.mktemp('team')}"]))
+    return load_agents(cfg.agents, cfg.hardware, 2, need_reference=False), build_task(cfg.task, cfg.reward)
+
+
+@pytest.fixture
+def seeded_team(team):
+    seed_everything(0)
+    return team
 
 
 # --- sizes ----------------------------------------------------------------------------------------
@@ -40,9 +46,9 @@ def _setup(make_cfg, overrides):
     ("cross", 3, 2, 4 + 8 + 16),
     ("aligned", 3, 1, 2 + 2 + 2),
 ])
-def test_grown_tree_has_the_size_it_promises(make_cfg, monkeypatch, mode, turns, cap, want):
+def test_grown_tree_has_the_size_it_promises(seeded_team, monkeypatch, mode, turns, cap, want):
     assert tree_size(2, 2, mode, turns, cap) == want
-    cfg, agents, task = _setup(make_cfg, ["algo.max_new_tokens=3", "algo.num_generations=2"])
+    agents, task = seeded_team
     items = task.load("train")[:2]
     spec = TurnSpec(num_turns=turns, joint_mode=mode, max_branches=cap)
     feedback = build_feedback({"mode": "plain"}, task)
@@ -128,8 +134,8 @@ def test_early_termination_prunes_sets_that_reach_the_threshold():
     assert choose_expansions(level, TurnSpec(num_turns=2), TreeStats()) == list(range(6))
 
 
-def test_early_termination_in_a_grown_tree(make_cfg):
-    cfg, agents, task = _setup(make_cfg, ["algo.max_new_tokens=3"])
+def test_early_termination_in_a_grown_tree(seeded_team):
+    agents, task = seeded_team
     items = task.load("train")[:2]
     fb = build_feedback({"mode": "plain"}, task)
     root, stats = grow_tree(agents, task, fb, items, Sampling(2, 3), TurnSpec(num_turns=3, threshold=0.0))
@@ -140,8 +146,8 @@ def test_early_termination_in_a_grown_tree(make_cfg):
     assert len(root.levels()) == 3
 
 
-def test_long_histories_are_cut_from_the_left_and_counted(make_cfg):
-    cfg, agents, task = _setup(make_cfg, ["algo.max_new_tokens=8"])
+def test_long_histories_are_cut_from_the_left_and_counted(seeded_team):
+    agents, task = seeded_team
     items = task.load("train")[:2]
     fb = build_feedback({"mode": "plain"}, task)
     root, stats = grow_tree(agents, task, fb, items, Sampling(2, 8, max_prompt_length=30), TurnSpec(num_turns=2))
@@ -171,8 +177,11 @@ def _evals(out: Path) -> list[dict]:
     ["algo=ppo", "feedback=plain", "algo.num_generations=2"],
 ])
 def test_two_turn_training_smoke(make_cfg, tmp_path, overrides):
+    # Histories cut to their last 128 tokens: the long tldr posts, repeated in the turn-2 history,
+    # made that case cost five times the others (the cut itself is checked above).
     out = tmp_path / "run"
-    result = run(make_cfg(["debug=smoke", "algo.num_turns=2", "save_final=false", *FAST, *overrides], out=str(out)))
+    result = run(make_cfg(["debug=smoke", "algo.num_turns=2", "save_final=false", *FAST, "algo.max_prompt_length=128",
+                           *overrides], out=str(out)))
     assert result["steps"] == 2
     row = train_rows(out)[2]
     for key in ("train/turn_1/reward_mean", "train/turn_2/reward_mean", "train/turn_1/nodes", "train/turn_2/nodes",
