@@ -207,6 +207,12 @@ def register_schemas() -> None:
         store.store(group="schema/feedback", name=name, node={**node, "mode": name})
 
 
+def optimized_metric(cfg: DictConfig, primary: str) -> str:
+    """The metric a sweeper optimises and the run's closing line reports: `optimized_metric` when
+    set, else the task's primary metric (`primary`)."""
+    return cfg.get("optimized_metric") or primary
+
+
 def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
     """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key."""
     try:

@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from magrpo import distributed
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError, optimized_metric, validate
 from magrpo.launch import (
     CONF_DIR,
     as_setup_error,
@@ -68,7 +68,7 @@ def run(cfg: DictConfig) -> dict:
                       "config": {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed}})
         result = _fit(cfg, out, status, before)
         result["sweep_value"] = sweep_value(cfg, result["final_eval"])   # a failure here marks the run failed
-    metric = cfg.get("optimized_metric") or result["primary_metric"]
+    metric = optimized_metric(cfg, result["primary_metric"])
     first = (result["initial_eval"] or {}).get(metric)
     log.info("finished: %d steps in %.0f s; %s %s%.4f (final eval); run dir %s", result["steps"],
              result["wall_seconds"], metric, "" if first is None else f"{first:.4f} -> ", result["sweep_value"], out)
@@ -107,7 +107,7 @@ def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
     from magrpo.tasks import TASKS, available_tasks
 
     available_tasks()
-    name = cfg.get("optimized_metric") or TASKS[cfg.task.name].primary_metric
+    name = optimized_metric(cfg, TASKS[cfg.task.name].primary_metric)
     if name not in final_eval:
         raise ConfigError(f"optimized_metric={name!r} is not in the final evaluation; it has: "
                           f"{', '.join(sorted(final_eval))}")

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
 from magrpo.checkpoint import STATE_FILE
+from magrpo.config import optimized_metric
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
@@ -166,7 +167,7 @@ class Trainer:
         """The metric a sweeper optimises (`optimized_metric`, else the task's primary metric) must
         be one this run's evaluation reports: refused now, not after training."""
         cfg = self.cfg
-        name = cfg.get("optimized_metric") or self.task.primary_metric
+        name = optimized_metric(cfg, self.task.primary_metric)
         if not self.eval_items:
             raise ConfigError(f"eval.num_items / task {cfg.task.name!r}: the eval split has no items to evaluate")
         names = metric_names(self.task, self.eval_items[0], cfg.eval.num_samples, num_policies, cfg.algo.num_turns)

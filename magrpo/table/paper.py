@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import csv
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -252,6 +252,13 @@ def shows_codebleu(tables: Sequence[PaperTable]) -> bool:
     return any(c.key == "codebleu" for t in tables for c in t.columns)
 
 
+def row_cells(t: PaperTable, i: int, digits: int, pm: str, dash: str, bold: Callable[[str], str]) -> list[str]:
+    """Row i's cells as text (mean ± std, `dash` where empty), those best in their column through `bold`."""
+    row = t.rows[i]
+    texts = [cell_text(row.cells[c.key], len(row.runs), digits, pm, dash) for c in t.columns]
+    return [bold(x) if i in t.best.get(c.key, ()) else x for c, x in zip(t.columns, texts)]
+
+
 def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()) -> str:
     out = []
     for t in tables:
@@ -260,12 +267,9 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
         out.append("| " + " | ".join(md_escape(h) for h in ["method", "n", *(heading(c) for c in t.columns)]) + " |")
         out.append("|" + "|".join([":---", "---:"] + ["---:"] * len(t.columns)) + "|")
         for i, row in enumerate(t.rows):
-            n = len(row.runs)
-            cells = []
-            for c in t.columns:
-                text = cell_text(row.cells[c.key], n, digits, "±", "–")
-                cells.append(f"**{text}**" if i in t.best.get(c.key, ()) else text)
-            out.append("| " + " | ".join([md_escape(row.name), str(n), *(md_escape(x) for x in cells)]) + " |")
+            cells = row_cells(t, i, digits, "±", "–", lambda text: f"**{text}**")
+            out.append("| " + " | ".join([md_escape(row.name), str(len(row.runs)), *(md_escape(x) for x in cells)])
+                       + " |")
         out.append("")
         if t.missing:
             out += ["Runs lacking a metric:", ""] + [f"- {m}" for m in t.missing] + [""]
@@ -305,12 +309,8 @@ def to_latex(tables: list[PaperTable], digits: int) -> str:
                 " & ".join(tex_escape(h) for h in ["method", "n", *(heading(c) for c in t.columns)]) + " \\\\",
                 "\\midrule"]
         for i, row in enumerate(t.rows):
-            n = len(row.runs)
-            cells = []
-            for c in t.columns:
-                text = cell_text(row.cells[c.key], n, digits, "$\\pm$", "--")
-                cells.append(f"\\textbf{{{text}}}" if i in t.best.get(c.key, ()) else text)
-            out.append(" & ".join([tex_escape(row.name), str(n), *cells]) + " \\\\")
+            cells = row_cells(t, i, digits, "$\\pm$", "--", lambda text: f"\\textbf{{{text}}}")
+            out.append(" & ".join([tex_escape(row.name), str(len(row.runs)), *cells]) + " \\\\")
         note = "Mean $\\pm$ sample std (n-1) over n seeds; bold: best in its column."
         if shows_codebleu([t]):
             note += " " + tex_escape(codebleu_note(short=True))
