@@ -323,7 +323,7 @@ def load_problem_rows(task: str, data: str | None) -> tuple[list[dict], str]:
     A local file holds one split: all its rows. A saved dataset directory and the hub dataset
     give the whole of every split the task trains or evaluates on (MBPP: train, validation,
     test; its few-shot `prompt` split is never scored)."""
-    from magrpo.tasks.data import DataUnavailableError, load_hub, load_local
+    from magrpo.tasks.data import DataUnavailableError, UnreadableDataError, load_hub, load_local
 
     _quiet_datasets()
     cfg = task_config(task).data
@@ -357,6 +357,8 @@ def load_problem_rows(task: str, data: str | None) -> tuple[list[dict], str]:
         return [dict(r) for s in present for r in saved[s]], data
     except ScoreError:
         raise
+    except UnreadableDataError as e:
+        raise ScoreError(f"cannot read --data {data} as {e.reader}: {e.reason}") from None
     except Exception as e:  # datasets raises many kinds for a file it cannot parse
         raise ScoreError(f"cannot read --data {data}: {type(e).__name__}: {_first_line(e)}") from None
 

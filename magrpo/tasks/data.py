@@ -16,6 +16,7 @@ A saved `datasets` directory (DatasetDict) is indexed by split name.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
@@ -29,6 +30,22 @@ _SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(\[(?P<lo>-?\d*)\s*:\s*(?P<hi>-
 
 class DataUnavailableError(SetupError):
     """The data cannot be loaded here; the message says what to download or which path to set."""
+
+
+class UnreadableDataError(DataUnavailableError):
+    """A local data file its reader cannot parse; `reason` is the parser's own words."""
+
+    def __init__(self, path: Path, reader: str, reason: str):
+        self.path, self.reader, self.reason = path, reader, reason
+        super().__init__(f"task.data.path={str(path)!r} cannot be read as {reader}: {reason}")
+
+
+def root_cause(e: BaseException) -> str:
+    """`Type: first line` of the innermost exception behind `e`: datasets wraps a parse error
+    ("JSON parse error: ... in row 0") in a generic "error occurred while generating the dataset"."""
+    while (inner := e.__cause__ or e.__context__) is not None and inner is not e:
+        e = inner
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
 
 
 def parse_split(expr: str) -> tuple[str, slice]:
@@ -91,7 +108,15 @@ def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]
         raise DataUnavailableError(
             f"task.data.path={str(path)!r}: unsupported file type {p.suffix!r}; use one of "
             f"{', '.join(sorted(LOCAL_SUFFIXES))} or a directory saved with Dataset.save_to_disk")
-    ds = datasets.load_dataset(builder, data_files=str(p), split="train")
+    logger = datasets.logging.get_logger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)   # its parse-error log line would repeat the error raised below
+    try:
+        ds = datasets.load_dataset(builder, data_files=str(p), split="train")
+    except Exception as e:              # datasets raises many kinds for a file it cannot parse
+        raise UnreadableDataError(p, builder, root_cause(e)) from e
+    finally:
+        logger.setLevel(level)
     return _rows(ds, sl)
 
 
