@@ -12,6 +12,7 @@ TABLE ?= writing
 SCALE ?= paper
 SEEDS ?= 0,1,2
 JOBS ?= 2
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 .PHONY: help setup train test test-slow bench bench-compare sweep table paper dashboard lint clean
@@ -33,8 +34,8 @@ $(STAMP): pyproject.toml
 train: setup ## train with the embedded default (tiny agents, length_ratio); ARGS= for overrides
 	$(VENV)/bin/magrpo-train $(ARGS)
 
-test: setup ## the test suite (under 10 minutes on 2 cores)
-	$(PY) -m pytest -q $(ARGS)
+test: setup ## the test suite, TEST_WORKERS=2 processes (pytest-xdist; 0 runs it in this one)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(ARGS)
 
 test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up, the Ray launcher
 	$(PIP) install -q -e '.[dev,ray]'

@@ -19,6 +19,13 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one worker per core: a torch thread each, or the workers fight over the cores
+    # (training runs set their own count from hardware.num_threads, 1 on the CPU).
+    import torch
+
+    torch.set_num_threads(1)
+
 
 def compose_cfg(overrides: list[str] | None = None, config_name: str = "train"):
     """The composed config exactly as `magrpo-train OVERRIDES` sees it (hydra:* resolvable)."""
