@@ -119,7 +119,8 @@ def test_resuming_in_place_keeps_one_history_and_reports_the_resumed_runs_status
 
 def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp_path):
     d = tmp_path / "run"
-    args = ["max_steps=400", "save_every=2", "eval.num_items=2", "logger.log_every=1"]
+    args = ["max_steps=400", "save_every=2", "eval.num_items=2", "logger.log_every=1", "algo.batch_size=2",
+            "algo.max_new_tokens=8"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "magrpo.train", *args, f"hydra.run.dir={d}"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
