@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -57,7 +58,8 @@ import json, sys
 from concurrent.futures import ThreadPoolExecutor
 
 import magrpo
-from magrpo.sandbox import LEVELS, SandboxCheckFailed, SandboxLimits, SandboxUnavailable, judge_humaneval, self_check
+from magrpo.sandbox import (LEVELS, SandboxCheckFailed, SandboxLimits, SandboxUnavailable, judge_humaneval,
+                            run_program, self_check)
 
 jobs = json.load(open(sys.argv[1]))
 
@@ -73,7 +75,8 @@ def cell(level):
     with ThreadPoolExecutor(2) as ex:
         verdicts = list(ex.map(lambda j: judge_humaneval(j["problem"], j["completion"], 5.0, limits,
                                                          trusted=j["trusted"]), jobs))
-    return {"check": check, "verdicts": verdicts}
+    start = run_program("import os; print(sorted(os.listdir('.')))", limits)   # where a program starts
+    return {"check": check, "verdicts": verdicts, "start_dir": start.stdout.strip() or start.stderr}
 
 
 with ThreadPoolExecutor(len(LEVELS)) as ex:  # one pool per level, all at once
@@ -137,6 +140,10 @@ def _location(name: str, tmp: Path) -> dict:
     elif name == "unreadable_cwd":
         (private / "cwd").mkdir(mode=0)
         cell.update(cwd=str(private / "cwd"))
+    elif name == "package_under_tmp":
+        # /tmp itself gets a fresh tmpfs at `namespaces`; the package is put back on it read-only.
+        under_tmp = Path(tempfile.mkdtemp(dir="/tmp", prefix="magrpo-location-"))
+        cell.update(path=_copy_package(under_tmp / "project"), cwd=str(under_tmp / "project"), cleanup=str(under_tmp))
     elif name == "venv_outside":
         cell.update(python=_venv(private / "venv"), venv=True)
     elif name == "all_at_once":
@@ -159,8 +166,12 @@ def _run_cell(name: str, tmp: Path) -> dict:
     env["PYTHONPATH"] = cell["path"]
     if cell["tmpdir"]:
         env["TMPDIR"] = cell["tmpdir"]
-    r = subprocess.run([cell["python"], str(tmp / "cell.py"), str(tmp / "jobs.json")], capture_output=True,
-                       text=True, timeout=240, cwd=cell["cwd"], env=env)
+    try:
+        r = subprocess.run([cell["python"], str(tmp / "cell.py"), str(tmp / "jobs.json")], capture_output=True,
+                           text=True, timeout=240, cwd=cell["cwd"], env=env)
+    finally:
+        if cell.get("cleanup"):
+            shutil.rmtree(cell["cleanup"], ignore_errors=True)
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout)
     assert out["package"].startswith(cell["path"] + os.sep), out["package"]  # the location's own copy ran
@@ -193,7 +204,8 @@ def plain(tmp_path_factory) -> dict:
     return out
 
 
-LOCATIONS = ["plain", "package_under_0700", "tmpdir_under_0700", "unreadable_cwd", "venv_outside", "all_at_once"]
+LOCATIONS = ["plain", "package_under_0700", "package_under_tmp", "tmpdir_under_0700", "unreadable_cwd", "venv_outside",
+             "all_at_once"]
 
 
 @pytest.mark.parametrize("location", LOCATIONS)
@@ -207,6 +219,7 @@ def test_honest_code_passes_and_wrong_code_fails_wherever_things_are(location, p
         if "verdicts" not in res:
             continue
         assert res["check"]["level"] == level and res["check"]["seconds"] < 5.0
+        assert res["start_dir"] == "[]", (level, res["start_dir"])   # an empty directory, wherever the trainer lies
         for job, (ok, why) in zip(out["jobs"], res["verdicts"]):
             if job["expect"] == "pass":
                 assert (ok, why) == (True, "passed"), (level, job["id"], why)

@@ -313,11 +313,12 @@ def _namespace_init(parent, sync_w, limits, body, keep, stdio, plan, setgroups: 
         if not limits["allow_subprocess"]:
             forbid_exec()
         prctl(PR_SET_DUMPABLE, 0)  # the candidate (same uid) cannot ptrace or read this process
+        workdir = _namespace_workdir(plan)
         _say(sync_w, "ready")
         y = os.fork()
         if y == 0:
             os.close(sync_w)
-            _enter_body(body, keep, stdio, "/tmp")
+            _enter_body(body, keep, stdio, workdir)
         for fd in keep | set(stdio):
             try:
                 os.close(fd)
@@ -447,6 +448,15 @@ def _mount_filesystems(plan: MountPlan, limits: dict, covered: bool) -> None:
 
 
 SCRATCH_MOUNTS = ("/tmp", "/dev/shm")  # a fresh tmpfs on each at `namespaces`; /tmp is the working directory
+
+
+def _namespace_workdir(plan: MountPlan) -> str:
+    """The candidate's working directory at `namespaces`: the fresh /tmp, or, when clones of
+    needed paths sit on it (a venv under /tmp), an empty directory of its own there, so that the
+    program starts in an empty directory wherever the trainer's files lie."""
+    if not any(p.startswith("/tmp/") for p in plan.needed):
+        return "/tmp"
+    return tempfile.mkdtemp(prefix="work-", dir="/tmp")
 
 
 @dataclass(frozen=True)
