@@ -14,8 +14,8 @@ its own, entered with unshare(2) through ctypes:
 * PID: it sees and can signal only its own processes; when X ends, the kernel kills every
   process left in the namespace, so nothing survives a run (double forks, setsid, pty included).
   X is the namespace's init: it only reaps, and reports how Y ended on a pipe to the judge;
-* mount: every mount is read-only, except a fresh tmpfs on /tmp (the scratch and working
-  directory, size-capped) and on /dev/shm; /proc is a new procfs of the new PID namespace only
+* mount: every mount is read-only, except a fresh size-capped tmpfs on /tmp and on /dev/shm
+  (the scratch and working directory: /tmp, or /dev/shm when the trainer's files lie under /tmp); /proc is a new procfs of the new PID namespace only
   (the trainer's memory, environ and command line are out of sight). What the candidate needs
   (the Python installation, the venv, the package: see `mount_plan`) stays readable wherever it
   lies: a directory above it that the unprivileged uid cannot traverse (a Python under a 0700
@@ -447,15 +447,17 @@ def _mount_filesystems(plan: MountPlan, limits: dict, covered: bool) -> None:
         _attach(fd, p, is_dir)
 
 
-SCRATCH_MOUNTS = ("/tmp", "/dev/shm")  # a fresh tmpfs on each at `namespaces`; /tmp is the working directory
+SCRATCH_MOUNTS = ("/tmp", "/dev/shm")  # a fresh tmpfs on each at `namespaces`; one is the working directory
 
 
 def _namespace_workdir(plan: MountPlan) -> str:
-    """The candidate's working directory at `namespaces`: the fresh /tmp, or, when clones of
-    needed paths sit on it (a venv under /tmp), an empty directory of its own there, so that the
-    program starts in an empty directory wherever the trainer's files lie."""
-    if not any(p.startswith("/tmp/") for p in plan.needed):
-        return "/tmp"
+    """The candidate's working directory at `namespaces`: the first fresh tmpfs that holds no
+    clone of a needed path (a venv under /tmp is put back on /tmp's), so that the program starts
+    in an empty directory wherever the trainer's files lie, and its parent is read-only. Where
+    both hold clones, an empty directory of its own on /tmp (its parent, /tmp, is private too)."""
+    for d in SCRATCH_MOUNTS:
+        if os.path.isdir(d) and not any(p.startswith(d + "/") for p in plan.needed):
+            return d
     return tempfile.mkdtemp(prefix="work-", dir="/tmp")
 
 
