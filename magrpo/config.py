@@ -365,9 +365,9 @@ def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
     agents = cfg.agents
     n = ALGOS[cfg.algo.name].team(cfg).num_policies
     models = agents.models
-    if n > 1 and n != task_cls.num_agents:
-        raise ConfigError(f"agents.num_agents={n}: task {cfg.task.name!r} is written for {task_cls.num_agents} "
-                          f"agents; use {task_cls.num_agents}, or 1 (one model writes the whole answer)")
+    if n > 1 and n not in task_cls.accepted_counts():
+        raise ConfigError(f"agents.num_agents={n}: task {cfg.task.name!r} accepts {task_cls.describe_counts()} "
+                          f"agents (1: one model writes the whole answer)")
     if len(models) == 0:
         raise ConfigError("agents.models is empty; give at least one model entry (name_or_path: ...)")
     if len(models) > agents.num_agents:

@@ -62,7 +62,10 @@ class Task:
     """
 
     name: ClassVar[str] = ""
-    num_agents: ClassVar[int] = 2
+    num_agents: ClassVar[int] = 2        # the team the task is written for (its default)
+    # Team sizes the task accepts (`agents.num_agents`); None = 1 (one model writes the whole
+    # answer) or `num_agents`. A task whose prompts and reward take any team overrides `prompts`.
+    agent_counts: ClassVar[tuple[int, ...] | None] = None
     # Metric that `best` in summary.json tracks and that sweeps compare on.
     primary_metric: ClassVar[str] = "reward_mean"
     # Dataclasses the `task` and `reward` config nodes are checked against at start-up, so a
@@ -103,11 +106,24 @@ class Task:
         """Prompt for one model that writes the whole joint answer (GRPO, `single` baseline)."""
         raise NotImplementedError
 
+    @classmethod
+    def accepted_counts(cls) -> tuple[int, ...]:
+        """The team sizes this task accepts, ascending."""
+        return tuple(sorted(set(cls.agent_counts or (1, cls.num_agents))))
+
+    @classmethod
+    def describe_counts(cls) -> str:
+        """`accepted_counts` in words: "1 or 2", "1 to 8"."""
+        counts = cls.accepted_counts()
+        if len(counts) > 2 and counts == tuple(range(counts[0], counts[-1] + 1)):
+            return f"{counts[0]} to {counts[-1]}"
+        return ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
+
     def prompts(self, item: Item, num_agents: int) -> list[str]:
         if num_agents == 1:
             return [self.single_prompt(item)]
         if num_agents != self.num_agents:
-            raise ValueError(f"task {self.name!r} is written for {self.num_agents} agents, got {num_agents}")
+            raise ValueError(f"task {self.name!r} accepts {self.describe_counts()} agents, got {num_agents}")
         return self.agent_prompts(item)
 
     def context_prompt(self, item: Item, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:

@@ -31,6 +31,7 @@ FORMAT = "Reason step by step in a few short lines, then end with a line of the 
 @register_task("maporl_qa")
 class MaporlQATask(Task):
     num_agents = 2
+    agent_counts = tuple(range(1, 9))     # a debate of any size: the prompts and the reward take N answers
     splits_reward = True
     primary_metric = "majority_accuracy"
     feedback_kind = "math"
@@ -44,6 +45,8 @@ class MaporlQATask(Task):
     def prompts(self, item: Item, num_agents: int) -> list[str]:
         if num_agents == 1:
             return [self.single_prompt(item)]
+        if num_agents not in self.accepted_counts():
+            raise ValueError(f"task {self.name!r} accepts {self.describe_counts()} agents, got {num_agents}")
         return [f"You are agent {i + 1} of a team of {num_agents} solving a math word problem. Solve it on "
                 f"your own first; you will discuss with the other agents afterwards.\n\n"
                 f"Problem: {item['question']}\n\n{FORMAT}" for i in range(num_agents)]
