@@ -34,6 +34,21 @@ class LoraSchema:
     bias: str = option("none", choices=["none", "all", "lora_only"])
 
 
+SCHEDULES = ["constant", "linear", "cosine"]
+
+
+@dataclass
+class AgentOptimizerSchema:
+    """One agent's overrides of the `optimizer` group (agents.models.K.optimizer); null = the shared value."""
+    lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null for optimizer.lr")
+    weight_decay: float | None = option(None, check=lambda v: v is None or v >= 0,
+                                        allowed=">= 0, or null for optimizer.weight_decay")
+    schedule: str | None = option(None, check=lambda v: v is None or v in SCHEDULES,
+                                  allowed=", ".join(SCHEDULES) + ", or null for optimizer.schedule")
+    warmup_steps: int | None = option(None, check=lambda v: v is None or v >= 0,
+                                      allowed=">= 0, or null for optimizer.warmup_steps")
+
+
 @dataclass
 class ModelSchema:
     name_or_path: str = MISSING          # hub id, local directory, or builtin:NAME
@@ -44,6 +59,7 @@ class ModelSchema:
     attn_implementation: str | None = None
     lora: LoraSchema | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    optimizer: AgentOptimizerSchema = field(default_factory=AgentOptimizerSchema)   # this agent's lr, schedule...
 
 
 @dataclass
@@ -62,7 +78,7 @@ class OptimizerSchema:
     betas: list[float] = option(default_factory=lambda: [0.9, 0.999], allowed="two numbers in [0, 1)",
                                 check=lambda v: len(v) == 2 and all(0 <= b < 1 for b in v))
     eps: float = positive(1e-8)
-    schedule: str = option("constant", choices=["constant", "linear", "cosine"])
+    schedule: str = option("constant", choices=SCHEDULES)
     warmup_steps: int = at_least(0, 0)
     max_grad_norm: float | None = option(1.0, check=lambda v: v is None or v > 0,
                                          allowed="> 0, or null to turn clipping off")
@@ -271,6 +287,10 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
     raw.pop("algo", None)
     raw_feedback = raw.pop("feedback", None) or {}
+    # Each agent's entry on its own first, so that an error names it (agents.models[1].optimizer.lrr).
+    for i, spec in enumerate((raw.get("agents") or {}).get("models") or []):
+        if isinstance(spec, dict):
+            _typed(OmegaConf.create(spec), ModelSchema, f"agents.models[{i}].")
     typed = _typed(OmegaConf.create(raw), schema, "")
 
     # The feedback node is checked against the schema of the mode it names.

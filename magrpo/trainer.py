@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
+from magrpo.algos.base import agent_overrides
 from magrpo.checkpoint import STATE_FILE
 from magrpo.config import optimized_metric
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
@@ -263,6 +264,8 @@ class Trainer:
         """The choices a table groups runs by: the run's identity, then every algo key (flat)."""
         cfg = self.cfg
         out = {**run_identity(cfg), "num_agents": len(self.agents), "lr": cfg.optimizer.lr, "max_steps": cfg.max_steps}
+        if own := agent_overrides(cfg):     # per-agent settings (agents.models.K.optimizer) that differ
+            out["agent_settings"] = own
         for key, value in OmegaConf.to_container(cfg.algo, resolve=True).items():
             out.setdefault(key, value)
         return out

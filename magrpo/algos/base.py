@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 import torch
+from omegaconf import OmegaConf
 
 from magrpo import distributed
 from magrpo.models import Agent
@@ -102,6 +103,25 @@ class Algorithm(Protocol):
 
 
 # --- pieces every algorithm's step uses --------------------------------------------------------------
+
+
+def agent_optimizer(cfg: Any, agent: int) -> Any:
+    """The `optimizer` settings of agent `agent` (0-based): the shared group with the non-null keys
+    of agents.models[agent].optimizer on top (one models entry serves every agent)."""
+    models = cfg.agents.models
+    own = (models[agent] if agent < len(models) else models[0]).get("optimizer") if len(models) else None
+    overrides = {k: v for k, v in (OmegaConf.to_container(own) if own is not None else {}).items() if v is not None}
+    return OmegaConf.merge(cfg.optimizer, overrides) if overrides else cfg.optimizer
+
+
+def agent_overrides(cfg: Any) -> dict[str, dict[str, Any]]:
+    """agent name -> the per-agent settings that differ from the shared groups (for summary.json)."""
+    out = {}
+    for i, spec in enumerate(cfg.agents.models if len(cfg.agents.models) > 1 else []):
+        opt = {k: v for k, v in OmegaConf.to_container(spec.get("optimizer") or {}).items() if v is not None}
+        if opt:
+            out[f"agent_{i + 1}"] = {"optimizer": opt}
+    return out
 
 
 def build_optimizer(params: list[torch.nn.Parameter], opt_cfg: Any, total_steps: int, lr: float | None = None):

@@ -43,6 +43,7 @@ from magrpo import distributed
 from magrpo.algos.base import (
     AlgoConfig,
     TeamSpec,
+    agent_optimizer,
     build_optimizer,
     clip_and_step,
     register_algo,
@@ -202,13 +203,13 @@ class IPPO:
         self.critics = [Critic(algo.critic, a, algo.critic_model) for a in agents]
         self.optimizers, self.schedulers, self.critic_optimizers, self.critic_schedulers = [], [], [], []
         for agent, critic in zip(agents, self.critics):
-            actor_params = agent.trainable_parameters()
+            actor_params, opt_cfg = agent.trainable_parameters(), agent_optimizer(cfg, agent.index)
             if critic.kind == "head":      # the head trains with the actor (and its adapter)
-                opt, sch = build_optimizer(actor_params + list(critic.head.parameters()), cfg.optimizer, total)
+                opt, sch = build_optimizer(actor_params + list(critic.head.parameters()), opt_cfg, total)
                 copt, csch = None, None
             else:
-                opt, sch = build_optimizer(actor_params, cfg.optimizer, total)
-                copt, csch = build_optimizer(list(critic.parameters()), cfg.optimizer, total, lr=algo.critic_lr)
+                opt, sch = build_optimizer(actor_params, opt_cfg, total)
+                copt, csch = build_optimizer(list(critic.parameters()), opt_cfg, total, lr=algo.critic_lr)
             self.optimizers.append(opt)
             self.schedulers.append(sch)
             self.critic_optimizers.append(copt)

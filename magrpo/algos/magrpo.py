@@ -29,6 +29,7 @@ from magrpo import distributed
 from magrpo.algos.base import (
     AlgoConfig,
     TeamSpec,
+    agent_optimizer,
     build_optimizer,
     clip_and_step,
     register_algo,
@@ -86,8 +87,8 @@ class MAGRPO:
         self.feedback = build_feedback(cfg.get("feedback"), task)
         # Optimizer steps per rollout = num_iterations, so the schedule spans all of them.
         total = cfg.max_steps * cfg.algo.num_iterations
-        self.optimizers, self.schedulers = zip(*[build_optimizer(a.trainable_parameters(), cfg.optimizer, total)
-                                                 for a in agents])
+        self.optimizers, self.schedulers = zip(*[build_optimizer(a.trainable_parameters(), agent_optimizer(cfg, a.index),
+                                                                 total) for a in agents])
 
     # -- one training step ----------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
