@@ -50,6 +50,16 @@ class AgentOptimizerSchema:
 
 
 @dataclass
+class AgentSamplingSchema:
+    """One agent's overrides of the shared sampling keys (agents.models.K.sampling); null = algo.*."""
+    temperature: float | None = option(None, check=lambda v: v is None or v > 0,
+                                       allowed="> 0, or null for algo.temperature")
+    top_p: float | None = option(None, check=lambda v: v is None or 0 < v <= 1, allowed="in (0, 1], or null for algo.top_p")
+    max_new_tokens: int | None = option(None, check=lambda v: v is None or v >= 1,
+                                        allowed=">= 1, or null for algo.max_new_tokens")
+
+
+@dataclass
 class ModelSchema:
     name_or_path: str = MISSING          # hub id, local directory, or builtin:NAME
     tokenizer: str | None = None         # defaults to name_or_path
@@ -60,6 +70,7 @@ class ModelSchema:
     lora: LoraSchema | None = None
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     optimizer: AgentOptimizerSchema = field(default_factory=AgentOptimizerSchema)   # this agent's lr, schedule...
+    sampling: AgentSamplingSchema = field(default_factory=AgentSamplingSchema)      # its temperature, top_p...
 
 
 @dataclass

@@ -52,11 +52,18 @@ class Agent:
     adapter: str | None = None       # adapter name when agents share one base model
     chat_template_kwargs: dict = field(default_factory=dict)
     reference: Any = None            # frozen copy for the KL term (full fine-tuning only)
+    # This agent's sampling keys over the shared ones (agents.models.K.sampling: temperature,
+    # top_p, max_new_tokens); the updates score its samples at its own temperature.
+    sampling: dict = field(default_factory=dict)
     _encoded: dict = field(default_factory=dict, repr=False)   # (prompt, max_length) -> token ids
 
     @property
     def name(self) -> str:
         return f"agent_{self.index + 1}"
+
+    def temperature(self, shared: float) -> float:
+        """The temperature this agent samples at, and so the one its log-probabilities use."""
+        return self.sampling.get("temperature", shared)
 
     def activate(self) -> None:
         if self.adapter is not None:
@@ -207,6 +214,12 @@ def agent_devices(hw: Any, n: int) -> list[torch.device]:
     return [torch.device(dev)] * n
 
 
+def own_sampling(spec: Any) -> dict:
+    """The non-null keys of a models entry's `sampling` node."""
+    node = spec.get("sampling") if hasattr(spec, "get") else None
+    return {k: v for k, v in (dict(node) if node is not None else {}).items() if v is not None}
+
+
 def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
     """Load `num_agents` agents (the first `num_agents` model entries; one entry serves all)."""
     models = list(agents_cfg.models)
@@ -230,7 +243,8 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
         for i in range(num_agents):
             agents.append(Agent(i, model, tok, devices[0], adapter=f"agent_{i + 1}",
-                                chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
+                                chat_template_kwargs=dict(spec.chat_template_kwargs or {}),
+                                sampling=own_sampling(specs[i])))
         return agents
     for i, spec in enumerate(specs):
         with _loading(spec, i if len(models) > 1 else 0):
@@ -247,7 +261,7 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
         elif need_reference:
             reference = _with_autocast(_load_model(spec, path, devices[i]), autocast).eval().requires_grad_(False)
         agents.append(Agent(i, model, tok, devices[i], reference=reference,
-                            chat_template_kwargs=dict(spec.chat_template_kwargs or {})))
+                            chat_template_kwargs=dict(spec.chat_template_kwargs or {}), sampling=own_sampling(spec)))
     log.info("loaded %d agent(s): %s", num_agents,
              ", ".join(f"{a.name}={s.name_or_path}@{a.device}" for a, s in zip(agents, specs)))
     return agents

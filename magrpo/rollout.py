@@ -224,6 +224,8 @@ def generate(agent: Agent, prompts: list[str], sampling: Sampling,
 
     With `conversations` (multi-turn), each is formatted as a chat in place of its plain prompt."""
     t0 = time.perf_counter()
+    if agent.sampling:                      # its own temperature, top_p, max_new_tokens
+        sampling = replace(sampling, **agent.sampling)
     tok = agent.tokenizer
     prompt_ids, prompt_mask, truncated = agent.encode_prompts(
         conversations if conversations is not None else prompts, sampling.max_prompt_length)

@@ -68,3 +68,47 @@ def test_a_bad_per_agent_key_or_value_names_the_agent(make_cfg, entry, message):
     with pytest.raises(ConfigError) as err:
         validate(make_cfg([models]))
     assert message in str(err.value)
+
+
+# -- per-agent sampling (agents.models.K.sampling) ---------------------------------------------------
+
+
+def _sampling_models(first: str) -> str:
+    return f'agents.models=[{{name_or_path: "builtin:tiny", sampling: {{{first}}}}}, {{name_or_path: "builtin:tiny"}}]'
+
+
+def test_each_agent_samples_with_its_own_budget(make_cfg):
+    from magrpo.rollout import Sampling, team_rollout
+
+    cfg = validate(make_cfg([_sampling_models("max_new_tokens: 3"), "algo.max_new_tokens=12"]))
+    agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
+    assert agents[0].sampling == {"max_new_tokens": 3} and agents[1].sampling == {}
+    task = build_task(cfg.task, cfg.reward)
+    rollout = team_rollout(agents, task, task.load("train")[:3], Sampling.from_algo(cfg.algo))
+    widths = [g.completion_ids.shape[1] for g in rollout.samples]
+    assert widths[0] <= 3 < widths[1] <= 12, widths
+
+
+def test_an_agents_temperature_is_the_one_its_update_scores_with(make_cfg, tmp_path):
+    """The entropy the update reports is the policy's at the agent's own temperature: agent 1's
+    is far higher at 2.0 than at 0.05 (the random tiny model's logits are near flat: only a low
+    temperature sharpens them)."""
+    entropy = {}
+    for t in (0.05, 2.0):
+        out = tmp_path / f"t{t}"
+        run(make_cfg([_sampling_models(f"temperature: {t}"), "debug=smoke", "algo.max_new_tokens=8",
+                      "save_final=false"], out=str(out)))
+        rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        first = next(r for r in rows if "train/agent_1/entropy" in r)
+        entropy[t] = first["train/agent_1/entropy"]
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["config"]["agent_settings"] == {"agent_1": {"sampling": {"temperature": t}}}
+    assert entropy[2.0] > entropy[0.05] + 1.0, entropy
+
+
+def test_a_bad_sampling_value_names_the_agent(make_cfg):
+    with pytest.raises(ConfigError, match=r"agents.models\[0\].sampling.top_p=1.5 is out of range"):
+        validate(make_cfg([_sampling_models("top_p: 1.5")]))
+    with pytest.raises(ConfigError, match=r"unknown config key 'agents.models\[0\].sampling.temprature'.*"
+                                          r"did you mean 'temperature'"):
+        validate(make_cfg([_sampling_models("temprature: 1.5")]))

@@ -118,9 +118,10 @@ def agent_overrides(cfg: Any) -> dict[str, dict[str, Any]]:
     """agent name -> the per-agent settings that differ from the shared groups (for summary.json)."""
     out = {}
     for i, spec in enumerate(cfg.agents.models if len(cfg.agents.models) > 1 else []):
-        opt = {k: v for k, v in OmegaConf.to_container(spec.get("optimizer") or {}).items() if v is not None}
-        if opt:
-            out[f"agent_{i + 1}"] = {"optimizer": opt}
+        own = {group: {k: v for k, v in OmegaConf.to_container(spec.get(group) or {}).items() if v is not None}
+               for group in ("optimizer", "sampling")}
+        if own := {group: keys for group, keys in own.items() if keys}:
+            out[f"agent_{i + 1}"] = own
     return out
 
 

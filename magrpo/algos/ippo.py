@@ -273,7 +273,7 @@ class IPPO:
         agent.activate()
         agent.model.eval()
         share = shares_prompt(agent.model, algo.share_prompt)
-        old_logp = rollout_logprobs(agent.model, gen, chunks, algo.temperature, dev, share)
+        old_logp = rollout_logprobs(agent.model, gen, chunks, agent.temperature(algo.temperature), dev, share)
         critic_ids = critic_mask = None
         if texts is not None:
             tok = agent.tokenizer
@@ -290,7 +290,7 @@ class IPPO:
         kl = torch.zeros_like(mask)
         if algo.beta > 0:
             with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev, share)
+                ref_logp = rollout_logprobs(ref, gen, chunks, agent.temperature(algo.temperature), dev, share)
             kl = (old_logp - ref_logp) * mask
             token_rewards = token_rewards - self.kl_ctl.value * kl
         adv, returns = gae(token_rewards, old_values, mask, algo.gamma, algo.lam)
@@ -333,7 +333,7 @@ class IPPO:
                 for s in range(0, len(idx), algo.micro_batch_size):
                     r = idx[s:s + algo.micro_batch_size]
                     m = b.mask[r]
-                    out = row_logprobs(agent.model, gen, r, algo.temperature, dev, share, with_entropy=True,
+                    out = row_logprobs(agent.model, gen, r, agent.temperature(algo.temperature), dev, share, with_entropy=True,
                                        with_hidden=shared_forward, entropy_grad=algo.ent_coef > 0)
                     logp, entropy = out[0], out[1]
                     values = critic.head(out[2]) if shared_forward else critic.values(

@@ -132,7 +132,7 @@ class MAGRPO:
         ref_logp = None
         if algo.beta > 0:
             with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, algo.temperature, dev, share)
+                ref_logp = rollout_logprobs(ref, gen, chunks, agent.temperature(algo.temperature), dev, share)
         old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 else None
 
         totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
@@ -140,7 +140,7 @@ class MAGRPO:
         for it in range(algo.num_iterations):
             optimizer.zero_grad(set_to_none=True)
             for mb in chunks:
-                logp, entropy = row_logprobs(agent.model, gen, mb, algo.temperature, dev, share, with_entropy=(it == 0))
+                logp, entropy = row_logprobs(agent.model, gen, mb, agent.temperature(algo.temperature), dev, share, with_entropy=(it == 0))
                 A, m = adv[mb].unsqueeze(-1), mask[mb]
                 if old_logp is None:
                     token_loss = -A * logp                   # REINFORCE: grad = -A * grad log pi
