@@ -75,6 +75,15 @@ def tree_size(num_agents: int, num_generations: int, joint_mode: str, num_turns:
     return sum(J * per_set ** t for t in range(num_turns))
 
 
+def sequences_per_item(num_agents: int, num_generations: int, joint_mode: str, num_turns: int,
+                       max_branches: int | None = None) -> int:
+    """Sequences one item's full tree generates: every sibling set has each of the N agents sample
+    G answers, and there are 1 + E + ... + E^(T-1) sets (E nodes expanded per set)."""
+    J = num_generations ** num_agents if joint_mode == "cross" else num_generations
+    per_set = J if max_branches is None else min(max_branches, J)
+    return num_agents * num_generations * sum(per_set ** t for t in range(num_turns))
+
+
 # --- growing the tree -----------------------------------------------------------------------------
 
 

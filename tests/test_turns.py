@@ -14,7 +14,15 @@ from magrpo.rollout import Rollout, Sampling, joint_indices
 from magrpo.tasks import Scores, build_task
 from magrpo.train import run
 from magrpo.trainer import seed_everything
-from magrpo.turns import TreeStats, TurnSpec, choose_expansions, grow_tree, tree_returns, tree_size
+from magrpo.turns import (
+    TreeStats,
+    TurnSpec,
+    choose_expansions,
+    grow_tree,
+    sequences_per_item,
+    tree_returns,
+    tree_size,
+)
 from tests.conftest import compose_cfg, run_and_resume, train_rows
 
 FAST = ["algo.max_new_tokens=6", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
@@ -35,6 +43,13 @@ def seeded_team(team):
 
 
 # --- sizes ----------------------------------------------------------------------------------------
+
+
+def test_sequences_per_item_by_hand():
+    assert sequences_per_item(3, 2, "aligned", 1) == 3 * 2                # N*G, one set
+    assert sequences_per_item(3, 2, "cross", 2, 1) == 3 * 2 * (1 + 1)     # one node of 8 expands
+    assert sequences_per_item(2, 4, "cross", 2) == 2 * 4 * (1 + 16)       # all 4^2 nodes expand
+    assert sequences_per_item(2, 2, "aligned", 3) == 2 * 2 * (1 + 2 + 4)
 
 
 @pytest.mark.parametrize("mode,turns,cap,want", [
@@ -71,6 +86,9 @@ def test_grown_tree_has_the_size_it_promises(seeded_team, monkeypatch, mode, tur
     for t, lv in enumerate(levels[1:], start=1):
         assert lv.num_items == stats.expanded[t] == len(lv.parents)
         assert calls[2 * (t - 1)] == lv.num_items
+    # the sequences the tree generated (every agent's samples of every set) are the ones promised
+    generated = sum(g.completion_ids.shape[0] for lv in levels for g in lv.samples)
+    assert generated == sequences_per_item(2, 2, mode, turns, cap) * len(items)
     # a capped set expands exactly `cap` nodes of each parent set
     if cap is not None:
         for lv, child in zip(levels, levels[1:]):
@@ -82,7 +100,8 @@ def test_a_tree_bigger_than_max_tree_nodes_stops_at_start(make_cfg):
     with pytest.raises(ConfigError) as e:
         validate(make_cfg(["algo.num_turns=3", "algo.joint_mode=cross", "algo.max_tree_nodes=50"]))
     # G=4, N=2: 16 + 256 + 4096 nodes
-    assert "4368" in str(e.value) and "algo.max_tree_nodes=50" in str(e.value) and "max_branches" in str(e.value)
+    assert "4368 nodes per item (2184 generated sequences)" in str(e.value)      # 2*4*(1 + 16 + 256)
+    assert "algo.max_tree_nodes=50" in str(e.value) and "max_branches" in str(e.value)
     validate(make_cfg(["algo.num_turns=3", "algo.joint_mode=cross", "algo.max_tree_nodes=50", "algo.max_branches=1"]))
 
 

@@ -67,15 +67,17 @@ class AlgoConfig:
 def check_tree(cfg: Any, num_agents: int) -> None:
     """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
     from magrpo.schema import ConfigError
-    from magrpo.turns import tree_size
+    from magrpo.turns import sequences_per_item, tree_size
 
     a = cfg.algo
-    size = tree_size(num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"))
+    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"))
+    size = tree_size(*shape)
     if size > a.max_tree_nodes:
         raise ConfigError(
             f"algo.num_turns={a.num_turns} with algo.joint_mode={a.joint_mode!r}, algo.num_generations="
             f"{a.num_generations}, {num_agents} agent(s) and algo.max_branches={a.get('max_branches')} grows a tree "
-            f"of {size} nodes per item, more than algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
+            f"of {size} nodes per item ({sequences_per_item(*shape)} generated sequences), more than "
+            f"algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
             f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
 
 
