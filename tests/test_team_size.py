@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -38,6 +39,12 @@ def test_every_algorithm_trains_a_team_of_n(make_cfg, tmp_path, algo, n):
     # Every agent's answers reach the evaluation: a team of n gives n answers per sample.
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert "eval/majority_accuracy" in rows[-1] and "eval/agreement" in rows[-1]
+    if algo == "magrpo":      # the tables read the team as the run recorded it
+        from magrpo.table import main as table_main
+
+        assert table_main([str(out), "--out", str(tmp_path / "table"), "--no-plots"]) == 0
+        (row,) = list(csv.DictReader(open(tmp_path / "table" / "table.csv")))
+        assert row["task"] == "maporl_qa" and float(row["agreement_mean"]) == rows[-1]["eval/agreement"]
 
 
 def test_a_team_of_three_discusses_over_two_turns_in_cross_mode(make_cfg, tmp_path):
