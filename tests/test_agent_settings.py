@@ -112,3 +112,26 @@ def test_a_bad_sampling_value_names_the_agent(make_cfg):
     with pytest.raises(ConfigError, match=r"unknown config key 'agents.models\[0\].sampling.temprature'.*"
                                           r"did you mean 'temperature'"):
         validate(make_cfg([_sampling_models("temprature: 1.5")]))
+
+
+MIXED = ('agents.models=[{name_or_path: "builtin:tiny", optimizer: {lr: 0.01, schedule: cosine}, '
+         'sampling: {temperature: 0.7, max_new_tokens: 5}}, {name_or_path: "builtin:tiny", sampling: {top_p: 0.9}}]')
+
+
+@pytest.mark.parametrize("algo", ["magrpo", "grpo", "ippo", "mappo", "ppo"])
+def test_per_agent_settings_run_with_every_algorithm(make_cfg, tmp_path, algo):
+    run(make_cfg([MIXED, f"algo={algo}", "debug=smoke", "algo.max_new_tokens=8", "save_final=false"]))
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["steps"] == 2
+    assert summary["config"]["agent_settings"]["agent_2"] == {"sampling": {"top_p": 0.9}}
+
+
+def test_per_agent_settings_resume_exactly(make_cfg, tmp_path):
+    from tests.conftest import run_and_resume
+
+    full, resumed = run_and_resume(make_cfg, tmp_path, [MIXED, "debug=smoke", "max_steps=3", "save_every=1",
+                                                        "algo.max_new_tokens=8"], at=2)
+    assert sorted(resumed) == [3]
+    for key in ("train/reward_mean", "train/agent_1/loss", "train/agent_1/lr", "train/agent_2/loss", "train/agent_2/lr"):
+        assert resumed[3][key] == full[3][key], key
+    assert full[3]["train/agent_1/lr"] != full[3]["train/agent_2/lr"]     # cosine from 0.01 vs constant 1e-3
