@@ -214,10 +214,14 @@ def agent_devices(hw: Any, n: int) -> list[torch.device]:
     return [torch.device(dev)] * n
 
 
+def set_keys(node: Any) -> dict:
+    """The keys of a config node (or dict) that are not null; {} for a missing node."""
+    return {k: v for k, v in (dict(node) if node is not None else {}).items() if v is not None}
+
+
 def own_sampling(spec: Any) -> dict:
     """The non-null keys of a models entry's `sampling` node."""
-    node = spec.get("sampling") if hasattr(spec, "get") else None
-    return {k: v for k, v in (dict(node) if node is not None else {}).items() if v is not None}
+    return set_keys(spec.get("sampling") if hasattr(spec, "get") else None)
 
 
 def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from magrpo.algos import ALGOS
-from magrpo.algos.base import agent_optimizer
+from magrpo.algos.base import agent_optimizer, agent_overrides
 from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.schema import ConfigError
@@ -28,6 +28,8 @@ def test_each_agent_gets_its_own_settings_over_the_shared_group(make_cfg):
     # One entry serves every agent: its settings are every agent's.
     shared = validate(make_cfg(['agents.models=[{name_or_path: "builtin:tiny", optimizer: {lr: 0.05}}]']))
     assert agent_optimizer(shared, 0).lr == agent_optimizer(shared, 1).lr == 0.05
+    assert agent_overrides(shared) == {"all": {"optimizer": {"lr": 0.05}}}     # what summary.json records
+    assert agent_overrides(cfg) == {"agent_1": {"optimizer": {"lr": 0.01, "schedule": "linear", "weight_decay": 0.1}}}
 
 
 @pytest.mark.parametrize("algo", ["magrpo", "ippo"])

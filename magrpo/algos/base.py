@@ -25,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from magrpo import distributed
-from magrpo.models import Agent
+from magrpo.models import Agent, set_keys
 from magrpo.registry import registrar
 from magrpo.rollout import Rollout
 from magrpo.schema import at_least, option, positive, within
@@ -111,19 +111,19 @@ def agent_optimizer(cfg: Any, agent: int) -> Any:
     """The `optimizer` settings of agent `agent` (0-based): the shared group with the non-null keys
     of agents.models[agent].optimizer on top (one models entry serves every agent)."""
     models = cfg.agents.models
-    own = (models[agent] if agent < len(models) else models[0]).get("optimizer") if len(models) else None
-    overrides = {k: v for k, v in (OmegaConf.to_container(own) if own is not None else {}).items() if v is not None}
-    return OmegaConf.merge(cfg.optimizer, overrides) if overrides else cfg.optimizer
+    own = set_keys((models[agent] if agent < len(models) else models[0]).get("optimizer")) if len(models) else {}
+    return OmegaConf.merge(cfg.optimizer, own) if own else cfg.optimizer
 
 
 def agent_overrides(cfg: Any) -> dict[str, dict[str, Any]]:
-    """agent name -> the per-agent settings that differ from the shared groups (for summary.json)."""
+    """Who -> the per-agent settings that differ from the shared groups (for summary.json): by
+    agent name, or under "all" when one models entry serves every agent."""
+    models = cfg.agents.models
     out = {}
-    for i, spec in enumerate(cfg.agents.models if len(cfg.agents.models) > 1 else []):
-        own = {group: {k: v for k, v in OmegaConf.to_container(spec.get(group) or {}).items() if v is not None}
-               for group in ("optimizer", "sampling")}
-        if own := {group: keys for group, keys in own.items() if keys}:
-            out[f"agent_{i + 1}"] = own
+    for i, spec in enumerate(models):
+        own = {group: keys for group in ("optimizer", "sampling") if (keys := set_keys(spec.get(group)))}
+        if own:
+            out[f"agent_{i + 1}" if len(models) > 1 else "all"] = own
     return out
 
 
