@@ -15,7 +15,8 @@ its own, entered with unshare(2) through ctypes:
   process left in the namespace, so nothing survives a run (double forks, setsid, pty included).
   X is the namespace's init: it only reaps, and reports how Y ended on a pipe to the judge;
 * mount: every mount is read-only, except a fresh size-capped tmpfs on /tmp and on /dev/shm
-  (the scratch and working directory: /tmp, or /dev/shm when the trainer's files lie under /tmp); /proc is a new procfs of the new PID namespace only
+  (the scratch and working directory: /tmp, or /dev/shm when the trainer's files lie under
+  /tmp); /proc is a new procfs of the new PID namespace only
   (the trainer's memory, environ and command line are out of sight). What the candidate needs
   (the Python installation, the venv, the package: see `mount_plan`) stays readable wherever it
   lies: a directory above it that the unprivileged uid cannot traverse (a Python under a 0700

@@ -119,11 +119,15 @@ class Task:
             return f"{counts[0]} to {counts[-1]}"
         return ", ".join(map(str, counts[:-1])) + (" or " if len(counts) > 1 else "") + str(counts[-1])
 
+    def check_team(self, num_agents: int) -> None:
+        """A team size the task does not accept is refused (config validation says so first)."""
+        if num_agents not in self.accepted_counts():
+            raise ValueError(f"task {self.name!r} accepts {self.describe_counts()} agents, got {num_agents}")
+
     def prompts(self, item: Item, num_agents: int) -> list[str]:
+        self.check_team(num_agents)
         if num_agents == 1:
             return [self.single_prompt(item)]
-        if num_agents != self.num_agents:
-            raise ValueError(f"task {self.name!r} accepts {self.describe_counts()} agents, got {num_agents}")
         return self.agent_prompts(item)
 
     def context_prompt(self, item: Item, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:

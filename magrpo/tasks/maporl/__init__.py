@@ -43,10 +43,9 @@ class MaporlQATask(Task):
 
     # -- prompts --------------------------------------------------------------------------------------
     def prompts(self, item: Item, num_agents: int) -> list[str]:
+        self.check_team(num_agents)
         if num_agents == 1:
             return [self.single_prompt(item)]
-        if num_agents not in self.accepted_counts():
-            raise ValueError(f"task {self.name!r} accepts {self.describe_counts()} agents, got {num_agents}")
         return [f"You are agent {i + 1} of a team of {num_agents} solving a math word problem. Solve it on "
                 f"your own first; you will discuss with the other agents afterwards.\n\n"
                 f"Problem: {item['question']}\n\n{FORMAT}" for i in range(num_agents)]
