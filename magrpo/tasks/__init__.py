@@ -18,7 +18,7 @@ def _import_builtin_tasks() -> None:
     # dependency of one task family does not break the others.
     import importlib
 
-    for mod in ("length_ratio", "writing", "coding", "maporl"):
+    for mod in ("length_ratio", "writing", "coding", "maporl", "coordination"):
         try:
             importlib.import_module(f"magrpo.tasks.{mod}")
         except ModuleNotFoundError as e:
