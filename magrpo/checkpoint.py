@@ -278,16 +278,18 @@ def check_resume(cfg: dict, ckpt: Path) -> None:
                           f"set max_steps above {step} to train further")
 
 
-def check_agents_match(cfg: dict, ckpt: Path, num_policies: int, key: str = "checkpoint") -> None:
+def check_agents_match(cfg: dict, ckpt: Path, policy_dirs: list[str], key: str = "checkpoint") -> None:
     """Refuse to load a checkpoint into agents built from a different `agents` config, or into
-    more policies than it holds (a single-policy run's checkpoint under a multi-agent algo)."""
+    more policies than it holds (a single-policy run's checkpoint under a multi-agent algo).
+    `policy_dirs`: the directories the policies to build load from (TeamSpec.policy_dirs)."""
     changes = config_changes(stored_config(ckpt), cfg, only=AGENT_KEYS, free=AGENT_KEYS_FREE)
     if changes:
         raise ConfigError(f"{key}={str(ckpt)!r} holds agents trained with a different agents config "
                           f"({_describe(changes)}); pass the agents=... options the training run used")
-    missing = [f"agent_{i + 1}" for i in range(num_policies) if not (Path(ckpt) / f"agent_{i + 1}").is_dir()]
+    missing = [d for d in policy_dirs if not (Path(ckpt) / d).is_dir()]
     if missing:
-        held = sorted(d.name for d in Path(ckpt).glob("agent_*") if d.is_dir())
+        held = sorted(d.name for d in Path(ckpt).iterdir() if d.is_dir() and (d.name.startswith("agent_")
+                                                                              or d.name == "policy"))
         raise ConfigError(f"{key}={str(ckpt)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
-                          f"algo={cfg.get('algo', {}).get('name')} builds {num_policies}; pass the algo=... "
-                          f"the training run used")
+                          f"algo={cfg.get('algo', {}).get('name')} builds {len(policy_dirs)} "
+                          f"({', '.join(policy_dirs)}); pass the algo=... and agents=... the training run used")

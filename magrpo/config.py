@@ -77,7 +77,8 @@ class ModelSchema:
 class AgentsSchema:
     num_agents: int = at_least(1, 2)
     models: list[ModelSchema] = field(default_factory=list)
-    share_base: bool = False             # one base model, one LoRA adapter per agent
+    share_base: bool = False             # one base model, one LoRA adapter per agent (a LoRA per role)
+    share_policy: bool = False           # one model and one optimizer play every role (a shared policy)
     gradient_checkpointing: bool = False  # alias of hardware.gradient_checkpointing (either turns it on)
 
 
@@ -343,7 +344,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         _validate_sandbox(typed.sandbox)
     from magrpo.algos.base import check_tree
 
-    check_tree(typed, ALGOS[algo_name].team(typed).num_policies)
+    check_tree(typed, ALGOS[algo_name].team(typed).num_agents)
     algo_check = getattr(ALGOS[algo_name], "check_config", None)
     if algo_check is not None:
         algo_check(typed, task_cls)
@@ -394,7 +395,7 @@ def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
     from magrpo.tiny import BUILTIN_MODELS
 
     agents = cfg.agents
-    n = ALGOS[cfg.algo.name].team(cfg).num_policies
+    n = ALGOS[cfg.algo.name].team(cfg).num_agents
     models = agents.models
     if n > 1 and n not in task_cls.accepted_counts():
         raise ConfigError(f"agents.num_agents={n}: task {cfg.task.name!r} accepts {task_cls.describe_counts()} "
@@ -419,6 +420,12 @@ def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
             raise ConfigError(f"{key}.tokenizer={spec.tokenizer!r}: no such local tokenizer directory")
         if agents.share_base and spec.lora is None:
             raise ConfigError(f"agents.share_base=true needs a LoRA config: {key}.lora is null")
+    if agents.share_policy and agents.share_base:
+        raise ConfigError("agents.share_policy=true and agents.share_base=true name two team levels at once; "
+                          "choose one: share_policy (one policy plays every role) or share_base (a LoRA per role)")
+    if agents.share_policy and len(models) > 1:
+        raise ConfigError(f"agents.share_policy=true plays every role with ONE model, but agents.models has "
+                          f"{len(models)} entries; give a single entry")
     if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
         raise ConfigError("agents.share_base=true needs every agent on the same base model; "
                           f"agents.models name {sorted({m.name_or_path for m in models})}")
@@ -429,7 +436,7 @@ def _validate_eval(cfg: DictConfig) -> None:
     from magrpo.algos import ALGOS
     from magrpo.rollout import BASELINES, SCHEMES
 
-    num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
+    num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
     methods = list(cfg.methods) if cfg.methods is not None else (["team"] if cfg.checkpoint else BASELINES)
     for m in methods:
         if m not in SCHEMES:
@@ -448,7 +455,8 @@ def _validate_eval(cfg: DictConfig) -> None:
         raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
     if cfg.checkpoint:
         ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
-        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt, num_agents)
+        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt,
+                                      ALGOS[cfg.algo.name].team(cfg).policy_dirs)
         with _open(cfg):
             cfg.checkpoint = str(ckpt)
 

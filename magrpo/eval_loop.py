@@ -47,6 +47,8 @@ def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampl
     per turn as turn_{t}/...) and example rows. One path for any number of turns: with one turn
     the path stops after the first rollout."""
     turns = turns or TurnSpec()
+    if scheme == "team" and turns.topology == "sequential":
+        scheme = "sequential"      # the team as it trains: a chain, one answer per prefix after the first
     S = sampling.num_generations
     world = distributed.world()
     mine = items[distributed.shard(len(items))]

@@ -77,7 +77,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
 def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
     from magrpo.eval_loop import eval_sampling, evaluate
     from magrpo.feedback import build_feedback
-    from magrpo.models import load_agent_weights, load_agents
+    from magrpo.models import load_agent_weights, load_agents, policy_groups
     from magrpo.tasks import build_task
     from magrpo.tracking import RunLogger, run_identity, write_json
     from magrpo.trainer import seed_everything
@@ -93,11 +93,11 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
         task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
         items = task.load(cfg.split)
         items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
-        num_agents = ALGOS[cfg.algo.name].team(cfg).num_policies
+        num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
         agents = load_agents(cfg.agents, cfg.hardware, num_agents, need_reference=False)
         if ckpt is not None:
-            for agent in agents:
-                load_agent_weights(agent, ckpt / agent.name)
+            for roles in policy_groups(agents):
+                load_agent_weights(roles[0], ckpt / roles[0].policy_name)
             log.info("loaded trained weights from %s", ckpt)
         return task, items, agents
 

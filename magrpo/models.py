@@ -1,7 +1,11 @@
 """Agents: a causal LM, its tokenizer and its device, loaded from the `agents` config group.
 
-Each agent has its own weights (or its own LoRA adapter); with `agents.share_base=true` all
-agents are adapters on ONE copy of the base weights, switched with `set_adapter` before each use.
+An agent is a role; its policy is what trains. Three team levels (README, "Team shapes"):
+  separate models   each agent has its own weights (the default);
+  a LoRA per role   `agents.share_base=true`: every agent is an adapter on ONE copy of the base
+                    weights, switched with `set_adapter` before each use;
+  a shared policy   `agents.share_policy=true`: every agent is the same model (full weights or one
+                    LoRA adapter), so the agents differ only by their prompts.
 """
 
 from __future__ import annotations
@@ -9,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +26,7 @@ log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BUILTIN_PREFIX = "builtin:"
+SHARED_POLICY = "policy"         # the name (metrics, checkpoint directory) of a policy every role shares
 
 
 def resolve_model_path(name_or_path: str) -> str:
@@ -55,11 +60,22 @@ class Agent:
     # This agent's sampling keys over the shared ones (agents.models.K.sampling: temperature,
     # top_p, max_new_tokens); the updates score its samples at its own temperature.
     sampling: dict = field(default_factory=dict)
+    policy: int = -1                 # index of the policy playing this role (-1: its own, = index)
+    shared: bool = False             # the policy plays every role (agents.share_policy)
     _encoded: dict = field(default_factory=dict, repr=False)   # (prompt, max_length) -> token ids
+
+    def __post_init__(self) -> None:
+        if self.policy < 0:
+            self.policy = self.index
 
     @property
     def name(self) -> str:
         return f"agent_{self.index + 1}"
+
+    @property
+    def policy_name(self) -> str:
+        """The policy's name in metrics and checkpoints: the agent's own, or `policy` when shared."""
+        return SHARED_POLICY if self.shared else self.name
 
     def temperature(self, shared: float) -> float:
         """The temperature this agent samples at, and so the one its log-probabilities use."""
@@ -122,6 +138,23 @@ class Agent:
                 yield self.model
         else:
             raise RuntimeError(f"{self.name} has no reference model (algo.beta > 0 needs one)")
+
+
+def team_level(agents_cfg: Any) -> str:
+    """Which of the three team levels an `agents` config builds (module docstring)."""
+    agents_cfg = agents_cfg.agents if hasattr(agents_cfg, "agents") else agents_cfg
+    if agents_cfg.get("share_policy"):
+        return "shared_policy"
+    return "lora_per_role" if agents_cfg.get("share_base") else "separate"
+
+
+def policy_groups(agents: list[Agent]) -> list[list[Agent]]:
+    """The roles each policy plays, one list per policy in order (the policy's first role first):
+    what trains, saves and loads once per policy."""
+    groups: dict[int, list[Agent]] = {}
+    for a in agents:
+        groups.setdefault(a.policy, []).append(a)
+    return list(groups.values())
 
 
 def _lora_config(lora: Any):
@@ -225,7 +258,17 @@ def own_sampling(spec: Any) -> dict:
 
 
 def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
-    """Load `num_agents` agents (the first `num_agents` model entries; one entry serves all)."""
+    """Load `num_agents` agents (the first `num_agents` model entries; one entry serves all).
+    With `agents.share_policy`, one model is loaded and every agent is a role it plays."""
+    if agents_cfg.get("share_policy") and num_agents > 1:
+        first = replace(_load_models(agents_cfg, hw_cfg, 1, need_reference)[0], shared=True)
+        log.info("one shared policy plays %d roles", num_agents)
+        return [first] + [replace(first, index=i, policy=first.index, _encoded=first._encoded)
+                          for i in range(1, num_agents)]
+    return _load_models(agents_cfg, hw_cfg, num_agents, need_reference)
+
+
+def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
     models = list(agents_cfg.models)
     specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
     devices = agent_devices(hw_cfg, num_agents)

@@ -14,7 +14,8 @@ Joint actions pair the agents' samples (paper, Sec. 4):
 
 Evaluation schemes (the untrained prompting baselines of the paper and the trained team) are
 named functions in `SCHEMES`, each `(agents, task, items, sampling) -> Rollout`:
-  team / naive_concat  every agent answers its own prompt in parallel (what MAGRPO trains)
+  team / naive_concat  every agent answers its own prompt in parallel (what MAGRPO trains); a run
+                       with `algo.topology=sequential` evaluates `team` as `sequential`
   single               one model (agent 1's) writes the whole joint answer
   sequential           agent i also sees the answers of agents 1..i-1
   discussion           parallel answers, then one round where each agent sees the others'
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from magrpo import distributed
-from magrpo.models import Agent
+from magrpo.models import Agent, transcript
 from magrpo.sampler import sample_shared_prompt, shares_prompt
 from magrpo.tasks import Scores, Task
 
@@ -323,13 +325,69 @@ def team_budget(sampling: Sampling, task: Task, num_agents: int) -> Sampling:
 
 
 def team_rollout(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling,
-                 joint_mode: str = "aligned") -> Rollout:
-    """Every agent samples G answers to its own prompt; joint actions pair them (`joint_mode`)."""
+                 joint_mode: str = "aligned", topology: str = "simultaneous",
+                 branching: list[int] | None = None) -> Rollout:
+    """One turn of the team. Simultaneous: every agent samples G answers to its own prompt and joint
+    actions pair them (`joint_mode`). Sequential: a chain (`chain_generations`)."""
     N = len(agents)
     sampling = team_budget(sampling, task, N)
     prompts = [task.prompts(item, N) for item in items]                                # [B][N]
+    if topology == "sequential" and N > 1:
+        levels = chain_branching(N, sampling.num_generations, branching)
+        gens = chain_generations(agents, task, items, prompts, sampling, levels)
+        return Rollout(list(items), gens, chain_joint(levels))
     gens = [generate(agent, [p[i] for p in prompts], sampling) for i, agent in enumerate(agents)]
     return Rollout(list(items), gens, joint_indices(N, sampling.num_generations, joint_mode))
+
+
+# --- sequential teams: a chain within the turn ------------------------------------------------------
+#
+# Agent 1 samples G_1 answers per item; each is a prefix from which agent 2 samples G_2 answers,
+# seeing agent 1's; and so on: a sampling tree of depth N whose leaves are the joint actions
+# (prod_i G_i per item). Agent i's samples of one item are the S_i = G_1...G_i nodes of level i, in
+# order, so sample s of agent i continues sample s // G_i of agent i - 1: its group (the siblings
+# that share one prefix) is a run of G_i consecutive samples.
+
+
+def chain_branching(num_agents: int, num_generations: int, branching: list[int] | None) -> list[int]:
+    """G_i of every level: `algo.branching`, or `num_generations` at each."""
+    return list(branching) if branching else [num_generations] * num_agents
+
+
+def chain_joint(levels: list[int]) -> torch.Tensor:
+    """[prod G, N]: leaf l of the chain uses sample l // (G_{i+1}...G_N) of agent i."""
+    J = math.prod(levels)
+    after = [math.prod(levels[i + 1:]) for i in range(len(levels))]
+    return torch.tensor([[leaf // a for a in after] for leaf in range(J)], dtype=torch.long).view(J, len(levels))
+
+
+def with_context(base: str | list[dict[str, str]], extend: Callable[[str], str]) -> str | list[dict[str, str]]:
+    """A prompt, or a conversation whose last user message, extended by `extend`."""
+    if isinstance(base, str):
+        return extend(base)
+    return [*base[:-1], {**base[-1], "content": extend(base[-1]["content"])}]
+
+
+def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases: list[list],
+                      sampling: Sampling, levels: list[int]) -> list[Generation]:
+    """Per agent, its samples down a chain: agent i answers every prefix of agents 1..i-1 (its
+    prompt extended with their answers by `Task.context_prompt`), `levels[i]` times each.
+    `bases[b][i]`: agent i's prompt (a string) or conversation (multi-turn) for group b."""
+    gens: list[Generation] = []
+    for i, agent in enumerate(agents):
+        width = math.prod(levels[:i])                   # prefixes per group: agent i - 1's samples
+        contexts = []
+        for b, item in enumerate(items):
+            for p in range(width):
+                # ancestor of prefix p at agent j < i: sample p // (G_{j+1}...G_{i-1}) of the group
+                others = {j: gens[j].texts[b * math.prod(levels[:j + 1]) + p // math.prod(levels[j + 1:i])]
+                          for j in range(i)}
+                contexts.append(with_context(bases[b][i], lambda text, others=others, item=item: (
+                    task.context_prompt(item, i, text, None, others) if others else text)))
+        convs = contexts if contexts and not isinstance(contexts[0], str) else None
+        prompts = [c if isinstance(c, str) else transcript(c) for c in contexts]
+        gens.append(generate(agent, prompts, replace(sampling, num_generations=levels[i]), convs))
+    return gens
 
 
 @register_scheme("team", "naive_concat")
@@ -344,17 +402,11 @@ def _single(agents, task, items, sampling) -> Rollout:
 
 @register_scheme("sequential")
 def _sequential(agents, task, items, sampling) -> Rollout:
-    """Agent 1 samples S answers per item; agent i>1 answers once per sample, seeing answers 1..i-1."""
-    N, S = len(agents), sampling.num_generations
-    base = [task.prompts(item, N) for item in items]
-    gens = [generate(agents[0], [p[0] for p in base], sampling)]
-    one = replace(sampling, num_generations=1)
-    for i in range(1, N):
-        ctx = [task.context_prompt(items[r // S], i, base[r // S][i], None,
-                                   {j: gens[j].texts[r] for j in range(i)})
-               for r in range(len(items) * S)]
-        gens.append(generate(agents[i], ctx, one))
-    return Rollout(list(items), gens, joint_indices(N, S, "aligned"))
+    """Agent 1 samples S answers per item; agent i>1 answers once per sample, seeing answers 1..i-1:
+    the chain sequential training samples (`algo.topology=sequential`), with branching S, 1, ..., 1."""
+    N = len(agents)
+    return team_rollout(agents, task, items, sampling, topology="sequential",
+                        branching=[sampling.num_generations] + [1] * (N - 1))
 
 
 @register_scheme("discussion")

@@ -70,7 +70,7 @@ def run_identity(cfg: Any) -> dict[str, Any]:
         num_agents = 1 if methods == ["single"] else cfg.agents.num_agents
     else:
         algo = cfg.algo.name
-        num_agents = ALGOS[algo].team(cfg).num_policies if algo in ALGOS else cfg.agents.num_agents
+        num_agents = ALGOS[algo].team(cfg).num_agents if algo in ALGOS else cfg.agents.num_agents
     return {"label": cfg.get("label") or algo, "algo": algo, "task": cfg.task.name, "seed": cfg.seed,
             "num_agents": num_agents, "models": [m.name_or_path for m in cfg.agents.models],
             "num_turns": cfg.algo.get("num_turns", 1), "feedback": cfg.feedback.get("mode", "none"),

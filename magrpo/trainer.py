@@ -27,7 +27,7 @@ from magrpo.checkpoint import STATE_FILE
 from magrpo.config import optimized_metric
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
-from magrpo.models import Agent, load_agent_weights, load_agents, save_agent
+from magrpo.models import Agent, load_agent_weights, load_agents, policy_groups, save_agent, team_level
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import Task, build_task
 from magrpo.tracking import RunLogger, read_status, run_identity
@@ -127,13 +127,14 @@ class Trainer:
         algo_cls = ALGOS[cfg.algo.name]
         team = algo_cls.team(cfg)
         self.status_before = status_before
-        self.check_metrics(team.num_policies)     # before any model is loaded
-        self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_policies, need_reference=team.reference)
+        self.check_metrics(team.num_agents)     # before any model is loaded
+        self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_agents, need_reference=team.reference)
+        self.policies = [roles[0] for roles in policy_groups(self.agents)]   # what saves and loads: one per policy
         if cfg.resume:        # weights first: a sharded model (fsdp) loads only gathered weights
             checkpoint.verify(Path(cfg.resume).expanduser())   # every file whole, before any is read
             self._verified = Path(cfg.resume).expanduser()
-            for agent in self.agents:
-                load_agent_weights(agent, Path(cfg.resume).expanduser() / agent.name)
+            for policy in self.policies:
+                load_agent_weights(policy, Path(cfg.resume).expanduser() / policy.policy_name)
         self.sharded = self.world.distributed and hw.strategy == "fsdp"
         if self.world.distributed:
             models = {id(m): m for a in self.agents for m in (a.model, a.reference) if m is not None}
@@ -164,14 +165,14 @@ class Trainer:
         return shared
 
     # -- evaluation -----------------------------------------------------------------------------
-    def check_metrics(self, num_policies: int) -> None:
+    def check_metrics(self, num_agents: int) -> None:
         """The metric a sweeper optimises (`optimized_metric`, else the task's primary metric) must
         be one this run's evaluation reports: refused now, not after training."""
         cfg = self.cfg
         name = optimized_metric(cfg, self.task.primary_metric)
         if not self.eval_items:
             raise ConfigError(f"eval.num_items / task {cfg.task.name!r}: the eval split has no items to evaluate")
-        names = metric_names(self.task, self.eval_items[0], cfg.eval.num_samples, num_policies, cfg.algo.num_turns)
+        names = metric_names(self.task, self.eval_items[0], cfg.eval.num_samples, num_agents, cfg.algo.num_turns)
         if name not in names:
             key = "optimized_metric" if cfg.get("optimized_metric") else f"task {cfg.task.name!r}'s primary metric"
             raise ConfigError(f"{key}={name!r} is not a metric this run's evaluation reports "
@@ -201,7 +202,7 @@ class Trainer:
         config = OmegaConf.to_container(self.cfg, resolve=True)
         dest = self.run_dir / "checkpoints" / f"step_{self.step}"
         rng_ranks = distributed.gather_objects(rng_state())     # each rank's random stream resumes
-        weights = [distributed.full_state_dict(a.model) for a in self.agents]   # gathered when sharded
+        weights = [distributed.full_state_dict(a.model) for a in self.policies]   # gathered when sharded
         shard_name = f"algo_rank{self.world.rank}.pt"
         if self.sharded:      # each rank keeps its shard of the optimizer state
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -209,8 +210,8 @@ class Trainer:
         distributed.barrier()
 
         def fill(out: Path) -> None:
-            for agent, state in zip(self.agents, weights):
-                save_agent(agent, out / agent.name, state)
+            for policy, state in zip(self.policies, weights):
+                save_agent(policy, out / policy.policy_name, state)
             if self.sharded:
                 for rank in range(self.world.size):
                     name = f"algo_rank{rank}.pt"
@@ -263,7 +264,9 @@ class Trainer:
     def key_config(self) -> dict[str, Any]:
         """The choices a table groups runs by: the run's identity, then every algo key (flat)."""
         cfg = self.cfg
-        out = {**run_identity(cfg), "num_agents": len(self.agents), "lr": cfg.optimizer.lr, "max_steps": cfg.max_steps}
+        out = {**run_identity(cfg), "num_agents": len(self.agents), "num_policies": len(self.policies),
+               "team": team_level(cfg) if len(self.agents) > 1 else "single", "lr": cfg.optimizer.lr,
+               "max_steps": cfg.max_steps}
         if own := agent_overrides(cfg):     # per-agent settings (agents.models.K.optimizer) that differ
             out["agent_settings"] = own
         for key, value in OmegaConf.to_container(cfg.algo, resolve=True).items():

@@ -27,6 +27,7 @@ stops once its own reward reaches the threshold, and its last answer is carried 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,7 +36,18 @@ import torch
 
 from magrpo.feedback import Feedback, NodeView
 from magrpo.models import Agent, transcript
-from magrpo.rollout import Generation, Rollout, Sampling, generate, joint_indices, team_budget, team_rollout
+from magrpo.rollout import (
+    Generation,
+    Rollout,
+    Sampling,
+    chain_branching,
+    chain_generations,
+    chain_joint,
+    generate,
+    joint_indices,
+    team_budget,
+    team_rollout,
+)
 from magrpo.tasks import Scores, Task
 
 
@@ -46,11 +58,15 @@ class TurnSpec:
     discount: float = 1.0
     threshold: float | None = None       # early termination
     max_branches: int | None = None      # nodes expanded per sibling set
+    topology: str = "simultaneous"       # or "sequential": agent i sees agents 1..i-1's answers (a chain)
+    branching: list[int] | None = None   # sequential: samples per prefix at each agent (None = G each)
 
     @classmethod
     def from_algo(cls, algo: Any) -> TurnSpec:
+        branching = algo.get("branching")
         return cls(num_turns=algo.num_turns, joint_mode=algo.joint_mode, discount=algo.discount,
-                   threshold=algo.early_termination_threshold, max_branches=algo.get("max_branches"))
+                   threshold=algo.early_termination_threshold, max_branches=algo.get("max_branches"),
+                   topology=algo.get("topology", "simultaneous"), branching=list(branching) if branching else None)
 
 
 @dataclass
@@ -66,22 +82,37 @@ class TreeStats:
     terminated: dict[int, int] = field(default_factory=dict)   # turn -> sibling sets stopped early
 
 
+def _set_shape(num_agents: int, num_generations: int, joint_mode: str, topology: str,
+               branching: list[int] | None) -> tuple[int, int]:
+    """(joint actions, generated sequences) of one sibling set: simultaneous, N agents sample G
+    each and J = G (aligned) or G^N (cross); sequential, agent i samples G_i per prefix, so
+    G_1...G_i in all, and J = G_1...G_N."""
+    if topology == "sequential" and num_agents > 1:
+        levels = chain_branching(num_agents, num_generations, branching)
+        return math.prod(levels), sum(math.prod(levels[:i + 1]) for i in range(num_agents))
+    J = num_generations ** num_agents if joint_mode == "cross" else num_generations
+    return J, num_agents * num_generations
+
+
 def tree_size(num_agents: int, num_generations: int, joint_mode: str, num_turns: int,
-              max_branches: int | None = None) -> int:
+              max_branches: int | None = None, topology: str = "simultaneous",
+              branching: list[int] | None = None) -> int:
     """Nodes (joint actions) of one item's full tree: J per sibling set, one set at turn 1, and each
     set expands min(max_branches, J) nodes into a new set."""
-    J = num_generations ** num_agents if joint_mode == "cross" else num_generations
+    J, _ = _set_shape(num_agents, num_generations, joint_mode, topology, branching)
     per_set = J if max_branches is None else min(max_branches, J)
     return sum(J * per_set ** t for t in range(num_turns))
 
 
 def sequences_per_item(num_agents: int, num_generations: int, joint_mode: str, num_turns: int,
-                       max_branches: int | None = None) -> int:
-    """Sequences one item's full tree generates: every sibling set has each of the N agents sample
-    G answers, and there are 1 + E + ... + E^(T-1) sets (E nodes expanded per set)."""
-    J = num_generations ** num_agents if joint_mode == "cross" else num_generations
+                       max_branches: int | None = None, topology: str = "simultaneous",
+                       branching: list[int] | None = None) -> int:
+    """Sequences one item's full tree generates: each sibling set's (N * G simultaneous,
+    G_1 + G_1 G_2 + ... + G_1...G_N sequential) times the 1 + E + ... + E^(T-1) sets (E nodes
+    expanded per set)."""
+    J, per_set_sequences = _set_shape(num_agents, num_generations, joint_mode, topology, branching)
     per_set = J if max_branches is None else min(max_branches, J)
-    return num_agents * num_generations * sum(per_set ** t for t in range(num_turns))
+    return per_set_sequences * sum(per_set ** t for t in range(num_turns))
 
 
 # --- growing the tree -----------------------------------------------------------------------------
@@ -99,9 +130,10 @@ def node_views(rollout: Rollout, nodes: list[int]) -> list[NodeView]:
 
 
 def expand(agents: list[Agent], task: Task, feedback: Feedback, parent: Rollout, nodes: list[int],
-           sampling: Sampling, joint_mode: str, stats: TreeStats | None = None) -> Rollout:
+           sampling: Sampling, joint_mode: str, stats: TreeStats | None = None, topology: str = "simultaneous",
+           branching: list[int] | None = None) -> Rollout:
     """The next turn of `nodes` of a scored rollout: one group of joint actions per node, all
-    generated in one call per agent."""
+    generated in one call per agent (per level of the chain for a sequential team)."""
     stats = stats if stats is not None else TreeStats()
     t0 = time.perf_counter()
     views = node_views(parent, nodes)
@@ -111,19 +143,23 @@ def expand(agents: list[Agent], task: Task, feedback: Feedback, parent: Rollout,
     stats.feedback_s += time.perf_counter() - t0
     team = agents[:len(parent.samples)]
     sampling = team_budget(sampling, task, len(team))
-    gens = []
-    for i, agent in enumerate(team):
-        conversations = [parent.conversation(i, k) + [{"role": "assistant", "content": v.answers[i]},
-                                                      {"role": "user", "content": m[i]}]
-                         for k, v, m in zip(nodes, views, messages)]
-        gens.append(generate(agent, [transcript(c) for c in conversations], sampling, conversations))
-    stats.generate_s += sum(g.seconds for g in gens)
-    stats.truncated += sum(g.truncated for g in gens)
+    # Agent i's conversation in each node: what it was shown, its answer, and the feedback.
+    conversations = [[parent.conversation(i, k) + [{"role": "assistant", "content": v.answers[i]},
+                                                   {"role": "user", "content": m[i]}] for i in range(len(team))]
+                     for k, v, m in zip(nodes, views, messages)]                      # [node][agent]
     # Each group keeps its item, plus the joint answers of the turns before it (a reward that
     # depends on the discussion so far, like MAPoRL's incentives, reads `turn_history`).
     items = [{**v.item, "turn_history": [*v.item.get("turn_history", []), list(v.answers)]} for v in views]
-    return Rollout(items, gens, joint_indices(len(team), sampling.num_generations, joint_mode),
-                   turn=parent.turn + 1, parents=torch.tensor(nodes, dtype=torch.long))
+    if topology == "sequential" and len(team) > 1:      # the turn repeats the chain
+        levels = chain_branching(len(team), sampling.num_generations, branching)
+        gens, joint = chain_generations(team, task, items, conversations, sampling, levels), chain_joint(levels)
+    else:
+        gens = [generate(agent, [transcript(c[i]) for c in conversations], sampling, [c[i] for c in conversations])
+                for i, agent in enumerate(team)]
+        joint = joint_indices(len(team), sampling.num_generations, joint_mode)
+    stats.generate_s += sum(g.seconds for g in gens)
+    stats.truncated += sum(g.truncated for g in gens)
+    return Rollout(items, gens, joint, turn=parent.turn + 1, parents=torch.tensor(nodes, dtype=torch.long))
 
 
 def choose_expansions(rollout: Rollout, spec: TurnSpec, stats: TreeStats) -> list[int]:
@@ -155,7 +191,7 @@ def grow_tree(agents: list[Agent], task: Task, feedback: Feedback, items: list[d
               spec: TurnSpec) -> tuple[Rollout, TreeStats]:
     """The scored turn tree of a batch (its root is turn 1; `root.levels()` lists the turns)."""
     stats = TreeStats()
-    root = team_rollout(agents, task, items, sampling, spec.joint_mode)
+    root = team_rollout(agents, task, items, sampling, spec.joint_mode, spec.topology, spec.branching)
     stats.generate_s += root.seconds
     stats.truncated += sum(g.truncated for g in root.samples)
     score(root, task, stats)
@@ -164,7 +200,8 @@ def grow_tree(agents: list[Agent], task: Task, feedback: Feedback, items: list[d
         nodes = choose_expansions(level, spec, stats)
         if not nodes:
             break
-        child = expand(agents, task, feedback, level, nodes, sampling, spec.joint_mode, stats)
+        child = expand(agents, task, feedback, level, nodes, sampling, spec.joint_mode, stats, spec.topology,
+                       spec.branching)
         score(child, task, stats)
         level.children = [child]
         level = child
@@ -193,13 +230,28 @@ def tree_returns(root: Rollout, gamma: float, rewards: list[torch.Tensor] | None
     return R
 
 
+def one_per_prompt(g: Generation) -> Generation:
+    """The same rows with G = 1: each prompt repeated once per completion row."""
+    G = g.num_generations
+    if G == 1:
+        return g
+
+    def rep(xs):
+        return None if xs is None else [x for x in xs for _ in range(G)]
+
+    return replace(g, prompt_ids=g.prompt_ids.repeat_interleave(G, dim=0),
+                   prompt_mask=g.prompt_mask.repeat_interleave(G, dim=0), num_generations=1,
+                   prompts=rep(g.prompts), conversations=rep(g.conversations))
+
+
 def concat_generations(gens: list[Generation], pad_id: int) -> Generation:
     """One Generation holding the rows of several (turns of one agent): prompts left-padded and
     completions right-padded to the longest; row r still answers prompt r // num_generations."""
     if len(gens) == 1:
         return gens[0]
+    if len({g.num_generations for g in gens}) > 1:      # e.g. one policy's roles at different chain levels
+        gens = [one_per_prompt(g) for g in gens]
     G = gens[0].num_generations
-    assert all(g.num_generations == G for g in gens), "every turn samples the same G"
     P = max(g.prompt_ids.shape[1] for g in gens)
     C = max(g.completion_ids.shape[1] for g in gens)
 
@@ -280,7 +332,9 @@ def follow_paths(agents: list[Agent], task: Task, feedback: Feedback, first: Rol
         if not live:
             at.append(list(current))
             continue
-        child = expand(agents, task, feedback, level, [node for _, node in live], one, "aligned", stats)
+        # one answer per agent per path (a sequential team's chain has branching 1, ..., 1)
+        child = expand(agents, task, feedback, level, [node for _, node in live], one, "aligned", stats,
+                       spec.topology, [1] * len(level.samples))
         score(child, task, stats)
         level.children = [child]
         levels.append(child)

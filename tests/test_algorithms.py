@@ -30,7 +30,7 @@ def _build(make_cfg, overrides):
     seed_everything(cfg.seed)
     cls = ALGOS[cfg.algo.name]
     team = cls.team(cfg)
-    agents = load_agents(cfg.agents, cfg.hardware, team.num_policies, need_reference=team.reference)
+    agents = load_agents(cfg.agents, cfg.hardware, team.num_agents, need_reference=team.reference)
     task = build_task(cfg.task, cfg.reward)
     return cfg, agents, task, cls(cfg, agents, task)
 

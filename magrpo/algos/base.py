@@ -25,7 +25,7 @@ import torch
 from omegaconf import OmegaConf
 
 from magrpo import distributed
-from magrpo.models import Agent, set_keys
+from magrpo.models import SHARED_POLICY, Agent, set_keys
 from magrpo.registry import registrar
 from magrpo.rollout import Rollout
 from magrpo.schema import at_least, option, positive, within
@@ -62,6 +62,9 @@ class AlgoConfig:
     early_termination_threshold: float | None = None   # a sibling set whose mean reward reaches it stops
     max_branches: int | None = option(None, check=lambda v: v >= 1, allowed=">= 1, or null = expand every node")
     max_tree_nodes: int = at_least(1, 2048)      # nodes of one item's tree; a bigger config stops at start
+    # simultaneous: every agent answers at once; sequential: agent i sees the answers of 1..i-1 (a chain)
+    topology: str = option("simultaneous", choices=["simultaneous", "sequential"])
+    branching: list[int] | None = None           # sequential: samples per prefix of each agent (null = G each)
 
 
 def check_tree(cfg: Any, num_agents: int) -> None:
@@ -70,12 +73,27 @@ def check_tree(cfg: Any, num_agents: int) -> None:
     from magrpo.turns import sequences_per_item, tree_size
 
     a = cfg.algo
-    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"))
+    topology, branching = a.get("topology", "simultaneous"), a.get("branching")
+    branching = list(branching) if branching else None
+    if branching is not None and topology != "sequential":
+        raise ConfigError(f"algo.branching={branching} sets the samples per prefix of a sequential team; "
+                          f"set algo.topology=sequential, or algo.branching=null")
+    if topology == "sequential":
+        if a.joint_mode != "aligned":
+            raise ConfigError(f"algo.joint_mode={a.joint_mode!r} pairs simultaneous samples; a sequential team's "
+                              f"joint actions are the leaves of its chain: set algo.joint_mode=aligned")
+        if branching is not None and num_agents > 1 and len(branching) != num_agents:
+            raise ConfigError(f"algo.branching={branching} gives {len(branching)} level(s) for {num_agents} agents; "
+                              f"give one number (samples per prefix) per agent")
+        if branching is not None and min(branching) < 1:
+            raise ConfigError(f"algo.branching={branching}: every level samples at least 1 answer per prefix")
+    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"), topology, branching)
     size = tree_size(*shape)
     if size > a.max_tree_nodes:
         raise ConfigError(
-            f"algo.num_turns={a.num_turns} with algo.joint_mode={a.joint_mode!r}, algo.num_generations="
-            f"{a.num_generations}, {num_agents} agent(s) and algo.max_branches={a.get('max_branches')} grows a tree "
+            f"algo.num_turns={a.num_turns} with algo.topology={topology!r}, algo.joint_mode={a.joint_mode!r}, "
+            f"algo.num_generations={a.num_generations}, algo.branching={branching}, "
+            f"{num_agents} agent(s) and algo.max_branches={a.get('max_branches')} grows a tree "
             f"of {size} nodes per item ({sequences_per_item(*shape)} generated sequences), more than "
             f"algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
             f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
@@ -83,9 +101,29 @@ def check_tree(cfg: Any, num_agents: int) -> None:
 
 @dataclass(frozen=True)
 class TeamSpec:
-    num_policies: int
+    """The team an algorithm builds. An agent is a role (its prompt, sampling and place in the
+    topology); a policy is what trains (weights, optimizer, checkpoint). Separate models and a LoRA
+    per role have one policy per agent; `agents.share_policy=true` has one policy for every role."""
+
+    num_agents: int              # roles loaded: agents.num_agents, or 1 for the single-model form
     form: str = "multi"          # "multi": agent i answers prompt i; "single": one policy answers it all
     reference: bool = False      # a frozen reference per policy (a KL term)
+    shared: bool = False         # one policy plays every role (agents.share_policy)
+
+    @property
+    def num_policies(self) -> int:
+        return 1 if self.shared else self.num_agents
+
+    @property
+    def policy_dirs(self) -> list[str]:
+        """Each policy's directory in a checkpoint: its agent's name, or `policy` when shared."""
+        return [SHARED_POLICY] if self.shared else [f"agent_{i + 1}" for i in range(self.num_agents)]
+
+    @classmethod
+    def of(cls, cfg: Any, form: str) -> TeamSpec:
+        n = 1 if form == "single" else cfg.agents.num_agents
+        return cls(num_agents=n, form=form, reference=cfg.algo.beta > 0,
+                   shared=bool(cfg.agents.get("share_policy")) and n > 1)
 
 
 class Algorithm(Protocol):

@@ -67,7 +67,7 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.feedback import build_feedback
-from magrpo.models import Agent, resolve_model_path
+from magrpo.models import Agent, policy_groups, resolve_model_path
 from magrpo.rollout import Generation, Rollout, Sampling, credit
 from magrpo.schema import ConfigError, at_least, option, positive, within
 from magrpo.tasks import Task
@@ -184,8 +184,7 @@ class IPPO:
 
     @classmethod
     def team(cls, cfg: Any) -> TeamSpec:
-        n = 1 if cls.form == "single" else cfg.agents.num_agents
-        return TeamSpec(num_policies=n, form=cls.form, reference=cfg.algo.beta > 0)
+        return TeamSpec.of(cfg, cls.form)
 
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
@@ -200,9 +199,11 @@ class IPPO:
         self.feedback = build_feedback(cfg.get("feedback"), task)
         algo = cfg.algo
         total = cfg.max_steps * algo.ppo_epochs * algo.num_mini_batches   # optimizer steps over the run
-        self.critics = [Critic(algo.critic, a, algo.critic_model) for a in agents]
+        # One actor, critic and optimizer per policy (a shared policy has one for all its roles).
+        self.policies = [roles[0] for roles in policy_groups(agents)]
+        self.critics = [Critic(algo.critic, p, algo.critic_model) for p in self.policies]
         self.optimizers, self.schedulers, self.critic_optimizers, self.critic_schedulers = [], [], [], []
-        for agent, critic in zip(agents, self.critics):
+        for agent, critic in zip(self.policies, self.critics):
             actor_params, opt_cfg = agent.trainable_parameters(), agent_optimizer(cfg, agent.index)
             if critic.kind == "head":      # the head trains with the actor (and its adapter)
                 opt, sch = build_optimizer(actor_params + list(critic.head.parameters()), opt_cfg, total)
@@ -241,20 +242,26 @@ class IPPO:
         if algo.reward == "individual":                            # per turn [B_t*J, N]
             shares = [torch.tensor(self.task.individual_rewards(lv.scores, len(self.agents))) for lv in levels]
         team_returns = tree_returns(root, algo.discount) if shares is None else None
-        for i, agent in enumerate(self.agents):
-            node_returns = team_returns or tree_returns(
-                root, algo.discount, [s[:, i].view(lv.num_items, -1) for s, lv in zip(shares, levels)])
-            # The return of each of agent i's samples, turn by turn: [B_t, G] each.
-            R = torch.cat([credit(Rt, lv.joint, i, lv.per_item(i), algo.cross_credit).flatten()
-                           for Rt, lv in zip(node_returns, levels)])
-            gen = concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id)
-            texts = [self.critic_prompts(lv, i) for lv in levels]
+        for p, roles in enumerate(policy_groups(self.agents)):
+            gens, Rs, texts = [], [], []
+            for agent in roles:
+                i = agent.index
+                node_returns = team_returns or tree_returns(
+                    root, algo.discount, [s[:, i].view(lv.num_items, -1) for s, lv in zip(shares, levels)])
+                # The return of each of agent i's samples, turn by turn: [B_t, G] each.
+                Rs.append(torch.cat([credit(Rt, lv.joint, i, lv.per_item(i), algo.cross_credit).flatten()
+                                     for Rt, lv in zip(node_returns, levels)]))
+                gens.append(concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id))
+                texts += [self.critic_prompts(lv, i) for lv in levels]
+                metrics[f"train/{agent.name}/return_mean"] = Rs[-1].mean().item()
+            # One PPO update per policy, over the samples of every role it plays.
+            gen = concat_generations(gens, roles[0].tokenizer.pad_token_id)
             texts = None if texts[0] is None else [t for part in texts for t in part]
-            batch, stats = self._prepare(i, gen, R, texts)
-            stats.update(self._update(i, batch))
-            metrics.update({f"train/{agent.name}/{k}": v for k, v in stats.items()})
-        self.kl_ctl.update(sum(metrics[f"train/{a.name}/kl"] for a in self.agents) / len(self.agents),
-                           algo.batch_size)
+            batch, stats = self._prepare(p, gen, torch.cat(Rs), texts)
+            stats.update(self._update(p, batch))
+            metrics.update({f"train/{roles[0].policy_name}/{k}": v for k, v in stats.items()})
+        kls = [metrics[f"train/{p.policy_name}/kl"] for p in self.policies]
+        self.kl_ctl.update(sum(kls) / len(kls), algo.batch_size)
         metrics["train/kl_coef"] = self.kl_ctl.value
         metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), tree.feedback_s))
         return metrics
@@ -266,7 +273,7 @@ class IPPO:
         """Rollout log-probs, values, per-token rewards, GAE advantages and returns of agent i's
         completions `gen` with returns R (one per row); `texts`: what the critic reads (None: the
         agent's own prompt)."""
-        algo, agent, critic = self.algo, self.agents[i], self.critics[i]
+        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
         dev = agent.device
         mask = gen.completion_mask.to(dev)
         chunks = row_chunks(mask.shape[0], algo.micro_batch_size, gen.num_generations)
@@ -307,7 +314,7 @@ class IPPO:
 
     @update_phase
     def _update(self, i: int, b: Batch) -> dict[str, float]:
-        algo, agent, critic = self.algo, self.agents[i], self.critics[i]
+        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
         opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
                                 self.critic_schedulers[i])
         dev, gen = agent.device, b.gen

@@ -51,7 +51,7 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.feedback import build_feedback
-from magrpo.models import Agent
+from magrpo.models import Agent, policy_groups
 from magrpo.rollout import Generation, Sampling, credit
 from magrpo.schema import at_least, option, positive
 from magrpo.tasks import Task
@@ -77,8 +77,7 @@ class MAGRPO:
 
     @classmethod
     def team(cls, cfg: Any) -> TeamSpec:
-        n = 1 if cls.form == "single" else cfg.agents.num_agents
-        return TeamSpec(num_policies=n, form=cls.form, reference=cfg.algo.beta > 0)
+        return TeamSpec.of(cfg, cls.form)
 
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
         self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
@@ -87,8 +86,10 @@ class MAGRPO:
         self.feedback = build_feedback(cfg.get("feedback"), task)
         # Optimizer steps per rollout = num_iterations, so the schedule spans all of them.
         total = cfg.max_steps * cfg.algo.num_iterations
-        self.optimizers, self.schedulers = zip(*[build_optimizer(a.trainable_parameters(), agent_optimizer(cfg, a.index),
-                                                                 total) for a in agents])
+        # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
+        self.policies = [roles[0] for roles in policy_groups(agents)]
+        self.optimizers, self.schedulers = zip(*[build_optimizer(p.trainable_parameters(), agent_optimizer(cfg, p.index),
+                                                                 total) for p in self.policies])
 
     # -- one training step ----------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
@@ -103,21 +104,32 @@ class MAGRPO:
         metrics = reward_metrics(root)
         if self.turns.num_turns > 1:
             metrics.update(tree_metrics(root, stats))
-        for i, agent in enumerate(self.agents):
-            # Each sibling set is a group: advantages per turn, then one update over every turn's samples.
-            returns = [credit(R, lv.joint, i, lv.per_item(i), algo.cross_credit) for lv, R in zip(levels, node_returns)]
-            adv = torch.cat([advantages(R, algo.advantage, algo.scale).flatten() for R in returns])   # [sum_t B_t*G]
-            gen = concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id)
-            metrics.update({f"train/{agent.name}/{k}": v for k, v in self._update(i, gen, adv).items()})
-            metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
-            metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
+        for p, roles in enumerate(policy_groups(self.agents)):
+            gens, advs = [], []
+            for agent in roles:
+                i = agent.index
+                # Each sibling set is a group: advantages per turn, then one update over every turn's samples.
+                returns = [credit(R, lv.joint, i, lv.per_item(i), algo.cross_credit) for lv, R in zip(levels, node_returns)]
+                # A group is the G_i samples that answer one prompt: an item's (simultaneous), or
+                # one prefix's in a sequential chain, so a baseline never mixes two prefixes.
+                adv = torch.cat([advantages(R.reshape(-1, lv.samples[i].num_generations), algo.advantage,
+                                            algo.scale).flatten() for lv, R in zip(levels, returns)])
+                gens.append(concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id))
+                advs.append(adv)
+                metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
+                metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
+            # A policy's one update runs over the samples of every role it plays, each role's
+            # advantages computed within its own groups above.
+            gen = concat_generations(gens, roles[0].tokenizer.pad_token_id)
+            update = self._update(p, gen, torch.cat(advs))
+            metrics.update({f"train/{roles[0].policy_name}/{k}": v for k, v in update.items()})
         metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), stats.feedback_s))
         return metrics
 
-    # -- the policy update of one agent -----------------------------------------------------------
+    # -- the update of one policy ------------------------------------------------------------------
     @update_phase
     def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
-        algo, agent = self.algo, self.agents[i]
+        algo, agent = self.algo, self.policies[i]
         optimizer, scheduler = self.optimizers[i], self.schedulers[i]
         agent.activate()
         agent.model.train()
