@@ -53,6 +53,10 @@ class Row:
 class PaperTable:
     tasks: tuple[str, ...]
     rows: tuple[Row, ...]
+    skip: frozenset[tuple[str, str]] = frozenset()   # (task, row) pairs that do not exist
+    # False: the recipes are written for the tiny agents already (the coordination suite), so
+    # every --scale runs them as they are.
+    scaled: bool = True
 
 
 def _rows(evals: tuple[str, ...], trains: tuple[str, ...]) -> tuple[Row, ...]:
@@ -66,6 +70,10 @@ TABLES: dict[str, PaperTable] = {
                          _rows(PROMPTING, ("grpo", "ppo", "ippo", "magrpo",
                                            *(f"magrpo_2turn_{m}" for m in FEEDBACK_MODES)))),
     "maporl": PaperTable(("maporl_qa",), _rows(("untrained_discussion",), ("magrpo", "ippo"))),
+    # The coordination suite (magrpo/tasks/coordination); signal's reward does not split per agent.
+    "coordination": PaperTable(("agree", "cover", "signal"),
+                               _rows(("untrained",), ("magrpo", "ippo", "ippo_individual", "mappo", "grpo")),
+                               skip=frozenset({("signal", "ippo_individual")}), scaled=False),
 }
 SCALES = ("paper", "tiny")
 # Launchers with a parallel-jobs knob; `basic` runs the jobs one after another in one process.
@@ -75,7 +83,8 @@ JOBS_KEY = {"joblib": "hydra.launcher.n_jobs"}
 def experiments(table: str, entry: str) -> list[str]:
     """The `experiment=` options of one table's rows that run through `entry` (eval or train)."""
     t = TABLES[table]
-    return [f"paper/{task}/{row.name}" for task in t.tasks for row in t.rows if row.entry == entry]
+    return [f"paper/{task}/{row.name}" for task in t.tasks for row in t.rows
+            if row.entry == entry and (task, row.name) not in t.skip]
 
 
 def sweep_command(entry: str, exps: list[str], seeds: str, scale: str, group: str, sweep_dir: Path,
@@ -104,7 +113,8 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
         exps = experiments(args.table, entry)
         if not exps or args.only not in (None, entry):
             continue
-        cmd = sweep_command(entry, exps, args.seeds, args.scale, root.name, root / entry, args.launcher, args.jobs,
+        scale = args.scale if TABLES[args.table].scaled else "paper"     # "paper" changes nothing
+        cmd = sweep_command(entry, exps, args.seeds, scale, root.name, root / entry, args.launcher, args.jobs,
                             args.overrides)
         steps.append((entry, f"{entry}: {len(exps)} row(s) x seeds {args.seeds} -> {root / entry}", cmd))
     steps.append(("table", f"table: magrpo-table --layout paper -> {root / 'table'}", table_command(root)))

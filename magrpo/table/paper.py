@@ -49,7 +49,8 @@ from magrpo.table.runs import PROG, Run, TableError, num_answers, run_task
 from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, smooth
 
 FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
-          "mbpp": "coding", "maporl_qa": "maporl"}
+          "mbpp": "coding", "maporl_qa": "maporl", "agree": "coordination", "cover": "coordination",
+          "signal": "coordination"}
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,11 @@ FAMILY_COLUMNS: dict[str, list[Column]] = {
                Column("acc/level_3_test_passed", "L3 acc (a test passes)"),
                Column("acc/level_4_cooperates", "L4 acc (main uses helper)")],
     "maporl": [NORM, REWARD],
+    # the suite's games: normalized return is the game score (1 = the team optimum)
+    "coordination": [NORM, Column("reward/agreement", "agreement (pairs)"), Column("reward/covered", "covered"),
+                     Column("reward/collisions", "collisions", higher_is_better=False),
+                     Column("reward/correct", "listener right"), Column("reward/leaked", "object named",
+                                                                        higher_is_better=False)],
 }
 # Components that are not rewards, labelled by what they hold; other components as "<name> (reward part)".
 COMPONENT_HEADERS = {"reward/length_ratio": "length ratio a2/a1 (a ratio, not a reward)"}
@@ -83,9 +89,11 @@ ROW_NAMES = {
     "sequential": "Sequential (prompting)",
     "discussion": "One-round discussion (prompting)",
     "untrained_discussion": "Discussion, untrained",
+    "untrained": "Untrained team",
     "grpo": "GRPO (single model)",
     "ppo": "PPO (single model)",
     "ippo": "IPPO",
+    "ippo_individual": "IPPO, individual reward",
     "mappo": "MAPPO",
     "magrpo": "MAGRPO",
     **{f"magrpo_2turn_{m}": f"MAGRPO, 2 turns, {m} feedback"
@@ -185,6 +193,8 @@ def columns_for(task: str, finals: list[dict[str, float]]) -> list[Column]:
         comps = sorted(k for k in present if k.startswith("reward/"))
         cols = [NORM, *(Column(c, COMPONENT_HEADERS[c], ranked=False) if c in COMPONENT_HEADERS
                         else Column(c, f"{c[len('reward/'):]} (reward part)") for c in comps)]
+    if family == "coordination":       # one family, three games: the columns of this game's reward
+        cols = [c for c in cols if c is NORM or c.key in present]
     if family == "maporl":
         cols += [Column(k, k.replace("_", " ")) for k in sorted(present)
                  if re.search(r"acc", k) and not k.startswith(("acc/level_", "turn_", "final_turn/"))]

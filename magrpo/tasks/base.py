@@ -128,6 +128,10 @@ class Task:
         self.check_team(num_agents)
         if num_agents == 1:
             return [self.single_prompt(item)]
+        return self.team_prompts(item, num_agents)
+
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
+        """One prompt per agent of a team of `num_agents` (a task taking any size overrides this)."""
         return self.agent_prompts(item)
 
     def context_prompt(self, item: Item, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:

@@ -113,8 +113,17 @@ class _Game(Task):
     def compose(self, raw: Sequence[float]) -> list[float]:
         return [r * self.reward_cfg.scale + self.reward_cfg.shift for r in raw]
 
+    # the metric (beside the reward) each game reports: the share of joint answers at the optimum
+    passed_metric = "accuracy"
+
     def agent_prompts(self, item: Item) -> list[str]:
         return self.prompts(item, self.num_agents)
+
+    def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
+        return [list(s) for s in scores.extras["individual"]]
+
+    def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
+        return {self.passed_metric: sum(scores.extras["passed"]) / len(scores)} if len(scores) else {}
 
 
 @register_task("agree")
@@ -131,11 +140,9 @@ class AgreeTask(_Game):
     name = "agree"
     agent_counts = tuple(range(1, 9))
     splits_reward = True
+    passed_metric = "all_agree"
 
-    def prompts(self, item: Item, num_agents: int) -> list[str]:
-        self.check_team(num_agents)
-        if num_agents == 1:
-            return [self.single_prompt(item)]
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         return [f"Team of {num_agents}, {item['scene']}. You are agent {i + 1}. Every agent picks one option "
                 f"from {self.options_text()}; the team scores when all pick the same. Your pick:"
                 for i in range(num_agents)]
@@ -162,14 +169,6 @@ class AgreeTask(_Game):
         return Scores(self.compose(raw), {"agreement": raw, "valid": valid},
                       {"passed": agreed, "individual": [[s * scale + self.reward_cfg.shift / len(row) for s in row]
                                                         for row in shares]})
-
-    def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
-        return [list(s) for s in scores.extras["individual"]]
-
-    def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
-        if not len(scores):
-            return {}
-        return {"all_agree": sum(scores.extras["passed"]) / len(scores)}
 
 
 @dataclass
@@ -202,6 +201,7 @@ class CoverTask(_Game):
     name = "cover"
     agent_counts = (1, 2, 3, 4)
     splits_reward = True
+    passed_metric = "all_covered"
     config_schema = CoverTaskConfig
 
     def needed(self, n: int) -> str:
@@ -213,10 +213,7 @@ class CoverTask(_Game):
             raise ValueError(f"task.needed={self.cfg.needed!r} names {len(self.cfg.needed)} part(s) for a team of "
                              f"{max(num_agents, self.cfg.num_team)}; give one per agent")
 
-    def prompts(self, item: Item, num_agents: int) -> list[str]:
-        self.check_team(num_agents)
-        if num_agents == 1:
-            return [self.single_prompt(item)]
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         need = ", ".join(self.needed(num_agents))
         return [f"Team of {num_agents}, {item['scene']}. The parts are {self.options_text()}; the job needs {need}. "
                 f"You are agent {i + 1}: take one part no teammate takes. Your part:" for i in range(num_agents)]
@@ -241,41 +238,34 @@ class CoverTask(_Game):
                       {"passed": covered_all,
                        "individual": [[s * scale + shift / len(row) for s in row] for row in shares]})
 
-    def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
-        return [list(s) for s in scores.extras["individual"]]
-
-    def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
-        if not len(scores):
-            return {}
-        return {"all_covered": sum(scores.extras["passed"]) / len(scores)}
-
 
 OBJECTS = ["moon", "tree", "bread", "star", "coffee", "glass", "chess", "honey"]
+
+
+# The channel's symbols: the first letter of the speaker's answer, by which of K runs of the
+# alphabet it falls in. Any answer with a letter sends one, so the listener hears a symbol from
+# the first step; none is an object's name or an answer letter, so nothing can be copied.
+SYMBOLS = ["north", "east", "south", "west", "up", "down", "left", "right"]
 
 
 @dataclass
 class SignalTaskConfig(CoordinationTaskConfig):
     name: str = "signal"
-    num_options: int = at_least(2, 4)      # objects the speaker may hold
-    signals: str = "nrst"                  # the channel's symbols: the first of them in the speaker's answer
+    num_options: int = at_least(2, 4)      # objects the speaker may hold (and symbols of the channel)
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
         if node.num_options > len(OBJECTS):
             raise ConfigError(f"{prefix}num_options={node.num_options} is above the {len(OBJECTS)} built-in "
                               f"objects; choose 2..{len(OBJECTS)}")
-        sig, labels = node.signals, LABELS[:node.num_options]
-        if (len(set(sig)) != len(sig) or len(sig) < node.num_options or not sig.isalpha() or not sig.islower()
-                or set(sig) & set(labels)):
-            raise ConfigError(f"{prefix}signals={sig!r} must be at least {node.num_options} distinct lowercase "
-                              f"letters (one per object), none of them an answer letter ({', '.join(labels)})")
 
 
 @register_task("signal")
 class SignalTask(_Game):
     """A Lewis signalling game (Lewis, "Convention", 1969): agent 1, the speaker, sees a secret
-    object among K and answers; the first of the channel's symbols in its answer (`task.signals`)
-    is all that reaches agent 2, the listener, which picks the object's letter. Paid 1 for the
+    object among K and answers; one of K symbols (`SYMBOLS`: which run of the alphabet the
+    answer's first letter is in) is all that reaches agent 2, the listener, which picks the
+    object's letter. Paid 1 for the
     right object; 0 otherwise, and 0 whenever the speaker's answer names any object.
 
     Why coordination: the information is the speaker's alone and the answer the listener's alone.
@@ -302,16 +292,17 @@ class SignalTask(_Game):
         return "; ".join(f"{lab}) {obj}" for lab, obj in zip(self.labels, self.objects))
 
     def signal(self, message: str) -> str:
-        return pick(message, self.cfg.signals) or "-"
+        """The symbol a message sends: its first letter's run of the alphabet ("-" without a letter)."""
+        m = re.search("[a-z]", message.lower())
+        if m is None:
+            return "-"
+        return SYMBOLS[(ord(m.group(0)) - ord("a")) * self.cfg.num_options // 26]
 
-    def prompts(self, item: Item, num_agents: int) -> list[str]:
-        self.check_team(num_agents)
-        if num_agents == 1:
-            return [self.single_prompt(item)]
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         target = self.objects[item["target"]]
         # Each prompt ends with what its agent's move depends on: the object, or the signal.
-        return [f"Speaker, {item['scene']}. Send your partner one of the signals {', '.join(self.cfg.signals)} "
-                f"so that they can tell the secret object; never name an object. The secret object: {target}",
+        return [f"Speaker, {item['scene']}. Your first letter sends your partner a signal so that they can tell "
+                f"the secret object; never name an object. The secret object: {target}",
                 f"Listener, {item['scene']}. Your partner knows a secret object and sends a signal. Objects: "
                 f"{self.choices_text()}. Answer with the object's letter."]
 
@@ -335,11 +326,6 @@ class SignalTask(_Game):
             leaked.append(float(leak))
             raw.append(float(ok and not leak))
         return Scores(self.compose(raw), {"correct": right, "leaked": leaked}, {"passed": [r > 0 for r in raw]})
-
-    def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
-        if not len(scores):
-            return {}
-        return {"accuracy": sum(scores.extras["passed"]) / len(scores)}
 
 
 __all__ = ["AgreeTask", "CoverTask", "SignalTask", "pick", "picks"]

@@ -42,10 +42,7 @@ class MaporlQATask(Task):
         return load_items(self.cfg, split)
 
     # -- prompts --------------------------------------------------------------------------------------
-    def prompts(self, item: Item, num_agents: int) -> list[str]:
-        self.check_team(num_agents)
-        if num_agents == 1:
-            return [self.single_prompt(item)]
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         return [f"You are agent {i + 1} of a team of {num_agents} solving a math word problem. Solve it on "
                 f"your own first; you will discuss with the other agents afterwards.\n\n"
                 f"Problem: {item['question']}\n\n{FORMAT}" for i in range(num_agents)]

@@ -1,0 +1,97 @@
+"""The coordination suite's games: moves parsed from text, rewards on hand-computed cases,
+individual shares that add up to the team reward, and config checks that name the key."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from magrpo.config import validate
+from magrpo.schema import ConfigError
+from magrpo.tasks import build_task
+
+
+def _task(name: str, **task):
+    cfg = OmegaConf.create({"name": name, "num_options": 8 if name != "signal" else 4, "num_train": 8,
+                            "num_eval": 4, "num_team": 2, "seed": 0, **({"needed": "bdfh"} if name == "cover" else {}),
+                            **task})
+    return build_task(cfg, OmegaConf.create({"name": name, "shift": 0.0, "scale": 1.0}))
+
+
+def test_a_move_is_the_first_option_letter_of_the_answer():
+    from magrpo.tasks.coordination import pick, picks
+
+    assert pick("  Zebra crossing", "abcd") == "b"         # 'Z' is no option; 'b' comes first
+    assert pick("XYZ 123", "abcd") is None
+    assert picks("c, then A, then d", "abcd", 4) == ["c", "a", "d", None]
+
+
+def test_agree_pays_the_share_of_agreeing_pairs():
+    task = _task("agree")
+    # three agents: a, a, c -> 2 of the 6 ordered pairs agree; all three -> 1; none valid -> 0
+    s = task.reward([["p"] * 3] * 3, [["a", "A!", "c"], ["b", "b", "b"], ["x", "1", "z"]])
+    assert list(s) == pytest.approx([2 / 6, 1.0, 0.0])
+    shares = task.individual_rewards(s, 3)
+    assert shares[0] == pytest.approx([1 / 6, 1 / 6, 0.0]) and all(sum(r) == pytest.approx(t) for r, t in zip(shares, s))
+    # the single-model form: its first num_team picks
+    assert list(task.reward([["p"]] * 2, [["g, g"], ["g, c"]])) == [1.0, 0.0]
+
+
+def test_cover_pays_each_needed_part_once():
+    task = _task("cover")
+    # needed b, d: distinct -> 1; the same needed part twice -> 1/2; an unneeded part -> 1/2
+    s = task.reward([["p"] * 2] * 3, [["b", "d"], ["d", "d"], ["a", "b"]])
+    assert list(s) == pytest.approx([1.0, 0.5, 0.5])
+    assert s.components["collisions"] == pytest.approx([0.0, 0.5, 0.0])
+    shares = task.individual_rewards(s, 2)
+    assert shares == [pytest.approx([0.5, 0.5]), pytest.approx([0.25, 0.25]), pytest.approx([0.0, 0.5])]
+
+
+def test_signal_pays_the_listener_for_the_object_and_never_a_named_object():
+    task = _task("signal")
+    items = task.load("train")
+    target = [it["target"] for it in items[:3]]        # 0, 1, 2: moon, tree, bread
+    s = task.reward([["p", "q"]] * 3, [["hm", "a"], ["the tree!", "b"], ["ok", "a"]], target=target)
+    # right; right but the speaker named an object; wrong
+    assert list(s) == [1.0, 0.0, 0.0] and s.components["leaked"] == [0.0, 1.0, 0.0]
+
+
+def test_the_listener_hears_only_a_symbol_of_the_speakers_first_letter():
+    task = _task("signal")
+    item = task.load("train")[0]
+    speaker, listener = task.prompts(item, 2)
+    assert "moon" in speaker and "moon" not in listener.split("Objects:")[0]
+    # K = 4 runs of the alphabet: a-f north, g-m east, n-s south, t-z west
+    heard = {m: task.context_prompt(item, 1, listener, None, {0: m}).rsplit("Signal: ", 1)[1]
+             for m in ("  apple", "moon", "1 sky", "zz", "???")}
+    assert heard == {"  apple": "north", "moon": "east", "1 sky": "south", "zz": "west", "???": "-"}
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["task=agree", "task.num_options=9"], "task.num_options=9"),
+    (["task=cover", "task.needed=bz"], "task.needed='bz'"),
+    (["task=cover", "agents.num_agents=5"], "accepts 1 to 4"),
+    (["task=signal", "agents.num_agents=3"], "accepts 1 or 2"),
+    (["task=agree", "agents.num_agents=9"], "accepts 1 to 8"),
+])
+def test_a_bad_suite_setting_names_the_key(make_cfg, overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        validate(make_cfg(overrides))
+
+
+def test_individual_reward_is_refused_where_the_reward_does_not_split(make_cfg):
+    with pytest.raises(ConfigError, match="algo.reward='individual' is not allowed for task 'signal'"):
+        validate(make_cfg(["task=signal", "algo=ippo", "algo.reward=individual"]))
+    validate(make_cfg(["task=cover", "algo=ippo", "algo.reward=individual"]))
+
+
+def test_the_suite_recipes_compose_for_every_row(make_cfg):
+    from magrpo.paper import experiments
+
+    for entry in ("train", "eval"):
+        for exp in experiments("coordination", entry):
+            if entry == "train":
+                cfg = validate(make_cfg([f"experiment={exp}"]))
+                assert cfg.max_steps == 200 and cfg.algo.max_new_tokens == 4
+                assert cfg.algo.topology == ("sequential" if "signal" in exp else "simultaneous")
+    assert "paper/signal/ippo_individual" not in experiments("coordination", "train")
