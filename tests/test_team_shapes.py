@@ -163,3 +163,36 @@ def test_a_sequential_team_over_two_turns_resumes_exactly(make_cfg, tmp_path, n)
 def test_a_bad_chain_is_a_config_error_naming_the_key(make_cfg, extra, message):
     with pytest.raises(ConfigError, match=message):
         validate(make_cfg([*SEQ, *extra]))
+
+
+@pytest.mark.parametrize("algo", ["magrpo", "ippo"])
+def test_a_shared_policy_plays_every_level_of_a_chain(make_cfg, algo):
+    """The roles sample different G per prefix (branching 2, 3): one update still takes them all."""
+    trainer, agents, task = _algo(make_cfg, [*SEQ, *SHARED, f"algo={algo}", "algo.branching=[2,3]"])
+    steps, rows = [], []
+    trainer.optimizers[0].register_step_post_hook(lambda *_: steps.append(1))
+    update = trainer._update
+    trainer._update = lambda i, b, *rest: (rows.append((b if algo == "magrpo" else b.gen).completion_ids.shape[0]),
+                                           update(i, b, *rest))[1]
+    trainer.step(task.load("train")[:2])
+    assert rows == [2 * 2 + 2 * 2 * 3]          # agent 1: 2 per item; agent 2: 3 per each of them
+    a = trainer.algo
+    assert len(steps) == (1 if algo == "magrpo" else a.ppo_epochs * a.num_mini_batches)
+
+
+@pytest.mark.parametrize("algo", ["magrpo", "grpo", "ippo", "mappo", "ppo"])
+def test_a_team_of_four_agrees_under_every_algorithm(make_cfg, tmp_path, algo):
+    out = tmp_path / "run"
+    run(make_cfg(["task=agree", "agents.num_agents=4", "debug=smoke", "algo.max_new_tokens=4",
+                  f"algo={algo}"], out=str(out)))
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and 0.0 <= summary["final_eval"]["normalized_return"] <= 1.0
+    assert summary["config"]["num_agents"] == (1 if algo in ("grpo", "ppo") else 4)
+
+
+def test_a_team_of_four_agrees_and_resumes_exactly(make_cfg, tmp_path):
+    common = ["task=agree", "agents.num_agents=4", "debug=smoke", "algo.max_new_tokens=4", "max_steps=3",
+              "save_every=1"]
+    full, resumed = run_and_resume(make_cfg, tmp_path, common, at=2)
+    for key in ("train/reward_mean", *(f"train/agent_{i}/loss" for i in range(1, 5))):
+        assert resumed[3][key] == full[3][key], key
