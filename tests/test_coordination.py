@@ -49,22 +49,24 @@ def test_cover_pays_each_needed_part_once():
 
 def test_signal_pays_the_listener_for_the_object_and_never_a_named_object():
     task = _task("signal")
-    items = task.load("train")
-    target = [it["target"] for it in items[:3]]        # 0, 1, 2: moon, tree, bread
-    s = task.reward([["p", "q"]] * 3, [["hm", "a"], ["the tree!", "b"], ["ok", "a"]], target=target)
-    # right; right but the speaker named an object; wrong
+    assert task.runs() == ["a-g", "h-m", "n-t", "u-z"]          # K = 4: the first letter's run is the move
+    target = [it["target"] for it in task.load("train")[:3]]    # 0, 1, 2: moon, tree, bread
+    s = task.reward([["p", "q"]] * 3, [["hm", "Apple"], ["the tree!", "1 house"], ["ok", "zebra"]], target=target)
+    # right; right but the speaker named an object; wrong (z is star's run, not bread's)
     assert list(s) == [1.0, 0.0, 0.0] and s.components["leaked"] == [0.0, 1.0, 0.0]
+    # normalized from chance: guessing (1/4 right) is 0, always right is 1
+    assert task.normalized_return(0.25, 2) == 0.0 and task.normalized_return(1.0, 2) == 1.0
+    assert task.normalized_return(0.625, 2) == pytest.approx(0.5) and task.normalized_return(0.1, 2) == 0.0
 
 
 def test_the_listener_hears_only_a_symbol_of_the_speakers_first_letter():
     task = _task("signal")
     item = task.load("train")[0]
     speaker, listener = task.prompts(item, 2)
-    assert "moon" in speaker and "moon" not in listener.split("Objects:")[0]
-    # K = 4 runs of the alphabet: a-f north, g-m east, n-s south, t-z west
+    assert speaker.endswith("moon") and "moon" not in listener.split("Objects:")[0]
     heard = {m: task.context_prompt(item, 1, listener, None, {0: m}).rsplit("Signal: ", 1)[1]
              for m in ("  apple", "moon", "1 sky", "zz", "???")}
-    assert heard == {"  apple": "north", "moon": "east", "1 sky": "south", "zz": "west", "???": "-"}
+    assert heard == {"  apple": "sky", "moon": "atom", "1 sky": "coral", "zz": "bridge", "???": "-"}
 
 
 @pytest.mark.parametrize("overrides,message", [

@@ -245,7 +245,9 @@ OBJECTS = ["moon", "tree", "bread", "star", "coffee", "glass", "chess", "honey"]
 # The channel's symbols: the first letter of the speaker's answer, by which of K runs of the
 # alphabet it falls in. Any answer with a letter sends one, so the listener hears a symbol from
 # the first step; none is an object's name or an answer letter, so nothing can be copied.
-SYMBOLS = ["north", "east", "south", "west", "up", "down", "left", "right"]
+# Each ends in a token of its own under the built-in tokenizer, so the listener can tell them apart
+# by the last token of its prompt.
+SYMBOLS = ["sky", "atom", "coral", "bridge", "water", "sleep", "letter", "tides"]
 
 
 @dataclass
@@ -262,19 +264,22 @@ class SignalTaskConfig(CoordinationTaskConfig):
 
 @register_task("signal")
 class SignalTask(_Game):
-    """A Lewis signalling game (Lewis, "Convention", 1969): agent 1, the speaker, sees a secret
-    object among K and answers; one of K symbols (`SYMBOLS`: which run of the alphabet the
-    answer's first letter is in) is all that reaches agent 2, the listener, which picks the
-    object's letter. Paid 1 for the
-    right object; 0 otherwise, and 0 whenever the speaker's answer names any object.
+    """A Lewis signalling game (Lewis, "Convention", 1969). Agent 1, the speaker, sees a secret
+    object among K; one of K symbols (`SYMBOLS`) is all that reaches agent 2, the listener, which
+    answers the object. Both move by their answer's first letter: the run of the alphabet it is in
+    (`runs`, e.g. a-f, g-m, n-s, t-z) is the speaker's symbol and the listener's object, so every
+    answer with a letter makes a move and random-init agents are graded from the first step.
+    Paid 1 for the right object; 0 otherwise, and 0 whenever the speaker's answer names any object.
+    The normalized return counts from chance: 0 for a team that guesses (1/K right), 1 for one
+    always right.
 
     Why coordination: the information is the speaker's alone and the answer the listener's alone.
-    The channel's symbols are neither the objects' names nor their answer letters, so nothing can
-    be copied through it: the pair must settle on a code (which symbol means which object), and
-    any of the K! codes is as good as another once both use it. Play it with
-    `algo.topology=sequential`, where the listener's prompt holds the signal (`context_prompt`); a
-    simultaneous team cannot beat chance (1/K). The single-model form sees the object itself (no
-    channel to learn). One team reward: the game has no per-agent split.
+    The speaker may not name the object and a symbol is none of the objects, so the object
+    itself cannot be copied through: the pair must settle on a code (which symbol means which
+    object), and any of the K! codes is as good as another once both use it. Play it with
+    `algo.topology=sequential`, where the listener's prompt holds the symbol (`context_prompt`); a
+    simultaneous team cannot beat chance. The single-model form sees the object itself (no channel
+    to learn). One team reward: the game has no per-agent split.
     """
 
     name = "signal"
@@ -289,14 +294,23 @@ class SignalTask(_Game):
         return {"target": index % self.cfg.num_options}     # every object equally often
 
     def choices_text(self) -> str:
-        return "; ".join(f"{lab}) {obj}" for lab, obj in zip(self.labels, self.objects))
+        return "; ".join(f"{obj}: a word starting {run}" for obj, run in zip(self.objects, self.runs()))
+
+    def runs(self) -> list[str]:
+        """The K runs of the alphabet, "a-f", "g-m", ... (K = 4): a move is the run of a first letter."""
+        K = self.cfg.num_options
+        bounds = [next(c for c in range(26) if c * K // 26 == k) for k in range(K)] + [26]
+        return [f"{chr(97 + lo)}-{chr(96 + hi)}" for lo, hi in zip(bounds, bounds[1:])]
+
+    def move(self, text: str) -> int | None:
+        """Which run of the alphabet the answer's first letter is in (None without a letter)."""
+        m = re.search("[a-z]", text.lower())
+        return None if m is None else (ord(m.group(0)) - ord("a")) * self.cfg.num_options // 26
 
     def signal(self, message: str) -> str:
-        """The symbol a message sends: its first letter's run of the alphabet ("-" without a letter)."""
-        m = re.search("[a-z]", message.lower())
-        if m is None:
-            return "-"
-        return SYMBOLS[(ord(m.group(0)) - ord("a")) * self.cfg.num_options // 26]
+        """The symbol a message sends: its move's name ("-" without a letter)."""
+        k = self.move(message)
+        return "-" if k is None else SYMBOLS[k]
 
     def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         target = self.objects[item["target"]]
@@ -304,10 +318,10 @@ class SignalTask(_Game):
         return [f"Speaker, {item['scene']}. Your first letter sends your partner a signal so that they can tell "
                 f"the secret object; never name an object. The secret object: {target}",
                 f"Listener, {item['scene']}. Your partner knows a secret object and sends a signal. Objects: "
-                f"{self.choices_text()}. Answer with the object's letter."]
+                f"{self.choices_text()}. Answer with the object's word."]
 
     def single_prompt(self, item: Item) -> str:
-        return (f"{item['scene'].capitalize()}. Objects: {self.choices_text()}. Answer with the letter of the "
+        return (f"{item['scene'].capitalize()}. Objects: {self.choices_text()}. Answer with the word of the "
                 f"secret object: {self.objects[item['target']]}")
 
     def context_prompt(self, item: Item, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:
@@ -316,12 +330,19 @@ class SignalTask(_Game):
             return f"{prompt} Signal: {self.signal(others[0])}"
         return super().context_prompt(item, agent, prompt, own, others)
 
+    def normalized_return(self, reward: float, num_answers: int) -> float | None:
+        """Above chance, as a fraction of the way to the optimum: (accuracy - 1/K) / (1 - 1/K),
+        at least 0. A team that does not communicate guesses right 1/K of the time: 0."""
+        acc = super().normalized_return(reward, num_answers)
+        chance = 1 / self.cfg.num_options
+        return None if acc is None else max(0.0, (acc - chance) / (1 - chance))
+
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
         raw, right, leaked = [], [], []
         for joint, target in zip(completions, cols["target"]):
             message, answer = (None, joint[0]) if len(joint) == 1 else (joint[0], joint[-1])
             leak = message is not None and any(o in message.lower() for o in self.objects)
-            ok = pick(answer, self.labels) == self.labels[target]
+            ok = self.move(answer) == target
             right.append(float(ok))
             leaked.append(float(leak))
             raw.append(float(ok and not leak))
