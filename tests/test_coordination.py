@@ -97,3 +97,23 @@ def test_the_suite_recipes_compose_for_every_row(make_cfg):
                 assert cfg.max_steps == 200 and cfg.algo.max_new_tokens == 4
                 assert cfg.algo.topology == ("sequential" if "signal" in exp else "simultaneous")
     assert "paper/signal/ippo_individual" not in experiments("coordination", "train")
+
+
+def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):
+    """A trained row and the untrained row of `cover`, through the paper layout: the game's own
+    columns (covered, collisions), not the other games'."""
+    from magrpo.evaluate import run_eval
+    from magrpo.table import main as table_main
+    from magrpo.train import run
+    from tests.conftest import compose_cfg
+    from tests.test_paper import md_table
+
+    sweep = tmp_path / "sweep"
+    run(compose_cfg([f"output_dir={sweep / 'train' / '0'}", "experiment=paper/cover/magrpo", "max_steps=2",
+                     "algo.eval_every=0", "eval.num_items=2"]))
+    run_eval(compose_cfg([f"output_dir={sweep / 'eval' / '0'}", "experiment=paper/cover/untrained",
+                          "eval.num_items=2"], config_name="eval"))
+    assert table_main([str(sweep), "--layout", "paper", "--no-plots"]) == 0
+    header, rows = md_table(sweep / "table" / "table.md", "### cover (coordination)")
+    assert list(rows) == ["Untrained team", "MAGRPO"]
+    assert "covered" in header and "collisions" in header and "agreement (pairs)" not in header
