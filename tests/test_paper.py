@@ -57,7 +57,7 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
     if table == "maporl":
         assert cfg.algo.num_turns == 2 and cfg.feedback.mode == "discussion"
     if table == "coordination":
-        assert cfg.agents.models[0].name_or_path == "builtin:tiny" and cfg.max_steps == 200
+        assert cfg.agents.models[0].name_or_path == "builtin:tiny" and cfg.max_steps == (100 if task == "signal" else 200)
         assert (cfg.algo.topology == "sequential") is (task == "signal")
         assert cfg.algo.get("reward", "team") == ("individual" if row.name == "ippo_individual" else "team")
     elif scale == "paper":

@@ -253,7 +253,7 @@ SYMBOLS = ["sky", "atom", "coral", "bridge", "water", "sleep", "letter", "tides"
 @dataclass
 class SignalTaskConfig(CoordinationTaskConfig):
     name: str = "signal"
-    num_options: int = at_least(2, 4)      # objects the speaker may hold (and symbols of the channel)
+    num_options: int = at_least(2, 2)      # objects the speaker may hold (and symbols of the channel)
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -315,13 +315,14 @@ class SignalTask(_Game):
     def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         target = self.objects[item["target"]]
         # Each prompt ends with what its agent's move depends on: the object, or the signal.
-        return [f"Speaker, {item['scene']}. Your first letter sends your partner a signal so that they can tell "
-                f"the secret object; never name an object. The secret object: {target}",
-                f"Listener, {item['scene']}. Your partner knows a secret object and sends a signal. Objects: "
+        # No scene: items differ by the object alone, so one code serves every item.
+        return [f"Speaker. Your first letter sends your partner a signal so that they can tell the secret "
+                f"object; never name an object. The secret object: {target}",
+                f"Listener. Your partner knows a secret object and sends a signal. Objects: "
                 f"{self.choices_text()}. Answer with the object's word."]
 
     def single_prompt(self, item: Item) -> str:
-        return (f"{item['scene'].capitalize()}. Objects: {self.choices_text()}. Answer with the word of the "
+        return (f"Objects: {self.choices_text()}. Answer with the word of the "
                 f"secret object: {self.objects[item['target']]}")
 
     def context_prompt(self, item: Item, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:
