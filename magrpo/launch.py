@@ -293,7 +293,8 @@ def _overrides(argv: list[str]) -> list[str]:
     return [a for a in argv if not a.startswith("-")]
 
 
-def _group_options(group: str) -> list[str]:
+def group_options(group: str) -> list[str]:
+    """The options of config group `group` (its conf/<group>/*.yaml), [] for a key that is no group."""
     root = Path(CONF_DIR) / group
     return sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
 
@@ -312,7 +313,7 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
     if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):
         for arg in _overrides(argv):
             group, _, value = arg.lstrip("+~").partition("=")
-            options = _group_options(group)
+            options = group_options(group)
             if options and value not in options:
                 return (f"{group}={value!r} is not an option of the config group {group!r}; choose one of: "
                         f"{', '.join(options)}{did_you_mean(value, options)}")
@@ -326,6 +327,10 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
         parent, _, leaf = typed.rpartition(".")
         allowed = _keys_at(config_name, [a for a in _overrides(argv) if a.lstrip("+~").partition("=")[0] != typed],
                            parent)
+        if leaf in allowed:     # defined only by an option the sweep chooses per job (an experiment's key)
+            return (f"{typed!r} is not in conf/{config_name}.yaml: only an option chosen per job of this sweep "
+                    f"defines it, and Hydra checks command-line keys before it chooses; write ++{typed}=VALUE "
+                    f"to set it in every job")
         where = f"in {parent}" if parent else "at the top level"
         listing = f"; keys allowed {where}: {', '.join(allowed)}" if allowed else ""
         return f"unknown config key {typed!r}{listing}{did_you_mean(leaf, allowed)}"

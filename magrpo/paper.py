@@ -87,6 +87,21 @@ def experiments(table: str, entry: str) -> list[str]:
             if row.entry == entry and (task, row.name) not in t.skip]
 
 
+def for_every_job(overrides: list[str]) -> list[str]:
+    """The overrides with each plain key forced (`++key=value`): a key that only the swept
+    experiments define (a recipe's `max_steps` under magrpo-eval, whose own config has none) is
+    refused by Hydra when it composes the sweep, before any experiment is chosen. Config groups
+    (`logger=wandb`), `hydra.*` keys and overrides that already carry a +/~ stay as they are."""
+    from magrpo.launch import group_options
+
+    out = []
+    for o in overrides:
+        key, eq, _ = o.partition("=")
+        plain = eq and not key.startswith(("+", "~", "hydra.")) and not group_options(key)
+        out.append(f"++{o}" if plain else o)
+    return out
+
+
 def sweep_command(entry: str, exps: list[str], seeds: str, scale: str, group: str, sweep_dir: Path,
                   launcher: str, jobs: int, overrides: list[str]) -> list[str]:
     module = {"eval": "magrpo.evaluate", "train": "magrpo.train"}[entry]
@@ -97,7 +112,7 @@ def sweep_command(entry: str, exps: list[str], seeds: str, scale: str, group: st
            f"hydra/launcher={launcher}"]
     if launcher in JOBS_KEY:
         cmd.append(f"{JOBS_KEY[launcher]}={jobs}")
-    return cmd + overrides
+    return cmd + for_every_job(overrides)
 
 
 def table_command(root: Path) -> list[str]:
