@@ -189,7 +189,11 @@ class SweepReport(Callback):
 
 
 def exit_if_sweep_failed() -> None:
-    if FAILED_JOBS:
+    """Exit 1 after a multirun with failed jobs. The list is taken, not kept: a later command in
+    the same process (a notebook, a test) starts clean rather than failing for an old sweep."""
+    failed = list(FAILED_JOBS)
+    FAILED_JOBS.clear()
+    if failed:
         sys.exit(1)
 
 

@@ -104,6 +104,8 @@ def run_cli(main, prog: str, args: list[str]) -> int:
             main()
         return 0
     except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)      # what the interpreter would have printed on exit
         return e.code if isinstance(e.code, int) else int(e.code is not None)
     finally:
         sys.argv = argv

@@ -210,6 +210,9 @@ def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, caps
     assert bad.name.startswith("0_") and _summary(bad)["status"] == "failed"
     assert "algo.epsilon=-1.0" in _summary(bad)["reason"]
     assert _summary(good)["status"] == "finished" and _summary(good)["steps"] == 2
+    # The failed sweep is the last command's news only: the next command in this process succeeds.
+    code, err = _train_here(["debug=smoke", "save_final=false", *TINY, f"hydra.run.dir={tmp_path / 'next'}"], capsys)
+    assert code == 0, err[-2000:]
 
 
 # -- distinct run directories ---------------------------------------------------------------------

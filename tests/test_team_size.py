@@ -89,7 +89,7 @@ def test_every_task_declares_the_sizes_it_accepts():
     assert TASKS["maporl_qa"].describe_counts() == "1 to 8" and TASKS["tldr"].describe_counts() == "1 or 2"
 
 
-def test_a_team_of_three_is_evaluated_under_every_scheme(tmp_path):
+def test_a_team_of_three_is_evaluated_under_every_scheme(tmp_path, capsys):
     from magrpo.evaluate import main
     from tests.conftest import run_cli
 
@@ -97,7 +97,7 @@ def test_a_team_of_three_is_evaluated_under_every_scheme(tmp_path):
     rc = run_cli(main, "magrpo-eval", ["task=maporl_qa", "agents.num_agents=3", "eval.num_items=2",
                                        "algo.max_new_tokens=8", "methods=[team,sequential,discussion,single]",
                                        f"output_dir={out}"])
-    assert rc == 0
+    assert rc == 0, capsys.readouterr().err[-3000:]
     results = json.loads((out / "eval.json").read_text())["results"]
     assert list(results) == ["team", "sequential", "discussion", "single"]
     for method, metrics in results.items():
