@@ -77,7 +77,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
 def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
     from magrpo.eval_loop import eval_sampling, evaluate
     from magrpo.feedback import build_feedback
-    from magrpo.models import load_agent_weights, load_agents, policy_groups
+    from magrpo.models import load_agent_weights, load_agents, policy_agents
     from magrpo.tasks import build_task
     from magrpo.tracking import RunLogger, run_identity, write_json
     from magrpo.trainer import seed_everything
@@ -96,8 +96,8 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
         num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
         agents = load_agents(cfg.agents, cfg.hardware, num_agents, need_reference=False)
         if ckpt is not None:
-            for roles in policy_groups(agents):
-                load_agent_weights(roles[0], ckpt / roles[0].policy_name)
+            for policy in policy_agents(agents):
+                load_agent_weights(policy, ckpt / policy.policy_name)
             log.info("loaded trained weights from %s", ckpt)
         return task, items, agents
 

@@ -157,6 +157,11 @@ def policy_groups(agents: list[Agent]) -> list[list[Agent]]:
     return list(groups.values())
 
 
+def policy_agents(agents: list[Agent]) -> list[Agent]:
+    """One agent per policy (its first role): what builds optimizers, saves and loads."""
+    return [roles[0] for roles in policy_groups(agents)]
+
+
 def _lora_config(lora: Any):
     from peft import LoraConfig
 

@@ -24,6 +24,7 @@ named functions in `SCHEMES`, each `(agents, task, items, sampling) -> Rollout`:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import math
@@ -382,8 +383,8 @@ def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases:
                 # ancestor of prefix p at agent j < i: sample p // (G_{j+1}...G_{i-1}) of the group
                 others = {j: gens[j].texts[b * math.prod(levels[:j + 1]) + p // math.prod(levels[j + 1:i])]
                           for j in range(i)}
-                contexts.append(with_context(bases[b][i], lambda text, others=others, item=item: (
-                    task.context_prompt(item, i, text, None, others) if others else text)))
+                extend = functools.partial(task.context_prompt, item, i, own=None, others=others)
+                contexts.append(with_context(bases[b][i], extend) if others else bases[b][i])
         convs = contexts if contexts and not isinstance(contexts[0], str) else None
         prompts = [c if isinstance(c, str) else transcript(c) for c in contexts]
         gens.append(generate(agent, prompts, replace(sampling, num_generations=levels[i]), convs))

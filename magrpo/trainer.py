@@ -27,7 +27,7 @@ from magrpo.checkpoint import STATE_FILE
 from magrpo.config import optimized_metric
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
-from magrpo.models import Agent, load_agent_weights, load_agents, policy_groups, save_agent, team_level
+from magrpo.models import Agent, load_agent_weights, load_agents, policy_agents, save_agent, team_level
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import Task, build_task
 from magrpo.tracking import RunLogger, read_status, run_identity
@@ -129,7 +129,7 @@ class Trainer:
         self.status_before = status_before
         self.check_metrics(team.num_agents)     # before any model is loaded
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_agents, need_reference=team.reference)
-        self.policies = [roles[0] for roles in policy_groups(self.agents)]   # what saves and loads: one per policy
+        self.policies = policy_agents(self.agents)   # what saves and loads: one per policy
         if cfg.resume:        # weights first: a sharded model (fsdp) loads only gathered weights
             checkpoint.verify(Path(cfg.resume).expanduser())   # every file whole, before any is read
             self._verified = Path(cfg.resume).expanduser()

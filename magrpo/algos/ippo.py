@@ -67,7 +67,7 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.feedback import build_feedback
-from magrpo.models import Agent, policy_groups, resolve_model_path
+from magrpo.models import Agent, policy_agents, policy_groups, resolve_model_path
 from magrpo.rollout import Generation, Rollout, Sampling, credit
 from magrpo.schema import ConfigError, at_least, option, positive, within
 from magrpo.tasks import Task
@@ -200,7 +200,7 @@ class IPPO:
         algo = cfg.algo
         total = cfg.max_steps * algo.ppo_epochs * algo.num_mini_batches   # optimizer steps over the run
         # One actor, critic and optimizer per policy (a shared policy has one for all its roles).
-        self.policies = [roles[0] for roles in policy_groups(agents)]
+        self.policies = policy_agents(agents)
         self.critics = [Critic(algo.critic, p, algo.critic_model) for p in self.policies]
         self.optimizers, self.schedulers, self.critic_optimizers, self.critic_schedulers = [], [], [], []
         for agent, critic in zip(self.policies, self.critics):

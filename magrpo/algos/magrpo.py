@@ -51,7 +51,7 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.feedback import build_feedback
-from magrpo.models import Agent, policy_groups
+from magrpo.models import Agent, policy_agents, policy_groups
 from magrpo.rollout import Generation, Sampling, credit
 from magrpo.schema import at_least, option, positive
 from magrpo.tasks import Task
@@ -87,7 +87,7 @@ class MAGRPO:
         # Optimizer steps per rollout = num_iterations, so the schedule spans all of them.
         total = cfg.max_steps * cfg.algo.num_iterations
         # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
-        self.policies = [roles[0] for roles in policy_groups(agents)]
+        self.policies = policy_agents(agents)
         self.optimizers, self.schedulers = zip(*[build_optimizer(p.trainable_parameters(), agent_optimizer(cfg, p.index),
                                                                  total) for p in self.policies])
 
