@@ -376,13 +376,13 @@ def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases:
     `bases[b][i]`: agent i's prompt (a string) or conversation (multi-turn) for group b."""
     gens: list[Generation] = []
     for i, agent in enumerate(agents):
-        width = math.prod(levels[:i])                   # prefixes per group: agent i - 1's samples
+        # The prefixes agent i answers are the leaves of the chain of agents 1..i-1: their
+        # ancestor samples, one row per prefix (the same map as the joint actions').
+        ancestors = chain_joint(levels[:i]).tolist()    # [prefixes per group][i]
         contexts = []
         for b, item in enumerate(items):
-            for p in range(width):
-                # ancestor of prefix p at agent j < i: sample p // (G_{j+1}...G_{i-1}) of the group
-                others = {j: gens[j].texts[b * math.prod(levels[:j + 1]) + p // math.prod(levels[j + 1:i])]
-                          for j in range(i)}
+            for row in ancestors:
+                others = {j: gens[j].texts[b * math.prod(levels[:j + 1]) + k] for j, k in enumerate(row)}
                 extend = functools.partial(task.context_prompt, item, i, own=None, others=others)
                 contexts.append(with_context(bases[b][i], extend) if others else bases[b][i])
         convs = contexts if contexts and not isinstance(contexts[0], str) else None
