@@ -274,6 +274,24 @@ def concat_generations(gens: list[Generation], pad_id: int) -> Generation:
         truncated=sum(g.truncated for g in gens))
 
 
+def select_prompts(g: Generation, rows: torch.Tensor) -> Generation:
+    """The rows of `g` where `rows` (a [n*G] bool mask) is set; it keeps or drops every row of a
+    prompt together (a group), so row r still answers prompt r // num_generations."""
+    G = g.num_generations
+    by_prompt = rows.view(-1, G)
+    if not bool((by_prompt == by_prompt[:, :1]).all()):
+        raise ValueError("select_prompts keeps whole groups: the mask differs within a prompt's rows")
+    prompts = by_prompt[:, 0]
+    pick = prompts.nonzero().flatten().tolist()
+    return replace(g, prompt_ids=g.prompt_ids[prompts], prompt_mask=g.prompt_mask[prompts],
+                   completion_ids=g.completion_ids[rows], completion_mask=g.completion_mask[rows],
+                   texts=[t for t, k in zip(g.texts, rows.tolist()) if k],
+                   prompts=[g.prompts[p] for p in pick] if g.prompts else [],
+                   conversations=[g.conversations[p] for p in pick] if g.conversations else None,
+                   logprobs=None if g.logprobs is None else g.logprobs[rows],
+                   values=None if g.values is None else g.values[rows])
+
+
 # --- metrics --------------------------------------------------------------------------------------
 
 

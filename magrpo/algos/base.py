@@ -242,19 +242,23 @@ def update_phase(fn: Callable) -> Callable:
     return timed
 
 
-def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t_end: float,
+def timing_metrics(rollout: Rollout | list[Rollout], t0: float, t_gen: float, t_reward: float, t_end: float,
                    feedback_s: float = 0.0) -> dict[str, float]:
     """Lengths and phase times of one step: `generate` (the models' decoding, every turn),
     `reward` (scoring), `feedback` (between turns), `update` (@update_phase methods) and `other`
     (the rest: tokenization, decoding to text, advantages, metrics), which sum to the step time;
     and the throughput. `t_gen - t0` is the generation time of every turn and `t_reward - t_gen`
-    the scoring and, in multi-turn steps, the feedback (`feedback_s` of it)."""
-    gens = [g for lv in rollout.levels() for g in lv.samples]
+    the scoring and, in multi-turn steps, the feedback (`feedback_s` of it). Several rollouts (the
+    rounds of dynamic sampling) count together; `sequences_per_item` is every generated sequence
+    per item of the batch (the first rollout's items), the step's generation budget."""
+    roots = rollout if isinstance(rollout, list) else [rollout]
+    levels = [lv for root in roots for lv in root.levels()]
+    gens = [g for lv in levels for g in lv.samples]
     n_tokens = sum(g.lengths.sum().item() for g in gens)
     n_rows = sum(len(g.texts) for g in gens)
     m = {}
-    for i in range(len(rollout.samples)):
-        mine = [lv.samples[i] for lv in rollout.levels()]
+    for i in range(len(roots[0].samples)):
+        mine = [lv.samples[i] for lv in levels]
         m[f"train/agent_{i + 1}/completions/mean_length"] = (sum(g.lengths.sum().item() for g in mine)
                                                             / max(sum(len(g.texts) for g in mine), 1))
     step = t_end - t0
@@ -268,6 +272,7 @@ def timing_metrics(rollout: Rollout, t0: float, t_gen: float, t_reward: float, t
         "time/update_s": update,
         "time/other_s": max(step - generate - reward - feedback_s - update, 0.0),
         "time/step_s": step, "speed/tokens_per_s": n_tokens / step,
-        "speed/prompts_per_s": rollout.num_items / step,
+        "speed/prompts_per_s": roots[0].num_items / step,
+        "train/sequences_per_item": n_rows / max(roots[0].num_items, 1),
     })
     return m

@@ -273,6 +273,12 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
     return loss, (ratio != clipped).float()
 
 
+def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[n] log of GSPO's sequence ratio (arXiv 2507.18071, eq. 7): the mean over a completion's
+    tokens of log pi - log pi_old, i.e. the log of the geometric mean of its token ratios."""
+    return ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 

@@ -33,7 +33,6 @@ the KL coefficient's controller.
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,13 +41,10 @@ import torch
 from magrpo import distributed
 from magrpo.algos.base import (
     AlgoConfig,
-    TeamSpec,
     agent_optimizer,
     build_optimizer,
     clip_and_step,
     register_algo,
-    reward_metrics,
-    timing_metrics,
     update_phase,
 )
 from magrpo.algos.core import (
@@ -63,15 +59,14 @@ from magrpo.algos.core import (
     rollout_logprobs,
     row_chunks,
     row_logprobs,
-    sequence_forward,
     shares_prompt,
 )
-from magrpo.feedback import build_feedback
-from magrpo.models import Agent, policy_agents, policy_groups, resolve_model_path
-from magrpo.rollout import Generation, Rollout, Sampling, credit
-from magrpo.schema import ConfigError, at_least, option, positive, within
+from magrpo.algos.critics import Critic
+from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
+from magrpo.models import Agent, policy_agents
+from magrpo.rollout import Generation, Rollout
+from magrpo.schema import at_least, option, positive, within
 from magrpo.tasks import Task
-from magrpo.turns import TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
 
 
 @dataclass
@@ -100,58 +95,6 @@ class IPPOConfig(AlgoConfig):
     # beta (AlgoConfig): per-token KL penalty to the agent's frozen reference in the reward.
 
 
-class ValueHead(torch.nn.Module):
-    """V(s_t) = w . h_t + b, zero-initialised so the critic starts at V = 0 and leaves the backbone's
-    first gradients to the policy."""
-
-    def __init__(self, hidden: int):
-        super().__init__()
-        self.v = torch.nn.Linear(hidden, 1)
-        torch.nn.init.zeros_(self.v.weight)
-        torch.nn.init.zeros_(self.v.bias)
-
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.v(hidden.float()).squeeze(-1)
-
-
-class Critic(torch.nn.Module):
-    """Per-token values of one agent's completion tokens.
-
-    `head`: a ValueHead on the agent's own backbone (trained with the actor, LoRA adapter included).
-    `model`: a separate backbone (`algo.critic_model`) with its own ValueHead and optimizer; it must
-    share the actor's tokenizer, since it scores the actor's own tokens.
-    """
-
-    def __init__(self, kind: str, agent: Agent, critic_model: str):
-        super().__init__()
-        self.kind = kind
-        if kind == "head":
-            self.backbone = None
-            self.head = ValueHead(agent.model.config.hidden_size).to(agent.device)
-            return
-        from transformers import AutoModel, AutoTokenizer
-
-        path = resolve_model_path(critic_model)
-        tok = AutoTokenizer.from_pretrained(path)
-        if tok.get_vocab() != agent.tokenizer.get_vocab():
-            raise ConfigError(f"algo.critic_model={critic_model!r} has a different tokenizer than {agent.name}; "
-                              f"per-token values need the actor's vocabulary (or use algo.critic=head)")
-        self.backbone = AutoModel.from_pretrained(path).to(agent.device)
-        self.head = ValueHead(self.backbone.config.hidden_size).to(agent.device)
-
-    def values(self, agent: Agent, rows: RowBatch, share_prompt: bool) -> torch.Tensor:
-        """[n, C] values of the states before each completion token, given (prompt, completion) rows."""
-        if self.backbone is None:
-            agent.activate()
-            model, lm = agent.model, True
-        else:
-            model, lm = self.backbone, False
-        share = shares_prompt(model, share_prompt)
-        _, hidden = sequence_forward(model, rows.prompt_ids, rows.prompt_mask, rows.completion_ids,
-                                     rows.completion_mask, rows.prompt_index, share, with_hidden=True, lm=lm)
-        return self.head(hidden)
-
-
 @dataclass
 class Batch:
     """One agent's rollout tensors for the PPO epochs (rows = completions)."""
@@ -177,45 +120,37 @@ def critic_rows(gen: Generation, critic_ids: torch.Tensor | None, critic_mask: t
 
 
 @register_algo("ippo")
-class IPPO:
+class IPPO(TeamAlgorithm):
     config_schema = IPPOConfig
-    form = "multi"
     centralized_critic = False
 
     @classmethod
-    def team(cls, cfg: Any) -> TeamSpec:
-        return TeamSpec.of(cfg, cls.form)
-
-    @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
-        if cfg.algo.reward == "individual" and not task_cls.splits_reward:
-            raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
-                              f"is one team reward that does not split per agent; choose algo.reward=team")
+        check_individual_reward(cfg, task_cls)
 
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
-        self.sampling = Sampling.from_algo(cfg.algo)
-        self.turns = TurnSpec.from_algo(cfg.algo)
-        self.feedback = build_feedback(cfg.get("feedback"), task)
         algo = cfg.algo
-        total = cfg.max_steps * algo.ppo_epochs * algo.num_mini_batches   # optimizer steps over the run
-        # One actor, critic and optimizer per policy (a shared policy has one for all its roles).
-        self.policies = policy_agents(agents)
-        self.critics = [Critic(algo.critic, p, algo.critic_model) for p in self.policies]
-        self.optimizers, self.schedulers, self.critic_optimizers, self.critic_schedulers = [], [], [], []
+        # One actor, critic and optimizer per policy (a shared policy has one for all its roles);
+        # a head critic trains with its actor (and its adapter), a critic model has its own optimizer.
+        self.critics = [Critic(algo.critic, p, algo.critic_model) for p in policy_agents(agents)]
+        super().__init__(cfg, agents, task)
+        total = cfg.max_steps * self.steps_per_update()
+        self.critic_optimizers, self.critic_schedulers = [], []
         for agent, critic in zip(self.policies, self.critics):
-            actor_params, opt_cfg = agent.trainable_parameters(), agent_optimizer(cfg, agent.index)
-            if critic.kind == "head":      # the head trains with the actor (and its adapter)
-                opt, sch = build_optimizer(actor_params + list(critic.head.parameters()), opt_cfg, total)
-                copt, csch = None, None
-            else:
-                opt, sch = build_optimizer(actor_params, opt_cfg, total)
-                copt, csch = build_optimizer(list(critic.parameters()), opt_cfg, total, lr=algo.critic_lr)
-            self.optimizers.append(opt)
-            self.schedulers.append(sch)
+            copt, csch = None, None
+            if critic.kind != "head":
+                copt, csch = build_optimizer(list(critic.parameters()), agent_optimizer(cfg, agent.index), total,
+                                             lr=algo.critic_lr)
             self.critic_optimizers.append(copt)
             self.critic_schedulers.append(csch)
         self.kl_ctl = self.make_kl_controller()
+
+    def steps_per_update(self) -> int:
+        return self.algo.ppo_epochs * self.algo.num_mini_batches   # optimizer steps over the run
+
+    def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
+        critic = self.critics[policy]
+        return list(critic.head.parameters()) if critic.kind == "head" else []
 
     def make_kl_controller(self) -> AdaptiveKLController:
         return AdaptiveKLController(self.algo.beta, None, 1)   # IPPO: a fixed coefficient
@@ -228,43 +163,24 @@ class IPPO:
 
     # -- one training step ----------------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
-        algo = self.algo
-        t0 = time.perf_counter()
-        root, tree = grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
-        t_gen = t0 + tree.generate_s
-        t_reward = time.perf_counter()
-        levels = root.levels()
-
-        metrics = reward_metrics(root)
-        if self.turns.num_turns > 1:
-            metrics.update(tree_metrics(root, tree))
-        shares = None
-        if algo.reward == "individual":                            # per turn [B_t*J, N]
-            shares = [torch.tensor(self.task.individual_rewards(lv.scores, len(self.agents))) for lv in levels]
-        team_returns = tree_returns(root, algo.discount) if shares is None else None
-        for p, roles in enumerate(policy_groups(self.agents)):
-            gens, Rs, texts = [], [], []
-            for agent in roles:
-                i = agent.index
-                node_returns = team_returns or tree_returns(
-                    root, algo.discount, [s[:, i].view(lv.num_items, -1) for s, lv in zip(shares, levels)])
-                # The return of each of agent i's samples, turn by turn: [B_t, G] each.
-                Rs.append(torch.cat([credit(Rt, lv.joint, i, lv.per_item(i), algo.cross_credit).flatten()
-                                     for Rt, lv in zip(node_returns, levels)]))
-                gens.append(concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id))
-                texts += [self.critic_prompts(lv, i) for lv in levels]
-                metrics[f"train/{agent.name}/return_mean"] = Rs[-1].mean().item()
-            # One PPO update per policy, over the samples of every role it plays.
-            gen = concat_generations(gens, roles[0].tokenizer.pad_token_id)
+        ep = self.collect(items)
+        for p, policy, gen, R in self.policy_batches(ep, lambda agent: self.role_returns(agent, ep)):
+            texts = [self.critic_prompts(lv, a.index) for a in self.roles[p] for lv in ep.levels()]
             texts = None if texts[0] is None else [t for part in texts for t in part]
-            batch, stats = self._prepare(p, gen, torch.cat(Rs), texts)
-            stats.update(self._update(p, batch))
-            metrics.update({f"train/{roles[0].policy_name}/{k}": v for k, v in stats.items()})
-        kls = [metrics[f"train/{p.policy_name}/kl"] for p in self.policies]
-        self.kl_ctl.update(sum(kls) / len(kls), algo.batch_size)
-        metrics["train/kl_coef"] = self.kl_ctl.value
-        metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), tree.feedback_s))
-        return metrics
+            batch, stats = self._prepare(p, gen, R, texts)        # values, GAE advantages, returns
+            stats.update(self._update(p, batch))                   # PPO epochs
+            self.log_policy(ep, policy, stats)
+        penalties = [ep.metrics[f"train/{p.policy_name}/kl_penalty"] for p in self.policies]
+        self.kl_ctl.update(sum(penalties) / len(penalties), self.algo.batch_size)
+        ep.metrics["train/kl_coef"] = self.kl_ctl.value
+        return ep.finish()
+
+    def role_returns(self, agent: Agent, ep: Episode) -> torch.Tensor:
+        """[rows] the return of each of the agent's samples, turn by turn (team or own share)."""
+        algo = self.algo
+        R = torch.cat([r.flatten() for r in ep.returns(agent.index, algo.discount, algo.reward, algo.cross_credit)])
+        ep.metrics[f"train/{agent.name}/return_mean"] = R.mean().item()
+        return R
 
     @update_phase
     @torch.no_grad()
@@ -294,19 +210,22 @@ class IPPO:
         token_rewards = torch.zeros_like(mask)
         last = (mask.sum(-1).long() - 1).clamp(min=0)
         token_rewards[torch.arange(mask.shape[0], device=dev), last] = R.to(dev)
-        kl = torch.zeros_like(mask)
+        kl = log_ratio = torch.zeros_like(mask)
         if algo.beta > 0:
             with agent.reference_mode() as ref:
                 ref_logp = rollout_logprobs(ref, gen, chunks, agent.temperature(algo.temperature), dev, share)
-            kl = (old_logp - ref_logp) * mask
-            token_rewards = token_rewards - self.kl_ctl.value * kl
+            log_ratio = (old_logp - ref_logp) * mask
+            kl = k3_kl(old_logp, ref_logp) * mask
+            token_rewards = token_rewards - self.kl_ctl.value * log_ratio
         adv, returns = gae(token_rewards, old_values, mask, algo.gamma, algo.lam)
         ret_var = masked_mean((returns - masked_mean(returns, mask)) ** 2, mask)
         explained = 1.0 - masked_mean((returns - old_values - masked_mean(returns - old_values, mask)) ** 2,
                                       mask) / ret_var.clamp(min=1e-8)
         stats = {"return_mean": R.mean().item(), "value_mean": masked_mean(old_values, mask).item(),
                  "explained_variance": explained.item(), "advantage_abs_mean": masked_mean(adv.abs(), mask).item(),
-                 "kl": (kl.sum(-1)).mean().item()}
+                 # kl: the token-mean k3 KL(pi || ref), as every algorithm logs it; kl_penalty: the
+                 # sequence sum of log pi - log ref the reward is charged (the controller's input)
+                 "kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_penalty": log_ratio.sum(-1).mean().item()}
         if algo.whiten_advantages:
             adv = masked_whiten(adv, mask)
         agent.model.train()
@@ -377,18 +296,16 @@ class IPPO:
         return out
 
     # -- checkpoint state -------------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"optimizers": [o.state_dict() for o in self.optimizers],
-                "schedulers": [s.state_dict() for s in self.schedulers],
-                "critics": [c.state_dict() for c in self.critics],
+    def extra_state(self) -> dict:
+        return {"critics": [c.state_dict() for c in self.critics],
                 "critic_optimizers": [o.state_dict() if o else None for o in self.critic_optimizers],
                 "critic_schedulers": [s.state_dict() if s else None for s in self.critic_schedulers],
                 "kl_ctl": self.kl_ctl.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_extra_state(self, state: dict) -> None:
         for c, s in zip(self.critics, state["critics"]):
             c.load_state_dict(s)
-        for group in ("optimizers", "schedulers", "critic_optimizers", "critic_schedulers"):
+        for group in ("critic_optimizers", "critic_schedulers"):
             for obj, s in zip(getattr(self, group), state[group]):
                 if obj is not None:
                     obj.load_state_dict(s)

@@ -14,6 +14,21 @@ With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py): every node's 
 R = r + discount * mean(children's R), each sibling set is a group for step 3, and one loss runs
 over the samples of every node of every turn.
 
+Options every group-relative method here shares (grpo, dr_mas, at_grpo, c3 inherit them):
+  * `ratio_level=sequence` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
+    completion, the geometric mean of its token ratios
+        s = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
+    clipped at sequence level: L = -min(s A, clip(s, 1 - eps, 1 + eps_high) A), placed on each of
+    the completion's tokens (with `loss_agg=seq_mean_token_mean` this is GSPO's (1/G) sum_i L_i);
+  * `dynamic_sampling` (DAPO, Yu et al., arXiv 2503.14476): groups whose returns are all equal
+    carry no gradient; they are dropped, and up to `dynamic_sampling_rounds` more batches are drawn
+    until B items with signal are held (the first B kept);
+  * `overlong_penalty` (DAPO's soft overlong punishment): with L_max = max_new_tokens and a buffer
+    of `overlong_buffer` tokens, a completion of L tokens adds to its agent's return
+        overlong_penalty * min(0, max(-1, ((L_max - buffer) - L) / buffer)),
+    0 up to L_max - buffer, falling linearly to -overlong_penalty at L_max (a cut-off answer);
+  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`).
+
 GRPO (magrpo/algos/grpo.py) is the same algorithm with one agent writing the whole joint answer.
 """
 
@@ -21,22 +36,11 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import (
-    AlgoConfig,
-    TeamSpec,
-    agent_optimizer,
-    build_optimizer,
-    clip_and_step,
-    register_algo,
-    reward_metrics,
-    timing_metrics,
-    update_phase,
-)
+from magrpo.algos.base import AlgoConfig, clip_and_step, register_algo, update_phase
 from magrpo.algos.core import (
     ADVANTAGES,
     LOSS_AGG,
@@ -48,14 +52,14 @@ from magrpo.algos.core import (
     rollout_logprobs,
     row_chunks,
     row_logprobs,
+    sequence_log_ratio,
     shares_prompt,
 )
-from magrpo.feedback import build_feedback
-from magrpo.models import Agent, policy_agents, policy_groups
-from magrpo.rollout import Generation, Sampling, credit
+from magrpo.algos.scaffold import Episode, TeamAlgorithm, group_items
+from magrpo.models import Agent
+from magrpo.rollout import Generation
 from magrpo.schema import at_least, option, positive
-from magrpo.tasks import Task
-from magrpo.turns import TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
+from magrpo.turns import select_prompts
 
 
 @dataclass
@@ -68,63 +72,113 @@ class MAGRPOConfig(AlgoConfig):
     num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout with PPO-clipped ratios
     epsilon: float = positive(0.2)
     epsilon_high: float = positive(0.2)
+    ratio_level: str = option("token", choices=["token", "sequence"])   # sequence: GSPO
+    dynamic_sampling: bool = False               # DAPO: drop groups without signal, draw more
+    dynamic_sampling_rounds: int = at_least(1, 3)   # extra batches drawn at most per step
+    overlong_penalty: float = at_least(0, 0.0)   # DAPO soft overlong punishment (0 = off; DAPO: 1.0)
+    overlong_buffer: int = at_least(1, 4)        # tokens before max_new_tokens where the penalty ramps
+
+
+def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float) -> torch.Tensor:
+    """DAPO's soft overlong punishment of completions of `lengths` tokens (see the module docstring)."""
+    buffer = min(buffer, max_len)
+    return factor * (((max_len - buffer) - lengths) / buffer).clamp(-1.0, 0.0)
 
 
 @register_algo("magrpo")
-class MAGRPO:
+class MAGRPO(TeamAlgorithm):
     config_schema = MAGRPOConfig
-    form = "multi"
 
-    @classmethod
-    def team(cls, cfg: Any) -> TeamSpec:
-        return TeamSpec.of(cfg, cls.form)
-
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
-        self.sampling = Sampling.from_algo(cfg.algo)
-        self.turns = TurnSpec.from_algo(cfg.algo)
-        self.feedback = build_feedback(cfg.get("feedback"), task)
-        # Optimizer steps per rollout = num_iterations, so the schedule spans all of them.
-        total = cfg.max_steps * cfg.algo.num_iterations
-        # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
-        self.policies = policy_agents(agents)
-        self.optimizers, self.schedulers = zip(*[build_optimizer(p.trainable_parameters(), agent_optimizer(cfg, p.index),
-                                                                 total) for p in self.policies])
+    def steps_per_update(self) -> int:
+        return self.algo.num_iterations          # the schedule spans every optimizer step
 
     # -- one training step ----------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
-        algo = self.algo
-        t0 = time.perf_counter()
-        root, stats = grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
-        t_gen = t0 + stats.generate_s
-        t_reward = time.perf_counter()
-        levels = root.levels()
-        node_returns = tree_returns(root, algo.discount)                                # per turn [B_t, J]
+        ep = self.collect(items)
+        keep = self.signal_rows(ep) if self.algo.dynamic_sampling else None
+        # A policy's one update runs over the samples of every role it plays, each role's
+        # advantages computed within its own groups.
+        for p, policy, gen, adv in self.policy_batches(ep, lambda agent: self.role_advantages(agent, ep)):
+            if keep is not None:
+                rows = torch.cat([keep[a.index] for a in self.roles[p]])
+                if rows.any():         # else every group is flat: all advantages are 0, keep the batch
+                    gen, adv = select_prompts(gen, rows), adv[rows]
+            self.log_policy(ep, policy, self._update(p, gen, adv))
+        return ep.finish()
 
-        metrics = reward_metrics(root)
-        if self.turns.num_turns > 1:
-            metrics.update(tree_metrics(root, stats))
-        for p, roles in enumerate(policy_groups(self.agents)):
-            gens, advs = [], []
-            for agent in roles:
-                i = agent.index
-                # Each sibling set is a group: advantages per turn, then one update over every turn's samples.
-                returns = [credit(R, lv.joint, i, lv.per_item(i), algo.cross_credit) for lv, R in zip(levels, node_returns)]
-                # A group is the G_i samples that answer one prompt: an item's (simultaneous), or
-                # one prefix's in a sequential chain, so a baseline never mixes two prefixes.
-                adv = torch.cat([advantages(R.reshape(-1, lv.samples[i].num_generations), algo.advantage,
-                                            algo.scale).flatten() for lv, R in zip(levels, returns)])
-                gens.append(concat_generations([lv.samples[i] for lv in levels], agent.tokenizer.pad_token_id))
-                advs.append(adv)
-                metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
-                metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
-            # A policy's one update runs over the samples of every role it plays, each role's
-            # advantages computed within its own groups above.
-            gen = concat_generations(gens, roles[0].tokenizer.pad_token_id)
-            update = self._update(p, gen, torch.cat(advs))
-            metrics.update({f"train/{roles[0].policy_name}/{k}": v for k, v in update.items()})
-        metrics.update(timing_metrics(root, t0, t_gen, t_reward, time.perf_counter(), stats.feedback_s))
-        return metrics
+    # -- advantages -------------------------------------------------------------------------------
+    def role_returns(self, agent: Agent, ep: Episode) -> list[torch.Tensor]:
+        """Per turn, [B_t, S_i] the returns of the agent's samples, minus DAPO's overlong penalty."""
+        algo = self.algo
+        returns = ep.returns(agent.index, algo.discount, algo.get("reward", "team"), algo.cross_credit)
+        if algo.overlong_penalty > 0:
+            max_len = (agent.sampling or {}).get("max_new_tokens", algo.max_new_tokens)
+            returns = [R + overlong_penalty(lv.samples[agent.index].lengths, max_len, algo.overlong_buffer,
+                                            algo.overlong_penalty).view_as(R)
+                       for R, lv in zip(returns, ep.levels())]
+        return returns
+
+    def role_advantages(self, agent: Agent, ep: Episode) -> torch.Tensor:
+        """[rows] the agent's advantages: per group, the G_i samples that answer one prompt (an
+        item's, or one prefix's in a sequential chain), so a baseline never mixes two prompts."""
+        algo = self.algo
+        returns = self.role_returns(agent, ep)
+        adv = torch.cat([advantages(R.reshape(-1, lv.samples[agent.index].num_generations), algo.advantage,
+                                    algo.scale).flatten() for lv, R in zip(ep.levels(), returns)])
+        ep.metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
+        ep.metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
+        return adv
+
+    # -- dynamic sampling (DAPO) --------------------------------------------------------------------
+    def collect(self, items: list[dict]) -> Episode:
+        ep = super().collect(items)
+        if not self.algo.dynamic_sampling:
+            return ep
+        B, informative, rounds = len(items), self.informative_items(ep.root), 0
+        while len(informative) < B and rounds < self.algo.dynamic_sampling_rounds:
+            rounds += 1
+            more = self.refill(rounds, B) if self.refill is not None else items
+            root, stats = self.grow(more)
+            offset = sum(r.num_items for r in ep.roots)
+            informative += [offset + b for b in self.informative_items(root)]
+            ep.roots.append(root)
+            ep.stats.generate_s += stats.generate_s
+            ep.stats.feedback_s += stats.feedback_s
+        ep.t_gen = ep.t0 + ep.stats.generate_s       # every round's generation; the rest of it is scoring
+        ep.t_reward = time.perf_counter()
+        self._kept_items = set(informative[:B])
+        total = sum(r.num_items for r in ep.roots)
+        ep.metrics.update({"train/dynamic_sampling/rounds": float(rounds),
+                           "train/dynamic_sampling/items_drawn": float(total),
+                           "train/dynamic_sampling/items_kept": float(len(self._kept_items)),
+                           "train/dynamic_sampling/dropped_groups": 0.0})
+        return ep
+
+    @staticmethod
+    def informative_items(root) -> list[int]:
+        """Items of a scored tree with at least one sibling set whose rewards differ."""
+        out = set()
+        for lv, items in zip(root.levels(), group_items(root)):
+            varied = lv.rewards.std(-1, unbiased=False) > 1e-8
+            out.update(items[varied].tolist())
+        return sorted(out)
+
+    def signal_rows(self, ep: Episode) -> dict[int, torch.Tensor]:
+        """Per agent, [rows] which of its rows train: those of a kept item in a group whose returns differ."""
+        keep, dropped = {}, 0
+        for agent in self.agents:
+            parts = []
+            returns = self.role_returns(agent, ep)
+            for lv, R, items in zip(ep.levels(), returns, ep.row_items(agent.index)):
+                G = lv.samples[agent.index].num_generations
+                groups = R.reshape(-1, G)
+                varied = (groups.std(-1, unbiased=False) > 1e-8).repeat_interleave(G)
+                kept = torch.tensor([int(b) in self._kept_items for b in items], dtype=torch.bool)
+                parts.append(varied & kept)
+                dropped += int((~(varied & kept)).view(-1, G).all(-1).sum())
+            keep[agent.index] = torch.cat(parts)
+        ep.metrics["train/dynamic_sampling/dropped_groups"] = float(dropped)
+        return keep
 
     # -- the update of one policy ------------------------------------------------------------------
     @update_phase
@@ -141,27 +195,38 @@ class MAGRPO:
         aggregate = LOSS_AGG[algo.loss_agg]
         chunks = row_chunks(rows, algo.micro_batch_size, gen.num_generations)
         share = shares_prompt(agent.model, algo.share_prompt)
+        temperature = agent.temperature(algo.temperature)
         ref_logp = None
         if algo.beta > 0:
             with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, agent.temperature(algo.temperature), dev, share)
-        old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 else None
+                ref_logp = rollout_logprobs(ref, gen, chunks, temperature, dev, share)
+        sequence = algo.get("ratio_level", "token") == "sequence"
+        # A ratio is needed to reuse a rollout (num_iterations > 1) and, at sequence level, even
+        # on-policy: its gradient carries GSPO's 1/|y| weighting.
+        old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 or sequence else None
 
         totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
                   "grad_norm": 0.0}
         for it in range(algo.num_iterations):
             optimizer.zero_grad(set_to_none=True)
             for mb in chunks:
-                logp, entropy = row_logprobs(agent.model, gen, mb, agent.temperature(algo.temperature), dev, share, with_entropy=(it == 0))
+                logp, entropy = row_logprobs(agent.model, gen, mb, temperature, dev, share, with_entropy=(it == 0))
                 A, m = adv[mb].unsqueeze(-1), mask[mb]
                 if old_logp is None:
                     token_loss = -A * logp                   # REINFORCE: grad = -A * grad log pi
                 else:
                     if it == 0:                              # policy == rollout policy before any update
                         old_logp[mb] = logp.detach()
-                    token_loss, clipped = clipped_surrogate(logp, old_logp[mb], A, algo.epsilon, algo.epsilon_high)
-                    totals["clip_frac"] += (clipped * m).sum().item() / max(ctx.num_tokens, 1)
-                    totals["approx_kl"] += (k3_kl(old_logp[mb], logp.detach()) * m).sum().item() / max(ctx.num_tokens, 1)
+                    if sequence:                             # GSPO: one ratio per completion, on each of its tokens
+                        log_s = sequence_log_ratio(logp, old_logp[mb], m)
+                        seq_loss, clipped = clipped_surrogate(log_s, torch.zeros_like(log_s), A.squeeze(-1),
+                                                              algo.epsilon, algo.epsilon_high)
+                        token_loss, clipped = seq_loss.unsqueeze(-1).expand_as(logp), clipped.unsqueeze(-1).expand_as(logp)
+                    else:
+                        token_loss, clipped = clipped_surrogate(logp, old_logp[mb], A, algo.epsilon, algo.epsilon_high)
+                    if it > 0:
+                        totals["clip_frac"] += (clipped * m).sum().item() / max(ctx.num_tokens, 1)
+                        totals["approx_kl"] += (k3_kl(old_logp[mb], logp.detach()) * m).sum().item() / max(ctx.num_tokens, 1)
                 totals["policy_loss"] += aggregate(token_loss.detach(), m, ctx).item()
                 if ref_logp is not None:
                     kl = k3_kl(logp, ref_logp[mb])
@@ -184,13 +249,3 @@ class MAGRPO:
                 "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
                 "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}
 
-    # -- checkpoint state ---------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"optimizers": [o.state_dict() for o in self.optimizers],
-                "schedulers": [s.state_dict() for s in self.schedulers]}
-
-    def load_state_dict(self, state: dict) -> None:
-        for o, s in zip(self.optimizers, state["optimizers"]):
-            o.load_state_dict(s)
-        for sch, s in zip(self.schedulers, state["schedulers"]):
-            sch.load_state_dict(s)

@@ -1,0 +1,210 @@
+"""The scaffold every team algorithm stands on, so that each algorithm's file holds only its math.
+
+One step of any algorithm is
+    episode = self.collect(items)             # grow the turn tree, score it (magrpo.turns)
+    for each policy:                          # a shared policy gathers every role it plays
+        signal = <the algorithm's advantages> # from episode.returns(...), a critic, ...
+        <the algorithm's update>              # one optimizer step or PPO epochs
+    return episode.finish()                   # reward, tree and timing metrics
+
+`TeamAlgorithm` holds the set-up (sampling, turns, feedback, one optimizer per policy), `collect`,
+the per-policy assembly of generations (`policy_batches`) and the optimizer state; `Episode` is
+the scored tree with the questions every algorithm asks of it: a role's returns per turn, a role's
+rows across turns, and the item each row descends from.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+
+from magrpo.algos.base import (
+    TeamSpec,
+    agent_optimizer,
+    build_optimizer,
+    reward_metrics,
+    timing_metrics,
+)
+from magrpo.feedback import build_feedback
+from magrpo.models import Agent, policy_agents, policy_groups
+from magrpo.rollout import Generation, Rollout, Sampling, credit
+from magrpo.schema import ConfigError
+from magrpo.tasks import Task
+from magrpo.turns import TreeStats, TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
+
+
+def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
+    """`algo.reward=individual` needs a task whose reward splits per agent."""
+    if cfg.algo.get("reward", "team") == "individual" and not task_cls.splits_reward:
+        raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
+                          f"is one team reward that does not split per agent; choose algo.reward=team")
+
+
+def group_items(root: Rollout) -> list[torch.Tensor]:
+    """Per turn of a tree, [B_t]: the item of `root` that each group (sibling set) descends from."""
+    out, of_group, prev_joint = [], torch.arange(root.num_items), root.num_joint
+    for lv in root.levels():
+        if lv.parents is not None:           # group g continues node parents[g] of the previous turn
+            of_group = of_group[lv.parents // prev_joint]
+        out.append(of_group)
+        prev_joint = lv.num_joint
+    return out
+
+
+@dataclass
+class Episode:
+    """A scored turn tree of one batch (or several, when dynamic sampling drew more) and its metrics."""
+
+    roots: list[Rollout]
+    stats: TreeStats
+    task: Task
+    num_agents: int
+    t0: float
+    t_gen: float
+    t_reward: float
+    metrics: dict[str, float] = field(default_factory=dict)
+    _shares: dict[int, list[torch.Tensor]] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Rollout:
+        return self.roots[0]
+
+    def levels(self) -> list[Rollout]:
+        """Every turn of every tree, tree by tree: the order of each role's rows."""
+        return [lv for root in self.roots for lv in root.levels()]
+
+    def returns(self, agent: int, discount: float, reward: str = "team", cross_credit: str = "mean") -> list[torch.Tensor]:
+        """Per turn of every tree, [B_t, S_i] the return of each of agent `agent`'s samples: the
+        discounted tree return of its joint actions (magrpo.turns.tree_returns), of the team reward
+        or (`reward="individual"`) of the agent's own share, credited to its samples (`credit`)."""
+        out = []
+        for k, root in enumerate(self.roots):
+            levels = root.levels()
+            own = None
+            if reward == "individual":
+                shares = self._individual(k, root)
+                own = [s[:, agent].view(lv.num_items, -1) for s, lv in zip(shares, levels)]
+            node_returns = tree_returns(root, discount, own)
+            out += [credit(R, lv.joint, agent, lv.per_item(agent), cross_credit) for R, lv in zip(node_returns, levels)]
+        return out
+
+    def _individual(self, k: int, root: Rollout) -> list[torch.Tensor]:
+        if k not in self._shares:        # per turn [B_t*J, N]: every agent's share of each joint reward
+            self._shares[k] = [torch.tensor(self.task.individual_rewards(lv.scores, self.num_agents))
+                               for lv in root.levels()]
+        return self._shares[k]
+
+    def generation(self, agent: Agent) -> Generation:
+        """The agent's samples of every turn of every tree as one Generation (rows in `levels()` order)."""
+        return concat_generations([lv.samples[agent.index] for lv in self.levels()], agent.tokenizer.pad_token_id)
+
+    def row_items(self, agent: int) -> list[torch.Tensor]:
+        """Per turn of every tree, [B_t * S_i]: the batch item each of agent `agent`'s rows descends
+        from (across trees, items are numbered on: tree k's items follow tree k-1's)."""
+        out, offset = [], 0
+        for root in self.roots:
+            for lv, items in zip(root.levels(), group_items(root)):
+                out.append((items + offset).repeat_interleave(lv.per_item(agent)))
+            offset += root.num_items
+        return out
+
+    def finish(self) -> dict[str, float]:
+        """The step's metrics, with the timing of its phases (the update phase measured so far)."""
+        self.metrics.update(timing_metrics(self.roots, self.t0, self.t_gen, self.t_reward, time.perf_counter(),
+                                           self.stats.feedback_s))
+        return self.metrics
+
+
+class TeamAlgorithm:
+    """Set-up, collection, per-policy assembly and optimizer state shared by every algorithm.
+
+    Subclasses set `config_schema` (and `form = "single"` for one model writing the whole answer),
+    and write `step` as advantages, then update. `steps_per_update` (optimizer steps per training
+    step, for the learning-rate schedule) and `extra_parameters` (what trains with a policy besides
+    its weights, e.g. a value head) are the hooks of the set-up; `extra_state` / `load_extra_state`
+    carry what else a checkpoint must hold.
+    """
+
+    config_schema: ClassVar[type]
+    form: ClassVar[str] = "multi"
+    name: ClassVar[str]
+
+    @classmethod
+    def team(cls, cfg: Any) -> TeamSpec:
+        return TeamSpec.of(cfg, cls.form)
+
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
+        self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
+        self.sampling = Sampling.from_algo(cfg.algo)
+        self.turns = TurnSpec.from_algo(cfg.algo)
+        self.feedback = build_feedback(cfg.get("feedback"), task)
+        # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
+        self.policies = policy_agents(agents)
+        self.roles = policy_groups(agents)
+        total = cfg.max_steps * self.steps_per_update()
+        built = [build_optimizer(p.trainable_parameters() + self.extra_parameters(k), agent_optimizer(cfg, p.index),
+                                 total) for k, p in enumerate(self.policies)]
+        self.optimizers = [o for o, _ in built]
+        self.schedulers = [s for _, s in built]
+        # Dynamic sampling draws more items through this, when the training loop provides it:
+        # refill(round, n) -> n items (magrpo.trainer); without it the same items are sampled again.
+        self.refill: Callable[[int, int], list[dict]] | None = None
+
+    # -- hooks of the set-up ------------------------------------------------------------------------
+    def steps_per_update(self) -> int:
+        return 1
+
+    def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
+        return []
+
+    # -- one episode --------------------------------------------------------------------------------
+    def grow(self, items: list[dict]) -> tuple[Rollout, TreeStats]:
+        """One scored turn tree of `items` (the algorithm's sampling, turns and topology)."""
+        return grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
+
+    def collect(self, items: list[dict]) -> Episode:
+        t0 = time.perf_counter()
+        root, stats = self.grow(items)
+        ep = Episode([root], stats, self.task, len(self.agents), t0, t0 + stats.generate_s, time.perf_counter())
+        ep.metrics.update(reward_metrics(root))
+        if self.turns.num_turns > 1:
+            ep.metrics.update(tree_metrics(root, stats))
+        return ep
+
+    def policy_batches(self, ep: Episode, per_role: Callable[[Agent], Any]) -> Iterator[tuple[int, Agent, Generation, Any]]:
+        """For each policy: (index, its agent, the rows of every role it plays as one Generation,
+        `per_role(role)` of each role concatenated). `per_role` returns a tensor per row, or a tuple
+        of them; each role's values are computed within its own groups before they are joined."""
+        for p, roles in enumerate(self.roles):
+            parts = [per_role(agent) for agent in roles]
+            gen = concat_generations([ep.generation(a) for a in roles], roles[0].tokenizer.pad_token_id)
+            if isinstance(parts[0], tuple):
+                yield p, roles[0], gen, tuple(torch.cat(x) for x in zip(*parts))
+            else:
+                yield p, roles[0], gen, torch.cat(parts)
+
+    @staticmethod
+    def log_policy(ep: Episode, policy: Agent, stats: dict[str, float]) -> None:
+        ep.metrics.update({f"train/{policy.policy_name}/{k}": v for k, v in stats.items()})
+
+    # -- checkpoint state ---------------------------------------------------------------------------
+    def extra_state(self) -> dict:
+        return {}
+
+    def load_extra_state(self, state: dict) -> None:
+        pass
+
+    def state_dict(self) -> dict:
+        return {"optimizers": [o.state_dict() for o in self.optimizers],
+                "schedulers": [s.state_dict() for s in self.schedulers], **self.extra_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for o, s in zip(self.optimizers, state["optimizers"]):
+            o.load_state_dict(s)
+        for sch, s in zip(self.schedulers, state["schedulers"]):
+            sch.load_state_dict(s)
+        self.load_extra_state(state)
