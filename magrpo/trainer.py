@@ -143,6 +143,7 @@ class Trainer:
                 if self.sharded:
                     distributed.shard_model(model)
         self.algo = algo_cls(cfg, self.agents, self.task)   # its optimizers hold the (sharded) parameters
+        self.algo.refill = self.refill                      # more items for dynamic sampling (DAPO)
         if self.world.distributed:      # every rank samples its own completions: a random stream per rank
             seed_everything(cfg.seed + 1_000_003 * self.world.rank)
         self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
@@ -155,6 +156,13 @@ class Trainer:
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
         self.resumed_from: dict[str, Any] | None = None
+
+    def refill(self, round_: int, n: int) -> list[dict]:
+        """Round `round_` (1, 2, ...) of extra items for the current step: a batch drawn from the
+        training set with its own seed, this rank's block of it (at most `n` items)."""
+        cfg = self.cfg
+        idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed + 7919 * round_)
+        return [self.train_items[i] for i in idx[distributed.shard(len(idx))]][:n]
 
     def _shared_run_dir(self, run_dir: Path) -> Path:
         """Rank 0's run directory on every rank. Hydra timestamps each process's directory, so a rank

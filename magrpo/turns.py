@@ -60,13 +60,15 @@ class TurnSpec:
     max_branches: int | None = None      # nodes expanded per sibling set
     topology: str = "simultaneous"       # or "sequential": agent i sees agents 1..i-1's answers (a chain)
     branching: list[int] | None = None   # sequential: samples per prefix at each agent (None = G each)
+    branch: str = "all"                  # "best": expand only each sibling set's best node (AT-GRPO)
 
     @classmethod
     def from_algo(cls, algo: Any) -> TurnSpec:
         branching = algo.get("branching")
         return cls(num_turns=algo.num_turns, joint_mode=algo.joint_mode, discount=algo.discount,
                    threshold=algo.early_termination_threshold, max_branches=algo.get("max_branches"),
-                   topology=algo.get("topology", "simultaneous"), branching=list(branching) if branching else None)
+                   topology=algo.get("topology", "simultaneous"), branching=list(branching) if branching else None,
+                   branch=algo.get("branch", "all"))
 
 
 @dataclass
@@ -164,7 +166,8 @@ def expand(agents: list[Agent], task: Task, feedback: Feedback, parent: Rollout,
 
 def choose_expansions(rollout: Rollout, spec: TurnSpec, stats: TreeStats) -> list[int]:
     """Nodes of a scored turn to expand: not in an early-terminated sibling set, at most
-    `max_branches` per set (random, from torch's seeded RNG)."""
+    `max_branches` per set (random, from torch's seeded RNG), or with `branch="best"` only each
+    set's highest-reward node (the first of equals)."""
     R = rollout.rewards                                                           # [B, J]
     keep = torch.ones_like(R, dtype=torch.bool)
     if spec.threshold is not None:
@@ -172,7 +175,9 @@ def choose_expansions(rollout: Rollout, spec: TurnSpec, stats: TreeStats) -> lis
         keep[stop] = False
         stats.terminated[rollout.turn] = int(stop.sum())
     J = R.shape[1]
-    if spec.max_branches is not None and spec.max_branches < J:
+    if spec.branch == "best":
+        keep &= torch.zeros_like(keep).scatter_(1, R.argmax(-1, keepdim=True), True)
+    elif spec.max_branches is not None and spec.max_branches < J:
         order = torch.rand(R.shape).argsort(-1)                                  # a random order per set
         capped = torch.zeros_like(keep).scatter_(1, order[:, :spec.max_branches], True)
         keep &= capped

@@ -58,6 +58,17 @@ def advantages(returns: torch.Tensor, estimator: str = "mean", scale: str = "non
     return SCALES[scale](ADVANTAGES[estimator](returns), returns)
 
 
+def keyed_advantages(returns: torch.Tensor, keys: torch.Tensor, estimator: str = "mean",
+                     scale: str = "none") -> torch.Tensor:
+    """[n] advantages of flat `returns`, each group being the entries that share a key (groups may
+    differ in size, e.g. an item's samples over several sibling sets)."""
+    out = torch.empty_like(returns)
+    for k in torch.unique(keys):
+        at = keys == k
+        out[at] = advantages(returns[at].unsqueeze(0), estimator, scale).squeeze(0) if at.sum() > 1 else 0.0
+    return out
+
+
 # --- loss aggregation ----------------------------------------------------------------------------
 
 

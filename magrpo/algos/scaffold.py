@@ -67,6 +67,7 @@ class Episode:
     t_gen: float
     t_reward: float
     metrics: dict[str, float] = field(default_factory=dict)
+    cache: dict[str, Any] = field(default_factory=dict)      # what an algorithm computes once per step
     _shares: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
     @property
