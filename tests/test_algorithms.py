@@ -97,13 +97,38 @@ def test_the_centralized_critic_reads_every_agents_text(make_cfg):
     for i in range(2):
         texts = algo.critic_prompts(rollout, i)
         assert len(texts) == len(rollout.samples[i].texts)
-        for r, text in enumerate(texts):
+        for r, (shared, own) in enumerate(texts):
             b, k = divmod(r, cfg.algo.num_generations)
             for j in range(2):
-                assert task.prompts(items[b], 2)[j].strip() in text
+                assert task.prompts(items[b], 2)[j].strip() in shared
+            assert shared == texts[b * cfg.algo.num_generations][0]     # one prefix per item: it runs once
             other = 1 - i
-            assert rollout.samples[other].texts[r].strip() in text   # the other agent's answer
-            assert text.rstrip().endswith(f"[Agent {i + 1}] answer:")   # then its own completion follows
+            assert rollout.samples[other].texts[r].strip() in own   # the other agent's answer
+            assert own.rstrip().endswith(f"[Agent {i + 1}] answer:")   # then its own completion follows
+
+
+def test_the_centralized_critic_values_each_token_after_the_joint_context(make_cfg):
+    """Values read from the split input (shared prompts, then the answers) equal those of the whole
+    text run as one sequence."""
+    from magrpo.algos.core import RowBatch
+    from magrpo.algos.ippo import CriticInput, critic_values
+
+    cfg, agents, task, algo = _build(make_cfg, ["algo=mappo", *FAST])
+    rollout = team_rollout(agents, task, task.load("train")[:2], algo.sampling)
+    gen, tok = rollout.samples[0], agents[0].tokenizer
+    texts = algo.critic_prompts(rollout, 0)
+    inputs = CriticInput.encode(tok, texts, gen, 4096)
+    with torch.no_grad():
+        got = critic_values(algo.critics[0], agents[0], gen, inputs, slice(None), "cpu", True)
+        algo.critics[0].head.v.weight.normal_()      # a non-zero head, so values differ by position
+        got = critic_values(algo.critics[0], agents[0], gen, inputs, slice(None), "cpu", True)
+        for r in range(len(texts)):
+            ids = tok(texts[r][0], add_special_tokens=False).input_ids + tok(texts[r][1], add_special_tokens=False).input_ids
+            n = int(gen.completion_mask[r].sum())
+            one = RowBatch(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), None,
+                           gen.completion_ids[r:r + 1, :n], gen.completion_mask[r:r + 1, :n])
+            want = algo.critics[0].values(agents[0], one, False)[0]
+            assert torch.allclose(got[r, :n], want, atol=1e-5)
 
 
 def test_ippo_value_head_and_policy_both_move(make_cfg):

@@ -51,10 +51,11 @@ class C3Config(MAGRPOConfig):
 
 
 def first_answers(gen: Generation) -> Generation:
-    """The first sample of every prompt, as a Generation with one row per prompt."""
+    """The first sample of every prompt, as a Generation with one row per prompt (a copy: it costs
+    no generation time of its own)."""
     rows = torch.zeros(len(gen.texts), dtype=torch.bool)
     rows[::gen.num_generations] = True
-    return select_prompts(one_per_prompt(gen), rows)
+    return replace(select_prompts(one_per_prompt(gen), rows), seconds=0.0, sample_seconds=0.0)
 
 
 def counterfactual_rollouts(agents: list[Agent], task: Task, items: list[dict],
