@@ -4,6 +4,7 @@ where the README claims them, exact resume, end-to-end runs and config errors.
 Methods: iac / maac (CoLLM-DC / CC), at_grpo, dr_mas, c3, and MAGRPO's GSPO / DAPO options.
 """
 
+import functools
 import json
 import math
 
@@ -62,7 +63,7 @@ def test_gspo_on_policy_gradient_weights_each_token_by_one_over_the_length(make_
                                                     "algo.loss_agg=seq_mean_token_mean", *FAST])
         seed_everything(0)
         ep = algo.collect(task.load("train")[:2])
-        batch = next(algo.policy_batches(ep, lambda a: algo.role_advantages(a, ep)))
+        batch = next(algo.policy_batches(ep, functools.partial(algo.role_advantages, ep=ep)))
         algo._update(0, batch[2], batch[3])
         grads[level] = [p.detach().clone() for p in agents[0].model.parameters()]
     for a, b in zip(grads["token"], grads["sequence"]):
