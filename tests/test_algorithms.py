@@ -97,7 +97,8 @@ def test_the_centralized_critic_reads_every_agents_text(make_cfg):
     for i in range(2):
         texts = algo.critic_prompts(rollout, i)
         assert len(texts) == len(rollout.samples[i].texts)
-        for r, (shared, own) in enumerate(texts):
+        for r, (shared, pieces) in enumerate(texts):
+            own = "".join(p if isinstance(p, str) else agents[i].tokenizer.decode(p) for p in pieces)
             b, k = divmod(r, cfg.algo.num_generations)
             for j in range(2):
                 assert task.prompts(items[b], 2)[j].strip() in shared
@@ -123,7 +124,9 @@ def test_the_centralized_critic_values_each_token_after_the_joint_context(make_c
         algo.critics[0].head.v.weight.normal_()      # a non-zero head, so values differ by position
         got = critic_values(algo.critics[0], agents[0], gen, inputs, slice(None), "cpu", True)
         for r in range(len(texts)):
-            ids = tok(texts[r][0], add_special_tokens=False).input_ids + tok(texts[r][1], add_special_tokens=False).input_ids
+            ids = tok(texts[r][0], add_special_tokens=False).input_ids
+            for piece in texts[r][1]:
+                ids += tok(piece, add_special_tokens=False).input_ids if isinstance(piece, str) else piece
             n = int(gen.completion_mask[r].sum())
             one = RowBatch(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), None,
                            gen.completion_ids[r:r + 1, :n], gen.completion_mask[r:r + 1, :n])

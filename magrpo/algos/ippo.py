@@ -111,8 +111,10 @@ class CriticInput:
     offset: torch.Tensor          # [n] where the completion starts in the tail
 
     @classmethod
-    def encode(cls, tokenizer, texts: list[tuple[str, str]], gen: Generation, max_prefix: int) -> CriticInput:
-        """texts[r] = (prefix, middle) of row r; the tail ends with the row's own completion tokens."""
+    def encode(cls, tokenizer, texts: list[tuple[str, list[str | list[int]]]], gen: Generation,
+               max_prefix: int) -> CriticInput:
+        """texts[r] = (prefix, middle pieces) of row r, a piece being text or token ids; the tail
+        ends with the row's own completion tokens."""
         prefixes = list(dict.fromkeys(p for p, _ in texts))
         where = {p: k for k, p in enumerate(prefixes)}
         side = (tokenizer.padding_side, tokenizer.truncation_side)
@@ -122,7 +124,16 @@ class CriticInput:
                             max_length=max_prefix)
         finally:
             tokenizer.padding_side, tokenizer.truncation_side = side
-        middles = tokenizer([m for _, m in texts], add_special_tokens=False).input_ids
+        known: dict[str, list[int]] = {}
+
+        def ids(piece: str | list[int]) -> list[int]:
+            if isinstance(piece, str):
+                if piece not in known:
+                    known[piece] = tokenizer(piece, add_special_tokens=False).input_ids
+                return known[piece]
+            return list(piece)
+
+        middles = [[t for piece in m for t in ids(piece)] for _, m in texts]
         lengths = gen.completion_mask.sum(-1).long().tolist()
         tails = [mid + gen.completion_ids[r, :n].tolist() for r, (mid, n) in enumerate(zip(middles, lengths))]
         T = max(max(len(t) for t in tails), 1)
@@ -206,7 +217,7 @@ class IPPO(TeamAlgorithm):
         return AdaptiveKLController(self.algo.beta, None, 1)   # IPPO: a fixed coefficient
 
     # -- what the critic reads ------------------------------------------------------------------------
-    def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, str]] | None:
+    def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]] | None:
         """What the critic reads before agent i's completion, one (shared prefix, row text) pair per
         completion row (see CriticInput); None = the agent's own prompt (decentralised critic).
         MAPPO overrides this."""

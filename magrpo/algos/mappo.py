@@ -32,14 +32,18 @@ class MAPPOConfig(IPPOConfig):
             raise ConfigError(f"{prefix}joint_mode={node.joint_mode!r} is not allowed for mappo; choose: aligned")
 
 
-def joint_context(prompts: list[str], answers: list[str], agent: int) -> tuple[str, str]:
+def joint_context(prompts: list[str], answers: list[str | list[int]], agent: int) -> tuple[str, list[str | list[int]]]:
     """The centralised critic's view of one joint action from agent `agent`'s seat, in two parts:
     every agent's prompt (the same for all G samples of an item: it runs once per item, as the
-    actor's prompt does), then the other agents' answers and the cue of the agent's own answer
-    (its completion follows)."""
+    actor's prompt does), then the pieces of the other agents' answers and the cue of the agent's
+    own answer (its completion follows). An answer is its text, or its token ids when the critic
+    shares that agent's tokenizer (read as generated: no re-tokenization, no longer sequence)."""
     tasks = "\n\n".join(f"[Agent {j + 1}] task:\n{p.strip()}" for j, p in enumerate(prompts))
-    others = "".join(f"\n\n[Agent {j + 1}] answer:\n{a.strip()}" for j, a in enumerate(answers) if j != agent)
-    return tasks, f"{others}\n\n[Agent {agent + 1}] answer:\n"
+    pieces: list[str | list[int]] = []
+    for j, a in enumerate(answers):
+        if j != agent:
+            pieces += [f"\n\n[Agent {j + 1}] answer:\n", a.strip() if isinstance(a, str) else a]
+    return tasks, [*pieces, f"\n\n[Agent {agent + 1}] answer:\n"]
 
 
 @register_algo("mappo")
@@ -47,6 +51,14 @@ class MAPPO(IPPO):
     config_schema = MAPPOConfig
     centralized_critic = True
 
-    def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, str]]:
+    def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]]:
         # Aligned joint actions: completion row r of every agent is joint action r.
-        return [joint_context(p, a, i) for p, a in zip(rollout.prompts, rollout.completions)]
+        vocab = self.agents[i].tokenizer.get_vocab()
+        same = [a.tokenizer.get_vocab() == vocab for a in self.agents]
+        lengths = [g.completion_mask.sum(-1).long().tolist() for g in rollout.samples]
+        rows = []
+        for r, (p, texts) in enumerate(zip(rollout.prompts, rollout.completions)):
+            answers = [rollout.samples[j].completion_ids[r, :lengths[j][r]].tolist() if same[j] else texts[j]
+                       for j in range(len(texts))]
+            rows.append(joint_context(p, answers, i))
+        return rows
