@@ -39,15 +39,12 @@ import torch
 
 from magrpo import distributed
 from magrpo.algos.base import (
-    AlgoConfig,
-    agent_optimizer,
-    build_optimizer,
     clip_and_step,
     register_algo,
     update_phase,
 )
 from magrpo.algos.core import LOSS_AGG, AggContext, row_chunks, row_logprobs, shares_prompt
-from magrpo.algos.critics import TurnCritic
+from magrpo.algos.critics import CriticConfig, TurnCritic
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
 from magrpo.models import Agent, policy_agents
 from magrpo.rollout import Generation, Rollout, credit
@@ -56,11 +53,10 @@ from magrpo.tasks import Task
 
 
 @dataclass
-class IACConfig(AlgoConfig):
+class IACConfig(CriticConfig):
+    """critic_model (critic=model) may have its own tokenizer: a turn-level critic reads text."""
+
     name: str = "iac"
-    critic: str = option("head", choices=["head", "model"])       # head: on a policy's backbone; model: separate LM
-    critic_model: str = "builtin:tiny"                             # critic=model: any causal LM (its own tokenizer)
-    critic_lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = optimizer.lr")
     critic_type: str = option("v", choices=["v", "q"])             # V(h_t) or Q(h_t, a_t)
     reward: str = option("team", choices=["team", "individual"])
     cross_credit: str = option("mean", choices=["mean", "sum"])
@@ -118,15 +114,7 @@ class IAC(TeamAlgorithm):
         length = algo.max_prompt_length * (len(agents) if self.centralized else 1) + algo.max_new_tokens * len(agents)
         self.critics = [TurnCritic(algo.critic, p, algo.critic_model, length) for p in owners]
         super().__init__(cfg, agents, task)
-        total = cfg.max_steps
-        self.critic_optimizers, self.critic_schedulers = [], []
-        for owner, critic in zip(owners, self.critics):
-            copt = csch = None
-            if critic.kind != "head":
-                copt, csch = build_optimizer(list(critic.parameters()), agent_optimizer(cfg, owner.index), total,
-                                             lr=algo.critic_lr)
-            self.critic_optimizers.append(copt)
-            self.critic_schedulers.append(csch)
+        self.attach_critics(owners, algo.critic_lr)
 
     def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
         if policy >= len(self.critics) or self.critics[policy].kind != "head":
@@ -302,20 +290,6 @@ class IAC(TeamAlgorithm):
         loss, vmean = self._critic_loss(c, batch, 1.0)
         norm = clip_and_step(list(critic.parameters()), opt, sch, self.cfg.optimizer.max_grad_norm)
         return {"value_loss": loss, "value_mean": vmean, "grad_norm": norm, "lr": sch.get_last_lr()[0]}
-
-    # -- checkpoint state ---------------------------------------------------------------------------------
-    def extra_state(self) -> dict:
-        return {"critics": [c.state_dict() for c in self.critics],
-                "critic_optimizers": [o.state_dict() if o else None for o in self.critic_optimizers],
-                "critic_schedulers": [s.state_dict() if s else None for s in self.critic_schedulers]}
-
-    def load_extra_state(self, state: dict) -> None:
-        for c, s in zip(self.critics, state["critics"]):
-            c.load_state_dict(s)
-        for group in ("critic_optimizers", "critic_schedulers"):
-            for obj, s in zip(getattr(self, group), state[group]):
-                if obj is not None:
-                    obj.load_state_dict(s)
 
 
 @register_algo("maac")

@@ -10,11 +10,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
+from magrpo.algos.base import AlgoConfig
 from magrpo.algos.core import RowBatch, sequence_forward, shares_prompt
 from magrpo.models import Agent, resolve_model_path
-from magrpo.schema import ConfigError
+from magrpo.schema import ConfigError, option
+
+
+@dataclass
+class CriticConfig(AlgoConfig):
+    """`algo.*` keys of every algorithm with a learned critic (the PPO family, iac, maac)."""
+
+    critic: str = option("head", choices=["head", "model"])   # head: on a policy's backbone; model: separate LM
+    critic_model: str = "builtin:tiny"     # critic=model: the causal LM that carries its value head
+    critic_lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = optimizer.lr")
 
 
 class ValueHead(torch.nn.Module):

@@ -40,9 +40,6 @@ import torch
 
 from magrpo import distributed
 from magrpo.algos.base import (
-    AlgoConfig,
-    agent_optimizer,
-    build_optimizer,
     clip_and_step,
     register_algo,
     update_phase,
@@ -61,7 +58,7 @@ from magrpo.algos.core import (
     row_logprobs,
     shares_prompt,
 )
-from magrpo.algos.critics import Critic
+from magrpo.algos.critics import Critic, CriticConfig
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
 from magrpo.models import Agent, policy_agents
 from magrpo.rollout import Generation, Rollout
@@ -70,11 +67,10 @@ from magrpo.tasks import Task
 
 
 @dataclass
-class IPPOConfig(AlgoConfig):
+class IPPOConfig(CriticConfig):
+    """critic_model (critic=model) must share the actor's tokenizer: it values the actor's tokens."""
+
     name: str = "ippo"
-    critic: str = option("head", choices=["head", "model"])   # head: on the actor's backbone; model: separate LM
-    critic_model: str = "builtin:tiny"     # critic=model: a causal LM sharing the actor's tokenizer
-    critic_lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = optimizer.lr")
     reward: str = option("team", choices=["team", "individual"])
     cross_credit: str = option("mean", choices=["mean", "sum"])
     gamma: float = within(0, 1, 1.0)
@@ -195,15 +191,7 @@ class IPPO(TeamAlgorithm):
         # a head critic trains with its actor (and its adapter), a critic model has its own optimizer.
         self.critics = [Critic(algo.critic, p, algo.critic_model) for p in policy_agents(agents)]
         super().__init__(cfg, agents, task)
-        total = cfg.max_steps * self.steps_per_update()
-        self.critic_optimizers, self.critic_schedulers = [], []
-        for agent, critic in zip(self.policies, self.critics):
-            copt, csch = None, None
-            if critic.kind != "head":
-                copt, csch = build_optimizer(list(critic.parameters()), agent_optimizer(cfg, agent.index), total,
-                                             lr=algo.critic_lr)
-            self.critic_optimizers.append(copt)
-            self.critic_schedulers.append(csch)
+        self.attach_critics(self.policies, algo.critic_lr)
         self.kl_ctl = self.make_kl_controller()
 
     def steps_per_update(self) -> int:
@@ -366,16 +354,7 @@ class IPPO(TeamAlgorithm):
 
     # -- checkpoint state -------------------------------------------------------------------------------
     def extra_state(self) -> dict:
-        return {"critics": [c.state_dict() for c in self.critics],
-                "critic_optimizers": [o.state_dict() if o else None for o in self.critic_optimizers],
-                "critic_schedulers": [s.state_dict() if s else None for s in self.critic_schedulers],
-                "kl_ctl": self.kl_ctl.state_dict()}
+        return {"kl_ctl": self.kl_ctl.state_dict()}
 
     def load_extra_state(self, state: dict) -> None:
-        for c, s in zip(self.critics, state["critics"]):
-            c.load_state_dict(s)
-        for group in ("critic_optimizers", "critic_schedulers"):
-            for obj, s in zip(getattr(self, group), state[group]):
-                if obj is not None:
-                    obj.load_state_dict(s)
         self.kl_ctl.load_state_dict(state["kl_ctl"])

@@ -52,13 +52,19 @@ class MAPPO(IPPO):
     centralized_critic = True
 
     def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]]:
-        # Aligned joint actions: completion row r of every agent is joint action r.
+        """One critic input per completion row of agent i: the joint action it is part of (aligned:
+        row r is joint action r; in a sequential chain, the first leaf of the sample's subtree)."""
         vocab = self.agents[i].tokenizer.get_vocab()
         same = [a.tokenizer.get_vocab() == vocab for a in self.agents]
-        lengths = [g.completion_mask.sum(-1).long().tolist() for g in rollout.samples]
+        first = [int((rollout.joint[:, i] == s).nonzero()[0]) for s in range(rollout.per_item(i))]
+        prompts, completions = rollout.prompts, rollout.completions
         rows = []
-        for r, (p, texts) in enumerate(zip(rollout.prompts, rollout.completions)):
-            answers = [rollout.samples[j].completion_ids[r, :lengths[j][r]].tolist() if same[j] else texts[j]
-                       for j in range(len(texts))]
-            rows.append(joint_context(p, answers, i))
+        for b in range(rollout.num_items):
+            for j0 in first:
+                node = b * rollout.num_joint + j0
+                answers = []
+                for j, text in enumerate(completions[node]):
+                    g, r = rollout.samples[j], rollout.row(j, node)
+                    answers.append(g.completion_ids[r, :int(g.completion_mask[r].sum())].tolist() if same[j] else text)
+                rows.append(joint_context(prompts[node], answers, i))
         return rows

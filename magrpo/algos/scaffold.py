@@ -158,9 +158,24 @@ class TeamAlgorithm:
                                  total) for k, p in enumerate(self.policies)]
         self.optimizers = [o for o, _ in built]
         self.schedulers = [s for _, s in built]
+        # Critics (actor-critic methods): modules whose state the checkpoint carries; a separate
+        # critic model has its own optimizer (`attach_critics`), a head trains with its policy.
+        self.critics: list[torch.nn.Module] = getattr(self, "critics", [])
+        self.critic_optimizers: list[Any] = [None] * len(self.critics)
+        self.critic_schedulers: list[Any] = [None] * len(self.critics)
         # Dynamic sampling draws more items through this, when the training loop provides it:
         # refill(round, n) -> n items (magrpo.trainer); without it the same items are sampled again.
         self.refill: Callable[[int, int], list[dict]] | None = None
+
+    def attach_critics(self, owners: list[Agent], lr: float | None) -> None:
+        """An optimizer for each critic that is a separate model (`kind != "head"`), with the
+        settings of the policy it serves (`owners[k]`) and its own learning rate `lr` (null: the
+        policy's)."""
+        total = self.cfg.max_steps * self.steps_per_update()
+        for k, (owner, critic) in enumerate(zip(owners, self.critics)):
+            if critic.kind != "head":
+                self.critic_optimizers[k], self.critic_schedulers[k] = build_optimizer(
+                    list(critic.parameters()), agent_optimizer(self.cfg, owner.index), total, lr=lr)
 
     # -- hooks of the set-up ------------------------------------------------------------------------
     def steps_per_update(self) -> int:
@@ -207,12 +222,18 @@ class TeamAlgorithm:
         pass
 
     def state_dict(self) -> dict:
-        return {"optimizers": [o.state_dict() for o in self.optimizers],
-                "schedulers": [s.state_dict() for s in self.schedulers], **self.extra_state()}
+        state = {"optimizers": [o.state_dict() for o in self.optimizers],
+                 "schedulers": [s.state_dict() for s in self.schedulers]}
+        if self.critics:
+            state.update({"critics": [c.state_dict() for c in self.critics],
+                          "critic_optimizers": [o.state_dict() if o else None for o in self.critic_optimizers],
+                          "critic_schedulers": [s.state_dict() if s else None for s in self.critic_schedulers]})
+        return {**state, **self.extra_state()}
 
     def load_state_dict(self, state: dict) -> None:
-        for o, s in zip(self.optimizers, state["optimizers"]):
-            o.load_state_dict(s)
-        for sch, s in zip(self.schedulers, state["schedulers"]):
-            sch.load_state_dict(s)
+        for group in ("optimizers", "schedulers", *(("critics", "critic_optimizers", "critic_schedulers")
+                                                     if self.critics else ())):
+            for obj, s in zip(getattr(self, group), state[group]):
+                if obj is not None:
+                    obj.load_state_dict(s)
         self.load_extra_state(state)
