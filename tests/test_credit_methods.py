@@ -328,14 +328,19 @@ def test_every_method_resumes_exactly(make_cfg, tmp_path, method):
                 assert a[step][key] == b[step][key], (method, step, key)
 
 
-@pytest.mark.parametrize("algo,topology", [("iac", "simultaneous"), ("iac", "sequential"),
-                                           ("maac", "simultaneous"), ("at_grpo", "simultaneous"),
-                                           ("at_grpo", "sequential"), ("dr_mas", "simultaneous"),
-                                           ("dr_mas", "sequential"), ("c3", "sequential")])
+GSPO = ["algo.ratio_level=sequence", "algo.num_iterations=2"]
+DAPO = ["algo.dynamic_sampling=true", "algo.overlong_penalty=1.0", "algo.loss_agg=token_mean"]
+
+
+@pytest.mark.parametrize("algo,topology,extra", [
+    ("iac", "simultaneous", []), ("iac", "sequential", []), ("maac", "simultaneous", []),
+    ("at_grpo", "simultaneous", []), ("at_grpo", "sequential", []), ("dr_mas", "simultaneous", []),
+    ("dr_mas", "sequential", []), ("c3", "sequential", []), ("magrpo", "simultaneous", GSPO),
+    ("magrpo", "sequential", GSPO), ("magrpo", "simultaneous", DAPO), ("magrpo", "sequential", DAPO)])
 @pytest.mark.parametrize("task", ["signal", "tldr"])
-def test_every_method_runs_on_the_suite_and_a_paper_task(make_cfg, tmp_path, algo, topology, task):
+def test_every_method_runs_on_the_suite_and_a_paper_task(make_cfg, tmp_path, algo, topology, extra, task):
     out = tmp_path / "run"
-    run(make_cfg([f"algo={algo}", f"task={task}", f"algo.topology={topology}", "debug=smoke",
+    run(make_cfg([f"algo={algo}", f"task={task}", f"algo.topology={topology}", "debug=smoke", *extra,
                   "algo.max_new_tokens=8", "algo.num_generations=2", "algo.max_prompt_length=64"], out=str(out)))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["config"]["algo"] == algo
