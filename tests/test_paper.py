@@ -294,6 +294,86 @@ def test_a_column_where_every_row_ties_has_no_bold_in_md_csv_and_tex(tmp_path, c
     assert tex.count("\\textbf") == 1 and "\\textbf{1.000 $\\pm$ 0.000}" in tex and tex_problems(tex) == []
 
 
+def coordination_job(root: Path, task: str, label: str, seed: int, norm: float, entry: str = "train",
+                     tokens: float = 100.0, seqs: float = 16.0) -> Path:
+    """A coordination job: its final eval, an eval at steps 0 and 2, and two logged training steps
+    that each generated `tokens` tokens in 0.5 s and `seqs` sequences per item."""
+    final = {"reward_mean": norm, "normalized_return": norm, "reward/agreement": norm, "response_time_s": 0.1}
+    path = write_job(root / entry / f"{task}_{label}_s{seed}", task=task, label=label, seed=seed, job_type=entry,
+                     final=final, curve=None if entry == "eval" else {0: norm / 2, 2: norm})
+    if entry == "train":
+        with open(path / "metrics.jsonl", "a") as f:
+            for step in (1, 2):
+                f.write(json.dumps({"step": step, "train/completions/tokens": tokens, "time/step_s": 0.5,
+                                    "train/sequences_per_item": seqs}) + "\n")
+    return path
+
+
+def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_budget_curves(tmp_path, capsys):
+    from magrpo.table import collect
+    from magrpo.table.paper import budget_series, build
+
+    root = tmp_path / "sweep"
+    # Final norm. return per seed. Ranks by mean, ties sharing their places:
+    #   agree:  ippo 0.9 (1), magrpo 0.7 and ippo_individual 0.7 (2.5 each), untrained 0.1 (4)
+    #   cover:  magrpo 1.0 (1), ippo 0.5 (2), ippo_individual 0.4 (3), untrained 0.2 (4)
+    #   signal: ippo 0.9 (1), magrpo 0.3 (2), untrained 0.0 (3); no ippo_individual there
+    # Mean rank: ippo 4/3, magrpo 5.5/3, ippo_individual 5.5/2 (2 of 3 tasks), untrained 11/3.
+    values = {"agree": {"magrpo": [0.6, 0.7, 0.8], "ippo": [0.9] * 3, "ippo_individual": [0.7] * 3},
+              "cover": {"magrpo": [1.0] * 3, "ippo": [0.4, 0.5, 0.6], "ippo_individual": [0.4] * 3},
+              "signal": {"magrpo": [0.3] * 3, "ippo": [0.9] * 3}}
+    untrained = {"agree": 0.1, "cover": 0.2, "signal": 0.0}
+    for task, rows in values.items():
+        coordination_job(root, task, "untrained", 0, untrained[task], entry="eval")   # one seed: the mean alone
+        for label, seeds in rows.items():
+            for seed, v in enumerate(seeds):
+                # magrpo's seeds spend 100, 200, 300 tokens per step; dapo-like cost: 24 sequences per item
+                coordination_job(root, task, label, seed, v, tokens=100.0 * (seed + 1) if label == "magrpo" else 100.0,
+                                 seqs=24.0 if label == "ippo" else 16.0)
+    out = root / "table"
+    assert table_main([str(root), "--layout", "paper", "--out", str(out)]) == 0
+    md = out / "table.md"
+    header, rows = md_table(md, "### agree (coordination)")
+    assert header == ["method", "n", "norm. return", "agreement (pairs)", "cost (sequences/item/update)",
+                      "response time (s/item)"]
+    # [0.6, 0.7, 0.8]: mean 0.7, s = 0.1, t_{0.975, 2} = 4.3027 -> 4.3027 * 0.1 / sqrt(3) = 0.248
+    assert rows["MAGRPO"][:2] == ["3", "0.700 ± 0.248"]
+    assert rows["Untrained team"][:2] == ["1", "0.100"] and rows["Untrained team"][3] == "–"
+    assert rows["IPPO"][1] == "**0.900 ± 0.000**" and rows["IPPO"][3] == "24.000 ± 0.000"   # cost: never bold
+    text = md.read_text()
+    assert "95% confidence interval of the mean" in text and "mean ± sample standard deviation" not in text
+    assert "no `sequences_per_item`" not in text     # an evaluation spends no training budget: no gap to report
+    _, rows = md_table(md, "### cover (coordination)")
+    # [0.4, 0.5, 0.6]: the same s = 0.1 -> the same half-width
+    assert rows["IPPO"][1] == "0.500 ± 0.248"
+
+    # The overview: every method on every task, then the mean rank (1 = best); bold = best per line.
+    header, rows = md_table(md, "### coordination: norm. return on every task, and each method's mean rank")
+    assert header == ["task", "Untrained team", "IPPO", "IPPO, individual reward", "MAGRPO"]
+    assert rows["agree"] == ["0.100", "**0.900 ± 0.000**", "0.700 ± 0.000", "0.700 ± 0.248"]
+    assert rows["signal"][2] == "–"
+    assert rows["mean rank (1 = best)"] == ["3.67", "**1.33**", "2.75 (2/3)", "1.83"]
+    with open(out / "table.csv", newline="") as f:
+        csv_rows = {(r["task"], r["label"]): r for r in csv.DictReader(f)}
+    m = csv_rows[("agree", "magrpo")]
+    assert float(m["normalized_return_ci95"]) == pytest.approx(4.302652729749464 * 0.1 / math.sqrt(3))
+    assert float(m["rank"]) == 2.5 and float(m["mean_rank"]) == pytest.approx(5.5 / 3)
+    assert float(csv_rows[("agree", "ippo")]["sequences_per_item_mean"]) == 24.0
+    tex = (out / "table.tex").read_text()
+    assert tex.count("\\begin{tabular}") == 4 and tex_problems(tex) == []
+    assert "mean rank (1 = best) & 3.67 & \\textbf{1.33} & 2.75 (2/3) & 1.83" in tex
+
+    # Budget curves: norm. return against the seeds' mean cumulative tokens and update time.
+    (agree,) = [t for t in build(collect([root], out, False)[0]) if t.task == "agree"]
+    magrpo = next(r for r in agree.rows if r.label == "magrpo")
+    xs, ys, used = budget_series(magrpo, "train/completions/tokens")
+    assert used == 3 and xs == [0.0, 400.0] and ys == pytest.approx([0.35, 0.7])   # (200 + 400 + 600) / 3
+    assert budget_series(magrpo, "time/step_s")[0] == [0.0, 1.0]
+    for task in values:
+        for budget in ("tokens", "wall_time"):
+            assert (out / f"{task}_normalized_return_vs_{budget}.png").stat().st_size > 10_000
+
+
 def test_paper_layout_derives_normalized_return_from_each_runs_own_reward(tmp_path, capsys):
     """Runs whose evaluation did not report normalized_return: the table inverts total = raw * scale +
     shift with the run's own reward config, over the task's maximum for the run's number of answers."""
