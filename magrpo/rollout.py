@@ -369,6 +369,15 @@ def with_context(base: str | list[dict[str, str]], extend: Callable[[str], str])
     return [*base[:-1], {**base[-1], "content": extend(base[-1]["content"])}]
 
 
+def chain_prompt(task: Task, item: dict, agent: int, base: str | list[dict[str, str]],
+                 others: dict[int, str]) -> str | list[dict[str, str]]:
+    """Agent `agent`'s prompt (or conversation) in a chain, shown the answers `others` of the
+    agents before it (`Task.context_prompt`); the base prompt itself when there are none."""
+    if not others:
+        return base
+    return with_context(base, functools.partial(task.context_prompt, item, agent, own=None, others=others))
+
+
 def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases: list[list],
                       sampling: Sampling, levels: list[int]) -> list[Generation]:
     """Per agent, its samples down a chain: agent i answers every prefix of agents 1..i-1 (its
@@ -383,8 +392,7 @@ def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases:
         for b, item in enumerate(items):
             for row in ancestors:
                 others = {j: gens[j].texts[b * math.prod(levels[:j + 1]) + k] for j, k in enumerate(row)}
-                extend = functools.partial(task.context_prompt, item, i, own=None, others=others)
-                contexts.append(with_context(bases[b][i], extend) if others else bases[b][i])
+                contexts.append(chain_prompt(task, item, i, bases[b][i], others))
         convs = contexts if contexts and not isinstance(contexts[0], str) else None
         prompts = [c if isinstance(c, str) else transcript(c) for c in contexts]
         gens.append(generate(agent, prompts, replace(sampling, num_generations=levels[i]), convs))

@@ -17,5 +17,7 @@ from magrpo.algos import mappo as _mappo  # noqa: E402,F401  isort: skip
 from magrpo.algos import ppo as _ppo  # noqa: E402,F401  isort: skip
 from magrpo.algos import dr_mas as _dr_mas  # noqa: E402,F401  isort: skip
 from magrpo.algos import at_grpo as _at_grpo  # noqa: E402,F401  isort: skip
+from magrpo.algos import actor_critic as _actor_critic  # noqa: E402,F401  isort: skip
+from magrpo.algos import c3 as _c3  # noqa: E402,F401  isort: skip
 
 __all__ = ["ALGOS", "AlgoConfig", "Algorithm", "TeamSpec", "register_algo"]

@@ -96,12 +96,70 @@ class IPPOConfig(AlgoConfig):
 
 
 @dataclass
+class CriticInput:
+    """What a centralised critic reads before each completion row, split so that the part every
+    sample of a prompt shares (every agent's prompt) runs once per prompt, as the actor's prompt
+    does: a shared prefix per group, then per row a tail (the other agents' answers, then the
+    row's own completion). Values of the own completion's tokens sit at tail positions
+    offset[r] + t."""
+
+    prefix_ids: torch.Tensor      # [U, P] left-padded, one per distinct prefix
+    prefix_mask: torch.Tensor
+    index: torch.Tensor           # [n] row -> prefix
+    tail_ids: torch.Tensor        # [n, T] right-padded: the row's middle text, then its completion
+    tail_mask: torch.Tensor
+    offset: torch.Tensor          # [n] where the completion starts in the tail
+
+    @classmethod
+    def encode(cls, tokenizer, texts: list[tuple[str, list[str | list[int]]]], gen: Generation,
+               max_prefix: int) -> CriticInput:
+        """texts[r] = (prefix, middle pieces) of row r, a piece being text or token ids; the tail
+        ends with the row's own completion tokens."""
+        prefixes = list(dict.fromkeys(p for p, _ in texts))
+        where = {p: k for k, p in enumerate(prefixes)}
+        side = (tokenizer.padding_side, tokenizer.truncation_side)
+        tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
+        try:
+            enc = tokenizer(prefixes, return_tensors="pt", padding=True, truncation=True, add_special_tokens=False,
+                            max_length=max_prefix)
+        finally:
+            tokenizer.padding_side, tokenizer.truncation_side = side
+        known: dict[str, list[int]] = {}
+
+        def ids(piece: str | list[int]) -> list[int]:
+            if isinstance(piece, str):
+                if piece not in known:
+                    known[piece] = tokenizer(piece, add_special_tokens=False).input_ids
+                return known[piece]
+            return list(piece)
+
+        middles = [[t for piece in m for t in ids(piece)] for _, m in texts]
+        lengths = gen.completion_mask.sum(-1).long().tolist()
+        tails = [mid + gen.completion_ids[r, :n].tolist() for r, (mid, n) in enumerate(zip(middles, lengths))]
+        T = max(max(len(t) for t in tails), 1)
+        pad = tokenizer.pad_token_id
+        return cls(enc.input_ids, enc.attention_mask, torch.tensor([where[p] for p, _ in texts]),
+                   torch.tensor([t + [pad] * (T - len(t)) for t in tails]),
+                   torch.tensor([[1.0] * len(t) + [0.0] * (T - len(t)) for t in tails]),
+                   torch.tensor([len(m) for m in middles]))
+
+    def rows(self, rows: slice | torch.Tensor, device) -> tuple[RowBatch, torch.Tensor]:
+        r = torch.arange(self.index.shape[0])[rows]
+        used, inverse = torch.unique(self.index[r], return_inverse=True)
+        mask = self.prefix_mask[used]
+        keep = mask.any(0).nonzero()
+        start = int(keep[0]) if len(keep) else 0
+        batch = RowBatch(self.prefix_ids[used][:, start:].to(device), mask[:, start:].to(device), inverse.to(device),
+                         self.tail_ids[r].to(device), self.tail_mask[r].to(device))
+        return batch, self.offset[r].to(device)
+
+
+@dataclass
 class Batch:
     """One agent's rollout tensors for the PPO epochs (rows = completions)."""
 
     gen: Generation
-    critic_ids: torch.Tensor | None   # [n, Pc] what the critic reads before the completion; None = the agent's prompt
-    critic_mask: torch.Tensor | None
+    critic_input: CriticInput | None   # what a centralised critic reads; None = the agent's own prompt
     old_logp: torch.Tensor        # [n, C]
     old_values: torch.Tensor
     advantages: torch.Tensor
@@ -109,14 +167,17 @@ class Batch:
     mask: torch.Tensor
 
 
-def critic_rows(gen: Generation, critic_ids: torch.Tensor | None, critic_mask: torch.Tensor | None,
-                rows: slice | torch.Tensor, device) -> RowBatch:
-    """The critic's inputs for completion rows `rows`: the agent's own prompts (each run once when
-    shared), or one critic text per row (a centralised critic)."""
-    b = RowBatch.of(gen, rows, device)
-    if critic_ids is None:
-        return b
-    return RowBatch(critic_ids[rows], critic_mask[rows], None, b.completion_ids, b.completion_mask)
+def critic_values(critic: Critic, agent: Agent, gen: Generation, inputs: CriticInput | None,
+                  rows: slice | torch.Tensor, device, share_prompt: bool) -> torch.Tensor:
+    """[n, C] values before each completion token of rows `rows`: on the agent's own prompt, or on
+    a centralised critic's input (its completion tokens' positions gathered from the tail)."""
+    if inputs is None:
+        return critic.values(agent, RowBatch.of(gen, rows, device), share_prompt)
+    batch, offset = inputs.rows(rows, device)
+    tail = critic.values(agent, batch, share_prompt)                             # [n, T]
+    C = gen.completion_ids.shape[1]
+    at = (offset.unsqueeze(1) + torch.arange(C, device=device)).clamp(max=tail.shape[1] - 1)
+    return tail.gather(1, at)
 
 
 @register_algo("ippo")
@@ -156,9 +217,10 @@ class IPPO(TeamAlgorithm):
         return AdaptiveKLController(self.algo.beta, None, 1)   # IPPO: a fixed coefficient
 
     # -- what the critic reads ------------------------------------------------------------------------
-    def critic_prompts(self, rollout: Rollout, i: int) -> list[str] | None:
-        """Texts the critic reads before agent i's completion, one per completion row; None = the
-        agent's own prompt (decentralised critic). MAPPO overrides this."""
+    def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]] | None:
+        """What the critic reads before agent i's completion, one (shared prefix, row text) pair per
+        completion row (see CriticInput); None = the agent's own prompt (decentralised critic).
+        MAPPO overrides this."""
         return None
 
     # -- one training step ----------------------------------------------------------------------------
@@ -196,16 +258,19 @@ class IPPO(TeamAlgorithm):
         agent.activate()
         agent.model.eval()
         share = shares_prompt(agent.model, algo.share_prompt)
-        old_logp = rollout_logprobs(agent.model, gen, chunks, agent.temperature(algo.temperature), dev, share)
-        critic_ids = critic_mask = None
+        temperature = agent.temperature(algo.temperature)
+        if critic.kind == "head" and texts is None:     # one pass gives the log-probs and the head's values
+            outs = [row_logprobs(agent.model, gen, mb, temperature, dev, share, with_hidden=True) for mb in chunks]
+            old_logp = torch.cat([o[0] for o in outs])
+            old_values = torch.cat([critic.head(o[2]) for o in outs])
+        else:
+            old_logp = rollout_logprobs(agent.model, gen, chunks, temperature, dev, share)
+        inputs = None
         if texts is not None:
-            tok = agent.tokenizer
-            tok.truncation_side = "left"
-            enc = tok(texts, return_tensors="pt", padding=True, truncation=True, add_special_tokens=False,
-                      max_length=algo.max_prompt_length * max(len(self.agents), 1))
-            critic_ids, critic_mask = enc.input_ids.to(dev), enc.attention_mask.to(dev)
-        old_values = torch.cat([critic.values(agent, critic_rows(gen, critic_ids, critic_mask, mb, dev),
-                                              algo.share_prompt) for mb in chunks])
+            inputs = CriticInput.encode(agent.tokenizer, texts, gen, algo.max_prompt_length * max(len(self.agents), 1))
+        if not (critic.kind == "head" and texts is None):
+            old_values = torch.cat([critic_values(critic, agent, gen, inputs, mb, dev, algo.share_prompt)
+                                    for mb in chunks])
         # r_t: the return at the last completion token, a KL penalty to the reference at every token
         token_rewards = torch.zeros_like(mask)
         last = (mask.sum(-1).long() - 1).clamp(min=0)
@@ -229,7 +294,7 @@ class IPPO(TeamAlgorithm):
         if algo.whiten_advantages:
             adv = masked_whiten(adv, mask)
         agent.model.train()
-        return Batch(gen, critic_ids, critic_mask, old_logp, old_values, adv, returns, mask), stats
+        return Batch(gen, inputs, old_logp, old_values, adv, returns, mask), stats
 
     @update_phase
     def _update(self, i: int, b: Batch) -> dict[str, float]:
@@ -237,8 +302,11 @@ class IPPO(TeamAlgorithm):
         opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
                                 self.critic_schedulers[i])
         dev, gen = agent.device, b.gen
-        rows = b.mask.shape[0]
-        mini = math.ceil(rows / algo.num_mini_batches)
+        rows, G = b.mask.shape[0], gen.num_generations
+        # Mini-batches of whole groups (the G samples of a prompt), shuffled, so that each prompt
+        # runs once per mini-batch (the shared prompt pass), as in the actor's generation.
+        groups = rows // G
+        mini = math.ceil(groups / algo.num_mini_batches) * G
         shared_forward = critic.kind == "head" and not self.centralized_critic
         # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`.
         params = agent.trainable_parameters() + (list(critic.parameters()) if copt is None else [])
@@ -250,7 +318,8 @@ class IPPO(TeamAlgorithm):
         share = shares_prompt(agent.model, algo.share_prompt)
         for _ in range(algo.ppo_epochs):
             epoch_kl, epoch_tokens = 0.0, 0.0
-            for idx in torch.randperm(rows).split(mini):
+            order = (torch.randperm(groups).unsqueeze(1) * G + torch.arange(G)).flatten()
+            for idx in order.split(mini):
                 opt.zero_grad(set_to_none=True)
                 if copt is not None:
                     copt.zero_grad(set_to_none=True)
@@ -262,8 +331,8 @@ class IPPO(TeamAlgorithm):
                     out = row_logprobs(agent.model, gen, r, agent.temperature(algo.temperature), dev, share, with_entropy=True,
                                        with_hidden=shared_forward, entropy_grad=algo.ent_coef > 0)
                     logp, entropy = out[0], out[1]
-                    values = critic.head(out[2]) if shared_forward else critic.values(
-                        agent, critic_rows(gen, b.critic_ids, b.critic_mask, r, dev), algo.share_prompt)
+                    values = critic.head(out[2]) if shared_forward else critic_values(
+                        critic, agent, gen, b.critic_input, r, dev, algo.share_prompt)
                     pg, clipped = clipped_surrogate(logp, b.old_logp[r], b.advantages[r], algo.epsilon, algo.epsilon)
                     vl, vclipped = clipped_value_loss(values, b.old_values[r], b.returns[r], algo.cliprange_value)
                     token_loss = pg + algo.vf_coef * vl - algo.ent_coef * entropy

@@ -1,9 +1,11 @@
 """MAPPO: IPPO with a centralised critic per agent (Yu et al., 2022, for LLM teams).
 
 The actors stay decentralised (each sees only its own prompt); each agent's critic reads the whole
-joint action -- every agent's prompt and completion in a fixed template, ending with the agent's
-own prompt -- and predicts the team return at every token of the agent's completion:
-    V_i(s_t) = V_i(prompt_1, answer_1, ..., prompt_N, answer_{-i}, prompt_i, answer_i[:t]).
+joint action -- every agent's prompt, then the other agents' answers, then the agent's own
+completion -- and predicts the team return at every token of the agent's completion:
+    V_i(s_t) = V_i(prompt_1, ..., prompt_N, answer_{-i}, answer_i[:t]).
+The prompts are the same for the G samples of an item, so they run once per item (the shared
+prompt pass); only the answers are read per sample (ippo.CriticInput).
 Everything else (GAE, clipped surrogate and value loss, epochs) is IPPO's (ippo.py).
 """
 
@@ -30,12 +32,18 @@ class MAPPOConfig(IPPOConfig):
             raise ConfigError(f"{prefix}joint_mode={node.joint_mode!r} is not allowed for mappo; choose: aligned")
 
 
-def joint_context(prompts: list[str], answers: list[str], agent: int) -> str:
-    """The centralised critic's view of one joint action, from agent `agent`'s seat."""
-    parts = [f"[Agent {j + 1}] task:\n{p.strip()}\n[Agent {j + 1}] answer:\n{a.strip()}"
-             for j, (p, a) in enumerate(zip(prompts, answers)) if j != agent]
-    parts.append(f"[Agent {agent + 1}] task:\n{prompts[agent].strip()}\n[Agent {agent + 1}] answer:\n")
-    return "\n\n".join(parts)
+def joint_context(prompts: list[str], answers: list[str | list[int]], agent: int) -> tuple[str, list[str | list[int]]]:
+    """The centralised critic's view of one joint action from agent `agent`'s seat, in two parts:
+    every agent's prompt (the same for all G samples of an item: it runs once per item, as the
+    actor's prompt does), then the pieces of the other agents' answers and the cue of the agent's
+    own answer (its completion follows). An answer is its text, or its token ids when the critic
+    shares that agent's tokenizer (read as generated: no re-tokenization, no longer sequence)."""
+    tasks = "\n\n".join(f"[Agent {j + 1}] task:\n{p.strip()}" for j, p in enumerate(prompts))
+    pieces: list[str | list[int]] = []
+    for j, a in enumerate(answers):
+        if j != agent:
+            pieces += [f"\n\n[Agent {j + 1}] answer:\n", a.strip() if isinstance(a, str) else a]
+    return tasks, [*pieces, f"\n\n[Agent {agent + 1}] answer:\n"]
 
 
 @register_algo("mappo")
@@ -43,6 +51,14 @@ class MAPPO(IPPO):
     config_schema = MAPPOConfig
     centralized_critic = True
 
-    def critic_prompts(self, rollout: Rollout, i: int) -> list[str]:
+    def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]]:
         # Aligned joint actions: completion row r of every agent is joint action r.
-        return [joint_context(p, a, i) for p, a in zip(rollout.prompts, rollout.completions)]
+        vocab = self.agents[i].tokenizer.get_vocab()
+        same = [a.tokenizer.get_vocab() == vocab for a in self.agents]
+        lengths = [g.completion_mask.sum(-1).long().tolist() for g in rollout.samples]
+        rows = []
+        for r, (p, texts) in enumerate(zip(rollout.prompts, rollout.completions)):
+            answers = [rollout.samples[j].completion_ids[r, :lengths[j][r]].tolist() if same[j] else texts[j]
+                       for j in range(len(texts))]
+            rows.append(joint_context(p, answers, i))
+        return rows

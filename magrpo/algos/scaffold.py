@@ -99,6 +99,13 @@ class Episode:
                                for lv in root.levels()]
         return self._shares[k]
 
+    def turn_shares(self, level: Rollout, agent: int) -> torch.Tensor:
+        """[B_t, J] agent `agent`'s own share of each joint reward of one turn (`individual_rewards`)."""
+        key = id(level)
+        if key not in self.cache:
+            self.cache[key] = torch.tensor(self.task.individual_rewards(level.scores, self.num_agents))
+        return self.cache[key][:, agent].view(level.num_items, -1)
+
     def generation(self, agent: Agent) -> Generation:
         """The agent's samples of every turn of every tree as one Generation (rows in `levels()` order)."""
         return concat_generations([lv.samples[agent.index] for lv in self.levels()], agent.tokenizer.pad_token_id)
