@@ -19,8 +19,8 @@ MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled b
   multi-turn     the normalized return after turn 1 and after the final turn (when any run of
                  the table has more than one turn)
   trained rows   cost: generated sequences per item per update (`train/sequences_per_item`, the mean
-                 over a run's steps), where any run logged it: the matched budget's exception
-                 (DAPO's refills, C3's counterfactuals)
+                 over a run's steps), where any run logged it: what differs where a method's
+                 sampling does (DAPO's refills, C3's counterfactual alternatives)
   every task     response time: generation seconds per item (lower is better)
 
 A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; in the
@@ -137,8 +137,8 @@ NORM_NOTE = ("norm. return = the raw reward, (total - reward.shift) / reward.sca
 BOLD_NOTE = ("Bold: the best mean of its column (the lowest for response time); a column where every row "
              "ties has none.")
 COST_NOTE = ("cost = generated sequences per item per update (the mean over a run's steps of "
-             "`train/sequences_per_item`): every row draws num_generations answers per agent per item, more for DAPO's "
-             "refills and C3's counterfactuals.")
+             "`train/sequences_per_item`): every row draws num_generations answers per agent per item (a sequential "
+             "team: per prefix), unless its sampling differs: DAPO's refills, C3's counterfactual alternatives.")
 RANK_NOTE = ("Mean rank: a method's place on each task by mean norm. return among the rows of that task (1 = best; "
              "ties share the mean of their places), averaged over the tasks it ran; (k/m) marks one that ran k of "
              "the m tasks.")
