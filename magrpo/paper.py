@@ -434,6 +434,11 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--record-tuning records the tuning sweeps of a table run: give its --out and its --tune-trials")
     if args.tune_trials == 0 or args.only == "eval":
         return
+    import importlib.util
+
+    if not args.dry_run and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        p.error(f"--tune-trials {args.tune_trials} runs Hydra's Optuna sweeper, which is not installed here: "
+                "pip install -e '.[optuna]'")
     trained, _ = runnable(args.table, "train", args)
     bare = [f"paper/{task}/{row}" for task, row in trained if not tune_space(task, row)]
     if bare:

@@ -704,6 +704,8 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
     """One task, two rows, two trials each, end to end (tiny: 2 steps, 2 eval items)."""
     from magrpo.paper import main as paper_main
 
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")     # the `optuna` extra (in `dev`)
+
     root = tmp_path / "sweep"
     rc = paper_main(["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--tune-trials", "2",
                      "--seeds", "0", "--launcher", "basic", "--out", str(root),
