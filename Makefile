@@ -12,6 +12,7 @@ TABLE ?= writing
 SCALE ?= paper
 SEEDS ?= 0,1,2
 JOBS ?= 2
+TUNE ?= 0
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
@@ -54,8 +55,8 @@ sweep: setup ## an example multirun sweep: 3 seeds x 2 advantage estimators
 table: setup ## tables (md/csv/tex) and learning curves from run directories: RUNS=... OUT=...
 	$(VENV)/bin/magrpo-table $(RUNS) --out $(OUT) $(ARGS)
 
-paper: setup ## one table of the paper: TABLE=writing|coding|maporl SCALE=paper|tiny SEEDS=0,1,2 JOBS=2
-	$(PY) -m magrpo.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) $(ARGS)
+paper: setup ## one table of the paper: TABLE=writing|coding|maporl|coordination SCALE=paper|tiny SEEDS=0,1,2 JOBS=2 TUNE=0
+	$(PY) -m magrpo.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) --tune-trials $(TUNE) $(ARGS)
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check magrpo scripts tests

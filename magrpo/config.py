@@ -190,6 +190,9 @@ class TrainSchema:
     output_dir: str = "outputs/run"
     label: str | None = None             # the method's name in tables and W&B (a paper row); null = the algo
     optimized_metric: str | None = None  # final-eval metric returned to a sweeper; null = the task's primary metric
+    # A paper row's search space for `magrpo-paper --tune-trials K` (override key -> Optuna sweeper
+    # spec); inert in a run itself.
+    tune: dict[str, str] | None = None
     agents: AgentsSchema = field(default_factory=AgentsSchema)
     task: Any = None
     reward: Any = None

@@ -24,17 +24,33 @@ Every command is printed before it runs, and `--dry-run` prints them only, as a 
 `#` comment lines say what each step is, the commands carry the interpreter and every argument
 shell-quoted (Hydra's `${...}` interpolations stay literal), so the output can be pasted into a
 shell or piped to `sh` as it is.
+
+`--tune-trials K` gives every trained row the same tuning budget before its seeds run: per (task,
+row), K trials of Hydra's Optuna sweeper (TPE, sampler seed 0) on seed 0 over the search space in
+the row's config (`tune:`, its learning rate and one more key), maximizing the final evaluation's
+normalized return; then the seeds run at each row's best values:
+
+    tuning/<task>_<row>/                 the Optuna sweep: trial runs, optimization_results.yaml
+    tuning/<task>_<row>.json             its record: space, trials, best (magrpo-table --tuning reads it)
+    tuning/conf/experiment/tuned/<task>/<row>.yaml   the row at its best values (what the seeds run)
+
+A row whose algorithm this version does not register (magrpo.algos.ALGOS) is left out of the
+sweeps with a warning, so a table whose newest rows are still being written runs the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import json
+import re
 import shlex
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PROG = "magrpo-paper"
 
@@ -63,28 +79,85 @@ def _rows(evals: tuple[str, ...], trains: tuple[str, ...]) -> tuple[Row, ...]:
     return tuple(Row(n, "eval") for n in evals) + tuple(Row(n, "train") for n in trains)
 
 
+# The methods added to every table of trained rows besides the paper's own baselines: MAGRPO's GSPO
+# and DAPO options, AT-GRPO, Dr. MAS, and the actor-critic baselines MAAC and IAC.
+NEWER = ("maac", "iac", "at_grpo", "dr_mas", "gspo", "dapo")
+
 TABLES: dict[str, PaperTable] = {
     "writing": PaperTable(("tldr", "arxiv"),
-                          _rows(PROMPTING, ("grpo", "ppo", "ippo", "mappo", "magrpo"))),
+                          _rows(PROMPTING, ("grpo", "ppo", "ippo", "mappo", "magrpo", *NEWER))),
     "coding": PaperTable(("humaneval", "coophumaneval", "mbpp"),
-                         _rows(PROMPTING, ("grpo", "ppo", "ippo", "magrpo",
+                         _rows(PROMPTING, ("grpo", "ppo", "ippo", "magrpo", *NEWER,
                                            *(f"magrpo_2turn_{m}" for m in FEEDBACK_MODES)))),
     "maporl": PaperTable(("maporl_qa",), _rows(("untrained_discussion",), ("magrpo", "ippo"))),
-    # The coordination suite (magrpo/tasks/coordination); signal's reward does not split per agent.
+    # The coordination suite (magrpo/tasks/coordination): every method at matched budgets (README).
+    # signal's reward does not split per agent, so it has no individual-reward IPPO; and it is played
+    # by a sequential team, which MAAC's centralized critic of the joint state does not allow.
     "coordination": PaperTable(("agree", "cover", "signal"),
-                               _rows(("untrained",), ("magrpo", "ippo", "ippo_individual", "mappo", "grpo")),
-                               skip=frozenset({("signal", "ippo_individual")}), scaled=False),
+                               _rows(("untrained",), ("magrpo", "ippo", "ippo_individual", "mappo", "grpo",
+                                                      *NEWER, "c3")),
+                               skip=frozenset({("signal", "ippo_individual"), ("signal", "maac")}), scaled=False),
 }
 SCALES = ("paper", "tiny")
 # Launchers with a parallel-jobs knob; `basic` runs the jobs one after another in one process.
 JOBS_KEY = {"joblib": "hydra.launcher.n_jobs"}
 
 
-def experiments(table: str, entry: str) -> list[str]:
-    """The `experiment=` options of one table's rows that run through `entry` (eval or train)."""
+# What every tuning maximizes: the final evaluation's normalized return (the tables' first column).
+OBJECTIVE = "normalized_return"
+
+
+def cells(table: str, entry: str, tasks: list[str] | None = None, rows: list[str] | None = None) -> list[tuple[str, str]]:
+    """(task, row) of one table's rows that run through `entry` (eval or train), optionally only
+    those of `tasks` and `rows`."""
     t = TABLES[table]
-    return [f"paper/{task}/{row.name}" for task in t.tasks for row in t.rows
-            if row.entry == entry and (task, row.name) not in t.skip]
+    return [(task, row.name) for task in t.tasks for row in t.rows
+            if row.entry == entry and (task, row.name) not in t.skip
+            and (tasks is None or task in tasks) and (rows is None or row.name in rows)]
+
+
+def experiments(table: str, entry: str, tasks: list[str] | None = None, rows: list[str] | None = None) -> list[str]:
+    """The `experiment=` options of one table's rows that run through `entry` (eval or train)."""
+    return [f"paper/{task}/{row}" for task, row in cells(table, entry, tasks, rows)]
+
+
+@functools.cache
+def row_config(task: str, row: str) -> dict[str, Any]:
+    """A row's own file, conf/experiment/paper/<task>/<row>.yaml, as written (not composed)."""
+    import yaml
+
+    from magrpo.launch import CONF_DIR
+
+    return yaml.safe_load((Path(CONF_DIR) / "experiment" / "paper" / task / f"{row}.yaml").read_text()) or {}
+
+
+def row_algo(task: str, row: str) -> str:
+    """The algorithm a trained row runs: its `override /algo:` (train.yaml's default otherwise)."""
+    for entry in row_config(task, row).get("defaults") or []:
+        if isinstance(entry, dict) and "override /algo" in entry:
+            return str(entry["override /algo"])
+    return "magrpo"
+
+
+def registered(algo: str) -> bool:
+    from magrpo.algos import ALGOS
+
+    return algo in ALGOS
+
+
+def tune_space(task: str, row: str) -> dict[str, str]:
+    """A row's search space (`tune:` in its config): override key -> Optuna sweeper spec."""
+    return {str(k): str(v) for k, v in (row_config(task, row).get("tune") or {}).items()}
+
+
+def runnable(table: str, entry: str, args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str]]:
+    """The (task, row) cells that run, and the experiments left out because this version does not
+    register their algorithm (yet: a row may be written before its algorithm lands)."""
+    found = cells(table, entry, args.tasks, args.rows)
+    if entry == "eval":
+        return found, []
+    ok = [(task, row) for task, row in found if registered(row_algo(task, row))]
+    return ok, [f"paper/{task}/{row} (algo={row_algo(task, row)})" for task, row in found if (task, row) not in ok]
 
 
 def for_every_job(overrides: list[str]) -> list[str]:
@@ -103,7 +176,9 @@ def for_every_job(overrides: list[str]) -> list[str]:
 
 
 def sweep_command(entry: str, exps: list[str], seeds: str, scale: str, group: str, sweep_dir: Path,
-                  launcher: str, jobs: int, overrides: list[str]) -> list[str]:
+                  launcher: str, jobs: int, overrides: list[str], extra: list[str] | None = None) -> list[str]:
+    """One Hydra multirun: `exps` x `seeds` through magrpo-eval or magrpo-train. `extra`: Hydra
+    overrides of the driver's own (the tuned configs' search path), before the user's."""
     module = {"eval": "magrpo.evaluate", "train": "magrpo.train"}[entry]
     cmd = [sys.executable, "-m", module, "-m", f"experiment={','.join(exps)}", f"seed={seeds}",
            f"scale={scale}", f"logger.group={group}", f"hydra.sweep.dir={sweep_dir}",
@@ -112,28 +187,211 @@ def sweep_command(entry: str, exps: list[str], seeds: str, scale: str, group: st
            f"hydra/launcher={launcher}"]
     if launcher in JOBS_KEY:
         cmd.append(f"{JOBS_KEY[launcher]}={jobs}")
-    return cmd + for_every_job(overrides)
+    return cmd + list(extra or []) + for_every_job(overrides)
 
 
-def table_command(root: Path) -> list[str]:
-    """magrpo-table over the whole sweep directory, in the paper layout (run in this process)."""
-    return [sys.executable, "-m", "magrpo.table", str(root), "--layout", "paper", "--out", str(root / "table")]
+def tuning_dir(root: Path) -> Path:
+    return root / "tuning"
+
+
+def tuned_conf_dir(root: Path) -> Path:
+    """A config search path holding experiment/tuned/<task>/<row>.yaml: each row at its best values."""
+    return tuning_dir(root) / "conf"
+
+
+def tune_command(task: str, row: str, trials: int, scale: str, group: str, sweep_dir: Path, launcher: str,
+                 jobs: int, overrides: list[str]) -> list[str]:
+    """K trials of Hydra's Optuna sweeper on seed 0 over the row's `tune:` space. The sweeper reads
+    a sweep override (`key=interval(...)`, `key=choice(...)`, `tag(log, ...)`) as a distribution; the
+    value each trial returns is optimized_metric of its final evaluation (magrpo.train.sweep_value)."""
+    parallel = jobs if launcher in JOBS_KEY else 1     # trials asked per batch = trials run at once
+    cmd = [sys.executable, "-m", "magrpo.train", "-m", f"experiment=paper/{task}/{row}", "seed=0",
+           f"scale={scale}", f"logger.group={group}", f"hydra.sweep.dir={sweep_dir}",
+           "hydra.sweep.subdir=${hydra.job.num}", f"hydra/launcher={launcher}"]
+    if launcher in JOBS_KEY:
+        cmd.append(f"{JOBS_KEY[launcher]}={jobs}")
+    cmd += ["hydra/sweeper=optuna", f"hydra.sweeper.n_trials={trials}", f"hydra.sweeper.n_jobs={parallel}",
+            "hydra.sweeper.direction=maximize", f"hydra.sweeper.study_name={task}_{row}",
+            "hydra.sweeper.sampler.seed=0", f"optimized_metric={OBJECTIVE}",
+            "save_final=false"]      # a trial's weights are not kept: its seed-0 score is all it gives
+    return cmd + for_every_job(overrides) + [f"{k}={v}" for k, v in tune_space(task, row).items()]
+
+
+def record_command(args: argparse.Namespace, root: Path) -> list[str]:
+    """The step between the tuning sweeps and the seeds (run in this process; a command in --dry-run)."""
+    cmd = [sys.executable, "-m", "magrpo.paper", args.table, "--out", str(root), "--tune-trials", str(args.tune_trials)]
+    if args.tasks:
+        cmd += ["--tasks", ",".join(args.tasks)]
+    if args.rows:
+        cmd += ["--rows", ",".join(args.rows)]
+    return cmd + ["--record-tuning"]
+
+
+def table_command(root: Path, tuning: Path | None = None) -> list[str]:
+    """magrpo-table over the whole sweep directory, in the paper layout (run in this process); with
+    `tuning`, its records become tuning.md and its trials stay out of the table."""
+    cmd = [sys.executable, "-m", "magrpo.table", str(root), "--layout", "paper", "--out", str(root / "table")]
+    return cmd + (["--tuning", str(tuning)] if tuning is not None else [])
+
+
+def hydra_quoted(text: str) -> str:
+    """`text` as one quoted value of Hydra's override grammar (a path with spaces or commas): a
+    quote is escaped, and so is each backslash of a run that precedes a quote or the closing one."""
+    return "'" + re.sub(r"(\\*)('|$)", lambda m: m.group(1) * 2 + ("\\'" if m.group(2) else ""), text) + "'"
 
 
 def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]]]:
-    """(step, what it does, argv) of every command the table needs, in order: the sweeps, then
-    the table."""
+    """(step, what it does, argv) of every command the table needs, in order: with --tune-trials,
+    the tuning sweeps and their record; the sweeps; then the table."""
     steps = []
+    scale = args.scale if TABLES[args.table].scaled else "paper"     # "paper" changes nothing
+    trained, _ = runnable(args.table, "train", args)
+    tune = args.tune_trials > 0 and args.only != "eval" and bool(trained)
+    if tune:
+        for task, row in trained:
+            sweep_dir = tuning_dir(root) / f"{task}_{row}"
+            keys = ", ".join(tune_space(task, row))
+            steps.append(("tune", f"tune: {task}/{row}: {args.tune_trials} Optuna trial(s) on seed 0 over {keys} "
+                                  f"-> {sweep_dir}",
+                          tune_command(task, row, args.tune_trials, scale, f"{root.name}-tuning", sweep_dir,
+                                       args.launcher, args.jobs, args.overrides)))
+        steps.append(("record", f"record: each tuning's best values (its optimization_results.yaml) -> "
+                                f"{tuning_dir(root)}/<task>_<row>.json and the rows at those values, "
+                                f"{tuned_conf_dir(root)}/experiment/tuned/<task>/<row>.yaml",
+                      record_command(args, root)))
     for entry in ("eval", "train"):
-        exps = experiments(args.table, entry)
-        if not exps or args.only not in (None, entry):
+        found = runnable(args.table, entry, args)[0]
+        if not found or args.only not in (None, entry):
             continue
-        scale = args.scale if TABLES[args.table].scaled else "paper"     # "paper" changes nothing
+        extra = []
+        if entry == "train" and tune:      # the seeds run each row at its tuned values
+            exps = [f"tuned/{task}/{row}" for task, row in found]
+            extra = [f"hydra.searchpath=[{hydra_quoted('file://' + str(tuned_conf_dir(root).resolve()))}]"]
+        else:
+            exps = [f"paper/{task}/{row}" for task, row in found]
         cmd = sweep_command(entry, exps, args.seeds, scale, root.name, root / entry, args.launcher, args.jobs,
-                            args.overrides)
-        steps.append((entry, f"{entry}: {len(exps)} row(s) x seeds {args.seeds} -> {root / entry}", cmd))
-    steps.append(("table", f"table: magrpo-table --layout paper -> {root / 'table'}", table_command(root)))
+                            args.overrides, extra)
+        what = f"{entry}: {len(exps)} row(s) x seeds {args.seeds}" + (" at their tuned values" if extra else "")
+        steps.append((entry, f"{what} -> {root / entry}", cmd))
+    steps.append(("table", f"table: magrpo-table --layout paper -> {root / 'table'}",
+                  table_command(root, tuning_dir(root) if tune else None)))
     return steps
+
+
+# -- tuning: from the sweeper's output to the configs the seeds run ----------------------------------
+
+
+def _scalar(text: Any) -> Any:
+    """An override's value as the trial ran it: int, float, or the text (a choice's string)."""
+    if not isinstance(text, str):
+        return text
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def read_trials(sweep_dir: Path, space: dict[str, str]) -> list[dict[str, Any]]:
+    """The trials of one tuning sweep, from its job directories (<n>/): the values the sweeper gave
+    each (`.hydra/overrides.yaml`) and the objective its final evaluation reached (summary.json)."""
+    import yaml
+
+    from magrpo.table import natural_key
+
+    trials = []
+    jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()] if sweep_dir.is_dir() else []
+    for d in sorted(jobs, key=lambda p: natural_key(p.name)):
+        overrides = d / ".hydra" / "overrides.yaml"
+        given = yaml.safe_load(overrides.read_text()) if overrides.exists() else []
+        params = {}
+        for o in given or []:
+            key, _, value = str(o).partition("=")
+            if key.lstrip("+") in space:
+                params[key.lstrip("+")] = _scalar(value)
+        try:
+            summary = json.loads((d / "summary.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            summary = {}
+        value = (summary.get("final_eval") or {}).get(OBJECTIVE)
+        trials.append({"number": int(d.name), "params": params, "value": value,
+                       "status": summary.get("status", "missing"), "dir": d.name})
+    return trials
+
+
+def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any]) -> None:
+    """experiment/tuned/<task>/<row>.yaml: the row's own config with its best values on top."""
+    import yaml
+
+    values: dict[str, Any] = {}
+    for key, value in best.items():
+        *parents, leaf = key.split(".")
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    what = "at the best values of its tuning" if best else "at its own values (its tuning found none)"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# @package _global_\n# {task}/{row} {what} (tuning/{task}_{row}.json), written by {PROG}:\n"
+                    f"# the configuration every seed of this row runs.\n"
+                    + yaml.safe_dump({"defaults": [f"/experiment/paper/{task}/{row}@_here_", "_self_"], **values},
+                                     sort_keys=False))
+
+
+def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: int) -> list[str]:
+    """For each tuned (task, row): tuning/<task>_<row>.json (space, trials, best) and the tuned
+    config its seeds run. The best values are the sweeper's (optimization_results.yaml); a sweep
+    without that file (it stopped early) leaves the row at its own values. Returns what went wrong."""
+    import yaml
+
+    problems = []
+    for task, row in tuned:
+        space = tune_space(task, row)
+        sweep_dir = tuning_dir(root) / f"{task}_{row}"
+        results = sweep_dir / "optimization_results.yaml"
+        best, error = None, None
+        if results.exists():
+            found = yaml.safe_load(results.read_text()) or {}
+            best = {"params": {str(k): _scalar(v) for k, v in (found.get("best_params") or {}).items()},
+                    "value": _scalar(found.get("best_value"))}
+        else:
+            error = (f"no {results}: the tuning sweep did not finish (a trial that fails stops the Optuna sweeper); "
+                     "the seeds run at the row's own values")
+            problems.append(f"tuning {task}/{row}: {error}")
+        record = {"task": task, "row": row, "experiment": f"paper/{task}/{row}", "objective": OBJECTIVE,
+                  "direction": "maximize", "seed": 0, "n_trials": trials, "space": space,
+                  "trials": read_trials(sweep_dir, space), "best": best, "error": error,
+                  "sweep_dir": str(sweep_dir)}
+        path = tuning_dir(root) / f"{task}_{row}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
+        write_tuned_config(tuned_conf_dir(root) / "experiment" / "tuned" / task / f"{row}.yaml", task, row,
+                           best["params"] if best else {})
+        shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in (best["params"] if best else {}).items())
+        print(f"{PROG}: {task}/{row}: " + (f"best {shown} ({OBJECTIVE} {best['value']})" if best else error),
+              flush=True)
+    return problems
+
+
+def _count(minimum: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number; {what}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value}: {what}")
+        return value
+    return parse
+
+
+def _names(text: str) -> list[str]:
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError("expected a comma-separated list, got nothing")
+    return items
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,21 +405,74 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--launcher", default="joblib",
                    help="hydra/launcher option: joblib (default), basic, ray, ray_local, submitit_slurm, ...")
-    p.add_argument("--jobs", type=int, default=2, help="parallel jobs for the joblib launcher (default 2)")
+    p.add_argument("--jobs", type=_count(1, "give 1 or more parallel jobs"), default=2,
+                   help="parallel jobs for the joblib launcher (default 2)")
     p.add_argument("--out", type=Path, default=None,
                    help="sweep directory (default multirun/paper/<table>-<scale>-<date>)")
     p.add_argument("--only", choices=["eval", "train"], default=None, help="run only the eval or the train rows")
+    p.add_argument("--tasks", type=_names, default=None, metavar="A,B", help="only these of the table's tasks")
+    p.add_argument("--rows", type=_names, default=None, metavar="A,B", help="only these of the table's rows")
+    p.add_argument("--tune-trials", type=_count(0, "give 0 (no tuning, the default) or more trials"), default=0,
+                   metavar="K", help="first tune every trained row: K Optuna trials on seed 0 over its `tune:` "
+                                     "space, then run the seeds at its best values (default 0: no tuning)")
+    p.add_argument("--record-tuning", action="store_true",
+                   help="only record the finished tuning sweeps under --out (tuning/*.json and the tuned configs): "
+                        "the step a run with --tune-trials takes between the tuning and the seeds")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     return p
+
+
+def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse, naming the bad value and what is allowed, what the parser alone cannot check."""
+    t = TABLES[args.table]
+    for option, given, allowed in (("--tasks", args.tasks, list(t.tasks)),
+                                   ("--rows", args.rows, list(dict.fromkeys(r.name for r in t.rows)))):
+        bad = [x for x in given or [] if x not in allowed]
+        if bad:
+            p.error(f"{option} {','.join(bad)}: not in the {args.table} table; it has: {', '.join(allowed)}")
+    if args.record_tuning and (args.out is None or args.tune_trials == 0):
+        p.error("--record-tuning records the tuning sweeps of a table run: give its --out and its --tune-trials")
+    if args.tune_trials == 0 or args.only == "eval":
+        return
+    import importlib.util
+
+    if not args.dry_run and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
+        p.error(f"--tune-trials {args.tune_trials} runs Hydra's Optuna sweeper, which is not installed here: "
+                "pip install -e '.[optuna]'")
+    trained, _ = runnable(args.table, "train", args)
+    bare = [f"paper/{task}/{row}" for task, row in trained if not tune_space(task, row)]
+    if bare:
+        tunable = [name for name in TABLES if all(tune_space(task, row) for task, row in cells(name, "train"))]
+        p.error(f"--tune-trials {args.tune_trials}: these rows have no search space (`tune:` in their config): "
+                f"{', '.join(bare)}; tables whose rows all have one: {', '.join(tunable) or 'none'}")
+    tuned_keys = {key for task, row in trained for key in tune_space(task, row)}
+    for o in args.overrides:
+        key = o.partition("=")[0].lstrip("+~")
+        if key in tuned_keys:
+            p.error(f"{o}: {key} is what --tune-trials {args.tune_trials} tunes; drop the override, "
+                    "or run with --tune-trials 0")
 
 
 def main(argv: list[str] | None = None) -> int:
     from magrpo import table as table_cli
 
     # Intermixed: overrides may follow options (`make paper` appends ARGS after --jobs).
-    args = build_parser().parse_intermixed_args(argv)
+    parser = build_parser()
+    args = parser.parse_intermixed_args(argv)
+    check(parser, args)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    if args.record_tuning:
+        problems = record_tuning(args.table, runnable(args.table, "train", args)[0], root, args.tune_trials)
+        for msg in problems:
+            print(f"{PROG}: error: {msg}", file=sys.stderr)
+        return 1 if problems else 0
     steps = plan(args, root)
+    left_out = runnable(args.table, "train", args)[1] if args.only != "eval" else []
+    if left_out:
+        why = (f"left out, their algorithm is not registered in this version (magrpo.algos.ALGOS): "
+               f"{', '.join(left_out)}")
+        print(f"# {PROG}: {why}" if args.dry_run else f"{PROG}: warning: {why}", file=sys.stdout if args.dry_run
+              else sys.stderr)
     if args.dry_run:
         for _, what, cmd in steps:
             # a newline in a path would end the comment and run the rest of the line
@@ -183,10 +494,16 @@ def main(argv: list[str] | None = None) -> int:
             if rc != 0:
                 failed.append(f"magrpo-table exited with {rc}")
             continue
+        if step == "record":    # in this process; a row whose tuning failed runs at its own values
+            rc = main(cmd[3:])
+            if rc != 0:
+                failed.append("a tuning found no best value (above); those rows ran at their own values")
+            continue
         rc = subprocess.run(cmd).returncode
         if rc != 0:
             # Hydra runs every job of the sweep before it reports a failed one: the others are there.
-            failed.append(f"the {step} sweep exited with {rc}")
+            failed.append(f"the {step} sweep {what.split(':')[1].strip() + ' ' if step == 'tune' else ''}"
+                          f"exited with {rc}")
     for msg in failed:
         print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 1 if failed else 0

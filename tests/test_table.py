@@ -267,6 +267,33 @@ def test_curve_aggregation_over_seeds():
     assert cell.mean == 2.0 and cell.std is None and cell.count == 1
 
 
+def test_confidence_interval_is_students_t_on_hand_computed_values():
+    from magrpo.table.stats import t_quantile_975
+
+    # [0.6, 0.7, 0.8]: mean 0.7, s = 0.1, t_{0.975, 2} = 4.302653 -> 4.302653 * 0.1 / sqrt(3) = 0.248414
+    cell = mean_std([0.6, 0.7, 0.8])
+    assert cell.mean == pytest.approx(0.7) and cell.std == pytest.approx(0.1)
+    assert cell.ci95 == pytest.approx(0.248414, abs=1e-6)
+    # [1, 2]: s = 1/sqrt(2), t_{0.975, 1} = 12.706205 -> 12.706205 * (1/sqrt(2)) / sqrt(2) = 6.353102
+    assert mean_std([1.0, 2.0]).ci95 == pytest.approx(6.353102, abs=1e-6)
+    assert mean_std([0.5]).ci95 is None          # one seed: the mean alone
+    # the quantiles of a printed t table, odd and even degrees of freedom
+    table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 10: 2.2281, 30: 2.0423, 120: 1.9799}
+    for df, t in table.items():
+        assert t_quantile_975(df) == pytest.approx(t, abs=1e-4), df
+    scipy_stats = pytest.importorskip("scipy.stats")     # with scipy (optuna's dependency): to 1e-9
+    for df in range(1, 40):
+        assert t_quantile_975(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=1e-9)
+
+
+def test_ranks_share_tied_places_and_skip_missing_values():
+    from magrpo.table.stats import ranks
+
+    assert ranks([0.5, 0.9, None, 0.5, 0.1]) == [2.5, 1.0, None, 2.5, 4.0]
+    assert ranks([3.0, 1.0, 2.0], higher_is_better=False) == [3.0, 1.0, 2.0]
+    assert ranks([0.7, 0.7, 0.7]) == [2.0, 2.0, 2.0] and ranks([]) == []
+
+
 def test_tex_escape_handles_every_special_character():
     assert tex_escape("a_b & 50% $x #1 {y} ~ ^ \\") == \
         "a\\_b \\& 50\\% \\$x \\#1 \\{y\\} \\textasciitilde{} \\textasciicircum{} \\textbackslash{}"

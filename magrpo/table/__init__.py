@@ -25,10 +25,11 @@ is one line on stderr and exit code 2.
 The package, by responsibility:
 
   runs.py     finding and reading run directories (summary.json, metrics.jsonl, .hydra/config.yaml)
-  stats.py    mean ± sample std, curve aggregates, the best rows of a column
+  stats.py    mean ± sample std, the 95% CI of the mean, curve aggregates, the best rows of a column, ranks
   render.py   what both layouts share when they write: cell text, escaping, notes, files, figures
   generic.py  the default layout: a method = a config minus its seed
   paper.py    --layout paper: the paper's rows and columns, best in bold
+  tuning.py   --tuning DIR: magrpo-paper's tuning records as tuning.md
   cli.py      the command's options and checks
 """
 

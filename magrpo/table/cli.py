@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from magrpo.table import generic, paper
+from magrpo.table import generic, paper, tuning
 from magrpo.table.runs import PROG, Run, TableError, collect
 
 
@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--layout", choices=["generic", "paper"], default="generic",
                    help="generic (default): every config difference is a method; paper: rows = the runs' "
                         "`label` (paper rows), columns = the task's paper metrics, best in bold")
+    p.add_argument("--tuning", type=Path, default=None, metavar="DIR",
+                   help="the tuning records of magrpo-paper --tune-trials (DIR/*.json): written as tuning.md "
+                        "next to the table; the tuning trials under DIR are not rows of the table")
     return p
 
 
@@ -63,11 +66,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.out is None and len(args.dirs) > 1:
             raise TableError("several DIRs given: say where the tables go with --out")
         out = args.out if args.out is not None else args.dirs[0] / "table"
-        runs, skipped = collect(args.dirs, out, args.include_unfinished)
+        records = tuning.read_records(args.tuning) if args.tuning is not None else []
+        runs, skipped = collect(args.dirs, out, args.include_unfinished,
+                                exclude=[args.tuning] if args.tuning is not None else [])
         metrics = check_names(runs, args.metrics, args.group_by)
         notes = []
         if args.include_unfinished and any(r.status != "finished" for r in runs):
             notes.append("Includes unfinished runs: their latest evaluation stands in for the final one.")
+        if records:
+            notes.append("Tuned: each trained row ran its seeds at the best values of its own tuning trials, the same "
+                         "number for every row (tuning.md: the search spaces, the values, any row whose tuning found none).")
         try:
             out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -75,8 +83,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         common = dict(digits=args.digits, notes=notes, plots=not args.no_plots, smooth_window=args.smooth,
                       metrics=metrics)
         if args.layout == "paper":
-            return paper.write(runs, skipped, out, **common)
-        return generic.write(runs, skipped, out, group_by=args.group_by, **common)
+            rc = paper.write(runs, skipped, out, **common)
+        else:
+            rc = generic.write(runs, skipped, out, group_by=args.group_by, **common)
+        if records:
+            name = paper.row_name if args.layout == "paper" else str
+            print(f"wrote {tuning.write(records, out, name)}")
+        return rc
     except TableError as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2

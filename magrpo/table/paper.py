@@ -18,9 +18,16 @@ MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled b
   maporl_qa      the reward and every accuracy the evaluation reports
   multi-turn     the normalized return after turn 1 and after the final turn (when any run of
                  the table has more than one turn)
+  trained rows   cost: generated sequences per item per update (`train/sequences_per_item`, the mean
+                 over a run's steps), where any run logged it: what differs where a method's
+                 sampling does (DAPO's refills, C3's counterfactual alternatives)
   every task     response time: generation seconds per item (lower is better)
 
-A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; the
+A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; in the
+coordination table (a matched-budget comparison of every method, FAIR_FAMILIES) it is the mean ±
+the 95% confidence interval of the mean (Student's t over the seeds), the tables end in an
+overview of every method on every task with each method's mean rank (1 = best), and each task
+gets curves of the normalized return against the generated tokens and the wall time spent. The
 best mean of each column is in bold (none where every row ties). Runs left out (failed,
 unfinished, without summary.json) and rows whose runs lack a metric are listed under the table,
 never dropped silently.
@@ -35,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from magrpo.table.render import (
+    CI_NOTE,
     STD_NOTE,
+    TEX_CI_NOTE,
     cell_text,
     codebleu_header,
     codebleu_note,
@@ -46,11 +55,14 @@ from magrpo.table.render import (
     tex_note_row,
 )
 from magrpo.table.runs import PROG, Run, TableError, num_answers, run_task
-from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, smooth
+from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, ranks, smooth
 
 FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
           "mbpp": "coding", "maporl_qa": "maporl", "agree": "coordination", "cover": "coordination",
           "signal": "coordination"}
+# Tables run as matched-budget comparisons of every method (magrpo-paper's coordination table): their
+# cells carry the 95% CI of the mean, and they get the rank overview and the budget curves.
+FAIR_FAMILIES = {"coordination"}
 
 
 @dataclass(frozen=True)
@@ -59,11 +71,16 @@ class Column:
     header: str                 # what the cell holds
     higher_is_better: bool = True
     ranked: bool = True         # False: a quantity with no better direction (no bold)
+    trained_only: bool = False  # a training quantity: evaluation-only rows have none, and that is no gap
 
 
 NORM = Column("normalized_return", "norm. return")
 REWARD = Column("reward_mean", "reward")
 TIME = Column("response_time_s", "response time (s/item)", higher_is_better=False)
+# What a row spent per update: every generated sequence per item of the batch, DAPO's refill rounds
+# and C3's counterfactual samples included (the budget's one exception, so the table says it).
+COST = Column("sequences_per_item", "cost (sequences/item/update)", higher_is_better=False, ranked=False,
+              trained_only=True)
 FAMILY_COLUMNS: dict[str, list[Column]] = {
     "writing": [NORM, Column("reward/structure", "structure (levels 1-3)"), Column("reward/style", "style (Jaccard term)"),
                 Column("reward/coherence", "coherence (transitions)"), Column("rouge_l", "ROUGE-L")],
@@ -95,11 +112,23 @@ ROW_NAMES = {
     "ippo": "IPPO",
     "ippo_individual": "IPPO, individual reward",
     "mappo": "MAPPO",
+    "maac": "MAAC",
+    "iac": "IAC",
+    "c3": "C3",
+    "at_grpo": "AT-GRPO",
+    "dr_mas": "Dr. MAS",
     "magrpo": "MAGRPO",
+    "gspo": "GSPO (MAGRPO, sequence ratio)",
+    "dapo": "DAPO (MAGRPO, dynamic sampling)",
     **{f"magrpo_2turn_{m}": f"MAGRPO, 2 turns, {m} feedback"
        for m in ("plain", "diagnostics", "passed", "expert", "discussion")},
 }
 ROW_ORDER = list(ROW_NAMES)
+
+
+def row_name(label: str) -> str:
+    """A row's name in the paper's tables (its label where the paper has no name for it)."""
+    return ROW_NAMES.get(label, label)
 
 NORM_NOTE = ("norm. return = the raw reward, (total - reward.shift) / reward.scale, as a fraction of the "
              "task's maximum raw reward (with the reference weights: 3.0 for tldr and arxiv, 4.0 for the two-agent "
@@ -107,6 +136,12 @@ NORM_NOTE = ("norm. return = the raw reward, (total - reward.shift) / reward.sca
              "coordination games; signal's counts from chance: (accuracy - 1/K) / (1 - 1/K), at least 0).")
 BOLD_NOTE = ("Bold: the best mean of its column (the lowest for response time); a column where every row "
              "ties has none.")
+COST_NOTE = ("cost = generated sequences per item per update (the mean over a run's steps of "
+             "`train/sequences_per_item`): every row draws num_generations answers per agent per item (a sequential "
+             "team: per prefix), unless its sampling differs: DAPO's refills, C3's counterfactual alternatives.")
+RANK_NOTE = ("Mean rank: a method's place on each task by mean norm. return among the rows of that task (1 = best; "
+             "ties share the mean of their places), averaged over the tasks it ran; (k/m) marks one that ran k of "
+             "the m tasks.")
 
 
 @dataclass
@@ -117,7 +152,7 @@ class PaperRow:
 
     @property
     def name(self) -> str:
-        return ROW_NAMES.get(self.label, self.label)
+        return row_name(self.label)
 
     @property
     def eval_only(self) -> bool:
@@ -131,6 +166,28 @@ class PaperTable:
     rows: list[PaperRow]
     best: dict[str, set[int]]          # column key -> indices of the rows in bold
     missing: list[str]                 # notes on metrics that runs lack
+
+    @property
+    def family(self) -> str:
+        return FAMILY.get(self.task, "")
+
+    @property
+    def interval(self) -> str:
+        """What ± means in this table's cells: "ci95" (FAIR_FAMILIES) or "std"."""
+        return "ci95" if self.family in FAIR_FAMILIES else "std"
+
+
+@dataclass
+class Overview:
+    """Every method of a FAIR family on every task: the norm. return cells, and each method's
+    place per task and mean rank across them."""
+    family: str
+    tasks: list[str]
+    labels: list[str]                                  # methods, in the paper's row order
+    cells: dict[tuple[str, str], Cell]                 # (task, label) -> norm. return
+    runs: dict[tuple[str, str], int]                   # (task, label) -> seeds
+    place: dict[tuple[str, str], float]                # (task, label) -> rank on that task
+    mean_rank: dict[str, tuple[float, int]]            # label -> (mean rank, number of tasks it ran)
 
 
 # -- derived metrics -----------------------------------------------------------------------------
@@ -174,6 +231,9 @@ def with_derived(run: Run, notes: list[str] | None = None) -> dict[str, float]:
     final turn's value of each per-turn metric (`final_turn/<name>`). A note on how the
     normalized return was had, if any, goes to `notes`."""
     final = dict(run.final)
+    per_step = run.curves.get("train/sequences_per_item")
+    if per_step:     # what a trained run spent per update, over its steps (COST)
+        final.setdefault(COST.key, sum(per_step.values()) / len(per_step))
     derived, note = derived_returns(run, final)
     final.update(derived)
     if note is not None and notes is not None:
@@ -203,6 +263,8 @@ def columns_for(task: str, finals: list[dict[str, float]]) -> list[Column]:
         name = "normalized_return" if any("turn_1/normalized_return" in f for f in finals) else "reward_mean"
         what = "norm. return" if name == "normalized_return" else "reward"
         cols += [Column(f"turn_1/{name}", f"turn 1 {what}"), Column(f"final_turn/{name}", f"final turn {what}")]
+    if COST.key in present:
+        cols.append(COST)
     return [*cols, TIME]
 
 
@@ -239,6 +301,8 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
             for col in columns:
                 have = [finals[id(r)][col.key] for r in row.runs if col.key in finals[id(r)]]
                 row.cells[col.key] = mean_std(have)
+                if col.trained_only and row.eval_only:
+                    continue
                 if have and len(have) < len(row.runs):
                     lacking = [str(r.path) for r in row.runs if col.key not in finals[id(r)]]
                     missing.append(f"`{row.name}`: no `{col.key}` in {len(lacking)} of {len(row.runs)} run(s): "
@@ -249,6 +313,70 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
                 for col in columns if col.ranked}
         tables.append(PaperTable(task, columns, rows, best, missing))
     return tables
+
+
+def overviews(tables: Sequence[PaperTable]) -> list[Overview]:
+    """One Overview per FAIR family with tables here: the norm. return of every row on every task,
+    each row's place per task (ties share the mean of their places) and its mean rank over the
+    tasks it ran."""
+    out = []
+    for family in sorted({t.family for t in tables} & FAIR_FAMILIES):
+        mine = [t for t in tables if t.family == family]
+        found: list[str] = []
+        for t in mine:
+            found += [row.label for row in t.rows if row.label not in found]
+        labels = sorted(found, key=lambda lab: _row_key(lab, found.index(lab)))
+        cells, seeds, place = {}, {}, {}
+        for t in mine:
+            means = [row.cells[NORM.key].mean if NORM.key in row.cells else None for row in t.rows]
+            for row, r in zip(t.rows, ranks(means)):
+                if NORM.key in row.cells:
+                    cells[(t.task, row.label)] = row.cells[NORM.key]
+                seeds[(t.task, row.label)] = len(row.runs)
+                if r is not None:
+                    place[(t.task, row.label)] = r
+        mean_rank = {}
+        for lab in labels:
+            got = [place[(t.task, lab)] for t in mine if (t.task, lab) in place]
+            if got:
+                mean_rank[lab] = (sum(got) / len(got), len(got))
+        out.append(Overview(family, [t.task for t in mine], labels, cells, seeds, place, mean_rank))
+    return out
+
+
+def rank_text(o: Overview, label: str) -> str:
+    if label not in o.mean_rank:
+        return ""
+    value, k = o.mean_rank[label]
+    return f"{value:.2f}" + (f" ({k}/{len(o.tasks)})" if k < len(o.tasks) else "")
+
+
+def best_mean_rank(o: Overview) -> set[str]:
+    """The labels with the lowest mean rank among those that ran every task (none when all tie)."""
+    full = [lab for lab in o.labels if lab in o.mean_rank and o.mean_rank[lab][1] == len(o.tasks)]
+    best = best_rows([o.mean_rank[lab][0] for lab in full], higher_is_better=False)
+    return {full[i] for i in best}
+
+
+def overview_cells(o: Overview, digits: int, pm: str, dash: str, bold: Callable[[str], str]) -> list[list[str]]:
+    """The overview's body: a row per task (norm. return of each method, the best in bold), then
+    the rank row."""
+    body = []
+    for task in o.tasks:
+        have = [lab for lab in o.labels if (task, lab) in o.cells]
+        best = {have[i] for i in best_rows([o.cells[(task, lab)].mean for lab in have])}
+        texts = []
+        for lab in o.labels:
+            if (task, lab) not in o.cells:
+                texts.append(dash)
+                continue
+            text = cell_text(o.cells[(task, lab)], o.runs[(task, lab)], digits, pm, dash, "ci95")
+            texts.append(bold(text) if lab in best else text)
+        body.append([task, *texts])
+    top = best_mean_rank(o)
+    body.append(["mean rank (1 = best)", *(bold(rank_text(o, lab)) if lab in top else rank_text(o, lab) or dash
+                                          for lab in o.labels)])
+    return body
 
 
 # -- writers -------------------------------------------------------------------------------------
@@ -264,16 +392,16 @@ def shows_codebleu(tables: Sequence[PaperTable]) -> bool:
 
 
 def row_cells(t: PaperTable, i: int, digits: int, pm: str, dash: str, bold: Callable[[str], str]) -> list[str]:
-    """Row i's cells as text (mean ± std, `dash` where empty), those best in their column through `bold`."""
+    """Row i's cells as text (mean ± std or CI, `dash` where empty), those best in their column through `bold`."""
     row = t.rows[i]
-    texts = [cell_text(row.cells[c.key], len(row.runs), digits, pm, dash) for c in t.columns]
+    texts = [cell_text(row.cells[c.key], len(row.runs), digits, pm, dash, t.interval) for c in t.columns]
     return [bold(x) if i in t.best.get(c.key, ()) else x for c, x in zip(t.columns, texts)]
 
 
 def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()) -> str:
     out = []
     for t in tables:
-        family = FAMILY.get(t.task, "")
+        family = t.family
         out.append(f"### {md_escape(t.task)}" + (f" ({family})" if family else "") + "\n")
         out.append("| " + " | ".join(md_escape(h) for h in ["method", "n", *(heading(c) for c in t.columns)]) + " |")
         out.append("|" + "|".join([":---", "---:"] + ["---:"] * len(t.columns)) + "|")
@@ -284,8 +412,23 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
         out.append("")
         if t.missing:
             out += ["Runs lacking a metric:", ""] + [f"- {m}" for m in t.missing] + [""]
-    out.append(f"Cells: {STD_NOTE}. {BOLD_NOTE} {NORM_NOTE} Rows marked (prompting) and 'untrained' are "
+    for o in overviews(tables):
+        out.append(f"### {md_escape(o.family)}: norm. return on every task, and each method's mean rank\n")
+        out.append("| " + " | ".join(md_escape(h) for h in ["task", *(row_name(lab) for lab in o.labels)]) + " |")
+        out.append("|" + "|".join([":---"] + ["---:"] * len(o.labels)) + "|")
+        for cells in overview_cells(o, digits, "±", "–", lambda text: f"**{text}**"):
+            out.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
+        out += ["", RANK_NOTE, ""]
+    std = [t.task for t in tables if t.interval == "std"]
+    ci = [t.task for t in tables if t.interval == "ci95"]
+    if std and ci:
+        cells_note = f"Cells of {', '.join(std)}: {STD_NOTE}. Cells of {', '.join(ci)}: {CI_NOTE}."
+    else:
+        cells_note = f"Cells: {CI_NOTE if ci else STD_NOTE}."
+    out.append(f"{cells_note} {BOLD_NOTE} {NORM_NOTE} Rows marked (prompting) and 'untrained' are "
                "evaluations of the base models; the others are trained.")
+    if any(COST in t.columns for t in tables):
+        out.append(COST_NOTE)
     if shows_codebleu(tables):
         out.append(codebleu_note())
     out += list(notes)
@@ -293,23 +436,29 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
 
 
 def write_csv(tables: list[PaperTable], path: Path) -> None:
-    """One row per (task, method): mean and std per metric key, and the columns where it is best."""
+    """One row per (task, method): mean, std and 95% CI half-width per metric key, the columns where
+    it is best, and (FAIR_FAMILIES) its rank on the task and mean rank across the family's tasks."""
     keys: list[str] = []
     for t in tables:
         keys += [c.key for c in t.columns if c.key not in keys]
+    ranked = {(task, lab): place for o in overviews(tables) for (task, lab), place in o.place.items()}
+    mean_ranks = {(o.family, lab): value for o in overviews(tables) for lab, (value, _) in o.mean_rank.items()}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["task", "method", "label", "n", "seeds", *(f"{k}_{s}" for k in keys for s in ("mean", "std")),
-                    "best_in"])
+        w.writerow(["task", "method", "label", "n", "seeds",
+                    *(f"{k}_{s}" for k in keys for s in ("mean", "std", "ci95")), "best_in", "rank", "mean_rank"])
         for t in tables:
             for i, row in enumerate(t.rows):
                 values = []
                 for k in keys:
                     cell = row.cells.get(k, Cell(None, None, 0))
-                    values += ["" if cell.mean is None else repr(cell.mean), "" if cell.std is None else repr(cell.std)]
+                    values += ["" if v is None else repr(v) for v in (cell.mean, cell.std, cell.ci95)]
                 best = [c.key for c in t.columns if i in t.best.get(c.key, ())]
+                place = ranked.get((t.task, row.label))
+                mean_rank = mean_ranks.get((t.family, row.label))
                 w.writerow([t.task, row.name, row.label, len(row.runs), ";".join(str(r.seed) for r in row.runs),
-                            *values, ";".join(best)])
+                            *values, ";".join(best), "" if place is None else repr(place),
+                            "" if mean_rank is None else repr(mean_rank)])
 
 
 def to_latex(tables: list[PaperTable], digits: int) -> str:
@@ -322,16 +471,71 @@ def to_latex(tables: list[PaperTable], digits: int) -> str:
         for i, row in enumerate(t.rows):
             cells = row_cells(t, i, digits, "$\\pm$", "--", lambda text: f"\\textbf{{{text}}}")
             out.append(" & ".join([tex_escape(row.name), str(len(row.runs)), *cells]) + " \\\\")
-        note = "Mean $\\pm$ sample std (n-1) over n seeds; bold: best in its column."
+        note = (TEX_CI_NOTE if t.interval == "ci95" else "Mean $\\pm$ sample std (n-1) over n seeds;") \
+            + " bold: best in its column."
         if shows_codebleu([t]):
             note += " " + tex_escape(codebleu_note(short=True))
         out += ["\\bottomrule", tex_note_row(ncols, note), "\\end{tabular}", ""]
+    for o in overviews(tables):
+        ncols = 1 + len(o.labels)
+        out += [f"% {tex_escape(o.family)}: norm. return on every task and the mean rank",
+                "\\begin{tabular}{l" + "r" * (ncols - 1) + "}", "\\toprule",
+                " & ".join(tex_escape(h) for h in ["task", *(row_name(lab) for lab in o.labels)]) + " \\\\",
+                "\\midrule"]
+        body = overview_cells(o, digits, "$\\pm$", "--", lambda text: f"\\textbf{{{text}}}")
+        for j, cells in enumerate(body):
+            if j == len(body) - 1:
+                out.append("\\midrule")
+            out.append(" & ".join([tex_escape(cells[0]), *cells[1:]]) + " \\\\")
+        out += ["\\bottomrule", tex_note_row(ncols, "Norm. return, mean $\\pm$ 95\\% CI; mean rank over the tasks "
+                                                    "(1 = best; (k/m): ran k of m tasks)."), "\\end{tabular}", ""]
     return "\n".join(out)
 
 
-def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> list[Path]:
-    """One PNG per (task, metric): trained rows as mean over seeds vs step with ± std shaded;
-    evaluation-only rows (prompting baselines) as a dashed level with its band."""
+def cumulative(run: Run, key: str) -> dict[int, float]:
+    """Step -> the sum of `key` (a per-step training quantity) over the steps up to it; the eval
+    logged at step s came after s updates, so its budget is the sum over steps 1..s (0 at step 0)."""
+    per_step = run.curves.get(key) or {}
+    total, out = 0.0, {0: 0.0}
+    for step in sorted(per_step):
+        total += per_step[step]
+        out[step] = total
+    return out
+
+
+# (per-step key, x-axis label, file-name suffix, what the title calls it)
+BUDGETS = (("train/completions/tokens", "generated tokens (cumulative)", "tokens", "generated tokens"),
+           ("time/step_s", "wall time of the updates (s, cumulative; evaluations excluded)", "wall_time",
+            "wall time"))
+
+
+def budget_series(row: PaperRow, key: str) -> tuple[list[float], list[float], int]:
+    """A trained row's norm. return against a cumulative budget: at each eval step that any seed
+    logged, x = the seeds' mean budget spent by then and y = their mean return; and the seeds that
+    had the budget logged."""
+    points: dict[int, list[tuple[float, float]]] = {}
+    used = 0
+    for r in row.runs:
+        returns = r.curves.get(f"eval/{NORM.key}")
+        if not returns or not r.curves.get(key):
+            continue
+        used += 1
+        spent = cumulative(r, key)
+        done = sorted(spent)
+        for step, value in returns.items():
+            upto = [s for s in done if s <= step]       # the last logged step at or before the eval
+            points.setdefault(step, []).append((spent[upto[-1]], value))
+    steps = sorted(points)
+    xs = [sum(x for x, _ in points[s]) / len(points[s]) for s in steps]
+    ys = [sum(y for _, y in points[s]) / len(points[s]) for s in steps]
+    return xs, ys, used
+
+
+def plot_budget_curves(tables: list[PaperTable], out: Path) -> list[Path]:
+    """Per task of a FAIR family, two PNGs: norm. return against the cumulative generated tokens
+    (`train/completions/tokens`) and against the cumulative update time (`time/step_s`), one line
+    per trained row (mean over seeds), evaluation-only rows as dashed levels. What a method reaches
+    for what it spent, so a method that spends more per update (DAPO, C3) is seen doing so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -339,7 +543,40 @@ def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> 
 
     written = []
     for t in tables:
-        metrics = ["train/reward_mean"] + [f"eval/{c.key}" for c in t.columns]
+        if t.family not in FAIR_FAMILIES:
+            continue
+        for key, xlabel, suffix, what in BUDGETS:
+            lines = [(row, *budget_series(row, key)) for row in t.rows if not row.eval_only]
+            lines = [line for line in lines if line[3]]
+            if not lines:
+                continue
+            fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=120)
+            for row, xs, ys, used in lines:
+                ax.plot(xs, ys, marker="o" if len(xs) <= 25 else None, markersize=3, linewidth=1.6,
+                        label=f"{row.name} (n={used})")
+            for j, row in enumerate(r for r in t.rows if r.eval_only):
+                cell = row.cells.get(NORM.key)
+                if cell is not None and cell.mean is not None:
+                    ax.axhline(cell.mean, color=f"C{(len(lines) + j) % 10}", linestyle="--", linewidth=1.2,
+                               label=f"{row.name} (n={cell.count})")
+            written.append(save_curve_plot(fig, ax, t.task, f"{NORM.key}_vs_{suffix}", NORM.header, out,
+                                           legend_size=7, xlabel=xlabel, spread="mean over seeds",
+                                           title=f"{NORM.header} vs {what}"))
+    return written
+
+
+def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> list[Path]:
+    """One PNG per (task, metric): trained rows as mean over seeds vs step with ± std shaded;
+    evaluation-only rows (prompting baselines) as a dashed level with its band. Then the budget
+    curves of the FAIR families (plot_budget_curves)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    written = []
+    for t in tables:
+        metrics = ["train/reward_mean"] + [f"eval/{c.key}" for c in t.columns if not c.trained_only]
         headers = {f"eval/{c.key}": c.header for c in t.columns}
         for metric in metrics:
             lines = [(row, [smooth(r.curves[metric], smooth_window) for r in row.runs if r.curves.get(metric)])
@@ -365,7 +602,7 @@ def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> 
                     ax.axhspan(cell.mean - cell.std, cell.mean + cell.std, color=color, alpha=0.08)
             ax.set_xlim(0, max(x_max, 1))
             written.append(save_curve_plot(fig, ax, t.task, metric, headers.get(metric, metric), out, legend_size=7))
-    return written
+    return written + plot_budget_curves(tables, out)
 
 
 def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digits: int = 3,

@@ -21,12 +21,22 @@ TEX_NOTE = "Mean $\\pm$ sample std (n-1) over n seeds, final evaluation."
 _CODEBLEU_REFERENCE = "def add_one(values):\n    out = [v + 1 for v in values]\n    return out\n"
 
 
-def cell_text(cell: Cell, n: int, digits: int, pm: str = "±", missing: str = "–") -> str:
+CI_NOTE = ("mean ± the 95% confidence interval of the mean over seeds, t_{0.975, n−1} · s / √n (Student's t, "
+           "s the sample standard deviation); n = number of seeds, one seed shows the mean alone; a cell marked "
+           "(n=k) has the metric in only k of them")
+
+TEX_CI_NOTE = "Mean $\\pm$ 95\\% CI of the mean (Student's t) over n seeds, final evaluation."
+
+
+def cell_text(cell: Cell, n: int, digits: int, pm: str = "±", missing: str = "–", interval: str = "std") -> str:
+    """`mean ± spread`: the spread is the sample std (`interval="std"`) or the 95% CI's
+    half-width (`"ci95"`); none with one value."""
     if cell.mean is None:
         return missing
     text = f"{cell.mean:.{digits}f}"
-    if cell.std is not None:
-        text += f" {pm} {cell.std:.{digits}f}"
+    spread = cell.ci95 if interval == "ci95" else cell.std
+    if spread is not None:
+        text += f" {pm} {spread:.{digits}f}"
     if cell.count < n:
         text += f" (n={cell.count})"
     return text
@@ -100,15 +110,20 @@ def _filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9@.=+-]+", "_", text).strip("_")
 
 
-def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, legend_size: int = 8) -> Path:
-    """Label, title and save one curves figure as OUT/<task>_<metric>.png; returns its path."""
+def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, legend_size: int = 8,
+                    xlabel: str = "optimizer step", spread: str = "mean ± sample std over seeds",
+                    title: str | None = None) -> Path:
+    """Label, title and save one curves figure as OUT/<task>_<metric>.png; returns its path.
+    `xlabel` other than optimizer steps (tokens, seconds) gets plain, non-integer ticks; `title`
+    names what is plotted when the file name's `metric` does not read well."""
     import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    ax.set_xlabel("optimizer step")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
+    if xlabel == "optimizer step":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{task}: {metric}  (mean ± sample std over seeds)")
+    ax.set_title(f"{task}: {title or metric}  ({spread})")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=legend_size, loc="best")
     fig.tight_layout()

@@ -231,15 +231,17 @@ def last_eval(curves: dict[str, dict[int, float]], summary: dict) -> dict[str, f
     return _numbers(evals[-1]) if evals else {}
 
 
-def collect(dirs: Sequence[Path], out: Path | None,
-            include_unfinished: bool) -> tuple[list[Run], list[tuple[Path, str]]]:
-    """Finished (or all) runs under `dirs`, and the runs left out with the reason."""
+def collect(dirs: Sequence[Path], out: Path | None, include_unfinished: bool,
+            exclude: Sequence[Path] = ()) -> tuple[list[Run], list[tuple[Path, str]]]:
+    """Finished (or all) runs under `dirs`, and the runs left out with the reason. Nothing under
+    `out` or `exclude` (a sweep's tuning trials) is searched."""
     for d in dirs:
         if not d.exists():
             raise TableError(f"{d}: no such directory")
         if not d.is_dir():
             raise TableError(f"{d}: not a directory")
-    paths = find_runs(dirs, skip=[out] if out else [])
+    skip_dirs = [*([out] if out else []), *exclude]
+    paths = find_runs(dirs, skip=skip_dirs)
     if not paths:
         raise TableError(f"no runs found under {', '.join(map(str, dirs))} (looked for */summary.json)")
     runs: list[Run] = []
@@ -263,7 +265,7 @@ def collect(dirs: Sequence[Path], out: Path | None,
             skip(path, "no evaluation recorded yet")
             continue
         runs += split_methods(run)
-    for path in find_unstarted(dirs, skip=[out] if out else []):
+    for path in find_unstarted(dirs, skip=skip_dirs):
         skip(path, "no summary.json: the job stopped before its first evaluation (see its log), or is starting")
     if not runs:
         raise TableError(f"no usable runs under {', '.join(map(str, dirs))} ({len(skipped)} skipped, "
