@@ -255,6 +255,13 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
                                   f"-> {sweep_dir}",
                           tune_command(task, row, args.tune_trials, scale, f"{root.name}-tuning", sweep_dir,
                                        args.launcher, args.jobs, args.overrides)))
+        # The row's own values are a candidate too: a trial that draws a worse learning rate than
+        # the recipe's never leaves a method below its untuned self.
+        steps.append(("tune", f"tune: every row at its own values on seed 0 (a candidate of each tuning) -> "
+                              f"{tuning_dir(root) / 'defaults'}",
+                      sweep_command("train", [f"paper/{task}/{row}" for task, row in trained], "0", scale,
+                                    f"{root.name}-tuning", tuning_dir(root) / "defaults", args.launcher, args.jobs,
+                                    args.overrides, ["save_final=false"])))
         steps.append(("record", f"record: each tuning's best values (its optimization_results.yaml) -> "
                                 f"{tuning_dir(root)}/<task>_<row>.json and the rows at those values, "
                                 f"{tuned_conf_dir(root)}/experiment/tuned/<task>/<row>.yaml",
@@ -331,12 +338,26 @@ def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any]) ->
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    what = "at the best values of its tuning" if best else "at its own values (its tuning found none)"
+    what = "at the best values of its tuning" if best else "at its own values (the best candidate, or no tuning finished)"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# @package _global_\n# {task}/{row} {what} (tuning/{task}_{row}.json), written by {PROG}:\n"
                     f"# the configuration every seed of this row runs.\n"
                     + yaml.safe_dump({"defaults": [f"/experiment/paper/{task}/{row}@_here_", "_self_"], **values},
                                      sort_keys=False))
+
+
+def own_value(root: Path, task: str, row: str) -> float | None:
+    """The objective the row reached at its own values on seed 0 (tuning/defaults/), if it ran."""
+    for summary in sorted((tuning_dir(root) / "defaults").glob("*/summary.json")):
+        try:
+            data = json.loads(summary.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        cfg = data.get("config") or {}
+        if cfg.get("task") == task and cfg.get("label") == row and data.get("status") == "finished":
+            value = (data.get("final_eval") or {}).get(OBJECTIVE)
+            return float(value) if value is not None else None
+    return None
 
 
 def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: int) -> list[str]:
@@ -351,17 +372,20 @@ def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: 
         sweep_dir = tuning_dir(root) / f"{task}_{row}"
         results = sweep_dir / "optimization_results.yaml"
         best, error = None, None
+        own = own_value(root, task, row)
         if results.exists():
             found = yaml.safe_load(results.read_text()) or {}
             best = {"params": {str(k): _scalar(v) for k, v in (found.get("best_params") or {}).items()},
                     "value": _scalar(found.get("best_value"))}
+            if own is not None and (best["value"] is None or own >= best["value"]):
+                best = {"params": {}, "value": own, "own_values": True}     # the untuned row did best
         else:
             error = (f"no {results}: the tuning sweep did not finish (a trial that fails stops the Optuna sweeper); "
                      "the seeds run at the row's own values")
             problems.append(f"tuning {task}/{row}: {error}")
         record = {"task": task, "row": row, "experiment": f"paper/{task}/{row}", "objective": OBJECTIVE,
                   "direction": "maximize", "seed": 0, "n_trials": trials, "space": space,
-                  "trials": read_trials(sweep_dir, space), "best": best, "error": error,
+                  "trials": read_trials(sweep_dir, space), "own_values_value": own, "best": best, "error": error,
                   "sweep_dir": str(sweep_dir)}
         path = tuning_dir(root) / f"{task}_{row}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -370,7 +394,8 @@ def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: 
                            best["params"] if best else {})
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in (best["params"] if best else {}).items())
-        print(f"{PROG}: {task}/{row}: " + (f"best {shown} ({OBJECTIVE} {best['value']})" if best else error),
+        print(f"{PROG}: {task}/{row}: " + (f"best {shown or 'its own values'} ({OBJECTIVE} {best['value']})"
+                                            if best else error),
               flush=True)
     return problems
 

@@ -619,9 +619,11 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
                 "hydra.sweeper.direction=maximize", "optimized_metric=normalized_return", "++max_steps=3",
                 f"hydra.sweep.dir={root / 'tuning' / f'{task}_{row}'}", f"hydra.sweeper.study_name={task}_{row}"} <= set(cmd)
         assert cmd[-2:] == [f"{k}={v}" for k, v in tune_space(task, row).items()]
-    assert out.count("# magrpo-paper: tune: ") == len(trained) and "4 Optuna trial(s) on seed 0" in out
-    # 2. the record, 3. the untrained rows, 4. the seeds at the tuned values, 5. the table with tuning.md
-    record, evals, seeds, table = commands[len(trained):]
+    assert out.count("# magrpo-paper: tune: ") == len(trained) + 1 and "4 Optuna trial(s) on seed 0" in out
+    # 2. every row at its own values on seed 0 (a candidate of its tuning), 3. the record, 4. the
+    # untrained rows, 5. the seeds at the tuned values, 6. the table with tuning.md
+    own, record, evals, seeds, table = commands[len(trained):]
+    assert f"experiment={','.join(trained)}" in own and "seed=0" in own and f"hydra.sweep.dir={root / 'tuning' / 'defaults'}" in own
     assert record[1:4] == ["-m", "magrpo.paper", "coordination"] and record[-1] == "--record-tuning"
     assert "experiment=paper/agree/untrained,paper/cover/untrained,paper/signal/untrained" in evals
     assert f"experiment={','.join(e.replace('paper/', 'tuned/', 1) for e in trained)}" in seeds
@@ -716,15 +718,22 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
         assert record["space"] == tune_space("agree", row) and record["n_trials"] == 2 and record["error"] is None
         assert [t["number"] for t in record["trials"]] == [0, 1]
         assert all(set(t["params"]) == {"optimizer.lr", key} and t["status"] == "finished" for t in record["trials"])
-        best = record["best"]     # the sweeper's choice: the trial with the highest final norm. return
-        assert best["value"] == max(t["value"] for t in record["trials"])
-        assert best["params"] in [t["params"] for t in record["trials"] if t["value"] == best["value"]]
-        assert 1e-4 <= best["params"]["optimizer.lr"] <= 3e-2
-        # the seed ran with the best values
+        # the best candidate: the sweeper's best trial, or the row's own values when they did as well
+        best, own = record["best"], record["own_values_value"]
+        assert own is not None
+        assert best["value"] == max(own, *(t["value"] for t in record["trials"]))
         (run,) = (root / "train").glob(f"*_agree_{row}_s0")
         cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
-        assert cfg["optimizer"]["lr"] == best["params"]["optimizer.lr"]
-        assert cfg["algo"][key.split(".")[1]] == best["params"][key] and cfg["label"] == row and cfg["max_steps"] == 2
+        assert cfg["label"] == row and cfg["max_steps"] == 2
+        if best.get("own_values"):
+            assert best["params"] == {} and best["value"] == own
+            assert cfg["optimizer"]["lr"] == 3e-3             # the seed ran at the recipe's values
+        else:
+            assert best["params"] in [t["params"] for t in record["trials"] if t["value"] == best["value"]]
+            assert 1e-4 <= best["params"]["optimizer.lr"] <= 3e-2
+            # the seed ran with the best values
+            assert cfg["optimizer"]["lr"] == best["params"]["optimizer.lr"]
+            assert cfg["algo"][key.split(".")[1]] == best["params"][key]
         assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     # the table: the seeds' rows only (not the trials), and tuning.md with what each row searched and chose
     _, rows = md_table(root / "table" / "table.md", "### agree (coordination)")
