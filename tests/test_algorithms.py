@@ -108,6 +108,24 @@ def test_the_centralized_critic_reads_every_agents_text(make_cfg):
             assert own.rstrip().endswith(f"[Agent {i + 1}] answer:")   # then its own completion follows
 
 
+def test_in_a_chain_the_centralized_critic_reads_each_samples_own_joint_action(make_cfg):
+    """Sequential: agent 1's sample s is read with the answers of the first leaf of its subtree
+    (one critic input per completion row, each row's own answer in it)."""
+    cfg, agents, task, algo = _build(make_cfg, ["algo=mappo", "algo.topology=sequential", *FAST])
+    items = task.load("train")[:2]
+    rollout = team_rollout(agents, task, items, algo.sampling, topology="sequential")
+    G = cfg.algo.num_generations
+    for i in range(2):
+        texts = algo.critic_prompts(rollout, i)
+        assert len(texts) == len(rollout.samples[i].texts)
+    for r, (_, pieces) in enumerate(algo.critic_prompts(rollout, 0)):
+        b, s = divmod(r, G)
+        node = b * rollout.num_joint + s * G                   # the first leaf under agent 1's sample s
+        other = rollout.samples[1]
+        row = rollout.row(1, node)
+        assert other.completion_ids[row, :int(other.completion_mask[row].sum())].tolist() in pieces
+
+
 def test_the_centralized_critic_values_each_token_after_the_joint_context(make_cfg):
     """Values read from the split input (shared prompts, then the answers) equal those of the whole
     text run as one sequence."""
