@@ -45,7 +45,7 @@ from magrpo.turns import TreeStats, concat_generations, one_per_prompt, select_p
 @dataclass
 class C3Config(MAGRPOConfig):
     name: str = "c3"
-    topology: str = option("sequential", choices=["sequential"])   # C3 credits the decisions of a chain
+    topology: str = option("sequential", choices=["simultaneous", "sequential"])   # C3 needs: sequential
     advantage: str = option("rloo", choices=lambda: sorted(ADVANTAGES))   # leave-one-out
     num_iterations: int = at_least(1, 2)          # PPO-style: each rollout is reused with clipped ratios
 
@@ -97,7 +97,10 @@ class C3(MAGRPO):
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
         a = cfg.algo
-        for key, bad, why in [("num_turns", a.num_turns != 1, "its counterfactuals replay one turn of the chain"),
+        for key, bad, why in [("topology", a.topology != "sequential",
+                               "it credits each decision of a chain by replaying the agents after it; a "
+                               "simultaneous team has no 'after' (set algo.topology=sequential)"),
+                              ("num_turns", a.num_turns != 1, "its counterfactuals replay one turn of the chain"),
                               ("branching", a.get("branching") is not None,
                                "it samples algo.num_generations alternatives per decision"),
                               ("dynamic_sampling", a.dynamic_sampling, "every decision's alternatives are scored")]:
