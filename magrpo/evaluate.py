@@ -3,6 +3,11 @@
     magrpo-eval task=humaneval eval.num_samples=10            # the four prompting baselines
     magrpo-eval checkpoint=outputs/train/<run>                # the trained team (newest complete checkpoint)
     magrpo-eval checkpoint=<run> methods=[team,discussion]
+    magrpo-eval checkpoint=<run> task=arxiv                   # the same team on another task, on purpose
+
+With `checkpoint=`, the team's shape (task and data, agents, algorithm, turns, feedback, sampling)
+is taken from the run's saved overrides; a key on the command line wins, and eval.json and
+summary.json record both values under `from_run` (magrpo.run_config).
 
 Writes `eval.json` (method -> metrics, plus the settings) and `eval.md` (a table) into its run
 directory, and one `samples_<method>.jsonl` of example completions per method. It also writes the
@@ -24,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 from magrpo.config import ConfigError, EvalRunSchema, validate
 from magrpo.launch import CONF_DIR, as_setup_error, check_run_dir, cli_main, output_dir, run_job
 from magrpo.rollout import BASELINES
+from magrpo.run_config import from_run
 
 log = logging.getLogger("magrpo")
 
@@ -69,12 +75,13 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
     out = output_dir(cfg)
     check_run_dir(out)
     with RunStatus(out, kind="eval", heartbeat=False) as status:
+        origin = from_run(cfg, "eval")        # what checkpoint=RUN took from the run's config
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
         status.phase = "setup"
-        return _evaluate(cfg, out, status)
+        return _evaluate(cfg, out, status, origin)
 
 
-def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
+def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
     from magrpo.eval_loop import eval_sampling, evaluate
     from magrpo.feedback import build_feedback
     from magrpo.models import load_agent_weights, load_agents, policy_agents
@@ -124,7 +131,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
         report = {"task": cfg.task.name, "split": cfg.split, "num_items": len(items),
                   "num_samples": cfg.eval.num_samples, "checkpoint": str(ckpt) if ckpt else None,
                   "models": [m.name_or_path for m in cfg.agents.models], "seed": cfg.seed, "results": results,
-                  **task_info, "config": OmegaConf.to_container(cfg, resolve=True)}
+                  **task_info, "from_run": origin, "config": OmegaConf.to_container(cfg, resolve=True)}
         write_json(out / "eval.json", report)
         title = f"# {cfg.task.name} ({cfg.split}, {len(items)} items x {cfg.eval.num_samples} samples)\n\n"
         source = f"Weights: {ckpt}\n\n" if ckpt else "Weights: base models (untrained)\n\n"
@@ -133,7 +140,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any) -> dict[str, Any]:
         outcome = "finished"
         return report
     finally:
-        logger.summary(eval_summary(outcome, results, identity, time.time() - started))
+        logger.summary({**eval_summary(outcome, results, identity, time.time() - started), "from_run": origin})
         logger.close(0 if outcome == "finished" else 1)
 
 

@@ -222,7 +222,7 @@ def check_run_dir(run_dir: Path, resume: Any = None, key: str = "output_dir") ->
 
     status, summary = read_status(run_dir)
     what = f"a {status} run" + (f" of {summary['steps']} step(s)" if summary.get("steps") else "")
-    way_out = (f"resume it in place with resume={run_dir} (and its overrides), or " if (run_dir / "checkpoints").is_dir()
+    way_out = (f"resume it in place with resume={run_dir}, or " if (run_dir / "checkpoints").is_dir()
                else "")
     raise ConfigError(f"{key}={str(run_dir)!r} already holds {what} ({', '.join(held)}); a run never writes into "
                       f"another run's directory: {way_out}give this one another directory "
@@ -265,13 +265,28 @@ class RunDirGuard(Callback):
 
 
 def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None:
-    """What every Hydra entry point runs: register the schemas, run the app, and turn what Hydra
-    would report with its own words (a mistyped key, an unknown group option) or a traceback
-    (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
+    """What every Hydra entry point runs: register the schemas, put the overrides of the run that
+    `resume=`/`checkpoint=` names before the command line's (magrpo.run_config), run the app, and
+    turn what Hydra would report with its own words (a mistyped key, an unknown group option) or a
+    traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
     from magrpo.config import register_schemas
 
     register_schemas()
     quiet_progress_bars()
+    import json
+
+    from magrpo.run_config import TAKEN_ENV, inherit_argv
+
+    argv = sys.argv[:]
+    try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
+        sys.argv[1:], taken = inherit_argv(config_name, sys.argv[1:])
+    except ConfigError as e:
+        report(prog, f"config error: {e}")
+        sys.exit(2)
+    if taken:
+        os.environ[TAKEN_ENV] = json.dumps(taken, default=str)
+    else:   # never a parent command's
+        os.environ.pop(TAKEN_ENV, None)
     user_full_error = os.environ.get("HYDRA_FULL_ERROR")
     os.environ["HYDRA_FULL_ERROR"] = "1"   # composition errors reach us as exceptions, not as Hydra's text
     try:
@@ -283,9 +298,15 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
         msg = explain_override_error(e, config_name, sys.argv[1:])
         if msg is None or user_full_error == "1":
             raise
+        if taken:
+            runs = ", ".join(f"{d}/.hydra/overrides.yaml" for d in taken)
+            lines = " ".join(next(iter(taken.values()))["lines"])
+            msg += f" (the command line took up the overrides of {runs}: {lines})"
         report(prog, f"config error: {msg}")
         sys.exit(2)
     finally:
+        sys.argv[:] = argv
+        os.environ.pop(TAKEN_ENV, None)
         if user_full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:

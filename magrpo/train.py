@@ -3,6 +3,7 @@
     magrpo-train                                   # embedded default: tiny agents, length_ratio
     magrpo-train task=tldr agents=qwen3_1.7b hardware=gpu logger=wandb
     magrpo-train -m seed=0,1,2 algo.advantage=mean,rloo     # a sweep
+    magrpo-train resume=outputs/train/<run> max_steps=200   # continue it: its overrides are taken up
     torchrun --nproc_per_node 2 -m magrpo.train ...         # data-parallel over 2 processes
 
 A bad config exits 2 and a missing model, data set or device exits 1, each with one line on
@@ -32,6 +33,7 @@ from magrpo.launch import (
     quiet_progress_bars,
     run_job,
 )
+from magrpo.run_config import from_run
 
 log = logging.getLogger("magrpo")
 __all__ = ["CONF_DIR", "main", "run", "sweep_value"]
@@ -54,6 +56,7 @@ def run(cfg: DictConfig) -> dict:
     check_run_dir(out, cfg.get("resume"))
     before = read_status(out)[0]          # a run resumed in place: its status before this one claims it
     with RunStatus(out, kind="train") as status:
+        origin = from_run(cfg, "train")   # what resume=RUN took from the run's config
         cfg = validate(cfg)
         if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):
             from magrpo.checkpoint import checkpoint_step
@@ -66,7 +69,7 @@ def run(cfg: DictConfig) -> dict:
         status.phase = "setup"
         status.write({"status": "running", "kind": "train", "phase": "setup",
                       "config": {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed}})
-        result = _fit(cfg, out, status, before)
+        result = _fit(cfg, out, status, before, origin)
         result["sweep_value"] = sweep_value(cfg, result["final_eval"])   # a failure here marks the run failed
     metric = optimized_metric(cfg, result["primary_metric"])
     first = (result["initial_eval"] or {}).get(metric)
@@ -75,11 +78,11 @@ def run(cfg: DictConfig) -> dict:
     return result
 
 
-def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing") -> dict:
+def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origin: dict | None = None) -> dict:
     from magrpo.trainer import Trainer
 
     try:
-        trainer = as_setup_error(lambda: Trainer(cfg, out, status_before=before))
+        trainer = as_setup_error(lambda: Trainer(cfg, out, status_before=before, from_run=origin))
         if status is not None:
             status.phase = "training"
         result = trainer.fit()

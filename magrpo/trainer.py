@@ -102,9 +102,10 @@ def _clock(seconds: float) -> str:
 
 
 class Trainer:
-    def __init__(self, cfg: Any, run_dir: Path, status_before: str = "missing"):
+    def __init__(self, cfg: Any, run_dir: Path, status_before: str = "missing", from_run: dict | None = None):
         """`status_before`: the status run_dir's summary.json had before this run claimed it (what a
-        run resumed in place reports as the status of the run it continues)."""
+        run resumed in place reports as the status of the run it continues). `from_run`: what
+        `resume=RUN` took from the run's saved overrides (magrpo.run_config), for summary.json."""
         hw = cfg.hardware
         self.world = distributed.init(hw)
         run_dir = self._shared_run_dir(run_dir)
@@ -156,6 +157,7 @@ class Trainer:
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
         self.resumed_from: dict[str, Any] | None = None
+        self.from_run = from_run
 
     def refill(self, round_: int, n: int) -> list[dict]:
         """Round `round_` (1, 2, ...) of extra items for the current step: a batch drawn from the
@@ -292,6 +294,7 @@ class Trainer:
             "wall_seconds": self.elapsed(),
             "evals": self.evals,
             "resumed_from": self.resumed_from,
+            "from_run": self.from_run,
             "config": self.key_config(),
             **self.task_info,
         })

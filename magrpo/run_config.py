@@ -1,0 +1,314 @@
+"""A trained run's config, taken up by `magrpo-eval checkpoint=RUN` and `magrpo-train resume=RUN`.
+
+Every run magrpo-train starts keeps the overrides it was composed with in `RUN/.hydra/overrides.yaml`
+(Hydra writes it). Given `checkpoint=` or `resume=` on the command line, the entry point composes
+again (`inherit_argv`, before Hydra reads the command line): the run's overrides first, then the
+command line's. What is taken from the run:
+
+  * magrpo-eval: what shapes the team, the keys under `task`, `reward`, `agents`, `algo`,
+    `feedback`, `experiment` and `scale` (task and data, models, share_policy/share_base and
+    per-agent settings, algorithm and form, topology, branching, turns, sampling, feedback);
+    not the run's seed, hardware, logger, eval settings or `debug`: those are the evaluation's own;
+  * a resume: every override but the new invocation's own (`hydra.*`, `output_dir`, `resume`)
+    and `hparams_search` (a sweeper recipe, which would turn the resume into a sweep).
+
+A key given on the command line wins over the run's. A group picked there (`task=arxiv`) also drops
+the run's keys under it (`task.data.*`), and a task picked there drops the run's `reward` choice and
+keys (the reward follows the task). Hydra then writes the overrides actually used into the new run's
+`.hydra/overrides.yaml`, so a resumed run is itself a run to take up, and its directory is named
+after the task it trains or evaluates.
+
+`from_run` (called by the job) describes what happened for summary.json and eval.json: the run
+directory, the keys inherited and each key the command line overrode with both values. A run
+directory without `.hydra/overrides.yaml` (one started from Python with `magrpo.train.run`, or whose
+`.hydra/` was removed) has nothing to take up: the command line must then give the team itself, and
+it is refused, naming the keys, where the checkpoint's `config.json` says the team was trained
+otherwise (task, algorithm, topology, turns, feedback, team size and level).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from magrpo.schema import ConfigError
+
+log = logging.getLogger("magrpo")
+
+SAVED = Path(".hydra") / "overrides.yaml"
+TAKEN_ENV = "MAGRPO_TAKEN_UP"       # inherit_argv -> the job (json), for as long as the command runs
+RUN_KEY = {"train": "resume", "eval": "checkpoint"}          # config name -> the key naming a run
+# magrpo-eval takes these from the run (the roots of the overrides that shape the team).
+EVAL_INHERITS = ("task", "reward", "agents", "algo", "feedback", "experiment", "scale")
+# Never taken from a run: the new invocation's own keys, and a sweeper recipe.
+NEVER = ("hydra", "output_dir", "resume", "checkpoint", "hparams_search")
+# A group picked on the command line also drops the run's choice and keys of these.
+FOLLOWS = {"task": ("reward",)}
+# Checked against the checkpoint's config.json when the run has no saved overrides to take up.
+SHAPE_KEYS = ("task.name", "algo.name", "algo.topology", "algo.num_turns", "feedback.mode", "agents.num_agents",
+              "agents.share_policy", "agents.share_base")
+
+_ROOT_RE = re.compile(r"[./@\[]")
+
+
+# -- overrides as text ------------------------------------------------------------------------------
+
+
+def _parse(line: str):
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides([line])[0]
+
+
+def override_key(line: str) -> str:
+    """The key (or group) an override sets: `task` of `task=tldr`, `task.data.path` of
+    `+task.data.path=x` or `~task.data.path`."""
+    key = line.lstrip("+~").partition("=")[0]
+    return key.partition("@")[0].strip()
+
+
+def override_value(line: str) -> Any:
+    """The value an override gives, as Hydra reads it (quotes removed, lists as lists); a sweep
+    as written; a deletion (`~key`) None."""
+    try:
+        o = _parse(line)
+    except Exception:
+        return line.partition("=")[2]
+    if o.is_sweep_override():
+        return line.partition("=")[2]
+    return None if o.is_delete() else o.value()
+
+
+def _under(key: str, prefix: str) -> bool:
+    return key == prefix or key.startswith((prefix + ".", prefix + "/", prefix + "["))
+
+
+def _root(key: str) -> str:
+    return _ROOT_RE.split(key, 1)[0]
+
+
+def in_scope(kind: str, key: str) -> bool:
+    """Whether `key` is taken from the run by `kind` (train: a resume; eval: magrpo-eval)."""
+    root = _root(key)
+    return root not in NEVER and (kind == "train" or root in EVAL_INHERITS)
+
+
+def merge(run: list[str], given: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The run's overrides the command line (`given`) leaves standing, and, for each it drops, the
+    command-line override that replaced it. Hydra applies the kept ones first, then `given`."""
+    replacing: list[tuple[str, str]] = []
+    for g in given:
+        key = override_key(g)
+        replacing.append((key, g))
+        replacing += [(follower, g) for follower in FOLLOWS.get(key, ())]
+    kept, dropped = [], {}
+    for r in run:
+        k = override_key(r)
+        by = next((g for key, g in replacing if key == k), None) or \
+            next((g for key, g in replacing if _under(k, key)), None)
+        if by is None:
+            kept.append(r)
+        else:
+            dropped[r] = by
+    return kept, dropped
+
+
+# -- the run a checkpoint belongs to ---------------------------------------------------------------
+
+
+def run_dir_of(path: str | Path) -> Path | None:
+    """The run directory holding `.hydra/overrides.yaml` that `path` names: the path itself (a run
+    directory), or the run a checkpoint `RUN/checkpoints/step_N` (or `RUN/checkpoints`) belongs to;
+    None when there is none."""
+    p = Path(str(path)).expanduser()
+    candidates = [p]
+    if p.name == "checkpoints":
+        candidates.append(p.parent)
+    if p.parent.name == "checkpoints":
+        candidates.append(p.parent.parent)
+    return next((c for c in candidates if (c / SAVED).is_file()), None)
+
+
+def saved_overrides(run_dir: Path) -> list[str]:
+    import yaml
+
+    f = Path(run_dir) / SAVED
+    try:
+        lines = yaml.safe_load(f.read_text()) or []
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{f}: cannot read the run's saved overrides ({e})") from None
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        raise ConfigError(f"{f}: not a list of overrides (key=value lines), so the run's config cannot be taken up")
+    return lines
+
+
+def inheritable(kind: str, run_dir: Path) -> list[str]:
+    """The saved overrides of `run_dir` that `kind` takes up."""
+    return [line for line in saved_overrides(run_dir) if in_scope(kind, override_key(line))]
+
+
+# -- the command line --------------------------------------------------------------------------------
+
+
+def inherit_argv(config_name: str, argv: list[str]) -> tuple[list[str], dict[str, Any] | None]:
+    """`argv` with the run's overrides put before the command line's, when it names a run by
+    `checkpoint=` (magrpo-eval) or `resume=` (magrpo-train) whose directory saved its overrides;
+    otherwise `argv` unchanged (a path that does not exist is reported by the run's own checks).
+    Also what the job needs to describe it (`from_run`): per run directory, its overrides taken
+    up and its values of the keys the command line gives, read now, before a resume in place has
+    Hydra rewrite that directory's .hydra/.
+
+    In a sweep over the key (`checkpoint=A,B`) every run named must have saved the same overrides
+    to take up (checkpoints of one run, or runs differing only in keys not taken, like the seed
+    for an evaluation); runs of different teams are refused."""
+    from hydra._internal.utils import get_args_parser
+
+    kind = "eval" if config_name == "eval" else "train"
+    key = RUN_KEY[kind]
+    try:
+        given = list(get_args_parser().parse_args(argv).overrides or [])
+    except (SystemExit, Exception):      # Hydra reports a bad command line itself
+        return argv, None
+    lines = [g for g in given if override_key(g) == key and not g.startswith("~")]
+    if not lines:
+        return argv, None
+    try:
+        o = _parse(lines[-1])
+    except Exception:
+        return argv, None
+    values = [str(v) for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()])
+              if v not in (None, "", "null")]
+    found: dict[str, tuple[Path | None, tuple[str, ...] | None]] = {}
+    for v in values:
+        if not Path(v).expanduser().exists():
+            return argv, None
+        run = run_dir_of(v)
+        found[v] = (run, tuple(inheritable(kind, run)) if run is not None else None)
+    if len({lines_ for _, lines_ in found.values()}) > 1:
+        shown = "; ".join(f"{v}: {' '.join(r) if r is not None else '(no saved overrides)'}"
+                          for v, (_, r) in found.items())
+        raise ConfigError(f"{lines[-1]}: these runs were trained with different configs ({shown}); take up one "
+                          f"run per command, or give every key of the team on the command line")
+    runs = {run: list(run_lines) for run, run_lines in found.values() if run is not None}
+    if not runs:
+        return argv, None
+    run_lines = next(iter(runs.values()))
+    asked = [override_key(g) for g in given if in_scope(kind, override_key(g))]
+    taken = {str(run): {"lines": run_lines, "values": {k: _saved_value(run, k) for k in asked}} for run in runs}
+    kept, _ = merge(run_lines, given)
+    at = argv.index(given[0])
+    return [*argv[:at], *kept, *argv[at:]], taken
+
+
+# -- inside the job: what was taken, and the runs with nothing to take ------------------------------
+
+
+def _taken() -> dict[str, Any]:
+    """What inherit_argv read from the runs, handed to the job (TAKEN_ENV; {} without one)."""
+    import json
+    import os
+
+    try:
+        return json.loads(os.environ.get(TAKEN_ENV) or "{}")
+    except ValueError:
+        return {}
+
+
+def _job_overrides() -> list[str] | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return list(HydraConfig.get().overrides.task)
+
+
+def _saved_value(run_dir: Path, key: str) -> Any:
+    """The value `key` had in the run: the option of a group (.hydra/hydra.yaml), else the key's
+    value in its composed config (.hydra/config.yaml; an interpolation as written)."""
+    try:
+        choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
+        if key in choices:
+            return choices[key]
+        cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+        node = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
+    except Exception:
+        return None
+    return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+
+
+def from_run(cfg: Any, kind: str) -> dict[str, Any] | None:
+    """For a job started from the command line with `resume=`/`checkpoint=`: the record of what it
+    took from the run (None otherwise). A run without saved overrides: nothing was taken, and the
+    command line is checked against the checkpoint's config (module docstring)."""
+    key = RUN_KEY[kind]
+    value = cfg.get(key)
+    job = _job_overrides()
+    if not value or job is None:
+        return None
+    run = run_dir_of(value)
+    if run is None:
+        _check_unsaved(cfg, kind, value, job)
+        return {"run_dir": None, "saved_overrides": None, "inherited": {}, "overridden": {}}
+    stash = _taken().get(str(run), {})
+    run_lines = stash.get("lines", None)
+    run_lines = inheritable(kind, run) if run_lines is None else run_lines
+    last = {override_key(g): override_value(g) for g in job}       # the job's overrides: the run's it kept,
+    same = [r for r in run_lines                                    # then the command line's
+            if override_key(r) in last and last[override_key(r)] == override_value(r)]
+    inherited = {override_key(r): override_value(r) for r in same}
+    given = [g for g in job if inherited.get(override_key(g), object()) != override_value(g)]
+    overridden: dict[str, dict[str, Any]] = {}
+    _, dropped = merge([r for r in run_lines if r not in same], given)
+    for r, by in dropped.items():
+        k, was = override_key(r), override_value(r)
+        if override_key(by) == k:
+            overridden[k] = {"run": was, "given": override_value(by)}
+        else:
+            overridden[k] = {"run": was, "given": None, "dropped_by": by}
+    run_keys = {override_key(r) for r in run_lines}
+    for g in given:
+        k = override_key(g)
+        if k in run_keys or not in_scope(kind, k):
+            continue
+        before = stash["values"][k] if k in stash.get("values", {}) else _saved_value(run, k)
+        now = override_value(g)
+        if before != now:
+            overridden[k] = {"run": before, "given": now}
+    record = {"run_dir": str(run), "saved_overrides": str(run / SAVED), "inherited": inherited,
+              "overridden": overridden}
+    changes = [f"{k} ({v['run']!r} -> {v['given']!r})" if "dropped_by" not in v else f"{k} (dropped by {v['dropped_by']})"
+               for k, v in overridden.items()]
+    log.info("%s=%s: took up the run's %s%s", key, value,
+             " ".join(f"{k}={v}" for k, v in inherited.items()) or "config (it overrode no key this takes up)",
+             "; the command line overrides " + ", ".join(changes) if changes else "")
+    return record
+
+
+def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
+    """A run with no saved overrides: its team is what the command line says. Refuse when the
+    checkpoint's config.json says the team was trained otherwise in a key the command line leaves
+    at its default."""
+    from magrpo import checkpoint
+
+    key = RUN_KEY[kind]
+    ckpt = checkpoint.resolve(value, key)        # a bad path is refused here as it would be later
+    stored = checkpoint.stored_config(ckpt)
+    given = [override_key(g) for g in job]
+    diffs = []
+    for k in SHAPE_KEYS:
+        if any(_under(k, g) for g in given):
+            continue
+        was = OmegaConf.select(OmegaConf.create(stored), k, default=None, throw_on_resolution_failure=False)
+        now = OmegaConf.select(cfg, k, default=None, throw_on_resolution_failure=False)
+        if was is not None and now is not None and was != now:
+            diffs.append(f"{k}={was!r} (this command line: {now!r})")
+    if diffs:
+        where = Path(str(value)).expanduser()
+        where = where.parent.parent if where.parent.name == "checkpoints" else where
+        raise ConfigError(f"{key}={str(value)!r}: {where} has no saved config ({SAVED}, which magrpo-train writes "
+                          f"into every run directory), so the run's config cannot be taken up, and its checkpoint "
+                          f"was trained with {', '.join(diffs)}; give the overrides the training run used")
