@@ -95,7 +95,8 @@ def test_the_suite_recipes_compose_for_every_row(make_cfg):
             if entry == "train":
                 cfg = validate(make_cfg([f"experiment={exp}"]))
                 assert (cfg.max_steps, cfg.algo.max_new_tokens) == ((100, 2) if "signal" in exp else (200, 4))
-                assert cfg.algo.topology == ("sequential" if "signal" in exp else "simultaneous")
+                # signal is a chain; c3 needs one, so its agree and cover rows are chains too
+                assert cfg.algo.topology == ("sequential" if "signal" in exp or exp.endswith("/c3") else "simultaneous")
     assert "paper/signal/ippo_individual" not in experiments("coordination", "train")
 
 
