@@ -270,15 +270,20 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
         found = runnable(args.table, entry, args)[0]
         if not found or args.only not in (None, entry):
             continue
-        extra = []
+        extra, seeds = [], args.seeds
         if entry == "train" and tune:      # the seeds run each row at its tuned values
             exps = [f"tuned/{task}/{row}" for task, row in found]
             extra = [f"hydra.searchpath=[{hydra_quoted('file://' + str(tuned_conf_dir(root).resolve()))}]"]
+            # seed 0 at the best values already ran as the tuning's best candidate: the record
+            # step copied it into train/, so only the other seeds run
+            seeds = ",".join(x for x in args.seeds.split(",") if x.strip() != "0")
+            if not seeds:
+                continue
         else:
             exps = [f"paper/{task}/{row}" for task, row in found]
-        cmd = sweep_command(entry, exps, args.seeds, scale, root.name, root / entry, args.launcher, args.jobs,
+        cmd = sweep_command(entry, exps, seeds, scale, root.name, root / entry, args.launcher, args.jobs,
                             args.overrides, extra)
-        what = f"{entry}: {len(exps)} row(s) x seeds {args.seeds}" + (" at their tuned values" if extra else "")
+        what = f"{entry}: {len(exps)} row(s) x seeds {seeds}" + (" at their tuned values" if extra else "")
         steps.append((entry, f"{what} -> {root / entry}", cmd))
     steps.append(("table", f"table: magrpo-table --layout paper -> {root / 'table'}",
                   table_command(root, tuning_dir(root) if tune else None)))
@@ -346,8 +351,20 @@ def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any]) ->
                                      sort_keys=False))
 
 
-def own_value(root: Path, task: str, row: str) -> float | None:
-    """The objective the row reached at its own values on seed 0 (tuning/defaults/), if it ran."""
+def tuning_done(cmd: list[str]) -> bool:
+    """Whether a tuning step's sweep finished in an earlier call with the same --out: an Optuna
+    sweep left optimization_results.yaml; the own-values sweep, a finished summary per job."""
+    sweep_dir = Path(next(c for c in cmd if c.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+    if "hydra/sweeper=optuna" in cmd:
+        return (sweep_dir / "optimization_results.yaml").exists()
+    exps = next(c for c in cmd if c.startswith("experiment=")).split("=", 1)[1].split(",")
+    summaries = list(sweep_dir.glob("*/summary.json"))
+    finished = sum(1 for f in summaries if json.loads(f.read_text()).get("status") == "finished")
+    return finished >= len(exps)
+
+
+def own_run(root: Path, task: str, row: str) -> Path | None:
+    """The finished run of the row at its own values on seed 0 (tuning/defaults/), if it ran."""
     for summary in sorted((tuning_dir(root) / "defaults").glob("*/summary.json")):
         try:
             data = json.loads(summary.read_text())
@@ -355,9 +372,38 @@ def own_value(root: Path, task: str, row: str) -> float | None:
             continue
         cfg = data.get("config") or {}
         if cfg.get("task") == task and cfg.get("label") == row and data.get("status") == "finished":
-            value = (data.get("final_eval") or {}).get(OBJECTIVE)
-            return float(value) if value is not None else None
+            return summary.parent
     return None
+
+
+def own_value(root: Path, task: str, row: str) -> float | None:
+    """The objective the row reached at its own values on seed 0, if it ran."""
+    run = own_run(root, task, row)
+    if run is None:
+        return None
+    value = (json.loads((run / "summary.json").read_text()).get("final_eval") or {}).get(OBJECTIVE)
+    return float(value) if value is not None else None
+
+
+def reuse_best_run(root: Path, task: str, row: str, record: dict[str, Any]) -> Path | None:
+    """Copy the best candidate's seed-0 run (a trial, or the row at its own values) into train/ as
+    the row's seed-0 run: it is the run the seeds phase would repeat (same config, same seed), so
+    it is not run twice. Returns the copy."""
+    import shutil
+
+    best = record["best"]
+    if best.get("own_values"):
+        source = own_run(root, task, row)
+    else:
+        source = next((Path(record["sweep_dir"]) / t["dir"] for t in record["trials"]
+                       if t["params"] == best["params"] and t["value"] == best["value"]), None)
+    if source is None or not (source / "summary.json").exists():
+        return None
+    dest = root / "train" / f"tuning-best_{task}_{row}_s0"
+    if not dest.exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(source, dest, ignore=shutil.ignore_patterns("checkpoints"))
+    return dest
 
 
 def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: int) -> list[str]:
@@ -392,6 +438,8 @@ def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: 
         path.write_text(json.dumps(record, indent=2) + "\n")
         write_tuned_config(tuned_conf_dir(root) / "experiment" / "tuned" / task / f"{row}.yaml", task, row,
                            best["params"] if best else {})
+        if best is not None:
+            reuse_best_run(root, task, row, record)
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in (best["params"] if best else {}).items())
         print(f"{PROG}: {task}/{row}: " + (f"best {shown or 'its own values'} ({OBJECTIVE} {best['value']})"
@@ -518,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
             rc = table_cli.main(cmd[3:])
             if rc != 0:
                 failed.append(f"magrpo-table exited with {rc}")
+            continue
+        if step == "tune" and tuning_done(cmd):
+            print(f"{PROG}: already done in {root}, not run again", flush=True)
             continue
         if step == "record":    # in this process; a row whose tuning failed runs at its own values
             rc = main(cmd[3:])

@@ -627,7 +627,7 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     assert record[1:4] == ["-m", "magrpo.paper", "coordination"] and record[-1] == "--record-tuning"
     assert "experiment=paper/agree/untrained,paper/cover/untrained,paper/signal/untrained" in evals
     assert f"experiment={','.join(e.replace('paper/', 'tuned/', 1) for e in trained)}" in seeds
-    assert f"hydra.searchpath=['file://{(root / 'tuning' / 'conf').resolve()}']" in seeds and "seed=0,1" in seeds
+    assert f"hydra.searchpath=['file://{(root / 'tuning' / 'conf').resolve()}']" in seeds and "seed=1" in seeds      # seed 0 is the tuning's best run, reused
     assert table[-2:] == ["--tuning", str(root / "tuning")]
     unregistered = [e for e in experiments("coordination", "train") if e not in trained]
     assert ("left out, their algorithm is not registered" in out) is bool(unregistered)
@@ -738,6 +738,14 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
     # the table: the seeds' rows only (not the trials), and tuning.md with what each row searched and chose
     _, rows = md_table(root / "table" / "table.md", "### agree (coordination)")
     assert list(rows) == ["IPPO", "MAGRPO"] and all(r[0] == "1" for r in rows.values())
+    # seed 0 is the best candidate's own run, copied (not run again); a second call with the same
+    # --out finds every tuning done and runs none of it again
+    assert sorted(p.name for p in (root / "train").iterdir()) == ["tuning-best_agree_ippo_s0", "tuning-best_agree_magrpo_s0"]
+    capsys.readouterr()
+    assert paper_main(["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--tune-trials", "2",
+                       "--seeds", "0", "--launcher", "basic", "--out", str(root),
+                       "max_steps=2", "eval.num_items=2", "eval.num_samples=2", "eval.log_completions=0"]) == 0
+    assert capsys.readouterr().out.count("already done") == 3      # two Optuna sweeps and the own-values runs
     tuning_md = (root / "table" / "tuning.md").read_text()
     assert "| agree | MAGRPO | 2/2 | `optimizer.lr`: tag(log, interval(1e-4, 3e-2)); `algo.temperature`" in tuning_md
     assert "| agree | IPPO | 2/2 |" in tuning_md and "Tuned: each trained row" in (root / "table" / "table.md").read_text()
