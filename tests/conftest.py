@@ -72,6 +72,24 @@ def train_rows(run_dir) -> dict[int, dict]:
     return {r["step"]: r for r in rows if "train/reward_mean" in r}
 
 
+def build_algorithm(make_cfg, overrides: list[str]):
+    """(cfg, agents, task, algorithm) of a composed train config, seeded as a run starts: for tests
+    that drive an algorithm's pieces (collect, advantages, update) directly."""
+    from magrpo.algos import ALGOS
+    from magrpo.config import validate
+    from magrpo.models import load_agents
+    from magrpo.tasks import build_task
+    from magrpo.trainer import seed_everything
+
+    cfg = validate(make_cfg(overrides))
+    seed_everything(cfg.seed)
+    cls = ALGOS[cfg.algo.name]
+    team = cls.team(cfg)
+    agents = load_agents(cfg.agents, cfg.hardware, team.num_agents, need_reference=team.reference)
+    task = build_task(cfg.task, cfg.reward)
+    return cfg, agents, task, cls(cfg, agents, task)
+
+
 def run_and_resume(make_cfg, tmp_path, common: list[str], at: int = 2) -> tuple[dict[int, dict], dict[int, dict]]:
     """Train once uninterrupted and once resumed from the first run's step-`at` checkpoint; the
     training rows of both (the resumed run logs only the steps after `at`)."""

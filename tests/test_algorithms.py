@@ -13,26 +13,16 @@ import torch
 
 from magrpo.algos import ALGOS
 from magrpo.config import ConfigError, validate
-from magrpo.models import load_agents
 from magrpo.rollout import team_rollout
 from magrpo.tasks import build_task
 from magrpo.train import run
-from magrpo.trainer import seed_everything
-from tests.conftest import run_and_resume, train_rows
+from tests.conftest import build_algorithm, run_and_resume, train_rows
 
 GOLDEN = Path(__file__).parent / "data" / "golden_algos.json"
 FAST = ["algo.max_new_tokens=12", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
 GOLDEN_KEYS = ["train/reward_mean", "train/agent_1/loss", "train/agent_1/grad_norm"]
 
 
-def _build(make_cfg, overrides):
-    cfg = validate(make_cfg(overrides))
-    seed_everything(cfg.seed)
-    cls = ALGOS[cfg.algo.name]
-    team = cls.team(cfg)
-    agents = load_agents(cfg.agents, cfg.hardware, team.num_agents, need_reference=team.reference)
-    task = build_task(cfg.task, cfg.reward)
-    return cfg, agents, task, cls(cfg, agents, task)
 
 
 def test_every_algorithm_is_registered_with_its_own_schema():
@@ -91,7 +81,7 @@ def test_critics_optimizers_and_kl_controller_resume_exactly(make_cfg, tmp_path,
 
 
 def test_the_centralized_critic_reads_every_agents_text(make_cfg):
-    cfg, agents, task, algo = _build(make_cfg, ["algo=mappo", *FAST])
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=mappo", *FAST])
     items = task.load("train")[:2]
     rollout = team_rollout(agents, task, items, algo.sampling)
     for i in range(2):
@@ -111,7 +101,7 @@ def test_the_centralized_critic_reads_every_agents_text(make_cfg):
 def test_in_a_chain_the_centralized_critic_reads_each_samples_own_joint_action(make_cfg):
     """Sequential: agent 1's sample s is read with the answers of the first leaf of its subtree
     (one critic input per completion row, each row's own answer in it)."""
-    cfg, agents, task, algo = _build(make_cfg, ["algo=mappo", "algo.topology=sequential", *FAST])
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=mappo", "algo.topology=sequential", *FAST])
     items = task.load("train")[:2]
     rollout = team_rollout(agents, task, items, algo.sampling, topology="sequential")
     G = cfg.algo.num_generations
@@ -132,7 +122,7 @@ def test_the_centralized_critic_values_each_token_after_the_joint_context(make_c
     from magrpo.algos.core import RowBatch
     from magrpo.algos.ippo import CriticInput, critic_values
 
-    cfg, agents, task, algo = _build(make_cfg, ["algo=mappo", *FAST])
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=mappo", *FAST])
     rollout = team_rollout(agents, task, task.load("train")[:2], algo.sampling)
     gen, tok = rollout.samples[0], agents[0].tokenizer
     texts = algo.critic_prompts(rollout, 0)
@@ -153,7 +143,7 @@ def test_the_centralized_critic_values_each_token_after_the_joint_context(make_c
 
 
 def test_ippo_value_head_and_policy_both_move(make_cfg):
-    cfg, agents, task, algo = _build(make_cfg, ["algo=ippo", "optimizer.lr=1e-2", *FAST])
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=ippo", "optimizer.lr=1e-2", *FAST])
     head = algo.critics[0].head.v.weight.detach().clone()
     params = [p.detach().clone() for p in agents[0].trainable_parameters()]
     metrics = algo.step(task.load("train")[:2])

@@ -11,31 +11,21 @@ import math
 import pytest
 import torch
 
-from magrpo.algos import ALGOS
 from magrpo.algos.c3 import counterfactual_rollouts
 from magrpo.algos.core import advantages, clipped_surrogate, keyed_advantages, sequence_log_ratio
 from magrpo.algos.magrpo import MAGRPO, overlong_penalty
 from magrpo.config import ConfigError, validate
-from magrpo.models import load_agents
 from magrpo.rollout import Rollout, Sampling
-from magrpo.tasks import Scores, build_task
+from magrpo.tasks import Scores
 from magrpo.train import run
 from magrpo.trainer import seed_everything
 from magrpo.turns import TreeStats, TurnSpec, choose_expansions, select_prompts
-from tests.conftest import run_and_resume, train_rows
+from tests.conftest import build_algorithm, run_and_resume, train_rows
 
 FAST = ["algo.max_new_tokens=8", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2",
         "algo.num_generations=2"]
 
 
-def _build(make_cfg, overrides):
-    cfg = validate(make_cfg(overrides))
-    seed_everything(cfg.seed)
-    cls = ALGOS[cfg.algo.name]
-    team = cls.team(cfg)
-    agents = load_agents(cfg.agents, cfg.hardware, team.num_agents, need_reference=team.reference)
-    task = build_task(cfg.task, cfg.reward)
-    return cfg, agents, task, cls(cfg, agents, task)
 
 
 # --- GSPO -----------------------------------------------------------------------------------------
@@ -59,7 +49,7 @@ def test_gspo_on_policy_gradient_weights_each_token_by_one_over_the_length(make_
     same as MAGRPO's token ratio with that aggregation; with seq_sum it is the plain sum."""
     grads = {}
     for level in ("token", "sequence"):
-        cfg, agents, task, algo = _build(make_cfg, ["algo=magrpo", f"algo.ratio_level={level}",
+        cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", f"algo.ratio_level={level}",
                                                     "algo.loss_agg=seq_mean_token_mean", *FAST])
         seed_everything(0)
         ep = algo.collect(task.load("train")[:2])
@@ -93,7 +83,7 @@ def test_dynamic_sampling_keeps_only_items_whose_rewards_differ():
 
 
 def test_dynamic_sampling_drops_flat_groups_and_refills(make_cfg):
-    cfg, agents, task, algo = _build(make_cfg, ["algo=magrpo", "algo.dynamic_sampling=true",
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", "algo.dynamic_sampling=true",
                                                 "algo.dynamic_sampling_rounds=3", *FAST])
     calls = []
 
@@ -118,7 +108,7 @@ def test_dynamic_sampling_drops_flat_groups_and_refills(make_cfg):
 
 
 def test_select_prompts_keeps_whole_groups(make_cfg):
-    cfg, agents, task, algo = _build(make_cfg, ["algo=magrpo", *FAST])
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", *FAST])
     ep = algo.collect(task.load("train")[:2])
     gen = ep.generation(agents[0])
     sub = select_prompts(gen, torch.tensor([False, False, True, True]))
@@ -160,7 +150,7 @@ def test_dr_mas_equals_magrpo_with_group_scale_under_the_team_reward(make_cfg, t
 def test_dr_mas_agent_and_global_statistics_on_a_real_episode(make_cfg, monkeypatch):
     """Individual shares of different scales: agent-wise normalization gives each agent (R - mu_i) /
     (sigma_i + eps) over its own samples of an item; global pools both agents' samples."""
-    cfg, agents, task, algo = _build(make_cfg, ["algo=dr_mas", "task=cover", "algo.reward=individual", *FAST])
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=dr_mas", "task=cover", "algo.reward=individual", *FAST])
     task.score = lambda items, prompts, completions: Scores([float(k + 1) for k in range(len(completions))])
     monkeypatch.setattr(type(task), "individual_rewards",
                         lambda self, scores, n: [[0.1 * r, 10.0 * r] for r in scores])
@@ -223,7 +213,7 @@ def test_c3_leave_one_out_on_three_alternatives():
 
 
 def test_c3_freezes_the_context_and_replays_a_fixed_continuation(make_cfg):
-    cfg, agents, task, algo = _build(make_cfg, ["algo=c3", "task=agree", "agents.num_agents=3", *FAST,
+    cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=c3", "task=agree", "agents.num_agents=3", *FAST,
                                                 "algo.num_generations=3"])
     items = task.load("train")[:2]
     decisions, generated = counterfactual_rollouts(agents, task, items, Sampling(3, 4))
@@ -262,7 +252,7 @@ def test_td_targets_on_a_two_turn_tree(make_cfg, monkeypatch, algo):
     """With every value V = 0.5: turn 2 (last) y = r2, delta = r2 - 0.5; turn 1: y = r1 + gamma * 0.5
     (the child's V), delta = y - 0.5; the critic of a prompt regresses on its samples' mean y."""
     gamma = 0.9
-    cfg, agents, task, method = _build(make_cfg, [f"algo={algo}", "algo.num_turns=2", "feedback=plain",
+    cfg, agents, task, method = build_algorithm(make_cfg, [f"algo={algo}", "algo.num_turns=2", "feedback=plain",
                                                   f"algo.discount={gamma}", *FAST])
     monkeypatch.setattr(type(method), "evaluate", lambda self, c, texts: torch.full((len(texts),), 0.5))
     ep = method.collect(task.load("train")[:2])
@@ -280,7 +270,7 @@ def test_td_targets_on_a_two_turn_tree(make_cfg, monkeypatch, algo):
 
 
 def test_q_critic_baseline_is_the_mean_q_of_the_answers_to_a_prompt(make_cfg, monkeypatch):
-    cfg, agents, task, method = _build(make_cfg, ["algo=iac", "algo.critic_type=q", *FAST])
+    cfg, agents, task, method = build_algorithm(make_cfg, ["algo=iac", "algo.critic_type=q", *FAST])
     q = iter([torch.tensor([1.0, 3.0, 2.0, 2.0]), torch.tensor([0.0, 0.0, 0.0, 0.0])])
     monkeypatch.setattr(type(method), "evaluate", lambda self, c, texts: next(q))
     ep = method.collect(task.load("train")[:2])
@@ -292,7 +282,7 @@ def test_q_critic_baseline_is_the_mean_q_of_the_answers_to_a_prompt(make_cfg, mo
 
 
 def test_the_critic_learns_and_the_actor_moves(make_cfg):
-    cfg, agents, task, method = _build(make_cfg, ["algo=maac", "algo.critic=head", *FAST, "optimizer.lr=1e-2"])
+    cfg, agents, task, method = build_algorithm(make_cfg, ["algo=maac", "algo.critic=head", *FAST, "optimizer.lr=1e-2"])
     head = method.critics[0].head.v.weight
     before, actor = head.detach().clone(), [p.detach().clone() for p in agents[1].model.parameters()]
     metrics = method.step(task.load("train")[:2])
