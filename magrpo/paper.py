@@ -194,6 +194,12 @@ def tuning_dir(root: Path) -> Path:
     return root / "tuning"
 
 
+def best_runs_dir(root: Path) -> Path:
+    """Each tuned row's seed-0 run (its best tuning candidate, copied): beside train/, which holds
+    the other seeds' sweep (a sweep never writes where another run is)."""
+    return root / "train-seed0"
+
+
 def tuned_conf_dir(root: Path) -> Path:
     """A config search path holding experiment/tuned/<task>/<row>.yaml: each row at its best values."""
     return tuning_dir(root) / "conf"
@@ -351,16 +357,21 @@ def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any]) ->
                                      sort_keys=False))
 
 
-def tuning_done(cmd: list[str]) -> bool:
-    """Whether a tuning step's sweep finished in an earlier call with the same --out: an Optuna
-    sweep left optimization_results.yaml; the own-values sweep, a finished summary per job."""
+def sweep_done(cmd: list[str]) -> bool:
+    """Whether a step's sweep finished in an earlier call with the same --out: an Optuna sweep left
+    optimization_results.yaml; any other sweep, a finished summary per job (rows x seeds)."""
     sweep_dir = Path(next(c for c in cmd if c.startswith("hydra.sweep.dir=")).split("=", 1)[1])
     if "hydra/sweeper=optuna" in cmd:
         return (sweep_dir / "optimization_results.yaml").exists()
     exps = next(c for c in cmd if c.startswith("experiment=")).split("=", 1)[1].split(",")
-    summaries = list(sweep_dir.glob("*/summary.json"))
-    finished = sum(1 for f in summaries if json.loads(f.read_text()).get("status") == "finished")
-    return finished >= len(exps)
+    seeds = next(c for c in cmd if c.startswith("seed=")).split("=", 1)[1].split(",")
+    finished = 0
+    for f in sweep_dir.glob("*/summary.json"):
+        try:
+            finished += json.loads(f.read_text()).get("status") == "finished"
+        except (OSError, json.JSONDecodeError):
+            pass
+    return finished >= len(exps) * len(seeds)
 
 
 def own_run(root: Path, task: str, row: str) -> Path | None:
@@ -399,7 +410,7 @@ def reuse_best_run(root: Path, task: str, row: str, record: dict[str, Any]) -> P
                        if t["params"] == best["params"] and t["value"] == best["value"]), None)
     if source is None or not (source / "summary.json").exists():
         return None
-    dest = root / "train" / f"tuning-best_{task}_{row}_s0"
+    dest = best_runs_dir(root) / f"tuning-best_{task}_{row}_s0"
     if not dest.exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(source, dest, ignore=shutil.ignore_patterns("checkpoints"))
@@ -567,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
             if rc != 0:
                 failed.append(f"magrpo-table exited with {rc}")
             continue
-        if step == "tune" and tuning_done(cmd):
+        if step in ("tune", "eval", "train") and sweep_done(cmd):
             print(f"{PROG}: already done in {root}, not run again", flush=True)
             continue
         if step == "record":    # in this process; a row whose tuning failed runs at its own values

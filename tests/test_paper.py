@@ -710,7 +710,7 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
 
     root = tmp_path / "sweep"
     rc = paper_main(["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--tune-trials", "2",
-                     "--seeds", "0", "--launcher", "basic", "--out", str(root),
+                     "--seeds", "0,1", "--launcher", "basic", "--out", str(root),
                      "max_steps=2", "eval.num_items=2", "eval.num_samples=2", "eval.log_completions=0"])
     assert rc == 0, capsys.readouterr().err
     for row, key in (("magrpo", "algo.temperature"), ("ippo", "algo.ent_coef")):
@@ -722,7 +722,7 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
         best, own = record["best"], record["own_values_value"]
         assert own is not None
         assert best["value"] == max(own, *(t["value"] for t in record["trials"]))
-        (run,) = (root / "train").glob(f"*_agree_{row}_s0")
+        (run,) = (root / "train-seed0").glob(f"*_agree_{row}_s0")
         cfg = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
         assert cfg["label"] == row and cfg["max_steps"] == 2
         if best.get("own_values"):
@@ -737,15 +737,19 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
         assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     # the table: the seeds' rows only (not the trials), and tuning.md with what each row searched and chose
     _, rows = md_table(root / "table" / "table.md", "### agree (coordination)")
-    assert list(rows) == ["IPPO", "MAGRPO"] and all(r[0] == "1" for r in rows.values())
+    assert list(rows) == ["IPPO", "MAGRPO"] and all(r[0] == "2" for r in rows.values())
     # seed 0 is the best candidate's own run, copied (not run again); a second call with the same
     # --out finds every tuning done and runs none of it again
-    assert sorted(p.name for p in (root / "train").iterdir()) == ["tuning-best_agree_ippo_s0", "tuning-best_agree_magrpo_s0"]
+    assert sorted(p.name for p in (root / "train-seed0").iterdir()) == ["tuning-best_agree_ippo_s0",
+                                                                        "tuning-best_agree_magrpo_s0"]
+    assert sorted(p.name.split("_", 1)[1] for p in (root / "train").iterdir() if p.is_dir()) == ["agree_ippo_s1",
+                                                                                             "agree_magrpo_s1"]
     capsys.readouterr()
     assert paper_main(["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--tune-trials", "2",
-                       "--seeds", "0", "--launcher", "basic", "--out", str(root),
+                       "--seeds", "0,1", "--launcher", "basic", "--out", str(root),
                        "max_steps=2", "eval.num_items=2", "eval.num_samples=2", "eval.log_completions=0"]) == 0
-    assert capsys.readouterr().out.count("already done") == 3      # two Optuna sweeps and the own-values runs
+    # the two Optuna sweeps, the own-values runs and the seeds' sweep
+    assert capsys.readouterr().out.count("already done") == 4
     tuning_md = (root / "table" / "tuning.md").read_text()
     assert "| agree | MAGRPO | 2/2 | `optimizer.lr`: tag(log, interval(1e-4, 3e-2)); `algo.temperature`" in tuning_md
     assert "| agree | IPPO | 2/2 |" in tuning_md and "Tuned: each trained row" in (root / "table" / "table.md").read_text()
