@@ -61,7 +61,8 @@ def to_markdown(records: list[dict[str, Any]], name: Callable[[str], str] = str)
            f"Before its seeds ran, every trained row was tuned on seed {first.get('seed', 0)}: the same number "
            f"of Optuna trials each (Hydra's Optuna sweeper, TPE sampler with seed 0), {aim} the final "
            f"evaluation's `{objective}`, over the row's learning rate and its one most sensitive key (the row's "
-           "`tune:`). The seeds ran at the best values found.", "",
+           "`tune:`), plus one more candidate, the row at its own values (the recipe's). The seeds ran at "
+           "the best of these (the own values win ties).", "",
            f"| task | method | trials finished | search space | best values (the seeds' settings) | best {objective} |",
            "|:---|:---|---:|:---|:---|---:|"]
     notes = []
@@ -69,7 +70,10 @@ def to_markdown(records: list[dict[str, Any]], name: Callable[[str], str] = str)
         finished = sum(1 for t in r["trials"] if t.get("value") is not None)
         best = r.get("best")
         space = "; ".join(f"`{k}`: {md_escape(str(v))}" for k, v in r["space"].items())
-        values = _params(best["params"]) if best else "– (the row's own values)"
+        if best and best.get("own_values"):
+            values = "its own values (the recipe's)"
+        else:
+            values = _params(best["params"]) if best else "– (the row's own values)"
         score = f"{best['value']:.3f}" if best and best.get("value") is not None else "–"
         out.append("| " + " | ".join([md_escape(r["task"]), md_escape(name(r["row"])),
                                       f"{finished}/{r.get('n_trials', len(r['trials']))}", space,
