@@ -290,11 +290,10 @@ class IPPO(TeamAlgorithm):
         opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
                                 self.critic_schedulers[i])
         dev, gen = agent.device, b.gen
-        rows, G = b.mask.shape[0], gen.num_generations
-        # Mini-batches of whole groups (the G samples of a prompt), shuffled, so that each prompt
-        # runs once per mini-batch (the shared prompt pass), as in the actor's generation.
-        groups = rows // G
-        mini = math.ceil(groups / algo.num_mini_batches) * G
+        rows = b.mask.shape[0]
+        # Shuffled rows, not whole groups: mini-batches of whole groups run each prompt once per
+        # mini-batch, but they changed what IPPO learns (signal, seed 2: 0.08 instead of 0.98).
+        mini = math.ceil(rows / algo.num_mini_batches)
         shared_forward = critic.kind == "head" and not self.centralized_critic
         # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`.
         params = agent.trainable_parameters() + (list(critic.parameters()) if copt is None else [])
@@ -306,8 +305,7 @@ class IPPO(TeamAlgorithm):
         share = shares_prompt(agent.model, algo.share_prompt)
         for _ in range(algo.ppo_epochs):
             epoch_kl, epoch_tokens = 0.0, 0.0
-            order = (torch.randperm(groups).unsqueeze(1) * G + torch.arange(G)).flatten()
-            for idx in order.split(mini):
+            for idx in torch.randperm(rows).split(mini):
                 opt.zero_grad(set_to_none=True)
                 if copt is not None:
                     copt.zero_grad(set_to_none=True)
