@@ -68,7 +68,6 @@ class Episode:
     t_reward: float
     metrics: dict[str, float] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)      # what an algorithm computes once per step
-    _shares: dict[int, list[torch.Tensor]] = field(default_factory=dict)
 
     @property
     def root(self) -> Rollout:
@@ -83,21 +82,12 @@ class Episode:
         discounted tree return of its joint actions (magrpo.turns.tree_returns), of the team reward
         or (`reward="individual"`) of the agent's own share, credited to its samples (`credit`)."""
         out = []
-        for k, root in enumerate(self.roots):
+        for root in self.roots:
             levels = root.levels()
-            own = None
-            if reward == "individual":
-                shares = self._individual(k, root)
-                own = [s[:, agent].view(lv.num_items, -1) for s, lv in zip(shares, levels)]
+            own = [self.turn_shares(lv, agent) for lv in levels] if reward == "individual" else None
             node_returns = tree_returns(root, discount, own)
             out += [credit(R, lv.joint, agent, lv.per_item(agent), cross_credit) for R, lv in zip(node_returns, levels)]
         return out
-
-    def _individual(self, k: int, root: Rollout) -> list[torch.Tensor]:
-        if k not in self._shares:        # per turn [B_t*J, N]: every agent's share of each joint reward
-            self._shares[k] = [torch.tensor(self.task.individual_rewards(lv.scores, self.num_agents))
-                               for lv in root.levels()]
-        return self._shares[k]
 
     def turn_shares(self, level: Rollout, agent: int) -> torch.Tensor:
         """[B_t, J] agent `agent`'s own share of each joint reward of one turn (`individual_rewards`)."""
