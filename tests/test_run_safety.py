@@ -122,8 +122,11 @@ def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp
     args = ["max_steps=400", "save_every=2", "eval.num_items=2", "logger.log_every=1", "algo.batch_size=2",
             "algo.max_new_tokens=8"]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # SIGINT as a terminal delivers it: a test run launched in the background of a non-interactive
+    # shell (`cmd &`) inherits SIGINT ignored, and so would its child.
     proc = subprocess.Popen([sys.executable, "-m", "magrpo.train", *args, f"hydra.run.dir={d}"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     while not (d / "checkpoints" / "step_2").is_dir() and time.time() < deadline and proc.poll() is None:
         time.sleep(0.2)
