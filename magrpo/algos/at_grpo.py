@@ -22,7 +22,6 @@ from dataclasses import dataclass
 import torch
 
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import keyed_advantages
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode
 from magrpo.models import Agent
@@ -39,12 +38,6 @@ class ATGRPOConfig(MAGRPOConfig):
 class ATGRPO(MAGRPO):
     config_schema = ATGRPOConfig
 
-    def role_advantages(self, agent: Agent, ep: Episode) -> torch.Tensor:
-        """[rows] advantages within groups keyed by (item, agent, turn): per turn, by the item each row descends from."""
-        algo = self.algo
-        returns = self.role_returns(agent, ep)
-        adv = torch.cat([keyed_advantages(R.flatten(), items, algo.advantage, algo.scale)
-                         for R, items in zip(returns, ep.row_items(agent.index))])
-        ep.metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
-        ep.metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
-        return adv
+    def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
+        """Groups keyed by (item, agent, turn): per turn, by the item each row descends from."""
+        return self.item_advantages(agent, ep, returns)

@@ -50,17 +50,10 @@ class DrMAS(MAGRPO):
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
         check_individual_reward(cfg, task_cls)
 
-    def role_advantages(self, agent: Agent, ep: Episode) -> torch.Tensor:
-        algo = self.algo
-        if algo.normalization == "global":
-            adv = self.pooled_advantages(ep)[agent.index]
-        else:           # agent i's own samples of an item (per turn) are its group
-            adv = torch.cat([keyed_advantages(R.flatten(), items, algo.advantage, algo.scale)
-                             for R, items in zip(self.role_returns(agent, ep), ep.row_items(agent.index))])
-        returns = torch.cat([R.flatten() for R in self.role_returns(agent, ep)])
-        ep.metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
-        ep.metrics[f"train/{agent.name}/return_mean"] = returns.mean().item()
-        return adv
+    def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
+        if self.algo.normalization == "global":
+            return self.pooled_advantages(ep)[agent.index]
+        return self.item_advantages(agent, ep, returns)     # agent i's own samples of an item (per turn)
 
     def pooled_advantages(self, ep: Episode) -> dict[int, torch.Tensor]:
         """Per agent, [rows] advantages whose statistics pool every agent's samples of an item (per turn)."""

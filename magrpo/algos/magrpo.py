@@ -49,6 +49,7 @@ from magrpo.algos.core import (
     advantages,
     clipped_surrogate,
     k3_kl,
+    keyed_advantages,
     rollout_logprobs,
     row_chunks,
     row_logprobs,
@@ -119,15 +120,26 @@ class MAGRPO(TeamAlgorithm):
         return returns
 
     def role_advantages(self, agent: Agent, ep: Episode) -> torch.Tensor:
-        """[rows] the agent's advantages: per group, the G_i samples that answer one prompt (an
-        item's, or one prefix's in a sequential chain), so a baseline never mixes two prompts."""
-        algo = self.algo
+        """[rows] the agent's advantages (`group_advantages` of its returns), with their metrics."""
         returns = self.role_returns(agent, ep)
-        adv = torch.cat([advantages(R.reshape(-1, lv.samples[agent.index].num_generations), algo.advantage,
-                                    algo.scale).flatten() for lv, R in zip(ep.levels(), returns)])
+        adv = self.group_advantages(agent, ep, returns)
         ep.metrics[f"train/{agent.name}/advantage_abs_mean"] = adv.abs().mean().item()
         ep.metrics[f"train/{agent.name}/return_mean"] = torch.cat([R.flatten() for R in returns]).mean().item()
         return adv
+
+    def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
+        """Per group, the G_i samples that answer one prompt (an item's, or one prefix's in a
+        sequential chain), so a baseline never mixes two prompts. The methods that group otherwise
+        (at_grpo, dr_mas) override this."""
+        algo = self.algo
+        return torch.cat([advantages(R.reshape(-1, lv.samples[agent.index].num_generations), algo.advantage,
+                                     algo.scale).flatten() for lv, R in zip(ep.levels(), returns)])
+
+    def item_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
+        """Per turn, a group is every sample of the agent that descends from one item."""
+        algo = self.algo
+        return torch.cat([keyed_advantages(R.flatten(), items, algo.advantage, algo.scale)
+                          for R, items in zip(returns, ep.row_items(agent.index))])
 
     # -- dynamic sampling (DAPO) --------------------------------------------------------------------
     def collect(self, items: list[dict]) -> Episode:
