@@ -19,6 +19,7 @@ computed on everything gathered from the ranks.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,7 +29,7 @@ from magrpo.feedback import Feedback
 from magrpo.models import Agent
 from magrpo.rollout import SCHEMES, Sampling, rollout_cost
 from magrpo.tasks import Scores, Task
-from magrpo.turns import TurnSpec, follow_paths, path_cost, path_turn
+from magrpo.turns import Path, TurnSpec, follow_paths, path_cost, path_turn
 
 Answers = tuple[list[dict], list[list[str]], list[list[str]], Scores]   # items, prompts, completions, scores
 
@@ -40,16 +41,33 @@ def eval_sampling(cfg: Any) -> Sampling:
                     share_prompt=cfg.algo.share_prompt)
 
 
-def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,
-             seed: int, num_examples: int = 8, scheme: str = "team", turns: TurnSpec | None = None,
-             feedback: Feedback | None = None) -> tuple[dict[str, float], list[dict]]:
-    """Metrics (unprefixed: reward_mean, reward/<component>, pass@1, normalized_return, and the same
-    per turn as turn_{t}/...) and example rows. One path for any number of turns: with one turn
-    the path stops after the first rollout."""
+@dataclass
+class EvalAnswers:
+    """What one evaluation produced: per turn, every sample's answer after that turn (items,
+    prompts, completions, scores; gathered from every rank, in item order), the paths themselves
+    (this rank's, for diagnostics that re-run part of a path), and what the answers cost."""
+
+    per_turn: list[Answers]
+    paths: list[Path]
+    tokens: list[float]
+    gen_s: float
+    reward_s: float
+    degraded: int
+    num_items: int
+
+    @property
+    def final(self) -> Answers:
+        return self.per_turn[-1]
+
+
+def collect_answers(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,
+                    seed: int, scheme: str = "team", turns: TurnSpec | None = None,
+                    feedback: Feedback | None = None) -> EvalAnswers:
+    """Run the team (scheme `scheme`) on `items` with S = sampling.num_generations samples per
+    item, each followed through the turns; scored, not yet summarized."""
     turns = turns or TurnSpec()
     if scheme == "team" and turns.topology == "sequential":
         scheme = "sequential"      # the team as it trains: a chain, one answer per prefix after the first
-    S = sampling.num_generations
     world = distributed.world()
     mine = items[distributed.shard(len(items))]
     paths, costs, degraded, reward_s = [], [], 0, 0.0
@@ -72,11 +90,26 @@ def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampl
         parts = distributed.gather_objects((tokens, gen_s, reward_s, degraded))
         tokens = [n for p in parts for n in p[0]]
         gen_s, reward_s, degraded = (sum(p[k] for p in parts) for k in (1, 2, 3))
-    metrics = eval_metrics(task, per_turn, tokens, gen_s, reward_s, degraded, len(items))
-    all_items, prompts, completions, scores = per_turn[-1]
-    rows = list(zip(all_items, prompts, completions, scores))[::max(S, 1)][:num_examples]
-    examples = [{"id": it.get("id"), "prompts": p, "completions": c, "reward": r} for it, p, c, r in rows]
-    return metrics, examples
+    return EvalAnswers(per_turn, paths, tokens, gen_s, reward_s, degraded, len(items))
+
+
+def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,
+             seed: int, num_examples: int = 8, scheme: str = "team", turns: TurnSpec | None = None,
+             feedback: Feedback | None = None) -> tuple[dict[str, float], list[dict]]:
+    """Metrics (unprefixed: reward_mean, reward/<component>, pass@1, normalized_return, and the same
+    per turn as turn_{t}/...) and example rows. One path for any number of turns: with one turn
+    the path stops after the first rollout."""
+    answers = collect_answers(agents, task, items, sampling, batch_size, seed, scheme, turns, feedback)
+    metrics = eval_metrics(task, answers.per_turn, answers.tokens, answers.gen_s, answers.reward_s,
+                           answers.degraded, answers.num_items)
+    return metrics, example_rows(answers.final, sampling.num_generations, num_examples)
+
+
+def example_rows(final: Answers, num_samples: int, num_examples: int) -> list[dict]:
+    """The first sample of the first `num_examples` items, as logged rows."""
+    all_items, prompts, completions, scores = final
+    rows = list(zip(all_items, prompts, completions, scores))[::max(num_samples, 1)][:num_examples]
+    return [{"id": it.get("id"), "prompts": p, "completions": c, "reward": r} for it, p, c, r in rows]
 
 
 def eval_metrics(task: Task, per_turn: list[Answers], tokens: list[float], gen_s: float, reward_s: float,
