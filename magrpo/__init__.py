@@ -8,3 +8,12 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # `from magrpo import Team` without importing torch and transformers for every `import magrpo`.
+    if name == "Team":
+        from magrpo.team import Team
+
+        return Team
+    raise AttributeError(f"module 'magrpo' has no attribute {name!r}")

@@ -80,14 +80,16 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config: dict) -> Path:
+def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config: dict | None) -> Path:
     """Write a checkpoint to `dest` atomically: `fill(tmp_dir)` writes the payload, then the config
-    and the manifest are added and the directory is renamed to `dest` (replacing an older one)."""
+    (unless None: an exported team keeps its own in team.json) and the manifest are added and the
+    directory is renamed to `dest` (replacing an older one)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
         fill(tmp)
-        (tmp / CONFIG_FILE).write_text(json.dumps(_plain(config), indent=2) + "\n")
+        if config is not None:
+            (tmp / CONFIG_FILE).write_text(json.dumps(_plain(config), indent=2) + "\n")
         files = {}
         for f in _files(tmp):
             _fsync(f)
@@ -119,41 +121,42 @@ def _signature(path: Path, names: Iterable[str]) -> tuple:
     return tuple((s.st_size, s.st_mtime_ns, s.st_ino) for s in stats)
 
 
-def read_manifest(path: Path) -> dict:
+def read_manifest(path: Path, what: str = "checkpoint") -> dict:
     try:
         manifest = json.loads((path / MANIFEST).read_text())
     except FileNotFoundError:
-        raise CheckpointError(path, f"incomplete checkpoint: no {MANIFEST} (the completion marker; the save "
+        raise CheckpointError(path, f"incomplete {what}: no {MANIFEST} (the completion marker; the save "
                               f"did not finish, or an older magrpo wrote it)") from None
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(path, f"damaged checkpoint: {MANIFEST} is unreadable ({e})") from None
+        raise CheckpointError(path, f"damaged {what}: {MANIFEST} is unreadable ({e})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
-        raise CheckpointError(path, f"damaged checkpoint: {MANIFEST} lists no files")
+        raise CheckpointError(path, f"damaged {what}: {MANIFEST} lists no files")
     return manifest
 
 
-def verify(path: Path) -> dict:
-    """The manifest of a complete, undamaged checkpoint; CheckpointError naming the first bad file."""
+def verify(path: Path, required: tuple[str, ...] = (STATE_FILE, CONFIG_FILE), what: str = "checkpoint") -> dict:
+    """The manifest of a complete, undamaged checkpoint (or, with `required` and `what`, another
+    directory written by write_checkpoint: an exported team); CheckpointError naming the first bad file."""
     path = Path(path)
-    manifest = read_manifest(path)
+    manifest = read_manifest(path, what)
     files = manifest["files"]
-    for name in (STATE_FILE, CONFIG_FILE):
+    for name in required:
         if name not in files:
-            raise CheckpointError(path, f"damaged checkpoint: {MANIFEST} does not list {name}")
+            raise CheckpointError(path, f"damaged {what}: {MANIFEST} does not list {name}")
     for name, meta in files.items():
         f = path / name
         if not f.is_file():
-            raise CheckpointError(path, f"damaged checkpoint: {name} is missing")
+            raise CheckpointError(path, f"damaged {what}: {name} is missing")
         size = f.stat().st_size
         if size != meta.get("size"):
-            raise CheckpointError(path, f"damaged checkpoint: {name} has {size} bytes, the manifest says "
+            raise CheckpointError(path, f"damaged {what}: {name} has {size} bytes, the manifest says "
                                   f"{meta.get('size')} (truncated or overwritten)")
     key = str(path.resolve())
     sig = _signature(path, files)
     if _verified.get(key) != sig:   # hashing a multi-GB checkpoint once per process is enough
         for name, meta in files.items():
             if _sha256(path / name) != meta.get("sha256"):
-                raise CheckpointError(path, f"damaged checkpoint: {name} does not match its sha256 in the manifest")
+                raise CheckpointError(path, f"damaged {what}: {name} does not match its sha256 in the manifest")
         _verified[key] = sig
     return manifest
 
@@ -258,7 +261,7 @@ def config_changes(old: dict, new: dict, only: Iterable[str] | None = None,
     return [c for c in out if c[0].endswith(".name") or not _covered(c[0], renamed)]
 
 
-def _describe(changes: list[tuple[str, Any, Any]], limit: int = 12) -> str:
+def describe(changes: list[tuple[str, Any, Any]], limit: int = 12) -> str:
     shown = [f"{k}: {v0!r} -> {v1!r}" for k, v0, v1 in changes[:limit]]
     more = f"; and {len(changes) - limit} more" if len(changes) > limit else ""
     return "; ".join(shown) + more
@@ -270,7 +273,7 @@ def check_resume(cfg: dict, ckpt: Path) -> None:
     changes = config_changes(stored_config(ckpt), cfg)
     if changes:
         raise ConfigError(f"resume={str(cfg.get('resume'))!r}: the checkpoint was trained with a different config "
-                          f"({_describe(changes)}); these keys must stay as they were. A resume may change only: "
+                          f"({describe(changes)}); these keys must stay as they were. A resume may change only: "
                           f"{', '.join(MAY_CHANGE_ON_RESUME)} (README, Resuming)")
     step = checkpoint_step(ckpt)
     if cfg.get("max_steps", 0) <= step:
@@ -285,7 +288,7 @@ def check_agents_match(cfg: dict, ckpt: Path, policy_dirs: list[str], key: str =
     changes = config_changes(stored_config(ckpt), cfg, only=AGENT_KEYS, free=AGENT_KEYS_FREE)
     if changes:
         raise ConfigError(f"{key}={str(ckpt)!r} holds agents trained with a different agents config "
-                          f"({_describe(changes)}); pass the agents=... options the training run used")
+                          f"({describe(changes)}); pass the agents=... options the training run used")
     missing = [d for d in policy_dirs if not (Path(ckpt) / d).is_dir()]
     if missing:
         held = sorted(d.name for d in Path(ckpt).iterdir() if d.is_dir() and (d.name.startswith("agent_")

@@ -211,6 +211,7 @@ class EvalRunSchema(TrainSchema):
 
     methods: list[str] | None = None
     checkpoint: str | None = None
+    team: str | None = None          # an exported team (magrpo-export) or its hub repo id
     split: str = option("eval", choices=["eval", "train"])
 
 
@@ -440,7 +441,8 @@ def _validate_eval(cfg: DictConfig) -> None:
     from magrpo.rollout import BASELINES, SCHEMES
 
     num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
-    methods = list(cfg.methods) if cfg.methods is not None else (["team"] if cfg.checkpoint else BASELINES)
+    trained = cfg.checkpoint or cfg.get("team")
+    methods = list(cfg.methods) if cfg.methods is not None else (["team"] if trained else BASELINES)
     for m in methods:
         if m not in SCHEMES:
             raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(SCHEMES)}")
@@ -456,12 +458,40 @@ def _validate_eval(cfg: DictConfig) -> None:
                           + " (or null for the default)")
     if cfg.split not in ("eval", "train"):
         raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
+    if cfg.checkpoint and cfg.get("team"):
+        raise ConfigError(f"checkpoint={cfg.checkpoint!r} and team={cfg.team!r} both name the weights to evaluate; "
+                          f"give one")
+    if cfg.get("team"):
+        _validate_team(cfg)
     if cfg.checkpoint:
         ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
         checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt,
                                       ALGOS[cfg.algo.name].team(cfg).policy_dirs)
         with _open(cfg):
             cfg.checkpoint = str(ckpt)
+
+
+def _validate_team(cfg: DictConfig) -> None:
+    """`team=` names a whole exported team whose agents match the ones this config builds."""
+    from magrpo import checkpoint
+    from magrpo.algos import ALGOS
+    from magrpo.team import local_team, read_team
+
+    root = local_team(cfg.team)
+    info = read_team(root)
+    changes = checkpoint.config_changes(info["config"], OmegaConf.to_container(cfg, resolve=True),
+                                        only=checkpoint.AGENT_KEYS, free=checkpoint.AGENT_KEYS_FREE)
+    if changes:
+        raise ConfigError(f"team={str(cfg.team)!r} was trained with other agents settings ({checkpoint.describe(changes)}); "
+                          f"an exported team's models are its own: drop the agents overrides")
+    policies = ALGOS[cfg.algo.name].team(cfg).policy_dirs
+    held = [m["policy"] for m in info["models"]]
+    if policies != held:
+        raise ConfigError(f"team={str(cfg.team)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
+                          f"algo={cfg.algo.name} builds {len(policies)} ({', '.join(policies)}); evaluate it with "
+                          f"the algo it was trained with ({info['algorithm']})")
+    with _open(cfg):
+        cfg.team = str(root)
 
 
 class _open:

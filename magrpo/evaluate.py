@@ -4,8 +4,9 @@
     magrpo-eval checkpoint=outputs/train/<run>                # the trained team (newest complete checkpoint)
     magrpo-eval checkpoint=<run> methods=[team,discussion]
     magrpo-eval checkpoint=<run> task=arxiv                   # the same team on another task, on purpose
+    magrpo-eval team=exports/<team>                           # an exported team (magrpo-export), or a hub id
 
-With `checkpoint=`, the team's shape (task and data, agents, algorithm, turns, feedback, sampling)
+With `checkpoint=` (or `team=`), the team's shape (task and data, agents, algorithm, turns, feedback, sampling)
 is taken from the run's saved overrides; a key on the command line wins, and eval.json and
 summary.json record both values under `from_run` (magrpo.run_config).
 
@@ -27,7 +28,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config import ConfigError, EvalRunSchema, validate
-from magrpo.launch import CONF_DIR, as_setup_error, check_run_dir, cli_main, output_dir, run_job
+from magrpo.launch import (
+    CONF_DIR,
+    as_setup_error,
+    check_run_dir,
+    cli_main,
+    keep_saved_config,
+    output_dir,
+    run_job,
+)
 from magrpo.rollout import BASELINES
 from magrpo.run_config import from_run
 
@@ -74,6 +83,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
 
     out = output_dir(cfg)
     check_run_dir(out)
+    keep_saved_config(out)
     with RunStatus(out, kind="eval", heartbeat=False) as status:
         origin = from_run(cfg, "eval")        # what checkpoint=RUN took from the run's config
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
@@ -84,28 +94,27 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
 def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
     from magrpo.eval_loop import eval_sampling, evaluate
     from magrpo.feedback import build_feedback
-    from magrpo.models import load_agent_weights, load_agents, policy_agents
     from magrpo.tasks import build_task
+    from magrpo.team import Team, load_team_agents
     from magrpo.tracking import RunLogger, run_identity, write_json
     from magrpo.trainer import seed_everything
     from magrpo.turns import TurnSpec
 
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
-    methods = list(cfg.methods) if cfg.methods else (["team"] if ckpt else BASELINES)
+    team_dir = cfg.get("team")
+    weights = str(ckpt) if ckpt else team_dir
+    methods = list(cfg.methods) if cfg.methods else (["team"] if weights else BASELINES)
     seed_everything(cfg.seed)
 
     def setup() -> tuple[Any, list, list]:
-        from magrpo.algos import ALGOS
-
         task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
         items = task.load(cfg.split)
         items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
-        num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
-        agents = load_agents(cfg.agents, cfg.hardware, num_agents, need_reference=False)
-        if ckpt is not None:
-            for policy in policy_agents(agents):
-                load_agent_weights(policy, ckpt / policy.policy_name)
-            log.info("loaded trained weights from %s", ckpt)
+        if team_dir:
+            agents = Team.from_pretrained(team_dir, hardware=cfg.hardware).agents
+            log.info("loaded the exported team %s", team_dir)
+        else:
+            agents = load_team_agents(cfg, cfg.hardware, ckpt)
         return task, items, agents
 
     task, items, agents = as_setup_error(setup)
@@ -116,7 +125,8 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
     turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.get("feedback"), task)
     logger = RunLogger(cfg, out)
     results: dict[str, dict[str, float]] = {}
-    identity = {**run_identity(cfg), "methods": methods, "checkpoint": str(ckpt) if ckpt else None}
+    identity = {**run_identity(cfg), "methods": methods, "checkpoint": str(ckpt) if ckpt else None,
+                "team": team_dir}
     started, outcome = time.time(), "failed"
     try:
         for method in methods:
@@ -129,12 +139,12 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
             logger.log_examples(0, f"samples_{method}", examples)
             log.info("%s: reward_mean=%.4f", method, metrics["reward_mean"])
         report = {"task": cfg.task.name, "split": cfg.split, "num_items": len(items),
-                  "num_samples": cfg.eval.num_samples, "checkpoint": str(ckpt) if ckpt else None,
+                  "num_samples": cfg.eval.num_samples, "checkpoint": str(ckpt) if ckpt else None, "team": team_dir,
                   "models": [m.name_or_path for m in cfg.agents.models], "seed": cfg.seed, "results": results,
                   **task_info, "from_run": origin, "config": OmegaConf.to_container(cfg, resolve=True)}
         write_json(out / "eval.json", report)
         title = f"# {cfg.task.name} ({cfg.split}, {len(items)} items x {cfg.eval.num_samples} samples)\n\n"
-        source = f"Weights: {ckpt}\n\n" if ckpt else "Weights: base models (untrained)\n\n"
+        source = f"Weights: {weights}\n\n" if weights else "Weights: base models (untrained)\n\n"
         (out / "eval.md").write_text(title + source + markdown_table(results))
         log.info("wrote %s and %s", out / "eval.json", out / "eval.md")
         outcome = "finished"

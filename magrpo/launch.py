@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -227,6 +228,27 @@ def check_run_dir(run_dir: Path, resume: Any = None, key: str = "output_dir") ->
     raise ConfigError(f"{key}={str(run_dir)!r} already holds {what} ({', '.join(held)}); a run never writes into "
                       f"another run's directory: {way_out}give this one another directory "
                       f"(hydra.run.dir=... or output_dir=...)")
+
+
+def keep_saved_config(run_dir: Path) -> None:
+    """Copy Hydra's record of this run (.hydra/: config, overrides) into `run_dir` when the run
+    writes somewhere else than Hydra's run directory (`output_dir=DIR`), so that DIR can be taken
+    up later (`resume=DIR`, `magrpo-eval checkpoint=DIR`; magrpo.run_config) like any run."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return
+    hydra_dir = Path(HydraConfig.get().runtime.output_dir) / ".hydra"
+    target = Path(run_dir) / ".hydra"
+    try:
+        if not hydra_dir.is_dir() or target.resolve() == hydra_dir.resolve():
+            return
+        target.mkdir(parents=True, exist_ok=True)
+        for f in hydra_dir.glob("*.yaml"):
+            shutil.copyfile(f, target / f.name)
+    except OSError as e:
+        log.warning("could not copy the run's config (%s) into %s: %s; resume=%s will need every override "
+                    "again", hydra_dir, target, e, run_dir)
 
 
 class RunDirGuard(Callback):

@@ -41,11 +41,13 @@ log = logging.getLogger("magrpo")
 
 SAVED = Path(".hydra") / "overrides.yaml"
 TAKEN_ENV = "MAGRPO_TAKEN_UP"       # inherit_argv -> the job (json), for as long as the command runs
-RUN_KEY = {"train": "resume", "eval": "checkpoint"}          # config name -> the key naming a run
+# config name -> the keys naming a run: magrpo-eval's team= names an exported team (magrpo.team), which
+# keeps the run's overrides in its overrides.yaml.
+RUN_KEYS = {"train": ("resume",), "eval": ("checkpoint", "team")}
 # magrpo-eval takes these from the run (the roots of the overrides that shape the team).
 EVAL_INHERITS = ("task", "reward", "agents", "algo", "feedback", "experiment", "scale")
 # Never taken from a run: the new invocation's own keys, and a sweeper recipe.
-NEVER = ("hydra", "output_dir", "resume", "checkpoint", "hparams_search")
+NEVER = ("hydra", "output_dir", "resume", "checkpoint", "team", "hparams_search")
 # A group picked on the command line also drops the run's choice and keys of these.
 FOLLOWS = {"task": ("reward",)}
 # Checked against the checkpoint's config.json when the run has no saved overrides to take up.
@@ -120,23 +122,31 @@ def merge(run: list[str], given: list[str]) -> tuple[list[str], dict[str, str]]:
 # -- the run a checkpoint belongs to ---------------------------------------------------------------
 
 
+def _saved_file(run_dir: Path) -> Path:
+    """Where a run directory keeps its overrides: `.hydra/overrides.yaml`, or an exported team's
+    `overrides.yaml` (magrpo.team)."""
+    from magrpo.team import OVERRIDES_FILE, is_team_dir
+
+    return run_dir / OVERRIDES_FILE if is_team_dir(run_dir) else run_dir / SAVED
+
+
 def run_dir_of(path: str | Path) -> Path | None:
     """The run directory holding `.hydra/overrides.yaml` that `path` names: the path itself (a run
-    directory), or the run a checkpoint `RUN/checkpoints/step_N` (or `RUN/checkpoints`) belongs to;
-    None when there is none."""
+    directory, or an exported team with its overrides.yaml), or the run a checkpoint
+    `RUN/checkpoints/step_N` (or `RUN/checkpoints`) belongs to; None when there is none."""
     p = Path(str(path)).expanduser()
     candidates = [p]
     if p.name == "checkpoints":
         candidates.append(p.parent)
     if p.parent.name == "checkpoints":
         candidates.append(p.parent.parent)
-    return next((c for c in candidates if (c / SAVED).is_file()), None)
+    return next((c for c in candidates if _saved_file(c).is_file()), None)
 
 
 def saved_overrides(run_dir: Path) -> list[str]:
     import yaml
 
-    f = Path(run_dir) / SAVED
+    f = _saved_file(Path(run_dir))
     try:
         lines = yaml.safe_load(f.read_text()) or []
     except (OSError, yaml.YAMLError) as e:
@@ -168,14 +178,14 @@ def inherit_argv(config_name: str, argv: list[str]) -> tuple[list[str], dict[str
     from hydra._internal.utils import get_args_parser
 
     kind = "eval" if config_name == "eval" else "train"
-    key = RUN_KEY[kind]
     try:
         given = list(get_args_parser().parse_args(argv).overrides or [])
     except (SystemExit, Exception):      # Hydra reports a bad command line itself
         return argv, None
-    lines = [g for g in given if override_key(g) == key and not g.startswith("~")]
+    lines = [g for g in given if override_key(g) in RUN_KEYS[kind] and not g.startswith("~")]
     if not lines:
         return argv, None
+    argv, given, lines = _fetch_hub_team(argv, given, lines)
     try:
         o = _parse(lines[-1])
     except Exception:
@@ -204,6 +214,22 @@ def inherit_argv(config_name: str, argv: list[str]) -> tuple[list[str], dict[str
     return [*argv[:at], *kept, *argv[at:]], taken
 
 
+def _fetch_hub_team(argv: list[str], given: list[str], lines: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """`team=owner/name` (a hub repo, not a local path): download it once (offline: the cached
+    copy) and name its local directory instead, so the team is taken up like a local one."""
+    last = lines[-1]
+    if override_key(last) != "team":
+        return argv, given, lines
+    value = str(override_value(last) or "")
+    if not value or Path(value).expanduser().exists() or value.count("/") != 1 or value.startswith((".", "~")):
+        return argv, given, lines
+    from magrpo.team import local_team
+
+    local = f"team={local_team(value)}"
+    swap = {last: local}
+    return [swap.get(a, a) for a in argv], [swap.get(g, g) for g in given], [swap.get(x, x) for x in lines]
+
+
 # -- inside the job: what was taken, and the runs with nothing to take ------------------------------
 
 
@@ -228,7 +254,13 @@ def _job_overrides() -> list[str] | None:
 
 def _saved_value(run_dir: Path, key: str) -> Any:
     """The value `key` had in the run: the option of a group (.hydra/hydra.yaml), else the key's
-    value in its composed config (.hydra/config.yaml; an interpolation as written)."""
+    value in its composed config (.hydra/config.yaml; an interpolation as written). Of an exported
+    team, the key's value in its resolved config (team.json)."""
+    from magrpo.team import is_team_dir
+
+    if is_team_dir(run_dir):
+        node = OmegaConf.select(OmegaConf.create(_team_config(run_dir)), key, default=None)
+        return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
     try:
         choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
         if key in choices:
@@ -244,7 +276,7 @@ def from_run(cfg: Any, kind: str) -> dict[str, Any] | None:
     """For a job started from the command line with `resume=`/`checkpoint=`: the record of what it
     took from the run (None otherwise). A run without saved overrides: nothing was taken, and the
     command line is checked against the checkpoint's config (module docstring)."""
-    key = RUN_KEY[kind]
+    key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
     value = cfg.get(key)
     job = _job_overrides()
     if not value or job is None:
@@ -293,10 +325,14 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
     checkpoint's config.json says the team was trained otherwise in a key the command line leaves
     at its default."""
     from magrpo import checkpoint
+    from magrpo.team import is_team_dir
 
-    key = RUN_KEY[kind]
-    ckpt = checkpoint.resolve(value, key)        # a bad path is refused here as it would be later
-    stored = checkpoint.stored_config(ckpt)
+    key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
+    if is_team_dir(value):
+        stored = _team_config(Path(str(value)).expanduser())
+    else:
+        ckpt = checkpoint.resolve(value, key)        # a bad path is refused here as it would be later
+        stored = checkpoint.stored_config(ckpt)
     given = [override_key(g) for g in job]
     diffs = []
     for k in SHAPE_KEYS:
@@ -312,3 +348,9 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
         raise ConfigError(f"{key}={str(value)!r}: {where} has no saved config ({SAVED}, which magrpo-train writes "
                           f"into every run directory), so the run's config cannot be taken up, and its checkpoint "
                           f"was trained with {', '.join(diffs)}; give the overrides the training run used")
+
+
+def _team_config(team_dir: Path) -> dict:
+    from magrpo.team import read_team
+
+    return read_team(Path(team_dir))["config"]

@@ -29,6 +29,7 @@ from magrpo.launch import (
     as_setup_error,
     check_run_dir,
     cli_main,
+    keep_saved_config,
     output_dir,
     quiet_progress_bars,
     run_job,
@@ -54,6 +55,7 @@ def run(cfg: DictConfig) -> dict:
         result = _fit(cfg, out)
         return {**result, "sweep_value": sweep_value(cfg, result["final_eval"])}
     check_run_dir(out, cfg.get("resume"))
+    keep_saved_config(out)
     before = read_status(out)[0]          # a run resumed in place: its status before this one claims it
     with RunStatus(out, kind="train") as status:
         origin = from_run(cfg, "train")   # what resume=RUN took from the run's config

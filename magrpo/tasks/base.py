@@ -150,6 +150,15 @@ class Task:
         format the first prompt asked for."""
         return "Now write your part again: reply with your complete revised answer only, in the format asked for above."
 
+    # -- the joint answer -------------------------------------------------------------------
+    # How `assemble` joins the agents' parts, in words (an exported team's team.json records it).
+    assembly: ClassVar[str] = "the agents' answers in agent order, separated by a blank line"
+
+    def assemble(self, item: Item, parts: Sequence[str]) -> str:
+        """The team's joint answer to `item` as one text, from each agent's part (what a user of a
+        trained team reads; the reward reads the parts themselves)."""
+        return "\n\n".join(p.strip() for p in parts)
+
     # -- reward -----------------------------------------------------------------------------
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         raise NotImplementedError

@@ -18,6 +18,7 @@ from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.coding import prompts as _prompts
 from magrpo.tasks.coding.data import load_rows, normalize
+from magrpo.tasks.coding.extract import build_program
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
 from magrpo.tasks.data import check_data_path, limit_option, split_option
 
@@ -91,6 +92,13 @@ class CodingTask(Task):
 
     def single_prompt(self, item: Item) -> str:
         return _prompts.single_prompt(item)
+
+    # -- the joint answer ---------------------------------------------------------------------
+    assembly = ("one program: the item's imports, agent 1's helper code, then agent 2's entry point "
+                "(the code the reward's sandbox runs)")
+
+    def assemble(self, item: Item, parts: Sequence[str]) -> str:
+        return build_program(list(parts), item["entry_point"], item.get("imports") or "").source
 
     # -- reward -------------------------------------------------------------------------------
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
