@@ -1,0 +1,337 @@
+"""magrpo-crossplay: is a team's cooperation a private convention? Pair agents across runs.
+
+    magrpo-crossplay outputs/train/agree_s0 outputs/train/agree_s1 outputs/train/agree_s2 --out crossplay/agree
+
+Every source (a training run, one of its checkpoints, or an exported team: magrpo.team) gives its
+agents. Each pairing fills agent slot k with slot k's agent of some source and is evaluated on the
+task's eval split as `magrpo-eval` evaluates a team: the same split, sampling and seed for every
+pairing (so the cells differ only by who plays). With 2 agents and R sources that is the R x R
+matrix (row: agent 1's source, column: agent 2's). With N > 2 agents the default pairings are each
+source's own team (self-play) and that team with ONE slot swapped for another source's agent
+(`--pairings one_swap`, R + R(R-1)N pairings); `--pairings all` plays all R^N.
+
+    self-play   the mean of the pairings whose agents all come from one source (the diagonal)
+    cross-play  the mean of the others
+    gap         self-play - cross-play: large when each run learned its own convention
+
+The value of a pairing is the task's primary metric (normalized_return on the coordination suite)
+with its std over the eval items. Writes into --out:
+    crossplay.csv   one row per pairing: each slot's source, the metric's mean and std, reward_mean,
+                    reward_std, whether it is self-play
+    crossplay.md    the matrix (2 agents) or the pairings table, and self-play, cross-play, gap
+    crossplay.png   a heatmap: host team (row) x partner source (column); for 2 agents the matrix
+    crossplay.json  every pairing's full metrics and the settings
+Every source's models are loaded once and stay in memory while the pairings run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import logging
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from omegaconf import OmegaConf
+
+from magrpo.schema import ConfigError, SetupError
+
+log = logging.getLogger("magrpo")
+
+# Keys every source must agree on: the game and its scoring, the team's size and how it plays.
+MUST_MATCH = ("task", "reward", "algo.topology", "algo.num_turns", "feedback")
+
+
+@dataclass
+class Pairing:
+    slots: tuple[int, ...]          # source index per agent slot
+
+    @property
+    def self_play(self) -> bool:
+        return len(set(self.slots)) == 1
+
+
+def load_source(source: str, device: str | None) -> Any:
+    """A run directory, a checkpoint or an exported team (a directory or a hub repo id) as a Team."""
+    from magrpo.team import Team, is_team_dir
+
+    p = Path(source).expanduser()
+    if is_team_dir(p) or (not p.exists() and source.count("/") == 1 and not source.startswith((".", "~"))):
+        return Team.from_pretrained(source, device=device)
+    if not p.exists():
+        raise ConfigError(f"{source}: no such run, checkpoint or exported team")
+    return Team.from_run(p, device=device, key=source)
+
+
+def check_compatible(teams: list[Any], labels: list[str]) -> None:
+    """Refuse sources that do not play the same game with the same team, naming the difference."""
+    first = teams[0]
+    if first.num_agents < 2:
+        raise ConfigError(f"{labels[0]}: a single-model team (algo={first.config.algo.name}) has no agent slots to "
+                          f"swap; cross-play needs teams of 2 or more agents")
+    for team, label in zip(teams[1:], labels[1:]):
+        if team.num_agents != first.num_agents:
+            raise ConfigError(f"{label} has {team.num_agents} agent(s) but {labels[0]} has {first.num_agents}; "
+                              f"cross-play pairs teams of one size")
+        for key in MUST_MATCH:
+            a = OmegaConf.select(first.config, key, default=None)
+            b = OmegaConf.select(team.config, key, default=None)
+            a = OmegaConf.to_container(a, resolve=True) if OmegaConf.is_config(a) else a
+            b = OmegaConf.to_container(b, resolve=True) if OmegaConf.is_config(b) else b
+            if a != b:
+                what = f"task {a.get('name')!r} vs {b.get('name')!r}" if key == "task" and isinstance(a, dict) \
+                    and isinstance(b, dict) and a.get("name") != b.get("name") else f"{key}: {_short(a)} vs {_short(b)}"
+                raise ConfigError(f"{labels[0]} and {label} differ in {what}; cross-play pairs agents trained "
+                                  f"on one task with one reward, topology, turns and feedback")
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def pairings(num_sources: int, num_agents: int, mode: str) -> list[Pairing]:
+    """Self-play first (source order), then the swaps (module docstring)."""
+    selfs = [Pairing((i,) * num_agents) for i in range(num_sources)]
+    if mode == "all" or num_agents == 2:
+        others = [Pairing(s) for s in itertools.product(range(num_sources), repeat=num_agents) if len(set(s)) > 1]
+    elif mode == "one_swap":
+        others = [Pairing(tuple(j if slot == k else host for slot in range(num_agents)))
+                  for host in range(num_sources) for k in range(num_agents) for j in range(num_sources) if j != host]
+    else:
+        raise ConfigError(f"--pairings {mode!r} is not allowed; choose one of: one_swap, all")
+    return selfs + others
+
+
+def labels_of(sources: list[str], given: str | None) -> list[str]:
+    """--labels, else each source's directory name (with its parent's where names repeat)."""
+    if given:
+        labels = [x.strip() for x in given.split(",")]
+        if len(labels) != len(sources) or any(not x for x in labels):
+            raise ConfigError(f"--labels {given!r} gives {len(labels)} label(s) for {len(sources)} source(s)")
+    else:
+        labels = [Path(s).expanduser().name or s for s in sources]
+        if len(set(labels)) < len(labels):
+            labels = ["/".join(Path(s).expanduser().parts[-2:]) for s in sources]
+    if len(set(labels)) < len(labels):
+        raise ConfigError(f"the sources' labels repeat ({', '.join(labels)}); give --labels a,b,...")
+    return labels
+
+
+def evaluate_pairing(teams: list[Any], pairing: Pairing, items: list[dict], args: argparse.Namespace) -> dict:
+    """The pairing's team on the items: the metric's mean and its std over items, and every metric."""
+    from magrpo.eval_loop import answer_metrics, collect_answers, eval_metrics
+    from magrpo.turns import take
+
+    host = teams[pairing.slots[0]]
+    agents = [teams[src].agents[k] for k, src in enumerate(pairing.slots)]
+    sampling = host.sampling(args.num_samples, do_sample=False if args.greedy else None)
+    ans = collect_answers(agents, host.task, items, sampling, args.batch_size, seed=args.seed + 7919,
+                          scheme="team", turns=host.turns, feedback=host.feedback)
+    metrics = eval_metrics(host.task, ans.per_turn, ans.tokens, ans.gen_s, ans.reward_s, ans.degraded, len(items))
+    metric = host.task.primary_metric
+    its, _, completions, scores = ans.final
+    per_item, S = [], sampling.num_generations
+    for start in range(0, len(its), S):
+        rows = list(range(start, start + S))
+        m = answer_metrics(host.task, its[start:start + S], completions[start:start + S], take(scores, rows))
+        per_item.append(m.get(metric, m["reward_mean"]))
+    mean = metrics.get(metric, metrics["reward_mean"])
+    std = (sum((v - sum(per_item) / len(per_item)) ** 2 for v in per_item) / len(per_item)) ** 0.5 if per_item else 0.0
+    return {"metric": metric, "mean": mean, "std": std, "num_items": len(items), "metrics": metrics}
+
+
+def summarize(results: list[tuple[Pairing, dict]]) -> dict[str, float]:
+    own = [r["mean"] for p, r in results if p.self_play]
+    cross = [r["mean"] for p, r in results if not p.self_play]
+    self_mean = sum(own) / len(own)
+    cross_mean = sum(cross) / len(cross) if cross else float("nan")
+    return {"self_play": self_mean, "cross_play": cross_mean, "gap": self_mean - cross_mean}
+
+
+def host_partner_matrix(results: list[tuple[Pairing, dict]], num_sources: int, num_agents: int) -> list[list[float]]:
+    """[row][col]: for 2 agents, agent 1 from row and agent 2 from col; for more, the host team
+    `row` with slots from partner `col` (mean over the one-swap pairings; the diagonal self-play)."""
+    if num_agents == 2:
+        m = [[float("nan")] * num_sources for _ in range(num_sources)]
+        for p, r in results:
+            m[p.slots[0]][p.slots[1]] = r["mean"]
+        return m
+    cells: dict[tuple[int, int], list[float]] = {}
+    for p, r in results:
+        counts = {s: p.slots.count(s) for s in set(p.slots)}
+        host = max(counts, key=lambda s: (counts[s], -s))
+        partners = [s for s in p.slots if s != host]
+        col = partners[0] if partners and len(set(partners)) == 1 and len(partners) == 1 else (host if not partners else None)
+        if col is not None:
+            cells.setdefault((host, col), []).append(r["mean"])
+    return [[sum(cells[(i, j)]) / len(cells[(i, j)]) if (i, j) in cells else float("nan") for j in range(num_sources)]
+            for i in range(num_sources)]
+
+
+def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dict]], summary: dict,
+                  settings: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    n = len(results[0][0].slots)
+    metric = results[0][1]["metric"]
+    with open(out / "crossplay.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow([f"agent_{k + 1}" for k in range(n)] + ["metric", "mean", "std", "reward_mean", "reward_std",
+                                                            "num_items", "self_play"])
+        for p, r in results:
+            w.writerow([labels[s] for s in p.slots] + [metric, f"{r['mean']:.6f}", f"{r['std']:.6f}",
+                                                      f"{r['metrics']['reward_mean']:.6f}",
+                                                      f"{r['metrics']['reward_std']:.6f}", r["num_items"],
+                                                      int(p.self_play)])
+    matrix = host_partner_matrix(results, len(labels), n)
+    by_slots = {p.slots: r for p, r in results}
+    lines = [f"# Cross-play: {settings['task']}, {metric} (mean ± std over {settings['num_items']} eval items)", ""]
+    if n == 2:
+        lines += ["Row: agent 1's source; column: agent 2's source. The diagonal is self-play.", "",
+                  "| agent 1 \\ agent 2 | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
+        for i, a in enumerate(labels):
+            cells = []
+            for j in range(len(labels)):
+                r = by_slots.get((i, j))
+                cell = f"{r['mean']:.3f} ± {r['std']:.3f}" if r else ""
+                cells.append(f"**{cell}**" if i == j and r else cell)
+            lines.append(f"| {a} | " + " | ".join(cells) + " |")
+    else:
+        lines += ["| " + " | ".join(f"agent {k + 1}" for k in range(n)) + " | mean ± std |",
+                  "|" + "---|" * (n + 1)]
+        for p, r in results:
+            lines.append("| " + " | ".join(labels[s] for s in p.slots) + f" | {r['mean']:.3f} ± {r['std']:.3f} |")
+    lines += ["", f"- self-play mean: {summary['self_play']:.3f}",
+              f"- cross-play mean: {summary['cross_play']:.3f}",
+              f"- gap (self-play - cross-play): {summary['gap']:.3f}", "",
+              "Sources: " + "; ".join(f"{lab} = {src}" for lab, src in zip(labels, settings["sources"])), ""]
+    (out / "crossplay.md").write_text("\n".join(lines))
+    (out / "crossplay.json").write_text(json.dumps({
+        **settings, "labels": labels, "metric": metric, **summary, "matrix": matrix,
+        "pairings": [{"slots": [labels[s] for s in p.slots], "self_play": p.self_play, **r} for p, r in results]},
+        indent=2, default=str) + "\n")
+    _heatmap(out / "crossplay.png", matrix, labels, metric, n, summary)
+
+
+def _heatmap(path: Path, matrix: list[list[float]], labels: list[str], metric: str, n: int, summary: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    R = len(labels)
+    fig, ax = plt.subplots(figsize=(1.2 * R + 2.5, 1.0 * R + 2.0))
+    im = ax.imshow(matrix, cmap="viridis", vmin=min(0.0, *[v for row in matrix for v in row if v == v]),
+                   vmax=max(1.0, *[v for row in matrix for v in row if v == v]))
+    ax.set_xticks(range(R), labels, rotation=30, ha="right")
+    ax.set_yticks(range(R), labels)
+    ax.set_xlabel("agent 2's source" if n == 2 else "partner (one slot swapped in)")
+    ax.set_ylabel("agent 1's source" if n == 2 else "host team")
+    for i in range(R):
+        for j in range(R):
+            v = matrix[i][j]
+            if v == v:
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white" if v < 0.6 else "black")
+    ax.set_title(f"{metric}: self {summary['self_play']:.2f}, cross {summary['cross_play']:.2f}, "
+                 f"gap {summary['gap']:.2f}", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def crossplay(sources: list[str], out: str | Path, labels: str | None = None, num_items: int | None = None,
+              num_samples: int = 1, seed: int = 0, split: str = "eval", batch_size: int = 64, greedy: bool = False,
+              pairing_mode: str = "one_swap", device: str | None = None) -> dict[str, Any]:
+    """Everything `magrpo-crossplay` does (module docstring); returns crossplay.json's content."""
+    args = argparse.Namespace(num_samples=num_samples, seed=seed, batch_size=batch_size, greedy=greedy)
+    if len(sources) < 2:
+        raise ConfigError(f"cross-play needs at least 2 sources (runs or exported teams), got {len(sources)}")
+    if num_samples < 1 or batch_size < 1 or (num_items is not None and num_items < 1):
+        raise ConfigError("--num-samples, --batch-size and --num-items must be at least 1")
+    if split not in ("eval", "train"):
+        raise ConfigError(f"--split {split!r} is not allowed; choose one of: eval, train")
+    names = labels_of(sources, labels)
+    out = Path(out).expanduser()
+    if (out / "crossplay.csv").exists():
+        raise ConfigError(f"--out {str(out)!r} already holds a cross-play result; give another directory")
+    if pairing_mode not in ("one_swap", "all"):
+        raise ConfigError(f"--pairings {pairing_mode!r} is not allowed; choose one of: one_swap, all")
+    teams = [load_source(s, device) for s in sources]
+    check_compatible(teams, names)
+    n = teams[0].num_agents
+    plan = pairings(len(teams), n, pairing_mode)
+    if len(plan) > 512:
+        raise ConfigError(f"{len(plan)} pairings (R={len(teams)} sources, N={n} agents, --pairings "
+                          f"{pairing_mode}); use --pairings one_swap or fewer sources")
+    items = teams[0].task.load(split)
+    items = items[:num_items] if num_items else items
+    if not items:
+        raise ConfigError(f"split {split!r} of task {teams[0].task.name!r} has no items")
+    from tqdm.auto import tqdm
+
+    results, started = [], time.time()
+    for p in tqdm(plan, desc="cross-play", unit="pairing", disable=None):
+        r = evaluate_pairing(teams, p, items, args)
+        results.append((p, r))
+        log.info("%s: %s=%.3f ± %.3f", " + ".join(names[s] for s in p.slots), r["metric"], r["mean"], r["std"])
+    summary = summarize(results)
+    settings = {"task": teams[0].task.name, "sources": [str(s) for s in sources], "num_agents": n,
+                "num_items": len(items), "num_samples": num_samples, "seed": seed, "split": split,
+                "greedy": greedy, "pairings_mode": pairing_mode, "wall_seconds": time.time() - started}
+    write_outputs(out, names, results, summary, settings)
+    return json.loads((out / "crossplay.json").read_text())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="magrpo-crossplay", description=(
+        "Pair agents across training runs or exported teams and evaluate every pairing on the task's eval "
+        "split: the self-play vs cross-play matrix of a task (is the learned cooperation a private convention?)."))
+    p.add_argument("sources", nargs="+", metavar="RUN_OR_TEAM",
+                   help="training run directories, checkpoints, or exported teams (directories or hub ids)")
+    p.add_argument("--out", required=True, help="directory for crossplay.{md,csv,png,json}")
+    p.add_argument("--labels", default=None, help="comma-separated names of the sources (default: directory names)")
+    p.add_argument("--num-items", type=int, default=None, help="eval items (default: the whole split)")
+    p.add_argument("--num-samples", type=int, default=1, help="samples per item (default 1, as magrpo-eval)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every pairing (default 0)")
+    p.add_argument("--split", default="eval", choices=["eval", "train"])
+    p.add_argument("--batch-size", type=int, default=64, help="items generated at once (default 64)")
+    p.add_argument("--greedy", action="store_true", help="greedy decoding instead of the runs' eval sampling")
+    p.add_argument("--pairings", default="one_swap", choices=["one_swap", "all"],
+                   help="with 3+ agents: each team with one slot swapped (default) or every combination")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when there is one)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from magrpo.launch import quiet_progress_bars
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    quiet_progress_bars()
+    try:
+        res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
+                        num_samples=args.num_samples, seed=args.seed, split=args.split, batch_size=args.batch_size,
+                        greedy=args.greedy, pairing_mode=args.pairings, device=args.device)
+    except ConfigError as e:
+        print(f"magrpo-crossplay: error: {e}", file=sys.stderr)
+        return 2
+    except SetupError as e:
+        print(f"magrpo-crossplay: setup error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("magrpo-crossplay: interrupted; nothing was written", file=sys.stderr)
+        return 130
+    print((Path(args.out) / "crossplay.md").read_text())
+    print(f"magrpo-crossplay: wrote {args.out}/crossplay.{{md,csv,png,json}} (self-play {res['self_play']:.3f}, "
+          f"cross-play {res['cross_play']:.3f}, gap {res['gap']:.3f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""magrpo-crossplay: agents paired across runs, on the coordination suite's tiny games."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from magrpo.crossplay import Pairing, host_partner_matrix, labels_of, main, pairings
+from magrpo.schema import ConfigError
+from tests.conftest import compose_cfg
+
+
+def _train(out: Path, overrides: list[str]) -> Path:
+    from magrpo.train import run
+
+    run(compose_cfg([f"output_dir={out}", *overrides]))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cover_seeds(tmp_path_factory) -> list[Path]:
+    """Two seeds of MAGRPO on `cover` (the recipe, 100 updates, ~20 s each): the team learns which
+    agent takes which needed part, a convention each seed settles on its own."""
+    root = tmp_path_factory.mktemp("cover")
+    return [_train(root / f"s{s}", ["experiment=paper/cover/magrpo", f"seed={s}", "max_steps=100",
+                                    "algo.eval_every=0", "eval.num_items=8", "eval.num_samples=1"])
+            for s in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("smoke")
+    runs = {"agree_a": ["task=agree"], "agree_b": ["task=agree", "seed=1"], "cover": ["task=cover"],
+            "agree3_a": ["task=agree", "agents.num_agents=3"], "agree3_b": ["task=agree", "agents.num_agents=3", "seed=1"],
+            "grpo": ["task=agree", "algo=grpo"]}
+    return {name: _train(root / name, ["debug=smoke", *o]) for name, o in runs.items()}
+
+
+def _convention(run: Path) -> tuple[str, ...]:
+    """Each agent's most frequent part in its own team's answers, read through the Team API (not
+    through cross-play): what the run learned."""
+    from magrpo.tasks.coordination import LABELS, pick
+    from magrpo.team import Team
+
+    team = Team.from_run(run)
+    answers = team.answer_batch(team.task.load("eval")[:8], seed=3)
+    labels = LABELS[:team.task.cfg.num_options]
+    return tuple(Counter(pick(a.parts[k], labels) for a in answers).most_common(1)[0][0]
+                 for k in range(team.num_agents))
+
+
+def test_crossplay_reports_the_gap_of_two_seeds_conventions(cover_seeds, tmp_path, capsys):
+    out = tmp_path / "cp"
+    assert main([*map(str, cover_seeds), "--out", str(out), "--labels", "s0,s1"]) == 0
+    printed = capsys.readouterr().out
+    assert "self-play" in printed and "gap" in printed
+    rows = list(csv.DictReader(open(out / "crossplay.csv")))
+    assert [(r["agent_1"], r["agent_2"]) for r in rows] == [("s0", "s0"), ("s1", "s1"), ("s0", "s1"), ("s1", "s0")]
+    cell = {(r["agent_1"], r["agent_2"]): float(r["mean"]) for r in rows}
+    assert {r["metric"] for r in rows} == {"normalized_return"}
+    # Each seed solved its game.
+    assert cell[("s0", "s0")] >= 0.9 and cell[("s1", "s1")] >= 0.9
+    # What a mixed team scores follows from the two conventions: two agents on different needed
+    # parts cover both (1.0); on the same part, half (0.5).
+    conv = {name: _convention(run) for name, run in zip(("s0", "s1"), cover_seeds)}
+    for a, b in (("s0", "s1"), ("s1", "s0")):
+        parts = {conv[a][0], conv[b][1]}
+        expected = 1.0 if parts == {"b", "d"} else 0.5 if len(parts) == 1 else None
+        if expected is not None:
+            assert cell[(a, b)] == pytest.approx(expected, abs=0.15), (a, b, conv)
+    report = json.loads((out / "crossplay.json").read_text())
+    diag = (cell[("s0", "s0")] + cell[("s1", "s1")]) / 2
+    cross = (cell[("s0", "s1")] + cell[("s1", "s0")]) / 2
+    assert report["self_play"] == pytest.approx(diag, abs=1e-6)
+    assert report["cross_play"] == pytest.approx(cross, abs=1e-6)
+    assert report["gap"] == pytest.approx(diag - cross, abs=1e-6)
+    if conv["s0"] != conv["s1"]:      # the seeds settled on different conventions: cross-play breaks
+        assert report["gap"] >= 0.3
+    md = (out / "crossplay.md").read_text()
+    assert "| agent 1 \\ agent 2 | s0 | s1 |" in md and f"gap (self-play - cross-play): {report['gap']:.3f}" in md
+    assert (out / "crossplay.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_three_agents_play_one_swap_pairings(smoke_runs, tmp_path):
+    out = tmp_path / "cp3"
+    a, b = smoke_runs["agree3_a"], smoke_runs["agree3_b"]
+    assert main([str(a), str(b), "--out", str(out), "--num-items", "2"]) == 0
+    rows = list(csv.DictReader(open(out / "crossplay.csv")))
+    assert len(rows) == 2 + 2 * 1 * 3          # R self-plays + R (R - 1) N single swaps
+    assert sum(int(r["self_play"]) for r in rows) == 2
+    report = json.loads((out / "crossplay.json").read_text())
+    assert len(report["matrix"]) == 2 and all(len(row) == 2 for row in report["matrix"])
+
+
+def test_pairings_and_host_partner_matrix_by_hand():
+    assert [p.slots for p in pairings(2, 2, "one_swap")] == [(0, 0), (1, 1), (0, 1), (1, 0)]
+    three = [p.slots for p in pairings(2, 3, "one_swap")]
+    assert three[:2] == [(0, 0, 0), (1, 1, 1)]
+    assert set(three[2:]) == {(1, 0, 0), (0, 1, 0), (0, 0, 1), (0, 1, 1), (1, 0, 1), (1, 1, 0)}
+    assert len(pairings(2, 3, "all")) == 8
+    # Host 0 with one agent of source 1 scores 0.2, 0.4, 0.6 by slot: the host-partner cell is their mean.
+    res = [(Pairing((0, 0, 0)), {"mean": 1.0}), (Pairing((1, 1, 1)), {"mean": 0.8}),
+           (Pairing((1, 0, 0)), {"mean": 0.2}), (Pairing((0, 1, 0)), {"mean": 0.4}), (Pairing((0, 0, 1)), {"mean": 0.6}),
+           (Pairing((0, 1, 1)), {"mean": 0.0}), (Pairing((1, 0, 1)), {"mean": 0.3}), (Pairing((1, 1, 0)), {"mean": 0.3})]
+    m = host_partner_matrix(res, 2, 3)
+    assert m[0] == [pytest.approx(1.0), pytest.approx(0.4)]
+    assert m[1] == [pytest.approx(0.2), pytest.approx(0.8)]
+    two = host_partner_matrix([(Pairing((0, 1)), {"mean": 0.5})], 2, 2)
+    assert two[0][1] == 0.5 and math.isnan(two[1][0])
+
+
+def test_labels():
+    assert labels_of(["runs/a", "runs/b"], None) == ["a", "b"]
+    assert labels_of(["x/run", "y/run"], None) == ["x/run", "y/run"]
+    with pytest.raises(ConfigError, match="gives 1 label"):
+        labels_of(["a", "b"], "only")
+
+
+@pytest.mark.parametrize("case,why", [
+    ("tasks", "differ in task 'agree' vs 'cover'"),
+    ("sizes", "has 3 agent(s) but"),
+    ("single", "single-model team"),
+    ("missing", "no such run"),
+    ("one", "at least 2 sources"),
+    ("unfinished", "no complete checkpoint"),
+])
+def test_refusals_are_one_line(case, why, smoke_runs, tmp_path, capsys):
+    s = {k: str(v) for k, v in smoke_runs.items()}
+    unfinished = tmp_path / "unfinished"
+    (unfinished / "checkpoints" / "step_1").mkdir(parents=True)    # a save that never completed
+    sources = {"tasks": [s["agree_a"], s["cover"]], "sizes": [s["agree_a"], s["agree3_a"]],
+               "single": [s["grpo"], s["agree_a"]], "missing": [s["agree_a"], str(tmp_path / "nope")],
+               "one": [s["agree_a"]], "unfinished": [s["agree_a"], str(unfinished)]}[case]
+    code = main([*sources, "--out", str(tmp_path / "cp")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and why in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "cp" / "crossplay.csv").exists()
+
+
+def test_an_exported_team_plays_like_its_run(smoke_runs, tmp_path):
+    """An exported team is a source as its run is: same pairings, same numbers."""
+    from magrpo.export import export_run
+
+    team = export_run(smoke_runs["agree_b"], tmp_path / "team_b")
+    a = tmp_path / "a"
+    b = tmp_path / "b"
+    assert main([str(smoke_runs["agree_a"]), str(smoke_runs["agree_b"]), "--out", str(a), "--num-items", "4",
+                 "--labels", "x,y"]) == 0
+    assert main([str(smoke_runs["agree_a"]), str(team), "--out", str(b), "--num-items", "4", "--labels", "x,y"]) == 0
+    ra, rb = (list(csv.DictReader(open(d / "crossplay.csv"))) for d in (a, b))
+    assert [(r["mean"], r["std"]) for r in ra] == [(r["mean"], r["std"]) for r in rb]
