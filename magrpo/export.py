@@ -198,12 +198,20 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, device
                force: bool = False) -> Path:
     """The team of `run` (newest complete checkpoint or `step`) written to `out`."""
     from magrpo.run_config import inheritable, run_dir_of
-    from magrpo.team import Team
+    from magrpo.team import Team, is_team_dir
 
     out = Path(out).expanduser()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not force:
-        raise ConfigError(f"OUT_DIR {str(out)!r} exists and is not empty; give a new directory, or --force to "
-                          f"replace it")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        # --force replaces an earlier export, never anything else (a run, a checkpoint, a home directory)
+        if not is_team_dir(out):
+            raise ConfigError(f"OUT_DIR {str(out)!r} exists and holds something that is not an exported team; "
+                              f"give a new or empty directory")
+        if not force:
+            raise ConfigError(f"OUT_DIR {str(out)!r} already holds an exported team; give a new directory, or "
+                              f"--force to replace it")
+    src = Path(run).expanduser().resolve()
+    if out.resolve().is_relative_to(src) or src.is_relative_to(out.resolve()):
+        raise ConfigError(f"OUT_DIR {str(out)!r} is inside RUN_DIR {str(run)!r} (or holds it); write the team elsewhere")
     team = Team.from_run(run, step=step, device=device, key="RUN_DIR")
     run_dir = run_dir_of(team.source["checkpoint"])
     overrides = inheritable("eval", run_dir) if run_dir is not None else None
@@ -250,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a training run directory (or one of its checkpoints)")
     p.add_argument("out_dir", metavar="OUT_DIR", help="where the team is written (new or empty)")
     p.add_argument("--step", type=int, default=None, help="the checkpoint step (default: the newest complete one)")
-    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it holds something")
+    p.add_argument("--force", action="store_true", help="replace OUT_DIR if it holds an earlier exported team")
     p.add_argument("--push-to-hub", metavar="REPO_ID", default=None, help="also upload the team to this hub repo")
     p.add_argument("--private", action="store_true", help="with --push-to-hub: create the repo private")
     return p
