@@ -181,7 +181,9 @@ class Team:
         lists gives a list of answers lists."""
         from magrpo.rollout import generate
 
-        batch = [prompts] if prompts and isinstance(prompts[0], str) else prompts
+        if not prompts:
+            return []
+        batch = [prompts] if isinstance(prompts[0], str) else prompts
         for k, row in enumerate(batch):
             if isinstance(row, str) or len(row) != self.num_agents:
                 raise ValueError(f"prompts[{k}]: give one prompt per agent ({self.num_agents} strings), "
