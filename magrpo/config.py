@@ -464,6 +464,11 @@ def _validate_eval(cfg: DictConfig) -> None:
     if cfg.get("team"):
         _validate_team(cfg)
     if cfg.checkpoint:
+        from magrpo.team import is_team_dir
+
+        if is_team_dir(cfg.checkpoint):
+            raise ConfigError(f"checkpoint={cfg.checkpoint!r} is an exported team (team.json), not a training "
+                              f"checkpoint; evaluate it with team={cfg.checkpoint}")
         ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
         checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt,
                                       ALGOS[cfg.algo.name].team(cfg).policy_dirs)

@@ -328,6 +328,8 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
     from magrpo.team import is_team_dir
 
     key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
+    if key == "team" and not is_team_dir(value):
+        return                                          # validation names what is wrong with it
     if is_team_dir(value):
         stored = _team_config(Path(str(value)).expanduser())
     else:

@@ -285,8 +285,11 @@ def local_team(path_or_repo: str | Path, revision: str | None = None) -> Path:
     try:
         return Path(snapshot_download(repo_id=text, revision=revision))
     except Exception as e:
-        if hub.offline_reason() is not None:
-            raise ConfigError(hub.unreachable_hint("model", text, "Team.from_pretrained(DIR)")) from e
+        reason = hub.offline_reason()
+        if reason is not None:
+            raise ConfigError(f"team {text!r} is not in the local cache and {reason}; on a machine with a network "
+                              f"run `hf download {text} --local-dir DIR`, copy DIR here and load DIR "
+                              f"(team=DIR, Team.from_pretrained(DIR))") from e
         raise ConfigError(f"could not download the team {text!r}: {type(e).__name__}: {e}") from e
 
 
