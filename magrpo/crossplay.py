@@ -309,11 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from magrpo.launch import quiet_progress_bars
+    from magrpo.launch import parse_plain_cli
 
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
-    quiet_progress_bars()
+    args = parse_plain_cli(build_parser(), argv)
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
                         num_samples=args.num_samples, seed=args.seed, split=args.split, batch_size=args.batch_size,

@@ -265,11 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from magrpo.launch import quiet_progress_bars
+    from magrpo.launch import parse_plain_cli
 
-    args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
-    quiet_progress_bars()
+    args = parse_plain_cli(build_parser(), argv)
     try:
         out = export_run(args.run_dir, args.out_dir, step=args.step, force=args.force)
         print(f"magrpo-export: wrote {out}")

@@ -286,6 +286,15 @@ class RunDirGuard(Callback):
 # -- the command line ----------------------------------------------------------------------------
 
 
+def parse_plain_cli(parser: Any, argv: list[str] | None) -> Any:
+    """The arguments of a command that is not a Hydra app (magrpo-export, magrpo-crossplay), with
+    the console set up as the Hydra commands set it: INFO lines, no download progress bars."""
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    quiet_progress_bars()
+    return args
+
+
 def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None:
     """What every Hydra entry point runs: register the schemas, put the overrides of the run that
     `resume=`/`checkpoint=` names before the command line's (magrpo.run_config), run the app, and
