@@ -163,6 +163,10 @@ class EvalSchema:
     temperature: float = positive(1.0)
     batch_size: int = at_least(1, 64)
     log_completions: int = at_least(0, 8)
+    # Collaboration diagnostics (magrpo.diagnostics; README, "Collaboration diagnostics"): off by default.
+    diagnostics: bool = False
+    ablation: str = option("empty", choices=["empty", "base"])   # what replaces an agent's answer
+    lazy_threshold: float = at_least(0, 1e-6, " (an absolute reward difference)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

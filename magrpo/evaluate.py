@@ -92,6 +92,7 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    from magrpo.diagnostics import DiagnosticsConfig
     from magrpo.eval_loop import eval_sampling, evaluate
     from magrpo.feedback import build_feedback
     from magrpo.tasks import build_task
@@ -123,6 +124,18 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
         raise ConfigError(f"split={cfg.split!r} of task {cfg.task.name!r} has no items to evaluate")
     status.phase = "evaluation"
     turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.get("feedback"), task)
+    base: list = []
+
+    def base_agents() -> list:
+        """The untrained models for eval.ablation=base: the agents themselves without a checkpoint,
+        else fresh copies, loaded once for every method."""
+        if ckpt is None:
+            return agents
+        if not base:
+            base.extend(load_agents(cfg.agents, cfg.hardware, len(agents), need_reference=False))
+        return base
+
+    diagnostics = DiagnosticsConfig.from_eval(cfg.eval, base_agents)
     logger = RunLogger(cfg, out)
     results: dict[str, dict[str, float]] = {}
     identity = {**run_identity(cfg), "methods": methods, "checkpoint": str(ckpt) if ckpt else None,
@@ -133,7 +146,8 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
             with torch.no_grad():
                 metrics, examples = evaluate(agents, task, items, eval_sampling(cfg), cfg.eval.batch_size,
                                              seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
-                                             scheme=method, turns=turns, feedback=feedback)
+                                             scheme=method, turns=turns, feedback=feedback,
+                                             diagnostics=diagnostics)
             results[method] = metrics
             logger.log(0, {f"eval/{method}/{k}": v for k, v in metrics.items()})
             logger.log_examples(0, f"samples_{method}", examples)

@@ -8,6 +8,7 @@ The heavy libraries are imported on first use.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -55,12 +56,23 @@ def rouge_l(predictions: Sequence[str], references: Sequence[str]) -> float:
     _same_length(predictions, references)
     if not predictions:
         return 0.0
+    return sum(rouge_l_scores(predictions, references)) / len(predictions)
+
+
+def rouge_l_scores(predictions: Sequence[str], references: Sequence[str]) -> list[float]:
+    """ROUGE-L F-measure of each prediction against its reference (Porter stemming on), one per pair."""
+    _same_length(predictions, references)
+    scorer = _rouge_scorer()
+    # rouge_score's signature is score(target, prediction).
+    return [scorer.score(ref, pred)["rougeL"].fmeasure for pred, ref in zip(predictions, references)]
+
+
+@functools.cache
+def _rouge_scorer():
+    """One scorer per process: building one costs more than scoring a pair of short answers."""
     from rouge_score.rouge_scorer import RougeScorer
 
-    scorer = RougeScorer(["rougeL"], use_stemmer=True)
-    # rouge_score's signature is score(target, prediction).
-    return sum(scorer.score(ref, pred)["rougeL"].fmeasure for pred, ref in zip(predictions, references)) / len(
-        predictions)
+    return RougeScorer(["rougeL"], use_stemmer=True)
 
 
 def codebleu(predictions: Sequence[str], references: Sequence[str], lang: str = "python") -> dict[str, float]:

@@ -379,12 +379,16 @@ def chain_prompt(task: Task, item: dict, agent: int, base: str | list[dict[str, 
 
 
 def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases: list[list],
-                      sampling: Sampling, levels: list[int]) -> list[Generation]:
+                      sampling: Sampling, levels: list[int], fixed: list[Generation] | None = None) -> list[Generation]:
     """Per agent, its samples down a chain: agent i answers every prefix of agents 1..i-1 (its
     prompt extended with their answers by `Task.context_prompt`), `levels[i]` times each.
-    `bases[b][i]`: agent i's prompt (a string) or conversation (multi-turn) for group b."""
-    gens: list[Generation] = []
+    `bases[b][i]`: agent i's prompt (a string) or conversation (multi-turn) for group b.
+    `fixed`: the samples of the first agents, given rather than generated (a chain re-run from
+    agent len(fixed) on, as the influence diagnostic does: magrpo.diagnostics)."""
+    gens: list[Generation] = list(fixed or [])
     for i, agent in enumerate(agents):
+        if i < len(gens):
+            continue
         # The prefixes agent i answers are the leaves of the chain of agents 1..i-1: their
         # ancestor samples, one row per prefix (the same map as the joint actions').
         ancestors = chain_joint(levels[:i]).tolist()    # [prefixes per group][i]

@@ -25,6 +25,7 @@ from magrpo.algos import ALGOS
 from magrpo.algos.base import agent_overrides
 from magrpo.checkpoint import STATE_FILE
 from magrpo.config import optimized_metric
+from magrpo.diagnostics import DiagnosticsConfig
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, policy_agents, save_agent, team_level
@@ -158,6 +159,14 @@ class Trainer:
         self.elapsed_before = 0.0   # wall seconds spent before a resume
         self.resumed_from: dict[str, Any] | None = None
         self.from_run = from_run
+        self._base_agents: list[Agent] | None = None
+
+    def base_agents(self) -> list[Agent]:
+        """Fresh copies of the untrained models (`eval.ablation=base` for agents with neither an
+        adapter nor a reference), loaded at the first diagnostics and kept for the later ones."""
+        if self._base_agents is None:
+            self._base_agents = load_agents(self.cfg.agents, self.cfg.hardware, len(self.agents), need_reference=False)
+        return self._base_agents
 
     def refill(self, round_: int, n: int) -> list[dict]:
         """Round `round_` (1, 2, ...) of extra items for the current step: a batch drawn from the
@@ -193,7 +202,8 @@ class Trainer:
         cfg = self.cfg
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
                                      seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
-                                     turns=self.turns, feedback=self.feedback)
+                                     turns=self.turns, feedback=self.feedback,
+                                     diagnostics=DiagnosticsConfig.from_eval(cfg.eval, self.base_agents))
         self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
         self.logger.log_examples(self.step, "eval/samples", examples)
         primary = metrics.get(self.task.primary_metric, metrics["reward_mean"])
