@@ -7,8 +7,9 @@ The workspace (built with the `wandb-workspaces` library, extra `dashboard`) sho
 W&B group G -- every job of a sweep joins one group, see magrpo.tracking -- grouped by their
 `algo` config key (a prompting baseline's `algo` is its method), so each line is the mean over
 seeds with the spread shaded. Sections: the reward and normalized return, the reward's
-components, per-turn rewards, pass@k, ROUGE-L and CodeBLEU, per-level accuracies, cost, and the
-table of sample completions.
+components, per-turn rewards, pass@k, ROUGE-L and CodeBLEU, per-level accuracies, collaboration
+(the diagnostics of `eval.diagnostics=true`, and each policy's gradient norm, KL and entropy),
+cost, and the table of sample completions.
 
 Online (a W&B login and no --out) it saves the workspace and prints its URL. Offline, or with
 --out, it writes the workspace spec (the JSON the W&B server stores for a saved view) to a file
@@ -39,6 +40,14 @@ SECTIONS: list[tuple[str, list[tuple[str, Any, str]]]] = [
     ("pass@k", [(f"pass@{k}", [f"eval/pass@{k}"], "lines") for k in (1, 3, 5, 10)]),
     ("Text and code similarity", [("ROUGE-L", ["eval/rouge_l"], "lines"), ("CodeBLEU", ["eval/codebleu"], "lines")]),
     ("Per-level accuracy", [("fraction of samples reaching each level", r"eval/acc/level_.*", "regex")]),
+    # eval.diagnostics=true (magrpo.diagnostics): did the agents cooperate, or did one do the work?
+    ("Collaboration", [("contribution per agent (eval)", r"eval/agent_\d+/contribution$", "regex"),
+                       ("lazy-agent rate (eval)", ["eval/lazy_agent_rate"], "lines"),
+                       ("answer similarity, ROUGE-L (eval)", ["eval/answer_similarity"], "lines"),
+                       ("influence per agent (eval)", r"eval/agent_\d+/influence$", "regex"),
+                       ("grad norm per policy and critic (train)", r"train/[^/]+/grad_norm$", "regex"),
+                       ("KL to the reference per policy (train)", r"train/[^/]+/kl$", "regex"),
+                       ("entropy per policy (train)", r"train/[^/]+/entropy$", "regex")]),
     ("Cost", [("response time (s per item)", ["eval/response_time_s"], "lines"),
               ("step time (s)", ["time/step_s"], "lines")]),
 ]

@@ -30,6 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", type=_csv_list, default=None, metavar="A,B,C",
                    help="final-eval metrics to show, e.g. reward_mean,pass@1 (default: reward_mean, the reward "
                         "components and the task's metrics)")
+    p.add_argument("--columns", type=_csv_list, default=None, metavar="A,B,C",
+                   help="final-eval metrics to add after the layout's columns, e.g. lazy_agent_rate,answer_similarity,"
+                        "agent_1/contribution (the collaboration diagnostics of eval.diagnostics=true); unlike "
+                        "--metrics, a name no run reports is no error: its cells stay empty")
     p.add_argument("--include-unfinished", action="store_true",
                    help="include runs whose status is not 'finished' (their last evaluation stands in for the final one)")
     p.add_argument("--digits", type=int, default=3, help="decimals in table.md / table.tex (default 3)")
@@ -81,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except OSError as e:
             raise TableError(f"cannot create {out}: {e}") from None
         common = dict(digits=args.digits, notes=notes, plots=not args.no_plots, smooth_window=args.smooth,
-                      metrics=metrics)
+                      metrics=metrics, extra=[c.removeprefix("eval/") for c in args.columns or []])
         if args.layout == "paper":
             rc = paper.write(runs, skipped, out, **common)
         else:

@@ -27,13 +27,15 @@ from magrpo.table.runs import PROG, Run, warn
 from magrpo.table.stats import Cell, aggregate, mean_std, smooth
 
 # Config keys that never distinguish one method from another: the seed is what we average over;
-# the rest only say where the run wrote things or how it reported them.
+# the rest only say where the run wrote things or how it reported them (the collaboration
+# diagnostics too: extra metrics of the same evaluation).
 IGNORED_KEYS = {"seed", "output_dir", "resume", "save_every", "save_final", "eval.log_completions",
-                "eval.batch_size"}
+                "eval.batch_size", "eval.diagnostics", "eval.ablation", "eval.lazy_threshold"}
 IGNORED_PREFIXES = ("logger.", "hydra.")
 
 # Final-eval entries that are bookkeeping rather than results: left out of the default columns.
-NOT_RESULTS = {"reward_std", "num_items", "output_tokens_mean", "response_time_s", "reward_time_s"}
+NOT_RESULTS = {"reward_std", "num_items", "output_tokens_mean", "response_time_s", "reward_time_s",
+               "diagnostics_time_s"}
 
 
 # -- grouping ------------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ def default_columns(runs: list[Run]) -> list[str]:
         names += [k for k in r.final if k not in names]
     components = [n for n in names if n.startswith("reward/")]
     passes = sorted((n for n in names if _pass_k(n) is not None), key=_pass_k)
-    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith(("reward/", "feedback/"))
+    others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith(("reward/", "feedback/", "diagnostics/"))
               and _pass_k(n) is None and not re.match(r"turn_\d+/", n)]
     return ["reward_mean", *turn_columns(names), *components, *passes, *others]
 
@@ -178,14 +180,16 @@ INITIAL = "initial/reward_mean"
 
 
 def build_tables(runs: list[Run], metrics: Sequence[str] | None = None,
-                 group_by: Sequence[str] | None = None) -> list[Table]:
-    """One table per task (tasks in the order their first run was found)."""
+                 group_by: Sequence[str] | None = None, extra: Sequence[str] = ()) -> list[Table]:
+    """One table per task (tasks in the order their first run was found); `extra` columns follow
+    the others (--columns), empty where no run reports them."""
     by_task: dict[str, list[Run]] = {}
     for r in runs:
         by_task.setdefault(r.task, []).append(r)
     tables = []
     for task, task_runs in by_task.items():
         columns = list(metrics) if metrics else default_columns(task_runs)
+        columns += [c for c in extra if c not in columns]
         rows = []
         for method in group_runs(task_runs, group_by):
             cells = {c: mean_std([r.final[c] for r in method.runs if c in r.final]) for c in columns}
@@ -304,9 +308,10 @@ def plot_curves(tables: list[Table], out: Path, smooth_window: int = 1) -> list[
 
 def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digits: int = 3,
           notes: Sequence[str] = (), plots: bool = True, smooth_window: int = 1,
-          metrics: Sequence[str] | None = None, group_by: Sequence[str] | None = None) -> int:
+          metrics: Sequence[str] | None = None, group_by: Sequence[str] | None = None,
+          extra: Sequence[str] = ()) -> int:
     """Write table.md, table.csv, table.tex and the curves into `out`; print the markdown."""
-    tables = build_tables(runs, metrics, group_by)
+    tables = build_tables(runs, metrics, group_by, extra)
     n_methods = sum(len(t.rows) for t in tables)
     save_and_report(out, to_markdown(tables, digits, notes), skipped, lambda path: write_csv(tables, path),
                     to_latex(tables, digits, notes), lambda: plot_curves(tables, out, smooth_window) if plots else [],

@@ -96,6 +96,17 @@ FAMILY_COLUMNS: dict[str, list[Column]] = {
                      Column("reward/correct", "listener right"), Column("reward/leaked", "object named",
                                                                         higher_is_better=False)],
 }
+# The collaboration diagnostics (magrpo.diagnostics) as --columns may add them: no better direction.
+DIAGNOSTIC_HEADERS = {"lazy_agent_rate": "lazy-agent rate", "answer_similarity": "answer similarity (ROUGE-L)"}
+
+
+def extra_column(key: str) -> Column:
+    """A column asked for with --columns: a known header where there is one, never in bold."""
+    m = re.fullmatch(r"agent_(\d+)/(contribution|influence)", key)
+    header = f"agent {m.group(1)} {m.group(2)}" if m else DIAGNOSTIC_HEADERS.get(key, key)
+    return Column(key, header, ranked=False)
+
+
 # Components that are not rewards, labelled by what they hold; other components as "<name> (reward part)".
 COMPONENT_HEADERS = {"reward/length_ratio": "length ratio a2/a1 (a ratio, not a reward)"}
 
@@ -275,7 +286,9 @@ def _row_key(label: str, found: int) -> tuple[int, int]:
     return (ROW_ORDER.index(label), 0) if label in ROW_ORDER else (len(ROW_ORDER), found)
 
 
-def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[PaperTable]:
+def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> list[PaperTable]:
+    """One table per task. `extra` (--columns) adds columns after the task's (or `metrics`'), empty
+    where a run lacks them."""
     by_task: dict[str, list[Run]] = {}
     for r in runs:
         by_task.setdefault(r.task, []).append(r)
@@ -287,6 +300,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None) -> list[Pap
         if metrics:
             known = {c.key: c for c in columns}
             columns = [known.get(m, Column(m, m)) for m in metrics]
+        columns += [extra_column(c) for c in extra if c not in {col.key for col in columns}]
         groups: dict[str, list[Run]] = {}
         for r in task_runs:
             groups.setdefault(r.label, []).append(r)
@@ -607,9 +621,9 @@ def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> 
 
 def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digits: int = 3,
           notes: Sequence[str] = (), plots: bool = True, smooth_window: int = 1,
-          metrics: Sequence[str] | None = None) -> int:
+          metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> int:
     """Write table.md, table.csv, table.tex and the curves into `out`; print the markdown."""
-    tables = build(runs, metrics)
+    tables = build(runs, metrics, extra)
     save_and_report(out, to_markdown(tables, digits, notes), skipped, lambda path: write_csv(tables, path),
                     to_latex(tables, digits), lambda: plot_curves(tables, out, smooth_window) if plots else [],
                     f"{len(runs)} run(s), {sum(len(t.rows) for t in tables)} row(s), {len(tables)} task(s)"
