@@ -129,12 +129,10 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
     def base_agents() -> list:
         """The untrained models for eval.ablation=base, for agents without an adapter to switch off:
         the agents themselves without trained weights, else fresh copies of the run's models
-        (agents.models, from the run's config), loaded once for every method."""
+        (agents.models, from the run's config; an exported team's are checked to be the ones it
+        was trained from), loaded once for every method."""
         if weights is None:
             return agents
-        if team_dir:
-            raise ConfigError(f"eval.ablation=base: the exported team {team_dir!r} has full weights and no record of "
-                              "its base model here; use eval.ablation=empty, or checkpoint= its training run")
         if not base:
             from magrpo.models import load_agents
 

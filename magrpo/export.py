@@ -178,9 +178,10 @@ def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
                 for f in nested.iterdir():      # PEFT writes a named adapter one level down
                     f.rename(tmp / policy.policy_name / f.name)
                 nested.rmdir()
+        loaded = list(team.loaded_from.models)
         for key, name in bases.items():
-            spec = next(s for s in specs if _base_key(s) == key)
-            _write_base(spec, tmp / name)
+            k = next(i for i, s in enumerate(specs) if _base_key(s) == key)
+            _write_base(loaded[k if k < len(loaded) else 0], tmp / name)     # a re-export reads its own base/
         (tmp / TEAM_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
         (tmp / "README.md").write_text(model_card(info, card_extra.get("repo_id")))
         if overrides is not None:

@@ -72,7 +72,7 @@ class Team:
     """Agents with the task, topology, turns and feedback they were trained with (module docstring)."""
 
     def __init__(self, config: DictConfig, agents: list, source: dict[str, Any] | None = None,
-                 info: dict[str, Any] | None = None):
+                 info: dict[str, Any] | None = None, loaded_from: DictConfig | None = None):
         from magrpo.feedback import build_feedback
         from magrpo.tasks import build_task
         from magrpo.turns import TurnSpec
@@ -81,6 +81,9 @@ class Team:
         self.agents = agents
         self.source = source or {}
         self.info = info or {}          # team.json of a loaded team ({} for one built from a run)
+        # The `agents` node the models were loaded with: the run's own (config.agents, which keeps
+        # the models the team was trained from), or an exported team's with its directories' paths.
+        self.loaded_from = loaded_from if loaded_from is not None else config.agents
         self.task = build_task(config.task, config.reward, config.get("sandbox"))
         self.turns = TurnSpec.from_algo(config.algo)
         self.feedback = build_feedback(config.get("feedback"), self.task)
@@ -113,7 +116,6 @@ class Team:
         info = read_team(root)
         config = OmegaConf.create(info["config"])
         agents_cfg = _agents_at(config.agents, info, root)
-        config.agents = agents_cfg
         hw = hardware or default_hardware(device)
         from magrpo.models import load_agent_weights, load_agents, policy_agents
 
@@ -121,7 +123,8 @@ class Team:
         if info["weights"] == "adapters":
             for policy in policy_agents(agents):
                 load_agent_weights(policy, root / policy.policy_name)
-        return cls(config, agents, source={**info.get("source", {}), "team_dir": str(root)}, info=info)
+        return cls(config, agents, source={**info.get("source", {}), "team_dir": str(root)}, info=info,
+                   loaded_from=agents_cfg)
 
     # -- shape ------------------------------------------------------------------------------------
 
