@@ -328,7 +328,7 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
     from magrpo.team import is_team_dir
 
     key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
-    if is_team_dir(value):
+    if key == "team" or is_team_dir(value):        # team= names no run: read_team refuses what is no team
         stored = _team_config(Path(str(value)).expanduser())
     else:
         ckpt = checkpoint.resolve(value, key)        # a bad path is refused here as it would be later
