@@ -310,7 +310,7 @@ def from_run(cfg: Any, kind: str) -> dict[str, Any] | None:
         now = override_value(g)
         if before != now:
             overridden[k] = {"run": before, "given": now}
-    record = {"run_dir": str(run), "saved_overrides": str(run / SAVED), "inherited": inherited,
+    record = {"run_dir": str(run), "saved_overrides": str(_saved_file(run)), "inherited": inherited,
               "overridden": overridden}
     changes = [f"{k} ({v['run']!r} -> {v['given']!r})" if "dropped_by" not in v else f"{k} (dropped by {v['dropped_by']})"
                for k, v in overridden.items()]

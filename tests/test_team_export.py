@@ -120,6 +120,7 @@ def test_the_exported_team_reproduces_the_checkpoints_eval_exactly(kind, trained
     assert by_team["config"]["algo"]["max_new_tokens"] == 12
     assert by_team["config"]["algo"]["name"] == by_ckpt["config"]["algo"]["name"]
     assert by_team["from_run"]["run_dir"] == str(team)
+    assert by_team["from_run"]["saved_overrides"] == str(team / "overrides.yaml")
     assert by_team["from_run"]["inherited"]["task"] == "length_ratio"
 
 
