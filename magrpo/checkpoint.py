@@ -191,6 +191,9 @@ def resolve(path: str | os.PathLike, key: str) -> Path:
     if not p.is_dir():
         raise ConfigError(f"{key}={str(path)!r} is a file; give a checkpoint directory (.../checkpoints/step_N) "
                           f"or a run directory")
+    if (p / "team.json").is_file():      # magrpo.team.TEAM_FILE: it has a manifest too, but no trainer state
+        raise ConfigError(f"{key}={str(path)!r} is an exported team (team.json), not a training run or checkpoint; "
+                          f"evaluate it with magrpo-eval team=..., load it with Team.from_pretrained")
     if _looks_like_checkpoint(p):
         try:
             verify(p)

@@ -310,7 +310,7 @@ def from_run(cfg: Any, kind: str) -> dict[str, Any] | None:
         now = override_value(g)
         if before != now:
             overridden[k] = {"run": before, "given": now}
-    record = {"run_dir": str(run), "saved_overrides": str(run / SAVED), "inherited": inherited,
+    record = {"run_dir": str(run), "saved_overrides": str(_saved_file(run)), "inherited": inherited,
               "overridden": overridden}
     changes = [f"{k} ({v['run']!r} -> {v['given']!r})" if "dropped_by" not in v else f"{k} (dropped by {v['dropped_by']})"
                for k, v in overridden.items()]
@@ -328,9 +328,7 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
     from magrpo.team import is_team_dir
 
     key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
-    if key == "team" and not is_team_dir(value):
-        return                                          # validation names what is wrong with it
-    if is_team_dir(value):
+    if key == "team" or is_team_dir(value):        # team= names no run: read_team refuses what is no team
         stored = _team_config(Path(str(value)).expanduser())
     else:
         ckpt = checkpoint.resolve(value, key)        # a bad path is refused here as it would be later
