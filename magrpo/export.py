@@ -146,7 +146,9 @@ def model_card(info: dict[str, Any], repo_id: str | None = None) -> str:
               ["The run's resolved config is under `config` in team.json."])
     lines += ["", "## Final evaluation", ""]
     final = info.get("final_eval") or {}
-    shown = {k: v for k, v in final.items() if isinstance(v, (int, float)) and "/" not in k or k.startswith("pass@")}
+    # the answers' metrics; not the timings and counts of the machine that evaluated them
+    shown = {k: v for k, v in final.items() if isinstance(v, (int, float)) and "/" not in k
+             and not k.endswith("_s") and k not in ("num_items", "output_tokens_mean")}
     if shown:
         lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in shown.items()]
     else:
