@@ -331,10 +331,16 @@ def test_export_refuses_a_non_empty_out_dir_without_force(trained, tmp_path, cap
     (out / "mine.txt").write_text("keep me")
     code, _, err = _export([trained("separate"), out], capsys)
     lines = _error_lines(err)
-    assert code == 2 and len(lines) == 1 and "--force" in lines[0], err
-    assert [p.name for p in out.iterdir()] == ["mine.txt"]
+    assert code == 2 and len(lines) == 1 and "not an exported team" in lines[0], err
+    # --force replaces an earlier export only, never someone's files
+    code, _, err = _export([trained("separate"), out, "--force"], capsys)
+    assert code == 2 and "not an exported team" in err and [p.name for p in out.iterdir()] == ["mine.txt"]
+    (out / "mine.txt").unlink()
+    assert _export([trained("separate"), out], capsys)[0] == 0
+    code, _, err = _export([trained("separate"), out], capsys)
+    assert code == 2 and "--force" in _error_lines(err)[0], err
     code, _, _ = _export([trained("separate"), out, "--force"], capsys)
-    assert code == 0 and not (out / "mine.txt").exists() and (out / "team.json").is_file()
+    assert code == 0 and (out / "team.json").is_file()
     leftovers = [p.name for p in tmp_path.iterdir() if p.name != "team"]
     assert leftovers == [], "no temporary or old directory is left next to OUT_DIR"
     # an empty directory is fine without --force
