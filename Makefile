@@ -16,7 +16,7 @@ TUNE ?= 0
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow bench bench-compare sweep table paper dashboard lint clean
+.PHONY: help setup train test test-slow bench bench-compare sweep table paper dashboard crossplay export lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -57,6 +57,14 @@ table: setup ## tables (md/csv/tex) and learning curves from run directories: RU
 
 paper: setup ## one table of the paper: TABLE=writing|coding|maporl|coordination SCALE=paper|tiny SEEDS=0,1,2 JOBS=2 TUNE=0
 	$(PY) -m magrpo.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) --tune-trials $(TUNE) $(ARGS)
+
+crossplay: setup ## pair agents across runs or exported teams: SOURCES="RUN_A RUN_B ..." OUT=...
+	@test -n "$(SOURCES)" || { echo 'make crossplay: give SOURCES="RUN_A RUN_B ..." (runs or exported teams)'; exit 2; }
+	$(VENV)/bin/magrpo-crossplay $(SOURCES) --out $(if $(filter outputs/table,$(OUT)),outputs/crossplay,$(OUT)) $(ARGS)
+
+export: setup ## one run as a team directory: RUN=outputs/train/<run> OUT=exports/<name>
+	@test -n "$(RUN)" || { echo 'make export: give RUN=<run dir> OUT=<team dir>'; exit 2; }
+	$(VENV)/bin/magrpo-export $(RUN) $(if $(filter outputs/table,$(OUT)),exports/$(notdir $(RUN)),$(OUT)) $(ARGS)
 
 lint: setup ## ruff
 	$(VENV)/bin/ruff check magrpo scripts tests
