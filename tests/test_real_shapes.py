@@ -230,3 +230,26 @@ def test_presets_take_a_builtin_model_override(make_cfg, preset):
         assert agent.format_prompt("explain bees") == "explain bees"
         gen = generate(agent, ["explain bees"], Sampling(2, 4))
         assert gen.completion_ids.shape[0] == 2
+
+
+# --- one real step per case (slow: minutes to an hour per case on a CPU) ----------------------------
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "real_shapes.py"
+    spec = importlib.util.spec_from_file_location("real_shapes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["1.7b-lora", "1.7b-lora-beta", "1.7b-lora-ckpt", "3b-lora"])
+def test_a_step_eval_checkpoint_and_resume_at_real_dims(case, tmp_path):
+    import os
+
+    result = _script().run_case(case, tmp_path, os.cpu_count() or 1, timeout=7200)
+    assert result["ok"], result["reason"]
+    assert {"generate", "update", "save", "resume", "resumed_update"} <= set(result["seconds"])
