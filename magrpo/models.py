@@ -295,6 +295,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
         set_vocab_limit(model, tok)
+        log.info("loaded %d agent(s) as LoRA adapters on one base: %s@%s", num_agents, spec.name_or_path, devices[0])
         for i in range(num_agents):
             agents.append(Agent(i, model, tok, devices[0], adapter=f"agent_{i + 1}",
                                 chat_template_kwargs=dict(spec.chat_template_kwargs or {}),

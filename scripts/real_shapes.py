@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -57,18 +58,18 @@ def run_process(args: list[str], timeout: float, env: dict) -> dict:
                             bufsize=1)
     seen: dict[str, list[float]] = {k: [] for k in MARKERS}
     tail: list[str] = []
-    deadline = t0 + timeout
+    timer = threading.Timer(timeout, proc.kill)      # a silent child is stopped too
+    timer.start()
     for line in proc.stdout:
         now = time.monotonic() - t0
         for key, text in MARKERS.items():
             if text in line and (key != "loaded" or "agent(s)" in line):
                 seen[key].append(now)
         tail = (tail + [line.rstrip()])[-40:]
-        if time.monotonic() > deadline:
-            proc.kill()
-            tail.append(f"timed out after {timeout:.0f} s")
-            break
     _, status, usage = os.wait4(proc.pid, 0)
+    if not timer.is_alive():
+        tail.append(f"timed out after {timeout:.0f} s")
+    timer.cancel()
     code = os.waitstatus_to_exitcode(status)
     proc.returncode = code
     return {"code": code, "seen": seen, "tail": tail, "wall": time.monotonic() - t0,
@@ -88,15 +89,16 @@ def reason(proc: dict) -> str:
     return (errors or proc["tail"] or ["no output"])[-1][-400:]
 
 
-def run_case(name: str, out: Path, threads: int, timeout: float) -> dict:
+def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str] = ()) -> dict:
     run_dir = out / name
     shutil.rmtree(run_dir, ignore_errors=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    base = [sys.executable, "-m", "magrpo.train", *SHORT, *CASES[name], f"hardware.num_threads={threads}"]
-    result: dict = {"case": name, "overrides": CASES[name], "threads": threads, "ok": False, "reason": None,
+    # Every process also gets hydra.run.dir=RUN: Hydra's own log directory would otherwise be a new outputs/train/...
+    base = [sys.executable, "-m", "magrpo.train", *SHORT, *CASES[name], f"hardware.num_threads={threads}", *extra]
+    result: dict = {"case": name, "overrides": [*CASES[name], *extra], "threads": threads, "ok": False, "reason": None,
                     "seconds": {}, "peak_rss_gb": {}}
-    first = run_process([*base, "max_steps=1", f"output_dir={run_dir}"], timeout, env)
+    first = run_process([*base, "max_steps=1", f"output_dir={run_dir}", f"hydra.run.dir={run_dir}"], timeout, env)
     result["peak_rss_gb"]["train"] = first["peak_rss_gb"]
     s, seen = result["seconds"], first["seen"]
     if seen["loaded"]:
@@ -114,7 +116,9 @@ def run_case(name: str, out: Path, threads: int, timeout: float) -> dict:
     if first["code"] != 0:
         result["reason"] = f"train exited {first['code']}: {reason(first)}"
         return result
-    second = run_process([*base, f"resume={run_dir}", "max_steps=2"], timeout, env)
+    # Resumed in place (output_dir= the same run), so its step and checkpoint land next to the first.
+    second = run_process([*base, f"resume={run_dir}", "max_steps=2", f"output_dir={run_dir}", f"hydra.run.dir={run_dir}"],
+                         timeout, env)
     result["peak_rss_gb"]["resume"] = second["peak_rss_gb"]
     if second["seen"]["resumed"]:
         s["resume"] = second["seen"]["resumed"][0]
@@ -137,6 +141,9 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="run directories (default: a temporary one, removed after)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per process")
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per training process")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="an extra override for every case, e.g. --set agents.models.0.dtype=float32 "
+                         "--set hardware.autocast=none (CPUs without native bf16: see the README)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     if args.list:
@@ -150,7 +157,7 @@ def main() -> int:
     failed = 0
     try:
         for name in names:
-            result = run_case(name, out, args.threads, args.timeout)
+            result = run_case(name, out, args.threads, args.timeout, args.set)
             for k, v in list(result["seconds"].items()):
                 result["seconds"][k] = None if v is None else round(v, 2)
             failed += not result["ok"]
