@@ -16,7 +16,7 @@ TUNE ?= 0
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow bench bench-compare sweep table paper dashboard crossplay export lint clean
+.PHONY: help setup train test test-slow bench bench-compare real-shapes sweep table paper dashboard crossplay export lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ bench: setup ## throughput of MAGRPO on the builtin "small" model (README, "Test
 bench-compare: setup ## MAGRPO vs a bare generate+update loop vs comlrl 1.4.3, one thread each
 	$(PIP) install -q -e '.[dev,bench]'
 	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 --mode compare --threads 1 $(ARGS)
+
+real-shapes: setup ## a LoRA step, eval, checkpoint and resume at the real 1.7B/3B dimensions (random weights; ARGS='--cases 1.7b-lora')
+	$(PY) scripts/real_shapes.py $(ARGS)
 
 sweep: setup ## an example multirun sweep: 3 seeds x 2 advantage estimators
 	$(VENV)/bin/magrpo-train -m seed=0,1,2 algo.advantage=mean,rloo $(ARGS)

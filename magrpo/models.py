@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from magrpo.sampler import set_vocab_limit
 from magrpo.schema import SetupError
 from magrpo.tiny import build_builtin
 
@@ -293,6 +294,8 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
+        set_vocab_limit(model, tok)
+        log.info("loaded %d agent(s) as LoRA adapters on one base: %s@%s", num_agents, spec.name_or_path, devices[0])
         for i in range(num_agents):
             agents.append(Agent(i, model, tok, devices[0], adapter=f"agent_{i + 1}",
                                 chat_template_kwargs=dict(spec.chat_template_kwargs or {}),
@@ -312,6 +315,8 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             model = get_peft_model(model, _lora_config(spec.lora))
         elif need_reference:
             reference = _with_autocast(_load_model(spec, path, devices[i]), autocast).eval().requires_grad_(False)
+            set_vocab_limit(reference, tok)
+        set_vocab_limit(model, tok)
         agents.append(Agent(i, model, tok, devices[i], reference=reference,
                             chat_template_kwargs=dict(spec.chat_template_kwargs or {}), sampling=own_sampling(spec)))
     log.info("loaded %d agent(s): %s", num_agents,

@@ -36,7 +36,7 @@ import torch
 
 from magrpo import distributed
 from magrpo.models import Agent, transcript
-from magrpo.sampler import sample_shared_prompt, shares_prompt
+from magrpo.sampler import VocabLimitProcessor, sample_shared_prompt, shares_prompt, vocab_limit
 from magrpo.tasks import Scores, Task
 
 log = logging.getLogger(__name__)
@@ -269,6 +269,12 @@ def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], 
                       top_k=sampling.top_k)   # 0 = off, as in the shared sampler (None = the model's default)
     else:   # greedy: every sample of a prompt is the same, so decode it once
         kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None, num_return_sequences=1)
+    limit = vocab_limit(model)
+    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else None
+    if limit is not None and vocab is not None and limit < vocab:   # ids past the tokenizer are no tokens
+        from transformers import LogitsProcessorList
+
+        kwargs["logits_processor"] = LogitsProcessorList([VocabLimitProcessor(limit)])
     out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)[:, prompt_ids.shape[1]:]
     return out if sampling.do_sample else out.repeat_interleave(sampling.num_generations, dim=0)
 

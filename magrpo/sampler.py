@@ -70,6 +70,50 @@ def shares_prompt(model, requested: bool) -> bool:
     return True
 
 
+# --- the tokenizer's vocabulary ------------------------------------------------------------------
+#
+# A model may have more embedding rows than its tokenizer has tokens (the real Qwen checkpoints:
+# 151936 rows, 151665 tokens; the builtin shapes: 151936 rows, 512 tokens). The ids past the
+# tokenizer are no tokens: generation never samples them and log-probabilities are normalised
+# over the tokenizer's ids only, in the shared-prompt sampler, in `model.generate` and in the
+# update alike (one distribution for sampling and scoring, so ratios and KL are exact).
+
+_VOCAB_LIMIT = "_magrpo_vocab_limit"
+
+
+def _base(model):
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
+def set_vocab_limit(model, tokenizer) -> None:
+    """Record len(tokenizer) on `model` (and on its base, under a peft wrapper)."""
+    for m in {id(model): model, id(_base(model)): _base(model)}.values():
+        object.__setattr__(m, _VOCAB_LIMIT, len(tokenizer))
+
+
+def vocab_limit(model) -> int | None:
+    """The number of ids `model` may produce (len of its tokenizer), or None when unrecorded."""
+    limit = model.__dict__.get(_VOCAB_LIMIT)
+    return limit if limit is not None else _base(model).__dict__.get(_VOCAB_LIMIT)
+
+
+def limit_vocab(logits: torch.Tensor, limit: int | None) -> torch.Tensor:
+    """The logits of the first `limit` ids (a view); all of them when `limit` is None or covers them."""
+    return logits[..., :limit] if limit is not None and limit < logits.shape[-1] else logits
+
+
+class VocabLimitProcessor:
+    """A `model.generate` logits processor: ids >= `limit` get -inf, so they are never chosen."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        scores = scores.clone()
+        scores[:, self.limit:] = float("-inf")
+        return scores
+
+
 def filter_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> torch.Tensor:
     """logits / T, then top-k (0 = off), then top-p (1 = off); removed tokens get -inf."""
     if temperature != 1.0:
@@ -275,8 +319,10 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
                          temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor | None:
     """[B*G, C] completion ids (C <= max_new_tokens; rows of prompt b are b*G .. b*G+G-1), padded
     with `pad_token_id` after each row's first EOS. None when the model's forward returns no
-    key/value cache that can be repeated (the caller then uses `model.generate`)."""
+    key/value cache that can be repeated (the caller then uses `model.generate`). Only ids below
+    `vocab_limit(model)` are ever chosen."""
     G = num_generations
+    limit = vocab_limit(model)
     dev = input_ids.device
     prompt_len = attention_mask.long().sum(-1)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
@@ -305,7 +351,7 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     steps = 0
     for t in range(max_new_tokens):
-        tok = next_tokens(logits, do_sample, temperature, top_k, top_p)
+        tok = next_tokens(limit_vocab(logits, limit), do_sample, temperature, top_k, top_p)
         tok = tok.masked_fill(done, pad_token_id)
         tokens[:, t] = tok
         steps = t + 1

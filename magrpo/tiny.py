@@ -1,9 +1,32 @@
-"""Small Qwen2-style models with random weights and a locally trained tokenizer.
+"""Built-in models with random weights and a locally trained tokenizer.
 
 They let the default run, the tests and the benchmark work with no network: `builtin:NAME` as a
 model path builds NAME once into the cache (~/.cache/magrpo/models, or $MAGRPO_CACHE/models)
 and later runs load it from there at once. Weights come from a fixed seed, so every machine
 builds the same model.
+
+Two kinds:
+  tiny, small          small Qwen2-style models (0.1M / 0.7M parameters), float32: the default run,
+                       the tests and the benchmark;
+  *-shape              the real architectures of the models users train, at their real dimensions
+                       (`SHAPES`, transcribed from the public config.json of each), random weights:
+                       they exercise generation, the update, LoRA, the reference model, checkpointing
+                       and bf16 at real memory and compute cost with no download (README, "What fits
+                       where"). They are built in bfloat16 directly (the default dtype is bf16 while
+                       the modules are constructed and initialised, so no float32 copy of the weights
+                       ever exists), then saved once into the cache (3.4 GB for qwen3-1.7b-shape, 6.2
+                       GB for qwen2.5-coder-3b-shape): every consumer of a model path (the reference
+                       copy, resume, Team.from_run, magrpo-export) then loads them like any other model,
+                       memory-mapped, in seconds rather than re-initialising 1.7-3B random numbers.
+
+Every builtin uses the same 512-token byte-level BPE tokenizer. A shape keeps its real vocabulary
+(151936 rows of embedding and LM head: the real memory), so the model's vocabulary is larger than
+the tokenizer's. Ids >= len(tokenizer) are no tokens at all (the real Qwen checkpoints have the same
+gap: 151665 tokens, 151936 rows); they are never sampled and never count in a log-probability:
+magrpo.models records len(tokenizer) on the loaded model (`set_vocab_limit`), and the shared-prompt
+sampler, `model.generate` (a logits processor) and `token_logprobs` in the update all use only the
+first len(tokenizer) logits (magrpo.sampler.vocab_limit), so sampling and scoring see one
+distribution.
 """
 
 from __future__ import annotations
@@ -15,12 +38,37 @@ import shutil
 import tempfile
 from pathlib import Path
 
+TOKENIZER_VOCAB = 512
+# The real architectures (public config.json of each checkpoint): keys are Qwen2Config/Qwen3Config
+# arguments, plus `model_type` (qwen2 or qwen3; qwen3 adds the per-head q_norm/k_norm) and `dtype`.
+_QWEN_COMMON = dict(vocab_size=151936, rms_norm_eps=1e-6, tie_word_embeddings=True, hidden_act="silu",
+                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, attention_dropout=0.0,
+                    initializer_range=0.02, dtype="bfloat16")
+SHAPES: dict[str, dict] = {
+    # Qwen/Qwen3-1.7B: Qwen3ForCausalLM, 1.72B parameters (1.41B without the tied embedding)
+    "qwen3-1.7b-shape": dict(_QWEN_COMMON, model_type="qwen3", hidden_size=2048, num_hidden_layers=28,
+                             num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=6144,
+                             max_position_embeddings=40960, attention_bias=False, use_sliding_window=False,
+                             max_window_layers=28),
+    # Qwen/Qwen2.5-Coder-3B(-Instruct): Qwen2ForCausalLM (q/k/v bias), 3.09B parameters (2.77B without the embedding)
+    "qwen2.5-coder-3b-shape": dict(_QWEN_COMMON, model_type="qwen2", hidden_size=2048, num_hidden_layers=36,
+                                   num_attention_heads=16, num_key_value_heads=2, intermediate_size=11008,
+                                   max_position_embeddings=32768, use_sliding_window=False, max_window_layers=70),
+    # Qwen/Qwen2.5-Coder-1.5B(-Instruct): Qwen2ForCausalLM, 1.54B parameters (agents=heterogeneous)
+    "qwen2.5-coder-1.5b-shape": dict(_QWEN_COMMON, model_type="qwen2", hidden_size=1536, num_hidden_layers=28,
+                                     num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
+                                     max_position_embeddings=32768, use_sliding_window=False, max_window_layers=21),
+}
 # Architecture of each builtin model. "small" is the benchmark model of the foundation issue.
+# "tiny-wide" is tiny with a model vocabulary (1024) larger than its tokenizer's (512), as the shapes.
 BUILTIN_MODELS: dict[str, dict] = {
     "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                  intermediate_size=128, vocab_size=512),
     "small": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
                   intermediate_size=256, vocab_size=512),
+    "tiny-wide": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      intermediate_size=128, vocab_size=1024),
+    **SHAPES,
 }
 BUILD_SEED = 1234
 EOS_TOKEN = "<|endoftext|>"
@@ -72,24 +120,44 @@ def _train_tokenizer(vocab_size: int):
                                    padding_side="left", model_max_length=2048)
 
 
+def builtin_config(name: str, tokenizer=None):
+    """The transformers config of builtin `name` (no weights). Token ids come from `tokenizer`,
+    or are the builtin tokenizer's (EOS = pad = 0) when it is not given."""
+    from transformers import Qwen2Config, Qwen3Config
+
+    if name not in BUILTIN_MODELS:
+        builtin_path(name)          # the error naming the choices
+    arch = dict(BUILTIN_MODELS[name])
+    kind = arch.pop("model_type", "qwen2")
+    if kind == "qwen2" and "max_position_embeddings" not in arch:      # tiny, small
+        arch.update(max_position_embeddings=2048, tie_word_embeddings=True)
+    eos = tokenizer.eos_token_id if tokenizer is not None else 0
+    pad = tokenizer.pad_token_id if tokenizer is not None else 0
+    cls = {"qwen2": Qwen2Config, "qwen3": Qwen3Config}[kind]
+    return cls(**arch, bos_token_id=eos, eos_token_id=eos, pad_token_id=pad, use_cache=True)
+
+
 def build_builtin(name: str) -> Path:
     """Build model `name` into the cache if it is not there yet; return its directory."""
     out = builtin_path(name)
     if (out / "config.json").exists():
         return out
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM
 
-    arch = BUILTIN_MODELS[name]
-    tokenizer = _train_tokenizer(arch["vocab_size"])
-    config = Qwen2Config(**arch, max_position_embeddings=2048, tie_word_embeddings=True,
-                         bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, use_cache=True)
-    state = torch.random.get_rng_state()
+    tokenizer = _train_tokenizer(TOKENIZER_VOCAB)
+    config = builtin_config(name, tokenizer)
+    model_cls = Qwen3ForCausalLM if config.model_type == "qwen3" else Qwen2ForCausalLM
+    dtype = getattr(torch, BUILTIN_MODELS[name].get("dtype", "float32"))
+    state, default_dtype = torch.random.get_rng_state(), torch.get_default_dtype()
     torch.manual_seed(BUILD_SEED)
+    # Constructed and initialised in `dtype` (the default dtype meanwhile): a bf16 shape never
+    # holds a float32 copy (1.7B parameters: 3.4 GB, not 6.9 GB and then 3.4 GB).
+    torch.set_default_dtype(dtype)
     try:
-        model = Qwen2ForCausalLM(config)
+        model = model_cls(config)
     finally:
+        torch.set_default_dtype(default_dtype)
         torch.random.set_rng_state(state)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -19,7 +19,11 @@ import torch
 import torch.nn.functional as F
 
 from magrpo import distributed
-from magrpo.sampler import shares_prompt  # noqa: F401  (re-exported: the algorithms ask it)
+from magrpo.sampler import (
+    limit_vocab,
+    shares_prompt,  # noqa: F401  (re-exported: the algorithms ask it)
+    vocab_limit,
+)
 
 # --- advantages: A = R - b(R) over the group (paper, Sec. 4) -------------------------------------------
 
@@ -197,12 +201,14 @@ def token_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, c
     The prompt is left-padded and the completion right-padded; position ids follow the attention
     mask, as in generation, so these log-probs match the sampling distribution (logits / T).
     `prompt_index` / `share_prompt`: see `sequence_forward`.
+    Over the ids the model's tokenizer has (magrpo.sampler.vocab_limit), as in sampling.
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus). With `with_hidden`, also returns the last hidden state at the position that predicts each
     completion token (the state s_t a value head reads): (logp, entropy, hidden [n, C, H]).
     """
     logits, hidden = sequence_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index,
                                       share_prompt, with_hidden)
-    logits = logits.float()
+    # Normalised over the tokenizer's ids only, as the sampler draws them (magrpo.sampler.vocab_limit).
+    logits = limit_vocab(logits, vocab_limit(model)).float()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = F.log_softmax(logits, dim=-1)
