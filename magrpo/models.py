@@ -274,12 +274,37 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     return _load_models(agents_cfg, hw_cfg, num_agents, need_reference)
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). Without either,
+    torch runs bf16 matmuls through a generic kernel: 0.3 GFLOP/s against 150 for fp32 on this
+    repository's 2-core AVX2 machine (README, "What fits where")."""
+    cpu = getattr(torch, "cpu", None)
+    try:
+        return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())
+    except AttributeError:       # an older torch without the probes: assume the slow path is not there
+        return True
+
+
+def slow_cpu_bf16(specs: list[Any], devices: list[torch.device], autocast: str) -> list[str]:
+    """The agents whose bf16 compute would run on a CPU without native bf16 (one warning names
+    them): bf16 weights or bf16 autocast there are hundreds of times slower than fp32."""
+    if cpu_has_native_bf16():
+        return []
+    return [f"agent_{i + 1}" for i, (spec, dev) in enumerate(zip(specs, devices))
+            if dev.type == "cpu" and (spec.dtype == "bfloat16" or autocast == "bf16")]
+
+
 def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
     models = list(agents_cfg.models)
     specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
     devices = agent_devices(hw_cfg, num_agents)
     checkpointing = bool(getattr(hw_cfg, "gradient_checkpointing", False) or agents_cfg.gradient_checkpointing)
     autocast = getattr(hw_cfg, "autocast", "none")
+    slow = slow_cpu_bf16(specs, devices, autocast)
+    if slow:
+        log.warning("%s would compute in bf16 on a CPU without AVX512-BF16 or AMX, where torch emulates bf16 matmuls there, "
+                    "hundreds of times slower than fp32 (README, \"What fits where\"); on this machine use "
+                    "agents.models.N.dtype=float32 and hardware.autocast=none", ", ".join(slow))
     agents: list[Agent] = []
     if agents_cfg.share_base:
         from peft import get_peft_model
