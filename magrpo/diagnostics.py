@@ -69,10 +69,9 @@ from magrpo.metrics import rouge_l_scores
 from magrpo.models import Agent, transcript
 from magrpo.rollout import Generation, Rollout, Sampling, chain_generations, generate, team_budget
 from magrpo.tasks import Scores, Task
-from magrpo.turns import Path, TurnSpec, follow_paths, one_per_prompt, path_turn
+from magrpo.turns import EvalAnswers, Path, TurnSpec, follow_paths, one_per_prompt, path_turn
 
 if TYPE_CHECKING:
-    from magrpo.eval_loop import EvalAnswers
     from magrpo.feedback import Feedback
 
 SEED_OFFSET = 4_099     # the diagnostics' RNG stream, apart from the evaluation's own

@@ -23,7 +23,6 @@ computed on everything gathered from the ranks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,9 +33,7 @@ from magrpo.feedback import Feedback
 from magrpo.models import Agent
 from magrpo.rollout import SCHEMES, Sampling, rollout_cost
 from magrpo.tasks import Scores, Task
-from magrpo.turns import Path, TurnSpec, follow_paths, path_cost, path_turn
-
-Answers = tuple[list[dict], list[list[str]], list[list[str]], Scores]   # items, prompts, completions, scores
+from magrpo.turns import Answers, EvalAnswers, TurnSpec, follow_paths, path_cost, path_turn
 
 
 def eval_sampling(cfg: Any) -> Sampling:
@@ -44,25 +41,6 @@ def eval_sampling(cfg: Any) -> Sampling:
                     do_sample=cfg.eval.do_sample, temperature=cfg.eval.temperature, top_p=cfg.algo.top_p,
                     top_k=cfg.algo.top_k, max_prompt_length=cfg.algo.max_prompt_length,
                     share_prompt=cfg.algo.share_prompt)
-
-
-@dataclass
-class EvalAnswers:
-    """What one evaluation produced: per turn, every sample's answer after that turn (items,
-    prompts, completions, scores; gathered from every rank, in item order), the paths themselves
-    (this rank's, for diagnostics that re-run part of a path), and what the answers cost."""
-
-    per_turn: list[Answers]
-    paths: list[Path]
-    tokens: list[float]
-    gen_s: float
-    reward_s: float
-    degraded: int
-    num_items: int
-
-    @property
-    def final(self) -> Answers:
-        return self.per_turn[-1]
 
 
 def collect_answers(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,

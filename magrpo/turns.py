@@ -368,6 +368,28 @@ def follow_paths(agents: list[Agent], task: Task, feedback: Feedback, first: Rol
     return Path(levels, at), stats
 
 
+Answers = tuple[list[dict], list[list[str]], list[list[str]], Scores]   # items, prompts, completions, scores
+
+
+@dataclass
+class EvalAnswers:
+    """What one evaluation produced: per turn, every sample's answer after that turn (items,
+    prompts, completions, scores; gathered from every rank, in item order), the paths themselves
+    (this rank's, for diagnostics that re-run part of a path), and what the answers cost."""
+
+    per_turn: list[Answers]
+    paths: list[Path]
+    tokens: list[float]
+    gen_s: float
+    reward_s: float
+    degraded: int
+    num_items: int
+
+    @property
+    def final(self) -> Answers:
+        return self.per_turn[-1]
+
+
 def path_turn(path: Path, turn: int) -> tuple[list[dict], list[list[str]], list[list[str]], Scores]:
     """(items, prompts, completions, scores) of every path's answer after `turn` (1-based)."""
     rows = path.at[turn - 1]

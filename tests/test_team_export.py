@@ -410,7 +410,9 @@ def test_a_failed_export_leaves_nothing_at_out_dir(trained, tmp_path, monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("the model card failed")
 
-    monkeypatch.setattr(export, "model_card", broken)
+    import magrpo.team
+
+    monkeypatch.setattr(magrpo.team, "model_card", broken)
     out = tmp_path / "exports" / "team"
     with pytest.raises(RuntimeError, match="model card"):
         export.export_run(trained("lora"), out)     # the weights and the base were written by then
