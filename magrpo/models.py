@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from magrpo.cpu_bf16 import cpu_has_native_bf16, use_float32_products
 from magrpo.sampler import set_vocab_limit
 from magrpo.schema import SetupError
 from magrpo.tiny import build_builtin
@@ -274,24 +275,21 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     return _load_models(agents_cfg, hw_cfg, num_agents, need_reference)
 
 
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX). Without either,
-    torch runs bf16 matmuls through a generic kernel: 0.3 GFLOP/s against 150 for fp32 on this
-    repository's 2-core AVX2 machine (README, "What fits where")."""
-    cpu = getattr(torch, "cpu", None)
-    try:
-        return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())
-    except AttributeError:       # an older torch without the probes: assume the slow path is not there
-        return True
+def computes_bf16_on_plain_cpu(model, device: torch.device, autocast: str) -> bool:
+    """Whether `model` computes in bf16 (bf16 weights, or `hardware.autocast=bf16`) on a CPU without
+    a bf16 matrix unit (AVX512-BF16 or AMX), where torch's generic bf16 kernel is too slow to train."""
+    if device.type != "cpu" or cpu_has_native_bf16():
+        return False
+    return autocast == "bf16" or any(p.dtype == torch.bfloat16 for p in model.parameters())
 
 
-def slow_cpu_bf16(specs: list[Any], devices: list[torch.device], autocast: str) -> list[str]:
-    """The agents whose bf16 compute would run on a CPU without native bf16 (one warning names
-    them): bf16 weights or bf16 autocast there are hundreds of times slower than fp32."""
-    if cpu_has_native_bf16():
-        return []
-    return [f"agent_{i + 1}" for i, (spec, dev) in enumerate(zip(specs, devices))
-            if dev.type == "cpu" and (spec.dtype == "bfloat16" or autocast == "bf16")]
+def _widen_cpu_bf16(model, device: torch.device, autocast: str, who: str) -> None:
+    """On such a CPU, every linear product of `model` runs widened to float32 and is rounded back to
+    bf16, as a bf16 GEMM accumulates (magrpo.cpu_bf16): a 1.7B step in minutes, not hours."""
+    if computes_bf16_on_plain_cpu(model, device, autocast):
+        use_float32_products(model)
+        log.info("%s: bf16 on a CPU without AVX512-BF16 or AMX; linear products widened to float32 "
+                 "(magrpo.cpu_bf16)", who)
 
 
 def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
@@ -300,11 +298,6 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
     devices = agent_devices(hw_cfg, num_agents)
     checkpointing = bool(getattr(hw_cfg, "gradient_checkpointing", False) or agents_cfg.gradient_checkpointing)
     autocast = getattr(hw_cfg, "autocast", "none")
-    slow = slow_cpu_bf16(specs, devices, autocast)
-    if slow:
-        log.warning("%s would compute in bf16 on a CPU without AVX512-BF16 or AMX, where torch emulates bf16 matmuls there, "
-                    "hundreds of times slower than fp32 (README, \"What fits where\"); on this machine use "
-                    "agents.models.N.dtype=float32 and hardware.autocast=none", ", ".join(slow))
     agents: list[Agent] = []
     if agents_cfg.share_base:
         from peft import get_peft_model
@@ -319,6 +312,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
+        _widen_cpu_bf16(model, devices[0], autocast, "the shared base")
         set_vocab_limit(model, tok)
         log.info("loaded %d agent(s) as LoRA adapters on one base: %s@%s", num_agents, spec.name_or_path, devices[0])
         for i in range(num_agents):
@@ -340,7 +334,9 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             model = get_peft_model(model, _lora_config(spec.lora))
         elif need_reference:
             reference = _with_autocast(_load_model(spec, path, devices[i]), autocast).eval().requires_grad_(False)
+            _widen_cpu_bf16(reference, devices[i], autocast, f"agent_{i + 1}'s reference")
             set_vocab_limit(reference, tok)
+        _widen_cpu_bf16(model, devices[i], autocast, f"agent_{i + 1}")
         set_vocab_limit(model, tok)
         agents.append(Agent(i, model, tok, devices[i], reference=reference,
                             chat_template_kwargs=dict(spec.chat_template_kwargs or {}), sampling=own_sampling(spec)))

@@ -143,7 +143,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per training process")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra override for every case, e.g. --set agents.models.0.dtype=float32 "
-                         "--set hardware.autocast=none (CPUs without native bf16: see the README)")
+                         "--set hardware.autocast=none (the README's float32 rows)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     if args.list:

@@ -50,20 +50,19 @@ def test_shared_base_adapters_are_separate_and_resume_exactly(make_cfg, tmp_path
             assert a[step][key] == b[step][key], (step, key)
 
 
-def test_bf16_on_a_cpu_without_native_bf16_is_named(monkeypatch):
-    """bf16 weights or bf16 autocast on a CPU lacking AVX512-BF16/AMX are named in a warning (torch
-    emulates the matmuls there); fp32, a GPU, or a CPU with native bf16 are not."""
+def test_bf16_on_a_cpu_without_native_bf16_is_recognised(monkeypatch):
+    """bf16 weights or bf16 autocast on a CPU lacking AVX512-BF16/AMX get widened float32 products
+    (magrpo.cpu_bf16); fp32 without autocast, a GPU, or a CPU with native bf16 keep torch's own."""
     import torch
-    from omegaconf import OmegaConf
 
     from magrpo import models
 
-    specs = [OmegaConf.create({"dtype": "bfloat16"}), OmegaConf.create({"dtype": "float32"})]
+    bf16, fp32 = torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.Linear(2, 2)
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
-    assert models.slow_cpu_bf16(specs, [cpu, cpu], "none") == ["agent_1"]
-    assert models.slow_cpu_bf16(specs, [cpu, cpu], "bf16") == ["agent_1", "agent_2"]
-    assert models.slow_cpu_bf16(specs, [gpu, cpu], "none") == []
-    assert models.slow_cpu_bf16([specs[1]] * 2, [cpu, cpu], "none") == []
+    assert models.computes_bf16_on_plain_cpu(bf16, cpu, "none")
+    assert models.computes_bf16_on_plain_cpu(fp32, cpu, "bf16")
+    assert not models.computes_bf16_on_plain_cpu(fp32, cpu, "none")
+    assert not models.computes_bf16_on_plain_cpu(bf16, gpu, "bf16")
     monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
-    assert models.slow_cpu_bf16(specs, [cpu, cpu], "bf16") == []
+    assert not models.computes_bf16_on_plain_cpu(bf16, cpu, "bf16")
