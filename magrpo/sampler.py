@@ -174,7 +174,8 @@ def _plain(module) -> bool:
 
 def _linear(module):
     """`module` as a callable; a plain nn.Linear becomes F.linear on its weights (what its forward
-    does, without the module call's overhead). LoRA and quantised layers stay modules."""
+    does, without the module call's overhead). LoRA, quantised and widened-bf16 layers
+    (magrpo.cpu_bf16.Bf16Linear, which picks its product by row count) stay modules."""
     if type(module) is torch.nn.Linear and _plain(module):
         weight, bias = module.weight, module.bias
         return lambda x: F.linear(x, weight, bias)
