@@ -374,6 +374,10 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
                 return (f"{group}={value!r} is not an option of the config group {group!r}; choose one of: "
                         f"{', '.join(options)}{did_you_mean(value, options)}")
         return None
+    if isinstance(exc, ConfigCompositionException):
+        msg = _composition_message(str(exc))
+        if msg is not None:
+            return msg
     key = getattr(exc.__cause__, "full_key", None)
     if isinstance(exc, ConfigCompositionException) and key:
         import re
@@ -391,6 +395,37 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
         listing = f"; keys allowed {where}: {', '.join(allowed)}" if allowed else ""
         return f"unknown config key {typed!r}{listing}{did_you_mean(leaf, allowed)}"
     return None
+
+
+def _composition_message(text: str) -> str | None:
+    """Our line for the composition errors Hydra words as advice: a sweep value in a single run, and
+    a group that is not in the defaults list (`recipe=cover`, `experiment/paper/agree=magrpo`)."""
+    import re
+
+    m = re.match(r"Ambiguous value for argument '([^']*)'", text)
+    if m:
+        line = m.group(1)
+        key, _, value = line.partition("=")
+        return (f"{line!r} gives several values, which is a sweep; a single run takes one value: run "
+                f"`-m {line}` to sweep over them, write {key}=[{value}] for a list or {key}='{value}' for a string")
+    m = re.match(r"Could not override '([^']*)'\. No match in the defaults list", text)
+    if m:
+        group = m.group(1)
+        root, _, rest = group.partition("/")
+        options = group_options(group)
+        if rest and (Path(CONF_DIR) / root).is_dir():
+            return (f"{group!r} is no config group of its own: the options under conf/{group}/ belong to the group "
+                    f"{root!r}; write {root}={rest}/OPTION (e.g. {root}={rest}/{options[0] if options else '...'})")
+        if options:
+            return (f"the config group {group!r} is not in the defaults, so it cannot be replaced; add it with "
+                    f"+{group}=OPTION (one of: {', '.join(options)})")
+        return f"{group!r} is not a config group; the groups are: {', '.join(config_groups())}"
+    return None
+
+
+def config_groups() -> list[str]:
+    """The user-facing config groups under conf/ (not Hydra's own or the internal schema groups)."""
+    return sorted(p.name for p in Path(CONF_DIR).iterdir() if p.is_dir() and p.name not in ("hydra", "schema"))
 
 
 def _keys_at(config_name: str, overrides: list[str], dotted: str) -> list[str]:

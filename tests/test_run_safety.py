@@ -50,6 +50,12 @@ def finished_run(tmp_path_factory) -> Path:
                                "did you mean 'num_generations'?"]),
     ("debug=true", ["debug='true' is not an option of the config group 'debug'", "choose one of: smoke"]),
     ("task=tldx", ["task='tldx'", "humaneval", "did you mean 'tldr'?"]),
+    # a sweep value without -m, on the command line as in a saved overrides.yaml
+    ("save_every=1,2", ["'save_every=1,2' gives several values", "-m save_every=1,2", "save_every=[1,2]"]),
+    ("seed=0,1", ["'seed=0,1' gives several values", "sweep"]),
+    # a group --help lists that is not in the defaults, and the GROUP=OPTION form of a nested option
+    ("recipe=cover", ["config group 'recipe' is not in the defaults", "+recipe=OPTION", "cover"]),
+    ("experiment/paper/agree=magrpo", ["'experiment/paper/agree' is no config group", "experiment=paper/agree/"]),
 ])
 def test_a_bad_override_gets_one_line_of_ours_and_exit_2(override, expected, tmp_path, monkeypatch, capsys):
     code, err = cli("magrpo.train", [override, f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch, capsys)
