@@ -89,7 +89,7 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
     try:
         fill(tmp)
         if config is not None:
-            (tmp / CONFIG_FILE).write_text(json.dumps(_plain(config), indent=2) + "\n")
+            (tmp / CONFIG_FILE).write_text(json.dumps(json_data(config), indent=2) + "\n")
         files = {}
         for f in _files(tmp):
             _fsync(f)
@@ -134,17 +134,74 @@ def read_manifest(path: Path, what: str = "checkpoint") -> dict:
     return manifest
 
 
+# -- what a shared directory may hold -------------------------------------------------------------
+# A checkpoint or an exported team is its manifest: every name it lists is a relative path that
+# stays inside the directory, every file resolves inside it (no link out), and the folders that
+# loading reads hold nothing the manifest does not list. The one link allowed is the hub cache's:
+# a snapshot `<cache>/models--OWNER--NAME/snapshots/<rev>/` whose files link to that repo's `blobs/`.
+
+
+def _allowed_roots(root: Path) -> list[Path]:
+    real = root.resolve()
+    roots = [real]
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--"):
+        roots.append(real.parent.parent / "blobs")
+    return roots
+
+
+def _inside(path: Path, roots: list[Path]) -> bool:
+    real = path.resolve()
+    return any(real == r or real.is_relative_to(r) for r in roots)
+
+
+def contained(root: Path, name: str, what: str = "checkpoint") -> Path:
+    """`root / name` for a name a manifest (or team.json) gives: refused unless it is a relative
+    path without `..` whose file, links followed, stays inside `root` (or its hub-cache blobs)."""
+    root = Path(root)
+    parts = name.replace("\\", "/").split("/") if isinstance(name, str) else []
+    if (not isinstance(name, str) or not name or name.startswith(("/", "~")) or "\\" in name or ":" in parts[0]
+            or any(p in ("", ".", "..") for p in parts) or "\0" in name):
+        raise CheckpointError(root, f"damaged {what}: it names the path {name!r}, which is not a plain relative "
+                              f"path inside the {what}")
+    f = root.joinpath(*parts)
+    if not _inside(f, _allowed_roots(root)):
+        raise CheckpointError(root, f"refused {what}: {name} leads outside the {what} (to {f.resolve()}); "
+                              f"a shared {what} is read only from its own directory")
+    return f
+
+
+def check_only_listed(root: Path, folder: str, files: dict, what: str = "checkpoint") -> None:
+    """Refuse a folder that loading reads (an agent's weights and tokenizer) when it holds a file the
+    manifest does not list: an added weight file would be read alongside (or instead of) the listed one."""
+    base = contained(root, folder, what) if folder not in ("", ".") else Path(root)
+    if not base.is_dir():
+        raise CheckpointError(root, f"damaged {what}: {folder}/ is missing")
+    for f in sorted(base.rglob("*")):
+        if f.is_dir() and not f.is_symlink():
+            continue
+        name = f.relative_to(root).as_posix()
+        if name not in files:
+            raise CheckpointError(root, f"refused {what}: {name} is not listed in its {MANIFEST} (a {what} is its "
+                                  f"manifest; remove the file or export the {what} again)")
+
+
 def verify(path: Path, required: tuple[str, ...] = (STATE_FILE, CONFIG_FILE), what: str = "checkpoint") -> dict:
     """The manifest of a complete, undamaged checkpoint (or, with `required` and `what`, another
-    directory written by write_checkpoint: an exported team); CheckpointError naming the first bad file."""
+    directory written by write_checkpoint: an exported team); CheckpointError naming the first bad file.
+    Every listed name must stay inside the directory (`contained`)."""
     path = Path(path)
+    for own in (MANIFEST,):
+        if (path / own).is_symlink() and not _inside(path / own, _allowed_roots(path)):
+            raise CheckpointError(path, f"refused {what}: {own} leads outside the {what}")
     manifest = read_manifest(path, what)
     files = manifest["files"]
     for name in required:
         if name not in files:
             raise CheckpointError(path, f"damaged {what}: {MANIFEST} does not list {name}")
     for name, meta in files.items():
-        f = path / name
+        if not isinstance(meta, dict):
+            raise CheckpointError(path, f"damaged {what}: {MANIFEST} entry {name!r} is not an object")
+        f = contained(path, name, what)
         if not f.is_file():
             raise CheckpointError(path, f"damaged {what}: {name} is missing")
         size = f.stat().st_size
@@ -158,7 +215,70 @@ def verify(path: Path, required: tuple[str, ...] = (STATE_FILE, CONFIG_FILE), wh
             if _sha256(path / name) != meta.get("sha256"):
                 raise CheckpointError(path, f"damaged {what}: {name} does not match its sha256 in the manifest")
         _verified[key] = sig
+    if what == "checkpoint":      # each policy's folder is read whole (its weights and tokenizer)
+        for d in sorted(path.iterdir()):
+            if d.is_dir() or d.is_symlink():
+                check_only_listed(path, d.name, files, what)
     return manifest
+
+
+def _numpy_globals() -> list:
+    """What an RNG state saved by numpy needs (arrays of plain numbers), for weights_only loading."""
+    import numpy as np
+
+    try:
+        from numpy._core.multiarray import _reconstruct
+    except ImportError:          # numpy < 2
+        from numpy.core.multiarray import _reconstruct
+    return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), type(np.dtype(np.float64))]
+
+
+def _own_enums(names: list[str]) -> list:
+    """The Enum classes of magrpo's own config schemas among `names` (module.Class), which an older
+    magrpo pickled inside the saved config: constructing one from its value runs no code of the
+    file's. Anything else stays refused."""
+    import enum
+    import importlib
+
+    out = []
+    for name in names:
+        module, _, attr = name.rpartition(".")
+        if not (module == "magrpo" or module.startswith("magrpo.")):
+            continue
+        try:
+            obj = getattr(importlib.import_module(module), attr, None)
+        except ImportError:
+            continue
+        if isinstance(obj, type) and issubclass(obj, enum.Enum):
+            out.append(obj)
+    return out
+
+
+def load_state(path: Path, name: str = STATE_FILE) -> Any:
+    """A checkpoint's trainer state (`trainer_state.pt`, or an fsdp rank's optimizer shard) loaded as
+    data only: tensors, numbers, strings, lists and dicts (torch's weights_only unpickler, plus
+    numpy's RNG arrays). A file that holds anything else is refused, never executed."""
+    import pickle
+
+    import torch
+
+    f = Path(path) / name
+    try:
+        allowed = _numpy_globals()
+        try:     # an older magrpo saved the config with the enums of its own schemas in it
+            allowed += _own_enums(torch.serialization.get_unsafe_globals_in_checkpoint(f))
+        except Exception:
+            pass        # not a zip checkpoint: torch.load below says what is wrong with it
+        with torch.serialization.safe_globals(allowed):
+            return torch.load(f, weights_only=True)
+    except pickle.UnpicklingError as e:
+        why = str(e).split("WeightsUnpickler error:")[-1].strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(path, f"refused checkpoint: {name} holds objects other than tensors and plain data "
+                              f"({why.rstrip('.')}); a checkpoint's state is loaded as data only, never as "
+                              f"code") from None
+    except (OSError, RuntimeError, EOFError, ValueError) as e:
+        raise CheckpointError(path, f"damaged checkpoint: cannot read {name} ({type(e).__name__}: "
+                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
 
 
 def stored_config(path: Path) -> dict:
@@ -226,12 +346,19 @@ def checkpoint_step(path: Path) -> int:
 # -- config checks ------------------------------------------------------------------------------
 
 
-def _plain(node: Any) -> Any:
+def json_data(node: Any) -> Any:
     """JSON's view of a config (enums and paths as strings), so a stored and a live config compare."""
     return json.loads(json.dumps(node, default=str))
 
 
+# Keys only the caller decides, wherever they sit (agents.models[0].trust_remote_code): never taken
+# from a run, checkpoint or team, so they never count as a difference from one.
+CALLER_KEYS = ("trust_remote_code",)
+
+
 def _covered(key: str, prefixes: Iterable[str]) -> bool:
+    if key.rpartition(".")[2] in CALLER_KEYS:
+        return True
     return any(key == p or key.startswith((p + ".", p + "[")) for p in prefixes)
 
 
@@ -255,7 +382,7 @@ def config_changes(old: dict, new: dict, only: Iterable[str] | None = None,
                    free: Iterable[str] = MAY_CHANGE_ON_RESUME) -> list[tuple[str, Any, Any]]:
     """(key, old, new) for every key that differs, outside `free` (and inside `only` when given)."""
     diffs: list[tuple[str, Any, Any]] = []
-    _diff(_plain(old), _plain(new), "", diffs)
+    _diff(json_data(old), json_data(new), "", diffs)
     only = tuple(only) if only is not None else None
     out = [d for d in diffs if not _covered(d[0], free) and (only is None or _covered(d[0], only))]
     # A node whose `name` changed (task=tldr instead of length_ratio) differs in all its settings:

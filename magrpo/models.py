@@ -181,7 +181,28 @@ def _load_tokenizer(spec: Any, path: str):
     tok.padding_side = "left"  # generation appends to the right end of every row
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
+    _check_chat_template(tok, spec)
     return tok
+
+
+def _check_chat_template(tok: Any, spec: Any) -> None:
+    """Render the tokenizer's chat template once at load: a template that transformers' Jinja
+    sandbox blocks (or that does not render) stops the load with one line, not a run later."""
+    if not getattr(tok, "chat_template", None):
+        return
+    probe = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+             {"role": "user", "content": "and?"}]
+    try:
+        tok.apply_chat_template(probe, tokenize=False, add_generation_prompt=True,
+                                **dict(spec.get("chat_template_kwargs") or {}))
+    except Exception as e:
+        from jinja2.exceptions import SecurityError
+
+        what = ("is blocked by the Jinja sandbox" if isinstance(e, SecurityError) else "does not render")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SetupError(f"the chat template of the tokenizer of {spec.name_or_path!r} {what} "
+                         f"({type(e).__name__}: {first[:200]}); use a tokenizer whose template renders, or set "
+                         f"agents.models.N.tokenizer to one") from None
 
 
 def _enable_checkpointing(model) -> None:
@@ -201,11 +222,17 @@ def _with_autocast(model, autocast: str):
     return model
 
 
-def _load_model(spec: Any, path: str, device: torch.device):
+def _load_model(spec: Any, path: str, device: torch.device, safetensors_only: bool = False):
+    """`safetensors_only`: a shared artifact's weights (an exported team) are safetensors or nothing."""
     from transformers import AutoModelForCausalLM
 
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     kwargs: dict[str, Any] = dict(revision=spec.revision, trust_remote_code=spec.trust_remote_code, dtype=dtype)
+    if safetensors_only:
+        kwargs["use_safetensors"] = True
+    if spec.trust_remote_code:
+        log.warning("agents: trust_remote_code=true for %s: Python code shipped with the model may run",
+                    spec.name_or_path)
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
     model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
@@ -264,15 +291,17 @@ def own_sampling(spec: Any) -> dict:
     return set_keys(spec.get("sampling") if hasattr(spec, "get") else None)
 
 
-def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
+def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool,
+                safetensors_only: bool = False) -> list[Agent]:
     """Load `num_agents` agents (the first `num_agents` model entries; one entry serves all).
-    With `agents.share_policy`, one model is loaded and every agent is a role it plays."""
+    With `agents.share_policy`, one model is loaded and every agent is a role it plays.
+    `safetensors_only`: the models are a shared artifact's (an exported team): no pickled weights."""
     if agents_cfg.get("share_policy") and num_agents > 1:
-        first = replace(_load_models(agents_cfg, hw_cfg, 1, need_reference)[0], shared=True)
+        first = replace(_load_models(agents_cfg, hw_cfg, 1, need_reference, safetensors_only)[0], shared=True)
         log.info("one shared policy plays %d roles", num_agents)
         return [first] + [replace(first, index=i, policy=first.index, _encoded=first._encoded)
                           for i in range(1, num_agents)]
-    return _load_models(agents_cfg, hw_cfg, num_agents, need_reference)
+    return _load_models(agents_cfg, hw_cfg, num_agents, need_reference, safetensors_only)
 
 
 def computes_bf16_on_plain_cpu(model, device: torch.device, autocast: str) -> bool:
@@ -292,7 +321,8 @@ def _widen_cpu_bf16(model, device: torch.device, autocast: str, who: str) -> Non
                  "(magrpo.cpu_bf16)", who)
 
 
-def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool) -> list[Agent]:
+def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool,
+                 safetensors_only: bool = False) -> list[Agent]:
     models = list(agents_cfg.models)
     specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
     devices = agent_devices(hw_cfg, num_agents)
@@ -306,7 +336,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         with _loading(spec, 0):
             path = resolve_model_path(spec.name_or_path)
             tok = _load_tokenizer(spec, path)
-            base = _with_autocast(_load_model(spec, path, devices[0]), autocast)
+            base = _with_autocast(_load_model(spec, path, devices[0], safetensors_only), autocast)
         if checkpointing:
             _enable_checkpointing(base)
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
@@ -324,7 +354,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         with _loading(spec, i if len(models) > 1 else 0):
             path = resolve_model_path(spec.name_or_path)
             tok = _load_tokenizer(spec, path)
-            model = _with_autocast(_load_model(spec, path, devices[i]), autocast)
+            model = _with_autocast(_load_model(spec, path, devices[i], safetensors_only), autocast)
         if checkpointing:
             _enable_checkpointing(model)
         reference = None
@@ -333,7 +363,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
 
             model = get_peft_model(model, _lora_config(spec.lora))
         elif need_reference:
-            reference = _with_autocast(_load_model(spec, path, devices[i]), autocast).eval().requires_grad_(False)
+            reference = _with_autocast(_load_model(spec, path, devices[i], safetensors_only), autocast).eval().requires_grad_(False)
             _widen_cpu_bf16(reference, devices[i], autocast, f"agent_{i + 1}'s reference")
             set_vocab_limit(reference, tok)
         _widen_cpu_bf16(model, devices[i], autocast, f"agent_{i + 1}")

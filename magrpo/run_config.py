@@ -143,22 +143,69 @@ def run_dir_of(path: str | Path) -> Path | None:
     return next((c for c in candidates if _saved_file(c).is_file()), None)
 
 
+def check_saved_line(line: Any, where: Path | str) -> str:
+    """One saved override, checked to be data: `key=value`, `+key=value`, `++key=value` or `~key`,
+    with one value. A flag (`--experimental-rerun=FILE`, `-m`), a sweep (`a=1,2`, `range(..)`) or a
+    line Hydra cannot parse is refused, naming the file and the line: a saved override never
+    steers the command that takes it up."""
+    shown = repr(line) if not isinstance(line, str) else repr(line[:200])
+    if not isinstance(line, str):
+        raise ConfigError(f"{where}: the saved override {shown} is not a key=value line; the run's config "
+                          f"cannot be taken up")
+    if not line.strip() or line.lstrip().startswith("-"):
+        raise ConfigError(f"{where}: the saved override {shown} is a command-line flag, not a key=value line; "
+                          f"saved overrides are data and are never passed on as flags")
+    try:
+        o = _parse(line)
+    except Exception as e:
+        raise ConfigError(f"{where}: the saved override {shown} is not a valid override "
+                          f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})") from None
+    if o.is_sweep_override():
+        raise ConfigError(f"{where}: the saved override {shown} is a sweep (several values); a run's saved "
+                          f"overrides give one value per key")
+    if not o.is_delete() and "=" not in line:
+        raise ConfigError(f"{where}: the saved override {shown} gives no value (key=value)")
+    return line
+
+
 def saved_overrides(run_dir: Path) -> list[str]:
+    """The overrides a run (or an exported team) was composed with, each checked (`check_saved_line`)."""
     import yaml
 
     f = _saved_file(Path(run_dir))
     try:
         lines = yaml.safe_load(f.read_text()) or []
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{f}: cannot read the run's saved overrides ({e})") from None
-    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+    except (OSError, ValueError, yaml.YAMLError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{f}: cannot read the run's saved overrides ({first})") from None
+    if not isinstance(lines, list):
         raise ConfigError(f"{f}: not a list of overrides (key=value lines), so the run's config cannot be taken up")
-    return lines
+    return [check_saved_line(line, f) for line in lines]
+
+
+def caller_only(line: str) -> bool:
+    """Whether a saved override sets a key only the caller may set (trust_remote_code): a run, a
+    checkpoint or a team never opts in to running code on the user's behalf."""
+    from magrpo.checkpoint import CALLER_KEYS
+
+    if re.split(r"[./\[\]]", override_key(line))[-1] in CALLER_KEYS:
+        return True
+    if any(k in line for k in CALLER_KEYS):     # inside a value: agents.models=[{..., trust_remote_code: true}]
+        raise ConfigError(f"the saved override {line[:200]!r} sets {'/'.join(CALLER_KEYS)} inside its value; only "
+                          f"your own command line may set it, so the run's config is not taken up")
+    return False
 
 
 def inheritable(kind: str, run_dir: Path) -> list[str]:
-    """The saved overrides of `run_dir` that `kind` takes up."""
-    return [line for line in saved_overrides(run_dir) if in_scope(kind, override_key(line))]
+    """The saved overrides of `run_dir` that `kind` takes up (never a caller-only key)."""
+    lines = []
+    for line in saved_overrides(run_dir):
+        if caller_only(line):
+            log.warning("%s: not taken up: %s (only your own command line or call may trust code shipped with "
+                        "a model)", _saved_file(Path(run_dir)), line)
+        elif in_scope(kind, override_key(line)):
+            lines.append(line)
+    return lines
 
 
 # -- the command line --------------------------------------------------------------------------------

@@ -92,14 +92,17 @@ class Team:
 
     @classmethod
     def from_run(cls, path: str | Path, step: int | None = None, device: str | None = None,
-                 hardware: Any = None, key: str = "run") -> Team:
+                 hardware: Any = None, key: str = "run", trust_remote_code: bool = False) -> Team:
         """The team of a training run (its newest complete checkpoint, or `checkpoints/step_<step>`),
-        or of one checkpoint directory, with the trained weights loaded."""
+        or of one checkpoint directory, with the trained weights loaded. `trust_remote_code`: yours
+        to give; what the run's config says is not taken (README, "Sharing teams and runs safely")."""
         from magrpo import checkpoint
 
         ckpt = checkpoint_of(path, step, key)
         config = OmegaConf.create(checkpoint.stored_config(ckpt))
         team_cfg = OmegaConf.masked_copy(config, [k for k in TEAM_NODES if k in config])
+        check_team_config(team_cfg, f"{ckpt}/{checkpoint.CONFIG_FILE}")
+        team_cfg.agents = with_trust(team_cfg.agents, trust_remote_code)
         agents = load_team_agents(team_cfg, hardware or default_hardware(device), ckpt)
         run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
         return cls(team_cfg, agents, source={"run_dir": str(run) if run else None, "checkpoint": str(ckpt),
@@ -107,17 +110,19 @@ class Team:
 
     @classmethod
     def from_pretrained(cls, path_or_repo: str | Path, device: str | None = None, hardware: Any = None,
-                        revision: str | None = None) -> Team:
+                        revision: str | None = None, trust_remote_code: bool = False) -> Team:
         """A team exported by `magrpo-export` (`save_pretrained`): a local directory, or a hub repo id
-        (downloaded once; offline, its cached copy)."""
+        (downloaded once; offline, its cached copy). Only the files its manifest lists are read,
+        weights as safetensors; Python code shipped with its models runs only with
+        `trust_remote_code=True` given here (what team.json says is not taken)."""
         root = local_team(path_or_repo, revision)
         info = read_team(root)
         config = OmegaConf.create(info["config"])
-        agents_cfg = _agents_at(config.agents, info, root)
+        agents_cfg = with_trust(_agents_at(config.agents, info, root), trust_remote_code)
         hw = hardware or default_hardware(device)
         from magrpo.models import load_agent_weights, load_agents, policy_agents
 
-        agents = load_agents(agents_cfg, hw, info["num_agents"], need_reference=False)
+        agents = load_agents(agents_cfg, hw, info["num_agents"], need_reference=False, safetensors_only=True)
         if info["weights"] == "adapters":
             for policy in policy_agents(agents):
                 load_agent_weights(policy, root / policy.policy_name)
@@ -420,20 +425,198 @@ def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
 
 
 def read_team(root: Path) -> dict[str, Any]:
-    """team.json of an exported team, checked (and the files against the manifest)."""
+    """team.json of an exported team, checked: the files against the manifest (every one inside the
+    directory, none unlisted where loading reads), every field's type, and what the team claims
+    (task, algorithm, team size, topology, turns, level, policies) against its config."""
     from magrpo import checkpoint
 
+    root = Path(root)
     f = root / TEAM_FILE
     if not f.is_file():
         raise ConfigError(f"{root}: not an exported team (no {TEAM_FILE}); write one with magrpo-export RUN_DIR OUT_DIR")
-    checkpoint.verify(root, (TEAM_FILE,), "team")    # every file whole (magrpo-export writes the manifest last)
+    manifest = checkpoint.verify(root, (TEAM_FILE,), "team")   # every file whole and inside (written last)
     try:
         info = json.loads(f.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{f}: cannot read the team ({e})") from None
-    if info.get("format") != FORMAT:
-        raise ConfigError(f"{f}: format {info.get('format')!r}; this magrpo reads format {FORMAT}")
+    check_team_record(info, f)
+    for folder in sorted({e[k] for e in info["models"] for k in ("load", "tokenizer")}):
+        checkpoint.check_only_listed(root, folder, manifest["files"], "team")
+    _check_file_references(root, manifest["files"])
     return info
+
+
+# -- checking a team someone else made ---------------------------------------------------------------------
+
+# team.json's fields: name -> (the types allowed, what the one line says is expected)
+_OBJ, _STR, _INT, _NUM = (dict,), (str,), (int,), (int, float)
+RECORD_FIELDS: dict[str, tuple[tuple, str]] = {
+    "format": (_INT, f"the integer {FORMAT}"), "task": (_STR, "a task name"),
+    "num_agents": (_INT, "an integer >= 1"), "form": (_STR, "multi or single"),
+    "level": (_STR, "separate, lora_per_role or shared_policy"), "algorithm": (_STR, "an algorithm name"),
+    "topology": (_STR, "a topology name"), "turns": (_OBJ, "an object (num_turns, discount, ...)"),
+    "feedback": (_OBJ, "an object (mode, ...)"), "assembly": (_STR, "a string"),
+    "roles": ((list,), "a list with one object per agent"), "weights": (_STR, "adapters or full"),
+    "models": ((list,), "a list with one object per policy"), "sampling": (_OBJ, "an object"),
+    "source": (_OBJ, "an object"), "config": (_OBJ, "an object (the team's task, reward, algo, agents, ...)"),
+}
+OPTIONAL_FIELDS: dict[str, tuple[tuple, str]] = {
+    "overrides": ((list, type(None)), "a list of key=value strings, or null"),
+    "final_eval": ((dict, type(None)), "an object, or null"),
+}
+MODEL_FIELDS = {"policy": (_STR, "a policy name"), "spec": (_INT, "an index into config.agents.models"),
+                "adapter": ((bool,), "true or false"), "load": (_STR, "a folder of the team"),
+                "tokenizer": (_STR, "a folder of the team")}
+
+
+def _typed_field(where: Path | str, name: str, value: Any, types: tuple, expected: str) -> Any:
+    bad_bool = isinstance(value, bool) and bool not in types     # JSON true is no number here
+    if not isinstance(value, types) or bad_bool:
+        raise ConfigError(f"{where}: {name} is {json.dumps(value)[:80] if _jsonable(value) else type(value).__name__}"
+                          f"; expected {expected}")
+    return value
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def check_team_record(info: Any, where: Path | str) -> None:
+    """Every field of team.json typed, and what it claims agreeing with its config: one ConfigError
+    line that names the field and what was expected."""
+    if not isinstance(info, dict):
+        raise ConfigError(f"{where}: not a team record (a JSON object), but {type(info).__name__}")
+    fmt = info.get("format")
+    if fmt != FORMAT or isinstance(fmt, bool):
+        raise ConfigError(f"{where}: format {fmt!r}; this magrpo reads format {FORMAT}")
+    for name, (types, expected) in RECORD_FIELDS.items():
+        if name not in info:
+            raise ConfigError(f"{where}: the field {name!r} is missing; expected {expected}")
+        _typed_field(where, name, info[name], types, expected)
+    for name, (types, expected) in OPTIONAL_FIELDS.items():
+        _typed_field(where, name, info.get(name), types, expected)
+    if info["overrides"] is not None:
+        from magrpo.run_config import check_saved_line
+
+        for line in info["overrides"]:
+            check_saved_line(line, f"{where}: overrides")
+    if info["weights"] not in ("adapters", "full"):
+        raise ConfigError(f"{where}: weights is {info['weights']!r}; expected adapters or full")
+    for k, entry in enumerate(info["models"]):
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: models[{k}] is {type(entry).__name__}; expected an object ({', '.join(MODEL_FIELDS)})")
+        for name, (types, expected) in MODEL_FIELDS.items():
+            if name not in entry:
+                raise ConfigError(f"{where}: models[{k}].{name} is missing; expected {expected}")
+            _typed_field(where, f"models[{k}].{name}", entry[name], types, expected)
+    for k, role in enumerate(info["roles"]):
+        if not isinstance(role, dict) or not isinstance(role.get("policy"), str):
+            raise ConfigError(f"{where}: roles[{k}] is not an object with a policy name")
+    cfg = check_team_config(OmegaConf.create(info["config"]), f"{where}: config")
+    _check_claims(info, cfg, where)
+
+
+def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
+    """A team's config (team.json's `config`, or a checkpoint's config.json) validated as a run's
+    config is: the one-line ConfigError names the key. Model paths are not checked here (an exported
+    team's models are its own folders)."""
+    from magrpo.config import TrainSchema, validate
+
+    missing = [k for k in ("task", "algo", "agents") if k not in config or not OmegaConf.is_dict(config[k])]
+    if missing:
+        raise ConfigError(f"{where}: the node(s) {', '.join(missing)} are missing; a team's config holds its "
+                          f"task, reward, algo and agents")
+    try:
+        nodes = {k: OmegaConf.to_container(config[k], resolve=True) for k in TEAM_NODES
+                 if k in config and k != "sandbox"}
+        for spec in nodes["agents"].get("models") or []:
+            if isinstance(spec, dict) and isinstance(spec.get("name_or_path"), str):
+                spec["name_or_path"] = "builtin:tiny"        # where the weights are is checked elsewhere
+                spec["tokenizer"] = None
+        return validate(OmegaConf.merge(OmegaConf.structured(TrainSchema), nodes))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    except Exception as e:       # a node of the wrong shape that the schemas do not reach
+        raise ConfigError(f"{where}: not a valid team config ({type(e).__name__}: "
+                          f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
+
+
+def _check_claims(info: dict, cfg: DictConfig, where: Path | str) -> None:
+    """What team.json says of the team must be what its config builds."""
+    from magrpo.algos import ALGOS
+    from magrpo.models import team_level
+    from magrpo.turns import TurnSpec
+
+    spec = ALGOS[cfg.algo.name].team(cfg)
+    turns = TurnSpec.from_algo(cfg.algo)
+    feedback = (cfg.get("feedback") or {}).get("mode", "none")
+    claims = [("task", info["task"], cfg.task.name), ("algorithm", info["algorithm"], cfg.algo.name),
+              ("num_agents", info["num_agents"], spec.num_agents), ("form", info["form"], spec.form),
+              ("level", info["level"], team_level(cfg.agents)), ("topology", info["topology"], turns.topology),
+              ("turns.num_turns", info["turns"].get("num_turns"), turns.num_turns),
+              ("feedback.mode", info["feedback"].get("mode", "none"), feedback),
+              ("roles (their count)", len(info["roles"]), spec.num_agents),
+              ("models (their policies)", [m["policy"] for m in info["models"]], spec.policy_dirs)]
+    for name, claimed, built in claims:
+        if claimed != built:
+            raise ConfigError(f"{where}: {name} is {claimed!r} but the team's config builds {built!r}; the team "
+                              f"contradicts itself and is not loaded")
+    num_specs = len(cfg.agents.models)
+    for k, entry in enumerate(info["models"]):
+        if not 0 <= entry["spec"] < num_specs:
+            raise ConfigError(f"{where}: models[{k}].spec is {entry['spec']}; the config has {num_specs} model "
+                              f"entr{'y' if num_specs == 1 else 'ies'} (0..{num_specs - 1})")
+        for key in ("load", "tokenizer"):
+            name = entry[key]
+            if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
+                raise ConfigError(f"{where}: models[{k}].{key} is {name!r}; expected the name of a folder of the team "
+                                  f"(agent_1, policy, base, ...)")
+    adapters = any(m["adapter"] for m in info["models"])
+    if (info["weights"] == "adapters") != adapters:
+        raise ConfigError(f"{where}: weights is {info['weights']!r} but models say "
+                          f"{'adapters' if adapters else 'full weights'}")
+
+
+# Tokenizer settings that name a file: transformers opens whatever they say, so they must name a
+# listed file of the same folder (or nothing).
+_INDEX_SUFFIX = ".index.json"
+
+
+def _check_file_references(root: Path, files: dict) -> None:
+    """Files a loader opens because another file names it (a sharded model's index, a tokenizer's
+    `*_file` settings) must be listed files of the same folder."""
+    for name in files:
+        folder, _, base = name.rpartition("/")
+        if base.endswith(_INDEX_SUFFIX) or base == "tokenizer_config.json":
+            try:
+                data = json.loads((root / name).read_text())
+            except (OSError, ValueError) as e:
+                raise ConfigError(f"{root}: {name} is not readable JSON ({e})") from None
+            if not isinstance(data, dict):
+                raise ConfigError(f"{root}: {name} is not a JSON object")
+            named = (list((data.get("weight_map") or {}).values()) if base.endswith(_INDEX_SUFFIX) else
+                     [v for k, v in data.items() if k.endswith("_file") and v is not None])
+            for ref in named:
+                target = f"{folder}/{ref}" if folder else str(ref)
+                if not isinstance(ref, str) or "/" in ref or "\\" in ref or target not in files:
+                    raise ConfigError(f"{root}: {name} names the file {str(ref)[:120]!r}, which is not a listed file "
+                                      f"of {folder or 'the team'}/; a team reads only its own listed files")
+
+
+def with_trust(agents_cfg: DictConfig, trust_remote_code: bool) -> DictConfig:
+    """The agents node with every model's trust_remote_code set to the caller's choice (whatever the
+    artifact said), and a warning naming what is trusted."""
+    cfg = OmegaConf.create(OmegaConf.to_container(agents_cfg, resolve=True))
+    for spec in cfg.models:
+        spec.trust_remote_code = bool(trust_remote_code)
+    if trust_remote_code:
+        log.warning("trust_remote_code=True (your call): Python code shipped with %s may run",
+                    ", ".join(sorted({str(s.name_or_path) for s in cfg.models})))
+    return cfg
 
 
 def local_team(path_or_repo: str | Path, revision: str | None = None) -> Path:
@@ -466,6 +649,7 @@ def _agents_at(agents_cfg: DictConfig, info: dict[str, Any], root: Path) -> Dict
     """The team's `agents` node with every model (and tokenizer) read from the exported directory."""
     cfg = OmegaConf.create(OmegaConf.to_container(agents_cfg, resolve=True))
     models = []
+    root = Path(root).absolute()      # `team` relative to here is a directory, never a hub id
     for entry in info["models"]:
         spec = OmegaConf.create(OmegaConf.to_container(cfg.models[entry["spec"]]))
         spec.name_or_path = str(root / entry["load"])

@@ -239,7 +239,7 @@ class Trainer:
             torch.save({"step": self.step, "algo": None if self.sharded else self.algo.state_dict(),
                         "rng": rng_ranks[0], "rng_ranks": rng_ranks, "world_size": self.world.size,
                         "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
-                        "elapsed": self.elapsed(), "config": config}, out / STATE_FILE)
+                        "elapsed": self.elapsed(), "config": checkpoint.json_data(config)}, out / STATE_FILE)
 
         if self.world.is_main:
             checkpoint.write_checkpoint(dest, fill, self.step, config)
@@ -252,7 +252,7 @@ class Trainer:
         same verified checkpoint."""
         if path != getattr(self, "_verified", None):
             checkpoint.verify(path)   # every file whole, before any is read
-        state = torch.load(path / STATE_FILE, weights_only=False)
+        state = checkpoint.load_state(path)      # data only (weights_only): a shared checkpoint runs no code
         saved_world = state.get("world_size", 1)
         if saved_world != self.world.size:
             raise ConfigError(f"resume={str(path)!r} was saved by {saved_world} rank(s); resume it with the same "
@@ -261,7 +261,7 @@ class Trainer:
             shard_file = path / f"algo_rank{self.world.rank}.pt"
             if not shard_file.exists():
                 raise ConfigError(f"resume={str(path)!r} was saved with hardware.strategy=fsdp; resume it with fsdp")
-            self.algo.load_state_dict(torch.load(shard_file, weights_only=False))
+            self.algo.load_state_dict(checkpoint.load_state(path, shard_file.name))
         elif self.sharded:
             raise ConfigError(f"resume={str(path)!r} was saved with hardware.strategy=ddp; resume it with ddp")
         else:
