@@ -112,7 +112,9 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
         items = task.load(cfg.split)
         items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
         if team_dir:
-            agents = Team.from_pretrained(team_dir, hardware=cfg.hardware).agents
+            # trust_remote_code only from this command line: the team's own overrides never set it
+            trust = any(bool(m.get("trust_remote_code")) for m in cfg.agents.models)
+            agents = Team.from_pretrained(team_dir, hardware=cfg.hardware, trust_remote_code=trust).agents
             log.info("loaded the exported team %s", team_dir)
         else:
             agents = load_team_agents(cfg, cfg.hardware, ckpt)

@@ -158,11 +158,19 @@ def test_magrpo_eval_of_a_team_does_not_run_its_code(team, marker, tmp_path, cap
     _plant_remote_code(team, marker)
     # the team's overrides.yaml asks for it too
     (team / "overrides.yaml").write_text((team / "overrides.yaml").read_text()
-                                         + "- agents.models.0.trust_remote_code=true\n")
+                                         + "- ++agents.models.0.trust_remote_code=true\n")
     rehash(team)
     code, _ = _cli_error(eval_main, "magrpo-eval", [f"team={team}", "eval.num_items=1",
                                                     f"hydra.run.dir={tmp_path / 'ev'}"], capsys)
     assert not marker.exists()
+
+
+def test_magrpo_eval_runs_a_teams_code_when_your_command_line_asks(team, marker, tmp_path, capsys):
+    _plant_remote_code(team, marker)
+    code, lines = _cli_error(eval_main, "magrpo-eval", [f"team={team}", "eval.num_items=1",
+                                                        "++agents.models.0.trust_remote_code=true",
+                                                        f"hydra.run.dir={tmp_path / 'ev'}"], capsys)
+    assert marker.exists(), (code, lines)
 
 
 def _pickle_file(path: Path, marker: Path) -> None:
