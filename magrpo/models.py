@@ -393,18 +393,27 @@ def load_agent_weights(agent: Agent, src: Path) -> None:
 
     files = sorted(src.rglob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"no weights (*.safetensors) under {src}")
+        raise SetupError(f"no weights (*.safetensors) under {src}")
     state = {}
     for f in files:
-        state.update(load_file(str(f)))
-    if agent.adapter is not None or hasattr(agent.model, "peft_config"):
-        from peft import set_peft_model_state_dict
+        try:
+            state.update(load_file(str(f)))
+        except Exception as e:     # not safetensors (truncated, another format): one line that names it
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise SetupError(f"cannot read the weights {f} ({type(e).__name__}: {first[:200]})") from None
+    try:
+        if agent.adapter is not None or hasattr(agent.model, "peft_config"):
+            from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
-        return
-    missing, unexpected = agent.model.load_state_dict(state, strict=False)
+            set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
+            return
+        missing, unexpected = agent.model.load_state_dict(state, strict=False)
+    except RuntimeError as e:       # a tensor of another shape
+        first = str(e).strip().splitlines()
+        raise SetupError(f"the weights under {src} do not fit {agent.name}: "
+                         f"{' '.join(x.strip() for x in first[:3])[:300]}") from None
     # Tied embeddings are saved once; everything else must match.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:
-        raise RuntimeError(f"checkpoint {src} does not match {agent.name}: missing={missing[:5]} "
-                           f"unexpected={unexpected[:5]}")
+        raise SetupError(f"the weights under {src} do not match {agent.name}: missing={missing[:5]} "
+                         f"unexpected={unexpected[:5]}")

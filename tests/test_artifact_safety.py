@@ -436,3 +436,27 @@ def test_a_state_saved_by_an_older_magrpo_with_its_config_enums_still_loads(tmp_
     torch.save({"step": 2, "config": {"x": Path("/etc")}}, tmp_path / "trainer_state.pt")
     with pytest.raises(CheckpointError, match="other than tensors and plain data"):
         load_state(tmp_path)
+
+
+@pytest.mark.parametrize("damage", ["not safetensors", "another shape"])
+def test_listed_weights_that_do_not_load_are_one_line(team, damage):
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    f = next((team / "agent_2").glob("*.safetensors"))
+    if damage == "not safetensors":
+        f.write_bytes(b"\x00" * 64)
+    else:
+        save_file({k: torch.zeros(v.shape[0] + 1, *v.shape[1:]) for k, v in load_file(str(f)).items()}, str(f))
+    rehash(team)
+    msg = _one_line_refusal(lambda: _load_team(team), SetupError)
+    assert "agent_2" in msg
+
+
+def test_a_yaml_payload_in_saved_overrides_is_refused_not_run(run, marker, tmp_path, capsys):
+    payload = f"open({str(marker)!r}, 'w').write('ran')"
+    (run / ".hydra" / "overrides.yaml").write_text(f"- !!python/object/apply:exec [{json.dumps(payload)}]\n")
+    code, lines = _cli_error(eval_main, "magrpo-eval", [f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"],
+                             capsys)
+    assert code == 2 and len(lines) == 1 and "overrides.yaml" in lines[0], lines
+    assert not marker.exists()
