@@ -33,6 +33,7 @@ from magrpo.schema import ConfigError
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"        # written last: the completion marker
+TEAM_FILE = "team.json"           # an exported team (magrpo.team): a manifest too, but no trainer state
 CONFIG_FILE = "config.json"
 STATE_FILE = "trainer_state.pt"
 FORMAT = 1
@@ -298,6 +299,11 @@ def step_dirs(root: Path) -> list[tuple[int, Path]]:
     return sorted(out, reverse=True)
 
 
+def is_team_dir(path: str | os.PathLike) -> bool:
+    """A directory magrpo-export wrote (magrpo.team): it holds team.json."""
+    return (Path(str(path)).expanduser() / TEAM_FILE).is_file()
+
+
 def _looks_like_checkpoint(p: Path) -> bool:
     return (p / MANIFEST).exists() or (p / STATE_FILE).exists() or bool(_STEP_RE.match(p.name))
 
@@ -311,7 +317,7 @@ def resolve(path: str | os.PathLike, key: str) -> Path:
     if not p.is_dir():
         raise ConfigError(f"{key}={str(path)!r} is a file; give a checkpoint directory (.../checkpoints/step_N) "
                           f"or a run directory")
-    if (p / "team.json").is_file():      # magrpo.team.TEAM_FILE: it has a manifest too, but no trainer state
+    if is_team_dir(p):
         raise ConfigError(f"{key}={str(path)!r} is an exported team (team.json), not a training run or checkpoint; "
                           f"evaluate it with magrpo-eval team=..., load it with Team.from_pretrained")
     if _looks_like_checkpoint(p):

@@ -465,12 +465,9 @@ def _validate_eval(cfg: DictConfig) -> None:
     if cfg.checkpoint and cfg.get("team"):
         raise ConfigError(f"checkpoint={cfg.checkpoint!r} and team={cfg.team!r} both name the weights to evaluate; "
                           f"give one")
-    if cfg.get("team"):
-        _validate_team(cfg)
+    # team= is checked by magrpo.team.check_team_option (magrpo-eval calls it after this).
     if cfg.checkpoint:
-        from magrpo.team import is_team_dir
-
-        if is_team_dir(cfg.checkpoint):
+        if checkpoint.is_team_dir(cfg.checkpoint):
             raise ConfigError(f"checkpoint={cfg.checkpoint!r} is an exported team (team.json), not a training "
                               f"checkpoint; evaluate it with team={cfg.checkpoint}")
         ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
@@ -478,29 +475,6 @@ def _validate_eval(cfg: DictConfig) -> None:
                                       ALGOS[cfg.algo.name].team(cfg).policy_dirs)
         with _open(cfg):
             cfg.checkpoint = str(ckpt)
-
-
-def _validate_team(cfg: DictConfig) -> None:
-    """`team=` names a whole exported team whose agents match the ones this config builds."""
-    from magrpo import checkpoint
-    from magrpo.algos import ALGOS
-    from magrpo.team import local_team, read_team
-
-    root = local_team(cfg.team)
-    info = read_team(root)
-    changes = checkpoint.config_changes(info["config"], OmegaConf.to_container(cfg, resolve=True),
-                                        only=checkpoint.AGENT_KEYS, free=checkpoint.AGENT_KEYS_FREE)
-    if changes:
-        raise ConfigError(f"team={str(cfg.team)!r} was trained with other agents settings ({checkpoint.describe(changes)}); "
-                          f"an exported team's models are its own: drop the agents overrides")
-    policies = ALGOS[cfg.algo.name].team(cfg).policy_dirs
-    held = [m["policy"] for m in info["models"]]
-    if policies != held:
-        raise ConfigError(f"team={str(cfg.team)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
-                          f"algo={cfg.algo.name} builds {len(policies)} ({', '.join(policies)}); evaluate it with "
-                          f"the algo it was trained with ({info['algorithm']})")
-    with _open(cfg):
-        cfg.team = str(root)
 
 
 class _open:

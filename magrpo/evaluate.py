@@ -87,6 +87,10 @@ def run_eval(cfg: DictConfig) -> dict[str, Any]:
     with RunStatus(out, kind="eval", heartbeat=False) as status:
         origin = from_run(cfg, "eval")        # what checkpoint=RUN took from the run's config
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
+        if cfg.get("team"):
+            from magrpo.team import check_team_option
+
+            check_team_option(cfg)            # the exported team, whole, with this config's agents
         status.phase = "setup"
         return _evaluate(cfg, out, status, origin)
 

@@ -35,11 +35,11 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from magrpo.checkpoint import TEAM_FILE, is_team_dir  # noqa: F401  (re-exported: a team's marker)
 from magrpo.schema import ConfigError
 
 log = logging.getLogger(__name__)
 
-TEAM_FILE = "team.json"
 OVERRIDES_FILE = "overrides.yaml"
 FORMAT = 1
 # The nodes of a run's config a team carries: what shapes the team and how it is scored.
@@ -56,10 +56,6 @@ class TeamAnswer:
     parts: list[str]
     turns: list[list[str]] = field(default_factory=list)
     reward: float | None = None
-
-
-def is_team_dir(path: str | Path) -> bool:
-    return (Path(str(path)).expanduser() / TEAM_FILE).is_file()
 
 
 def default_hardware(device: str | None = None) -> DictConfig:
@@ -500,7 +496,7 @@ def check_team_record(info: Any, where: Path | str) -> None:
     for name, (types, expected) in OPTIONAL_FIELDS.items():
         _typed_field(where, name, info.get(name), types, expected)
     if info["overrides"] is not None:
-        from magrpo.run_config import check_saved_line
+        from magrpo.overrides import check_saved_line
 
         for line in info["overrides"]:
             check_saved_line(line, f"{where}: overrides")
@@ -658,3 +654,27 @@ def _agents_at(agents_cfg: DictConfig, info: dict[str, Any], root: Path) -> Dict
         models.append(spec)
     cfg.models = models
     return cfg
+
+
+def check_team_option(cfg: DictConfig) -> None:
+    """magrpo-eval's `team=` names a whole exported team whose agents match the ones the (validated)
+    config builds; `cfg.team` becomes the team's local directory."""
+    from magrpo import checkpoint
+    from magrpo.algos import ALGOS
+
+    root = local_team(cfg.team)
+    info = read_team(root)
+    changes = checkpoint.config_changes(info["config"], OmegaConf.to_container(cfg, resolve=True),
+                                        only=checkpoint.AGENT_KEYS, free=checkpoint.AGENT_KEYS_FREE)
+    if changes:
+        raise ConfigError(f"team={str(cfg.team)!r} was trained with other agents settings ({checkpoint.describe(changes)}); "
+                          f"an exported team's models are its own: drop the agents overrides")
+    policies = ALGOS[cfg.algo.name].team(cfg).policy_dirs
+    held = [m["policy"] for m in info["models"]]
+    if policies != held:
+        raise ConfigError(f"team={str(cfg.team)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
+                          f"algo={cfg.algo.name} builds {len(policies)} ({', '.join(policies)}); evaluate it with "
+                          f"the algo it was trained with ({info['algorithm']})")
+    OmegaConf.set_struct(cfg, False)
+    cfg.team = str(root)
+    OmegaConf.set_struct(cfg, True)

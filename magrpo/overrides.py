@@ -1,0 +1,42 @@
+"""Override lines as data: what a saved `.hydra/overrides.yaml` (or an exported team's
+overrides.yaml) may hold before a command takes it up (README, "Sharing teams and runs safely")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from magrpo.schema import ConfigError
+
+
+def parse_override(line: str):
+    """Hydra's parse of one override line (raises on a line that is none)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    return OverridesParser.create().parse_overrides([line])[0]
+
+
+
+def check_saved_line(line: Any, where: Path | str) -> str:
+    """One saved override, checked to be data: `key=value`, `+key=value`, `++key=value` or `~key`,
+    with one value. A flag (`--experimental-rerun=FILE`, `-m`), a sweep (`a=1,2`, `range(..)`) or a
+    line Hydra cannot parse is refused, naming the file and the line: a saved override never
+    steers the command that takes it up."""
+    shown = repr(line) if not isinstance(line, str) else repr(line[:200])
+    if not isinstance(line, str):
+        raise ConfigError(f"{where}: the saved override {shown} is not a key=value line; the run's config "
+                          f"cannot be taken up")
+    if not line.strip() or line.lstrip().startswith("-"):
+        raise ConfigError(f"{where}: the saved override {shown} is a command-line flag, not a key=value line; "
+                          f"saved overrides are data and are never passed on as flags")
+    try:
+        o = parse_override(line)
+    except Exception as e:
+        raise ConfigError(f"{where}: the saved override {shown} is not a valid override "
+                          f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})") from None
+    if o.is_sweep_override():
+        raise ConfigError(f"{where}: the saved override {shown} is a sweep (several values); a run's saved "
+                          f"overrides give one value per key")
+    if not o.is_delete() and "=" not in line:
+        raise ConfigError(f"{where}: the saved override {shown} gives no value (key=value)")
+    return line
