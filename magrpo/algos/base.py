@@ -26,12 +26,13 @@ from omegaconf import OmegaConf
 
 from magrpo import distributed
 from magrpo.models import SHARED_POLICY, Agent, set_keys
-from magrpo.registry import registrar
+from magrpo.registry import Registry, registrar
 from magrpo.rollout import Rollout
 from magrpo.schema import at_least, option, positive, within
 from magrpo.tasks import Task
 
-ALGOS: dict[str, type[Algorithm]] = {}
+ALGOS: Registry[type[Algorithm]] = Registry("algorithm", "algo.name", set_name=True, builtins=tuple(
+    f"magrpo.algos.{m}" for m in ("magrpo", "grpo", "ippo", "mappo", "ppo", "dr_mas", "at_grpo", "actor_critic", "c3")))
 
 
 register_algo = registrar(ALGOS)

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from magrpo import distributed
+from magrpo.registry import Registry, registrar
 from magrpo.sampler import (
     limit_vocab,
     shares_prompt,  # noqa: F401  (re-exported: the algorithms ask it)
@@ -45,16 +46,30 @@ def _raw(R: torch.Tensor) -> torch.Tensor:
     return R.clone()  # MAREINFORCE: A_j = R_j
 
 
-ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "mean": _mean, "rloo": _rloo, "max": _max, "raw": _raw,
-}
+# An estimator maps a group's returns [..., G] to advantages of the same shape (register_advantage).
+ADVANTAGES: Registry[Callable[[torch.Tensor], torch.Tensor]] = Registry("advantage estimator", "algo.advantage")
+for _name, _fn in {"mean": _mean, "rloo": _rloo, "max": _max, "raw": _raw}.items():
+    ADVANTAGES.register(_name, _fn)
 
 STD_EPS = 1e-4
-SCALES: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "none": lambda A, R: A,
-    "group": lambda A, R: A / (R.std(-1, keepdim=True, unbiased=False) + STD_EPS),
-    "batch": lambda A, R: A / (R.std(unbiased=False) + STD_EPS),
-}
+
+
+def _no_scale(A: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+    return A
+
+
+def _group_std(A: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+    return A / (R.std(-1, keepdim=True, unbiased=False) + STD_EPS)
+
+
+def _batch_std(A: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
+    return A / (R.std(unbiased=False) + STD_EPS)
+
+
+# A scale maps (advantages, returns), both [..., G], to scaled advantages (register_scale).
+SCALES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry("advantage scale", "algo.scale")
+for _name, _fn in {"none": _no_scale, "group": _group_std, "batch": _batch_std}.items():
+    SCALES.register(_name, _fn)
 
 
 def advantages(returns: torch.Tensor, estimator: str = "mean", scale: str = "none") -> torch.Tensor:
@@ -108,12 +123,15 @@ def _dr_grpo(loss, mask, ctx):  # Dr. GRPO: sequence sums over a constant, max_c
     return (loss * mask).sum() / (ctx.num_sequences * ctx.max_new_tokens)
 
 
-LOSS_AGG: dict[str, Callable[[torch.Tensor, torch.Tensor, AggContext], torch.Tensor]] = {
-    "seq_sum": _seq_sum,
-    "seq_mean_token_mean": _seq_mean_token_mean,
-    "token_mean": _token_mean,
-    "dr_grpo": _dr_grpo,
-}
+# An aggregation maps (per-token loss [B, T], mask [B, T], AggContext) to one scalar (register_loss_agg).
+LOSS_AGG: Registry[Callable[[torch.Tensor, torch.Tensor, AggContext], torch.Tensor]] = Registry(
+    "loss aggregation", "algo.loss_agg")
+for _name, _fn in {"seq_sum": _seq_sum, "seq_mean_token_mean": _seq_mean_token_mean, "token_mean": _token_mean,
+                   "dr_grpo": _dr_grpo}.items():
+    LOSS_AGG.register(_name, _fn)
+register_advantage = registrar(ADVANTAGES)
+register_scale = registrar(SCALES)
+register_loss_agg = registrar(LOSS_AGG)
 
 
 # --- log-probabilities ---------------------------------------------------------------------------

@@ -22,10 +22,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from magrpo.registry import registrar
+from magrpo.registry import Registry, registrar
 from magrpo.schema import option
 
-FEEDBACKS: dict[str, type[Feedback]] = {}
+FEEDBACKS: Registry[type[Feedback]] = Registry("feedback mode", "feedback.mode", set_name=True, builtins=(
+    "magrpo.feedback.diagnostics", "magrpo.feedback.expert"))
 
 
 register_feedback = registrar(FEEDBACKS)

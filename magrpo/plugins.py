@@ -1,0 +1,125 @@
+"""Plugins: the user's own modules, imported before anything is composed or looked up by name.
+
+A plugin is any importable module that registers tasks, rewards, algorithms, advantage
+estimators, scales, loss aggregations or feedback modes (`from magrpo import register_task, ...`).
+Three ways name one, all of them taken together, in this order:
+
+  * the config key `plugins: [my_pkg.tasks, ...]` (on the command line: `plugins=[my_pkg.tasks]`);
+  * the environment variable `MAGRPO_PLUGINS=my_pkg.tasks,other.mod`;
+  * an installed package's entry point in the group `magrpo.plugins`
+    (`[project.entry-points."magrpo.plugins"] my_tasks = "my_pkg.tasks"`), so `pip install` is enough.
+
+A plugin module may also name a directory of its own YAML (config groups to compose, e.g. its
+`task/my_task.yaml`) with a module-level `MAGRPO_CONF_DIR = "/path/to/conf"`: it joins Hydra's
+search path.
+
+A run records the plugins it imported (`plugins` in its config, summary.json and checkpoints,
+`plugins` in an exported team's team.json), and every command that takes the run up imports them
+again. They are imported from the user's environment, never from the run or team directory, and
+the log names each one; a plugin that cannot be imported is one line naming the module and what
+needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import re
+from collections.abc import Iterable
+
+from magrpo.schema import ConfigError
+
+log = logging.getLogger("magrpo")
+
+ENV = "MAGRPO_PLUGINS"
+ENTRY_POINT_GROUP = "magrpo.plugins"
+CONF_ATTR = "MAGRPO_CONF_DIR"
+_MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+_loaded: dict[str, str] = {}        # module -> who asked for it (first), in import order
+_conf_dirs: list[str] = []
+
+
+def _check_name(module: str, why: str) -> str:
+    if not isinstance(module, str) or not _MODULE_RE.match(module.strip()):
+        raise ConfigError(f"{why}: {module!r} is not a module name (dotted Python identifiers, e.g. my_pkg.tasks)")
+    return module.strip()
+
+
+def import_plugin(module: str, why: str) -> None:
+    """Import one plugin module once; `why` says who named it (for the log and the error)."""
+    module = _check_name(module, why)
+    if module in _loaded:
+        return
+    _loaded[module] = why
+    try:
+        mod = importlib.import_module(module)
+    except Exception as e:
+        _loaded.pop(module, None)
+        missing = isinstance(e, ModuleNotFoundError) and e.name is not None and module.startswith(e.name)
+        what = "is not installed here (no such module)" if missing else \
+            f"failed to import ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
+        raise ConfigError(f"the plugin {module!r} ({why}) {what}; install it, or put its folder on PYTHONPATH") from None
+    log.info("plugin %s imported (%s)", module, why)
+    conf = getattr(mod, CONF_ATTR, None)
+    if conf and str(conf) not in _conf_dirs:
+        _conf_dirs.append(str(conf))
+
+
+def env_plugins() -> list[str]:
+    return [m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip()]
+
+
+def entry_point_plugins() -> list[str]:
+    from importlib.metadata import entry_points
+
+    return [ep.value.partition(":")[0].strip() for ep in entry_points(group=ENTRY_POINT_GROUP)]
+
+
+def load_plugins(extra: Iterable[str] = (), why: str = "plugins=") -> list[str]:
+    """Import the plugins named by `extra` (the config key, a run's record), MAGRPO_PLUGINS and the
+    `magrpo.plugins` entry points; the list of every plugin imported in this process so far."""
+    for module in extra or ():
+        import_plugin(module, why)
+    for module in env_plugins():
+        import_plugin(module, ENV)
+    for module in entry_point_plugins():
+        import_plugin(module, f"entry point {ENTRY_POINT_GROUP}")
+    return loaded()
+
+
+def loaded() -> list[str]:
+    """The plugin modules imported in this process, in order."""
+    return list(_loaded)
+
+
+def conf_dirs() -> list[str]:
+    """The YAML directories the imported plugins name (MAGRPO_CONF_DIR)."""
+    return list(_conf_dirs)
+
+
+def plugins_in_argv(argv: list[str]) -> list[str]:
+    """The modules a command line names with `plugins=[a,b]` (or `+plugins=`, `++plugins=`, `plugins=a`)."""
+    out: list[str] = []
+    for arg in argv:
+        key, eq, value = arg.lstrip("+").partition("=")
+        if not eq or key != "plugins":
+            continue
+        from hydra.core.override_parser.overrides_parser import OverridesParser
+
+        try:
+            parsed = OverridesParser.create().parse_overrides([arg])[0].value()
+        except Exception:
+            raise ConfigError(f"{arg!r}: give the plugins as a list of module names, e.g. plugins=[my_pkg.tasks]") \
+                from None
+        values = parsed if isinstance(parsed, list) else [parsed]
+        out += [_check_name(str(v), arg) for v in values if v not in (None, "")]
+    return out
+
+
+def forget() -> None:
+    """Forget what was imported (tests): the next load_plugins imports again."""
+    _loaded.clear()
+    _conf_dirs.clear()
+
