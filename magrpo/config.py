@@ -109,6 +109,10 @@ class HardwareSchema:
     # forward (weights stay in their dtype); algo.micro_batch_size bounds the rows per forward.
     gradient_checkpointing: bool = False
     autocast: str = option("none", choices=["none", "bf16"])
+    # bf16 on a CPU (bf16 weights or autocast): auto = linear products widened to float32 where the
+    # CPU has no bf16 unit (AVX512-BF16, AMX), widen = on any CPU, native = torch's own bf16 kernels
+    # on any CPU (magrpo/cpu_bf16.py).
+    cpu_bf16: str = option("auto", choices=lambda: _cpu_bf16_modes())
     # Data-parallel training (torchrun): ddp = a full copy of each agent per rank; fsdp = parameters,
     # gradients and optimizer state sharded over the ranks (magrpo/distributed.py).
     strategy: str = option("ddp", choices=["ddp", "fsdp"])
@@ -121,6 +125,13 @@ class HardwareSchema:
             _check_device_available(f"{prefix}agent_devices[{i}]", dev)
         if not node.agent_devices:
             _check_device_available(f"{prefix}device", node.device)
+
+
+def _cpu_bf16_modes() -> tuple[str, ...]:
+    # magrpo.cpu_bf16 imports torch: imported once a config is checked, not with this module
+    from magrpo.cpu_bf16 import MODES
+
+    return MODES
 
 
 def _check_device_available(key: str, dev: str) -> None:

@@ -24,6 +24,10 @@ changes, nothing else: parameters, state dict, hooks and isinstance checks are a
 layer computes in bf16 when its input and weight are bf16, or under CPU bf16 autocast (which it
 applies itself, as autocast would: operands cast to bf16, the cast differentiable to float32
 master weights); any other dtype or device runs nn.Linear's forward unchanged.
+
+`hardware.cpu_bf16` chooses (`widens`): `auto` widens on a CPU without a bf16 unit only, `widen` on
+any CPU (the same products as on a plain CPU, where the CPU has a bf16 unit too), `native` never
+(torch's own bf16 kernels on any CPU: fast with a bf16 unit, emulated and slow without one).
 """
 
 from __future__ import annotations
@@ -45,6 +49,16 @@ def cpu_has_native_bf16() -> bool:
         return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())
     except AttributeError:       # an older torch without the probes: assume the slow path is not there
         return True
+
+
+MODES = ("auto", "native", "widen")      # hardware.cpu_bf16
+
+
+def widens(mode: str) -> bool:
+    """Whether bf16 products on this CPU run widened to float32 under `hardware.cpu_bf16=mode`."""
+    if mode not in MODES:
+        raise ValueError(f"hardware.cpu_bf16={mode!r}; choose one of {', '.join(MODES)}")
+    return mode == "widen" or (mode == "auto" and not cpu_has_native_bf16())
 
 
 def _rows(t: torch.Tensor) -> torch.Tensor:

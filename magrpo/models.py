@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from magrpo.cpu_bf16 import cpu_has_native_bf16, use_float32_products
+import magrpo.cpu_bf16
+from magrpo.cpu_bf16 import use_float32_products
 from magrpo.sampler import set_vocab_limit
 from magrpo.schema import SetupError
 from magrpo.tiny import build_builtin
@@ -304,21 +305,29 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     return _load_models(agents_cfg, hw_cfg, num_agents, need_reference, safetensors_only)
 
 
-def computes_bf16_on_plain_cpu(model, device: torch.device, autocast: str) -> bool:
-    """Whether `model` computes in bf16 (bf16 weights, or `hardware.autocast=bf16`) on a CPU without
-    a bf16 matrix unit (AVX512-BF16 or AMX), where torch's generic bf16 kernel is too slow to train."""
-    if device.type != "cpu" or cpu_has_native_bf16():
-        return False
+def _computes_bf16(model, autocast: str) -> bool:
     return autocast == "bf16" or any(p.dtype == torch.bfloat16 for p in model.parameters())
 
 
-def _widen_cpu_bf16(model, device: torch.device, autocast: str, who: str) -> None:
-    """On such a CPU, every linear product of `model` runs widened to float32 and is rounded back to
-    bf16, as a bf16 GEMM accumulates (magrpo.cpu_bf16): a 1.7B step in minutes, not hours."""
-    if computes_bf16_on_plain_cpu(model, device, autocast):
+def widens_bf16(model, device: torch.device, autocast: str, cpu_bf16: str = "auto") -> bool:
+    """Whether `model`'s linear products run widened to float32 and rounded to bf16 (magrpo.cpu_bf16):
+    it computes in bf16 (bf16 weights, or `hardware.autocast=bf16`) on a CPU, and `hardware.cpu_bf16`
+    asks for it: `auto` where the CPU has no bf16 matrix unit (AVX512-BF16 or AMX), whose generic
+    bf16 kernel is too slow to train; `widen` on any CPU; `native` never."""
+    return device.type == "cpu" and _computes_bf16(model, autocast) and magrpo.cpu_bf16.widens(cpu_bf16)
+
+
+def _widen_cpu_bf16(model, device: torch.device, autocast: str, cpu_bf16: str, who: str) -> None:
+    """Where `widens_bf16`, every linear product of `model` runs widened to float32 and is rounded
+    back to bf16, as a bf16 GEMM accumulates (magrpo.cpu_bf16): on a CPU without a bf16 unit, a 1.7B
+    step in minutes, not hours."""
+    if widens_bf16(model, device, autocast, cpu_bf16):
         use_float32_products(model)
-        log.info("%s: bf16 on a CPU without AVX512-BF16 or AMX; linear products widened to float32 "
-                 "(magrpo.cpu_bf16)", who)
+        why = "hardware.cpu_bf16=widen" if cpu_bf16 == "widen" else "bf16 on a CPU without AVX512-BF16 or AMX"
+        log.info("%s: %s; linear products widened to float32 (magrpo.cpu_bf16)", who, why)
+    elif device.type == "cpu" and _computes_bf16(model, autocast) and not magrpo.cpu_bf16.cpu_has_native_bf16():
+        log.info("%s: hardware.cpu_bf16=native on a CPU without AVX512-BF16 or AMX: torch's generic bf16 "
+                 "kernels, far slower than float32 to train (README, \"What fits where\")", who)
 
 
 def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool,
@@ -328,6 +337,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
     devices = agent_devices(hw_cfg, num_agents)
     checkpointing = bool(getattr(hw_cfg, "gradient_checkpointing", False) or agents_cfg.gradient_checkpointing)
     autocast = getattr(hw_cfg, "autocast", "none")
+    cpu_bf16 = getattr(hw_cfg, "cpu_bf16", "auto")
     agents: list[Agent] = []
     if agents_cfg.share_base:
         from peft import get_peft_model
@@ -342,7 +352,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
-        _widen_cpu_bf16(model, devices[0], autocast, "the shared base")
+        _widen_cpu_bf16(model, devices[0], autocast, cpu_bf16, "the shared base")
         set_vocab_limit(model, tok)
         log.info("loaded %d agent(s) as LoRA adapters on one base: %s@%s", num_agents, spec.name_or_path, devices[0])
         for i in range(num_agents):
@@ -364,9 +374,9 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             model = get_peft_model(model, _lora_config(spec.lora))
         elif need_reference:
             reference = _with_autocast(_load_model(spec, path, devices[i], safetensors_only), autocast).eval().requires_grad_(False)
-            _widen_cpu_bf16(reference, devices[i], autocast, f"agent_{i + 1}'s reference")
+            _widen_cpu_bf16(reference, devices[i], autocast, cpu_bf16, f"agent_{i + 1}'s reference")
             set_vocab_limit(reference, tok)
-        _widen_cpu_bf16(model, devices[i], autocast, f"agent_{i + 1}")
+        _widen_cpu_bf16(model, devices[i], autocast, cpu_bf16, f"agent_{i + 1}")
         set_vocab_limit(model, tok)
         agents.append(Agent(i, model, tok, devices[i], reference=reference,
                             chat_template_kwargs=dict(spec.chat_template_kwargs or {}), sampling=own_sampling(spec)))

@@ -24,11 +24,14 @@ step is `LeanDecoder`: the same submodules called in the same order (so LoRA ada
 linears and the model's own rotary embedding still apply), a key/value buffer written in place, a
 mask built once, and attention by the same `scaled_dot_product_attention` call as transformers'
 sdpa path. It gives the tokens of `model(...)` bit for bit on float32 (the tests compare with
-`model.generate`); any other model, attention kernel or hooked module takes the plain step.
+`model.generate`); any other model, attention kernel or hooked module takes the plain step. A
+forward wrapped in autocast (`hardware.autocast=bf16`) computes the prompt's cache under it, and the
+lean step, which calls the layers without that forward, runs under the same autocast.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
@@ -213,6 +216,7 @@ class LeanDecoder:
                         (layer.self_attn.q_norm, layer.self_attn.k_norm) if hasattr(layer.self_attn, "q_norm")
                         else None)
                        for layer in self.layers]
+        self._autocast_state = None      # (device type, enabled, dtype) for the steps to enter (prefill)
 
     @classmethod
     def of(cls, model) -> LeanDecoder | None:
@@ -252,6 +256,37 @@ class LeanDecoder:
             return None
         return cls(lm)
 
+    def prefill(self, model, **kwargs):
+        """`model(**kwargs)`, noting the autocast state that the model's forward runs its layers under.
+
+        A forward wrapped in autocast (`hardware.autocast=bf16` wraps it so; so does accelerate's
+        mixed precision) leaves bf16 values in the cache, and under autocast the attention casts
+        query, keys and values to bf16. The lean step calls the layers directly, without that
+        forward: it runs under the same state (`step`), else its query would be float32 against
+        the bf16 values written in place."""
+        embed = self.body.embed_tokens
+        dev = embed.weight.device.type
+        seen = []
+
+        def note(module, args):
+            seen.append((torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev)))
+
+        handle = embed.register_forward_pre_hook(note)
+        try:
+            out = model(**kwargs)
+        finally:
+            handle.remove()
+        here = (torch.is_autocast_enabled(dev), torch.get_autocast_dtype(dev))
+        # None: the steps run under the caller's state, which is the forward's own.
+        self._autocast_state = (dev, *seen[0]) if seen and seen[0] != here else None
+        return out
+
+    def _autocast(self):
+        if self._autocast_state is None:
+            return contextlib.nullcontext()
+        dev, enabled, dtype = self._autocast_state
+        return torch.autocast(dev, dtype=dtype, enabled=enabled)
+
     def start(self, cache, attention_mask: torch.Tensor, num_generations: int, max_new_tokens: int) -> bool:
         """Take over the prefill's key/value cache ([B, kv_heads, P, head_dim] per layer), repeated
         to B*G rows; False (nothing changed) when it is not one plain tensor pair per layer."""
@@ -284,7 +319,11 @@ class LeanDecoder:
         return True
 
     def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
-        """Logits [n, V] after new token t ([n]) of every row."""
+        """Logits [n, V] after new token t ([n]) of every row, under the prefill's autocast state."""
+        with self._autocast():
+            return self._step(tokens, t)
+
+    def _step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         n, end = tokens.shape[0], self.P + t + 1
         cos, sin = self.cos[:, :, t:t + 1], self.sin[:, :, t:t + 1]
         mask = self.mask[..., :end] if self.mask is not None else None
@@ -327,14 +366,15 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     dev = input_ids.device
     prompt_len = attention_mask.long().sum(-1)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-                logits_to_keep=1)
+    lean = LeanDecoder.of(model)
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                  logits_to_keep=1)
+    out = lean.prefill(model, **inputs) if lean is not None else model(**inputs)
     cache = out.past_key_values
     if cache is None or not hasattr(cache, "batch_repeat_interleave"):
         return None
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)
     n, P = logits.shape[0], input_ids.shape[1]
-    lean = LeanDecoder.of(model)
     if lean is not None and lean.start(cache, attention_mask, G, max_new_tokens):
         step = lean.step
     else:

@@ -117,17 +117,34 @@ def test_a_lora_model_with_checkpointing_trains_the_same_and_saves_the_same_keys
     assert type(layer) is Bf16Linear
 
 
-@pytest.mark.parametrize("native", [False, True])
-def test_load_agents_widens_only_where_the_cpu_lacks_bf16(make_cfg, monkeypatch, native):
+@pytest.mark.parametrize("native", [False, True], ids=["plain-cpu", "bf16-cpu"])
+@pytest.mark.parametrize("mode", ["auto", "native", "widen"])
+def test_load_agents_widens_as_hardware_cpu_bf16_says(make_cfg, monkeypatch, native, mode):
+    """auto widens only where the CPU lacks a bf16 unit; widen on any CPU; native on none. A CPU with
+    a bf16 unit is simulated by the probe magrpo.cpu_bf16 asks (cpu_has_native_bf16)."""
+    import magrpo.cpu_bf16
     from magrpo import models
     from magrpo.config import validate
 
-    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: native)
-    cfg = validate(make_cfg(["hardware.autocast=bf16"]))
+    monkeypatch.setattr(magrpo.cpu_bf16, "cpu_has_native_bf16", lambda: native)
+    want = mode == "widen" or (mode == "auto" and not native)
+    cfg = validate(make_cfg(["hardware.autocast=bf16", f"hardware.cpu_bf16={mode}"]))
     agents = models.load_agents(cfg.agents, cfg.hardware, 2, need_reference=True)
     linears = [m for a in agents for net in (a.model, a.reference) if net is not None
                for m in net.modules() if isinstance(m, nn.Linear)]
-    assert linears and all((type(m) is Bf16Linear) is not native for m in linears)
-    cfg = validate(make_cfg([]))                                          # float32, no autocast
+    assert linears and all((type(m) is Bf16Linear) is want for m in linears)
+    cfg = validate(make_cfg([f"hardware.cpu_bf16={mode}"]))               # float32, no autocast
     agents = models.load_agents(cfg.agents, cfg.hardware, 1, need_reference=False)
     assert not any(type(m) is Bf16Linear for m in agents[0].model.modules())
+
+
+def test_hardware_cpu_bf16_is_validated_naming_key_value_and_choices(make_cfg):
+    from magrpo.config import validate
+    from magrpo.schema import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        validate(make_cfg(["hardware.cpu_bf16=fast"]))
+    assert str(e.value) == "hardware.cpu_bf16='fast' is not allowed; choose one of: auto, native, widen"
+    assert validate(make_cfg([])).hardware.cpu_bf16 == "auto"
+    for hardware in ("cpu", "gpu", "multi_gpu"):        # every hardware group states the default
+        assert make_cfg([f"hardware={hardware}"]).hardware.cpu_bf16 == "auto"

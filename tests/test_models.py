@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.tiny import build_builtin
@@ -50,19 +52,23 @@ def test_shared_base_adapters_are_separate_and_resume_exactly(make_cfg, tmp_path
             assert a[step][key] == b[step][key], (step, key)
 
 
-def test_bf16_on_a_cpu_without_native_bf16_is_recognised(monkeypatch):
-    """bf16 weights or bf16 autocast on a CPU lacking AVX512-BF16/AMX get widened float32 products
-    (magrpo.cpu_bf16); fp32 without autocast, a GPU, or a CPU with native bf16 keep torch's own."""
+def test_bf16_on_a_cpu_is_widened_as_hardware_cpu_bf16_says(monkeypatch):
+    """bf16 weights or bf16 autocast on a CPU get widened float32 products (magrpo.cpu_bf16) under
+    hardware.cpu_bf16=auto where the CPU lacks AVX512-BF16/AMX, under widen on any CPU, under native
+    never; fp32 without autocast and a GPU keep torch's own products whatever the setting."""
     import torch
 
+    import magrpo.cpu_bf16
     from magrpo import models
 
     bf16, fp32 = torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.Linear(2, 2)
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
-    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: False)
-    assert models.computes_bf16_on_plain_cpu(bf16, cpu, "none")
-    assert models.computes_bf16_on_plain_cpu(fp32, cpu, "bf16")
-    assert not models.computes_bf16_on_plain_cpu(fp32, cpu, "none")
-    assert not models.computes_bf16_on_plain_cpu(bf16, gpu, "bf16")
-    monkeypatch.setattr(models, "cpu_has_native_bf16", lambda: True)
-    assert not models.computes_bf16_on_plain_cpu(bf16, cpu, "bf16")
+    for native in (False, True):
+        monkeypatch.setattr(magrpo.cpu_bf16, "cpu_has_native_bf16", lambda native=native: native)
+        for mode, widens in (("auto", not native), ("widen", True), ("native", False)):
+            assert models.widens_bf16(bf16, cpu, "none", mode) is widens, (native, mode)
+            assert models.widens_bf16(fp32, cpu, "bf16", mode) is widens, (native, mode)
+            assert not models.widens_bf16(fp32, cpu, "none", mode)
+            assert not models.widens_bf16(bf16, gpu, "bf16", mode)
+    with pytest.raises(ValueError, match=r"hardware\.cpu_bf16='fast'; choose one of auto, native, widen"):
+        models.widens_bf16(bf16, cpu, "none", "fast")

@@ -1,14 +1,20 @@
 """The sandbox against hostile and ordinary programs.
 
-Every case runs under small limits, and an autouse fixture checks after each test that no process
-whose command line or working directory lies in this test's sandbox directories is still alive.
+Every case runs under small limits, and an autouse fixture checks after each test that none of
+the sandbox processes it started is still alive: no process that carries this test process's tag
+(magrpo.sandbox.procs.tagged_processes: every process its sandbox starts has it, setsid and double
+forks included) other than the pools' workers, and none whose command line or working directory
+lies in this test's sandbox directories. Another checkout's test run, or another test process of
+this one, tags its own processes with another tag: they are never counted here.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -25,7 +31,8 @@ from magrpo.sandbox import (
     run_tests,
     run_tests_many,
 )
-from magrpo.sandbox.procs import process_state
+from magrpo.sandbox.pool import caller_tag, worker_pids
+from magrpo.sandbox.procs import TAG_VAR, process_state, tagged_processes
 
 FAST = SandboxLimits(timeout_s=2.0, cpu_s=3, memory_mb=256, max_processes=8)
 
@@ -51,18 +58,52 @@ def _live_processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _marker() -> str:
+    """A sleep duration (seconds) that no other test, here or in another run, starts: a token in the
+    sleeper's command line that only this test's processes mention."""
+    return f"30.{secrets.randbelow(10 ** 9):09d}"
+
+
+def _survivors(before: set[int]) -> set[int]:
+    """This test process's sandbox processes (its tag), but its pools' workers and what lived before."""
+    return tagged_processes(caller_tag()) - worker_pids() - before
+
+
 @pytest.fixture(autouse=True)
 def sandbox_root(tmp_path, monkeypatch):
     """Sandboxes of this test live under tmp_path; none of their processes may outlive it."""
     root = tmp_path / "sbx"
     root.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(root))
+    before = tagged_processes(caller_tag())
     yield str(root)
     deadline = time.monotonic() + 1.0  # a SIGKILLed process may take a moment to disappear
-    while _live_processes_mentioning(str(root)) and time.monotonic() < deadline:
+    while (_survivors(before) or _live_processes_mentioning(str(root))) and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert _survivors(before) == set()
     assert _live_processes_mentioning(str(root)) == []
     assert os.listdir(root) == [], "the sandbox working directory was not removed"
+
+
+def test_survivors_are_this_test_processes_tagged_ones_only(tmp_path):
+    """The check above counts an orphan that carries this process's tag (as an escaped sandbox
+    process would: reparented, in a session of its own) and not one with another run's tag."""
+    before = tagged_processes(caller_tag())
+    orphans = {}
+    for tag in (caller_tag(), "another-run"):
+        pidfile = tmp_path / f"{len(orphans)}.pid"
+        # sh forks the sleeper into a new session and exits: the sleeper is nobody's child here.
+        subprocess.run(["sh", "-c", f"setsid sleep 30 & echo $! > {pidfile}"], env={**os.environ, TAG_VAR: tag},
+                       check=True)
+        orphans[tag] = int(pidfile.read_text())
+    try:
+        assert _survivors(before) == {orphans[caller_tag()]}
+    finally:
+        for pid in orphans.values():
+            os.kill(pid, 9)
+    deadline = time.monotonic() + 1.0
+    while _survivors(before) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 # -- ordinary programs ---------------------------------------------------------------------------
@@ -210,12 +251,13 @@ def test_big_file_is_capped():
 
 
 def test_subprocess_is_refused_by_default():
+    mark = _marker()
     code = """
 import os, subprocess
 refused = 0
-for call in (lambda: subprocess.Popen(['sleep', '30.101']), lambda: os.system('sleep 30.101'),
-             lambda: os.execv('/bin/sleep', ['sleep', '30.101']),
-             lambda: os.posix_spawn('/bin/sleep', ['sleep', '30.101'], {})):
+for call in (lambda: subprocess.Popen(['sleep', 'MARK']), lambda: os.system('sleep MARK'),
+             lambda: os.execv('/bin/sleep', ['sleep', 'MARK']),
+             lambda: os.posix_spawn('/bin/sleep', ['sleep', 'MARK'], {})):
     try:
         status = call()
     except PermissionError:
@@ -224,37 +266,42 @@ for call in (lambda: subprocess.Popen(['sleep', '30.101']), lambda: os.system('s
         refused += isinstance(status, int) and os.waitstatus_to_exitcode(status) == 127
 print(refused)
 """
+    code = code.replace("MARK", mark)  # a sleep only this test starts
     r = run_program(code, FAST)
     assert r.ok and r.stdout == "4\n", r.stderr
-    assert _live_processes_mentioning("30.101") == []
+    assert _live_processes_mentioning(mark) == []
 
 
 def test_spawned_processes_are_capped_and_all_killed():
+    mark = _marker()
     code = """
 import subprocess
 started, refused = 0, 0
 for _ in range(200):
     try:
-        subprocess.Popen(['sleep', '30.202'])
+        subprocess.Popen(['sleep', 'MARK'])
         started += 1
     except OSError:
         refused += 1
 print(started, refused)
 """
     limits = SandboxLimits(timeout_s=5.0, max_processes=8, allow_subprocess=True)
+    code = code.replace("MARK", mark)  # a sleep only this test starts
     r = run_program(code, limits)
     assert r.ok, r.stderr
     started, refused = map(int, r.stdout.split())
     assert started == 7 and refused == 193  # 8 processes in the group, the program included
-    assert _live_processes_mentioning("30.202") == []
+    assert _live_processes_mentioning(mark) == []
 
 
 def test_escaped_children_are_killed_too():
+    mark = _marker()
     # A new session (setsid) leaves the process group, but not the supervisor's descendants.
-    code = "import subprocess\nsubprocess.Popen(['setsid', 'sleep', '30.303'])\nsubprocess.Popen(['sh', '-c', 'sleep 30.303 &'])"
+    code = "import subprocess\nsubprocess.Popen(['setsid', 'sleep', 'MARK'])\nsubprocess.Popen(['sh', '-c', 'sleep MARK &'])"
+    code = code.replace("MARK", mark)  # a sleep only this test starts
     r = run_program(code, SandboxLimits(timeout_s=2.0, allow_subprocess=True))
     assert r.ok, r.stderr
-    assert _live_processes_mentioning("30.303") == []
+    assert _live_processes_mentioning(mark) == []
 
 
 def test_forked_children_are_capped_and_killed():

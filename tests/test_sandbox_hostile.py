@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from magrpo.sandbox import SandboxLimits, isolation_level, judge_humaneval, run_tests_many
-from magrpo.sandbox.pool import get_pool
-from magrpo.sandbox.procs import process_state
+from magrpo.sandbox.pool import caller_tag, get_pool, worker_pids
+from magrpo.sandbox.procs import tagged_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 SECRET = f"s3cret-{uuid.uuid4().hex}"
@@ -451,26 +451,11 @@ def _prelude(env: dict) -> str:
 
 
 def _candidate_processes(exclude: set[int]) -> set[int]:
-    """Live processes that belong to a candidate: in another PID namespace than ours, running
-    as a candidate uid, or a fork of the sandbox's worker (other than the worker itself)."""
-    own_ns = os.readlink("/proc/self/ns/pid")
-    found = set()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) in exclude:
-            continue
-        pid = int(name)
-        try:
-            ns = os.readlink(f"/proc/{pid}/ns/pid")
-            uid = os.stat(f"/proc/{pid}").st_uid
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        if process_state(pid) in (None, "Z", "X"):
-            continue
-        if ns != own_ns or uid == 65534 or uid >= 1_600_000_000 or b"zygote_main" in cmdline:
-            found.add(pid)
-    return found
+    """Live processes that this test process's sandbox started (judges, launchers, candidates and
+    whatever they forked, in a session of their own or not: they carry its tag, magrpo.sandbox.procs
+    .tagged_processes), but its pools' workers and `exclude`. Another run's sandbox, or another test
+    process's, tags its processes with another tag: they are not counted here."""
+    return tagged_processes(caller_tag()) - worker_pids() - exclude
 
 
 class Listener:

@@ -325,3 +325,58 @@ def test_models_the_lean_step_cannot_serve_take_the_plain_step(monkeypatch):
     assert len(calls) == 6                                       # the prefill and five decoding steps
     handle.remove()
     assert torch.equal(got, sample_shared_prompt(model, ids, mask, 2, 6, [], 0, do_sample=False))
+
+
+# --- the lean step under bf16 autocast (hardware.autocast=bf16) -----------------------------------
+
+# (device, widened products): torch's own bf16 kernels (`hardware.cpu_bf16=native`) and the widened
+# ones (`widen`) on the CPU; a GPU, where there is one, has bf16 GEMMs of its own.
+AUTOCAST_DEVICES = [("cpu", False), ("cpu", True), *([("cuda", False)] if torch.cuda.is_available() else [])]
+
+
+def _autocast_lm(kind: str, device: str, widen: bool):
+    """A random model whose forward runs under bf16 autocast, as magrpo.models._with_autocast wraps it;
+    on a CPU, with torch's own bf16 products (`hardware.cpu_bf16=native`) or widened ones (`widen`)."""
+    from magrpo.cpu_bf16 import use_float32_products
+
+    model = _random_lm(kind).to(device)
+    if widen:
+        assert use_float32_products(model) > 0
+    model.forward = torch.autocast(device, dtype=torch.bfloat16)(model.forward)
+    return model
+
+
+@pytest.mark.parametrize(("device", "widen"), AUTOCAST_DEVICES,
+                         ids=[f"{d}-{'widen' if w else 'native'}" for d, w in AUTOCAST_DEVICES])
+@pytest.mark.parametrize("kind", ["qwen2", "qwen3"])
+def test_lean_step_under_bf16_autocast_follows_model_generate(kind, widen, device):
+    """The lean step, fed the tokens that `model.generate` chose, gives generate's logits: the prompt's
+    cache holds bf16 values (computed under the forward's autocast) and the step runs under the same
+    autocast, so query, keys and values meet in bf16, as in the model's own attention."""
+    from magrpo.sampler import LeanDecoder
+
+    model = _autocast_lm(kind, device, widen)
+    ids, mask = (t.to(device) for t in _prompt_batch(True))
+    T = 12
+    want = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=T, min_new_tokens=T,
+                          pad_token_id=0, eos_token_id=None, output_logits=True, return_dict_in_generate=True)
+    tokens = want.sequences[:, ids.shape[1]:]
+    lean = LeanDecoder.of(model)
+    assert lean is not None
+    with torch.no_grad():
+        out = lean.prefill(model, input_ids=ids, attention_mask=mask, use_cache=True, logits_to_keep=1,
+                           position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+        assert out.past_key_values.layers[0].values.dtype == torch.bfloat16     # v_proj's output under autocast
+        assert lean.start(out.past_key_values, mask, 1, T)
+        got = [out.logits[:, -1]] + [lean.step(tokens[:, t], t) for t in range(T - 1)]
+    assert all(g.dtype == torch.bfloat16 for g in got)          # the step's lm_head ran under autocast too
+    got, ref = torch.stack(got).float(), torch.stack(want.logits).float()
+    # Both paths run the same bf16 products (float32 accumulation, one rounding to bf16 each); only
+    # the order of a kernel's sums may differ between them (the lean step packs a query's heads per
+    # key/value head). A reordered sum rounds to a neighbouring bf16 value: one bf16 unit, 2^-7 of
+    # the value. The rounded tensors a step's difference passes through on the way to its logits
+    # (the attention output, o_proj, the MLP's product and down_proj, lm_head) are five, so the
+    # logits stay within 5 units of their scale. (On this machine the bits are the same; a step that
+    # misses autocast fails the dtype check above, or raises in the attention.)
+    scale = ref.abs().max()
+    assert (got - ref).abs().max() <= 5 * 2 ** -7 * scale

@@ -40,7 +40,8 @@ of the run.
 `guards` (neither): the candidate runs as the trainer's user with only the in-process guards
 (guards.py) and rlimits; its process group and every descendant are killed at the end.
 
-At every level: a scrubbed environment (a short allow-list), resource limits (limits.py), and
+At every level: a scrubbed environment (a short allow-list, and the caller's MAGRPO_SANDBOX_TAG
+that labels its sandbox processes: procs.TAG_VAR), resource limits (limits.py), and
 exec of other programs refused by a seccomp filter unless `allow_subprocess`.
 """
 
@@ -62,6 +63,7 @@ from magrpo.sandbox.limits import apply_rlimits
 from magrpo.sandbox.procs import (
     PR_SET_DUMPABLE,
     PR_SET_NO_NEW_PRIVS,
+    TAG_VAR,
     check,
     close_fds_except,
     die_with_parent,
@@ -130,8 +132,9 @@ def _enter_body(body: Callable[[], int], keep: set[int], stdio: tuple[int, int, 
             os.dup2(fd, target)
     close_fds_except(keep)
     os.chdir(workdir)
+    tag = os.environ.get(TAG_VAR)       # the caller's label (procs.TAG_VAR), for its exec'd children too
     os.environ.clear()
-    os.environ.update(_ENV, HOME=workdir, TMPDIR=workdir)
+    os.environ.update(_ENV, HOME=workdir, TMPDIR=workdir, **({TAG_VAR: tag} if tag else {}))
     tempfile.tempdir = None
     code = 1
     try:

@@ -13,6 +13,10 @@ of any job, and a candidate forked from it inherits nothing worth reading.
 
 The zygote ends when the caller's end of the control socket closes (the caller exited or was
 killed); judges die with the zygote, launchers with their judge, candidates with their launcher.
+
+The zygote's environment carries the caller's tag (MAGRPO_SANDBOX_TAG, `caller_tag`), and so does
+every process forked from it or exec'd by a candidate: tests tell their own sandbox processes from
+another run's by it (magrpo.sandbox.procs.tagged_processes).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -30,6 +35,7 @@ import time
 import warnings
 
 from magrpo.sandbox import codec
+from magrpo.sandbox.procs import TAG_VAR
 
 _PRELOAD = ("typing", "math", "re", "random", "collections", "itertools", "functools", "heapq", "bisect",
             "string", "copy", "json", "hashlib", "statistics", "fractions", "decimal", "datetime",
@@ -62,7 +68,7 @@ class Pool:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-B", "-c", _BOOT, self.package_parent, str(theirs.fileno()), requested,
                  *_site_dirs()],
-                env={**_ENV, "TMPDIR": self.tmpdir}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
+                env={**_ENV, "TMPDIR": self.tmpdir, TAG_VAR: caller_tag()}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(theirs.fileno(),),
                 start_new_session=True, cwd="/")
         finally:
             theirs.close()
@@ -122,6 +128,22 @@ class Pool:
 
 _pools: dict[str, Pool] = {}
 _pools_lock = threading.Lock()
+_tag: tuple[int, str] | None = None
+
+
+def caller_tag() -> str:
+    """This process's label for its sandbox processes (MAGRPO_SANDBOX_TAG; module docstring): its
+    pid and a random part, new in a forked child."""
+    global _tag
+    if _tag is None or _tag[0] != os.getpid():
+        _tag = (os.getpid(), f"{os.getpid()}-{secrets.token_hex(8)}")
+    return _tag[1]
+
+
+def worker_pids() -> set[int]:
+    """The zygotes of this process's pools: its tagged processes that live between jobs."""
+    with _pools_lock:
+        return {pool.proc.pid for pool in _pools.values() if pool.owner == os.getpid() and pool.proc.poll() is None}
 
 
 def get_pool(requested: str) -> Pool:

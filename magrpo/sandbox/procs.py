@@ -107,6 +107,31 @@ def close_fds_except(keep: set[int]) -> None:
                 pass
 
 
+# Every process a caller's sandbox starts carries MAGRPO_SANDBOX_TAG=<that caller's tag> in its
+# environment (pool.caller_tag): the worker's, inherited by forks, kept in the candidate's, so
+# exec'd children have it too. /proc/PID/environ keeps it through setsid and double forks: it tells
+# one caller's sandbox processes from another's (another run, another test process) on one machine.
+TAG_VAR = "MAGRPO_SANDBOX_TAG"
+
+
+def tagged_processes(tag: str) -> set[int]:
+    """Live processes (zombies aside) whose environment carries MAGRPO_SANDBOX_TAG=`tag`, among those
+    whose environment this process may read (its own user's; every one when root)."""
+    entry = f"{TAG_VAR}={tag}".encode()
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:
+            continue
+        if entry in environ.split(b"\0") and process_state(int(name)) not in (None, "Z", "X"):
+            found.add(int(name))
+    return found
+
+
 def _stat_fields(pid: int | str) -> list[str] | None:
     """The fields of /proc/<pid>/stat after the command name, None when the pid is gone."""
     try:
