@@ -178,6 +178,18 @@ def step_dirs(root: Path) -> list[tuple[int, Path]]:
     return sorted(out, reverse=True)
 
 
+def missing_checkpoint(p: Path) -> str | None:
+    """For a checkpoint path that does not exist (`RUN/checkpoints/step_9`) of a run that does:
+    what to say, with the checkpoints the run has; None for any other path."""
+    p = Path(p)
+    if p.parent.name != "checkpoints" or not p.parent.parent.is_dir():
+        return None
+    have = [f"{d.name}" + ("" if (d / MANIFEST).is_file() else " (incomplete)")
+            for _, d in sorted(step_dirs(p.parent))]
+    return (f"no such checkpoint; the run {p.parent.parent} has " +
+            (", ".join(have) if have else "no checkpoint (nothing under checkpoints/)"))
+
+
 def _looks_like_checkpoint(p: Path) -> bool:
     return (p / MANIFEST).exists() or (p / STATE_FILE).exists() or bool(_STEP_RE.match(p.name))
 
@@ -187,7 +199,7 @@ def resolve(path: str | os.PathLike, key: str) -> Path:
     one of a run directory (or of its `checkpoints/`), skipping damaged ones with a warning."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise ConfigError(f"{key}={str(path)!r}: no such checkpoint or run directory")
+        raise ConfigError(f"{key}={str(path)!r}: {missing_checkpoint(p) or 'no such checkpoint or run directory'}")
     if not p.is_dir():
         raise ConfigError(f"{key}={str(path)!r} is a file; give a checkpoint directory (.../checkpoints/step_N) "
                           f"or a run directory")

@@ -40,6 +40,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from magrpo.schema import ConfigError, SetupError
+from magrpo.writes import check_out_dir
 
 log = logging.getLogger("magrpo")
 
@@ -64,7 +65,9 @@ def load_source(source: str, device: str | None) -> Any:
     if is_team_dir(p) or (not p.exists() and source.count("/") == 1 and not source.startswith((".", "~"))):
         return Team.from_pretrained(source, device=device)
     if not p.exists():
-        raise ConfigError(f"{source}: no such run, checkpoint or exported team")
+        from magrpo.checkpoint import missing_checkpoint
+
+        raise ConfigError(f"{source}: {missing_checkpoint(p) or 'no such run, checkpoint or exported team'}")
     return Team.from_run(p, device=device, key=source)
 
 
@@ -258,6 +261,7 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
         raise ConfigError(f"--split {split!r} is not allowed; choose one of: eval, train")
     names = labels_of(sources, labels)
     out = Path(out).expanduser()
+    check_out_dir(out, sources)          # never into a run, a source's or any other
     if (out / "crossplay.csv").exists():
         raise ConfigError(f"--out {str(out)!r} already holds a cross-play result; give another directory")
     if pairing_mode not in ("one_swap", "all"):

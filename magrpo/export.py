@@ -29,8 +29,10 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, device
     """The team of `run` (newest complete checkpoint or `step`) written to `out`."""
     from magrpo.run_config import inheritable, run_dir_of
     from magrpo.team import Team, is_team_dir
+    from magrpo.writes import check_out_dir
 
     out = Path(out).expanduser()
+    check_out_dir(out, [run], key="OUT_DIR", team=True)     # never into a run (a checkpoint path counts as its run)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         # --force replaces an earlier export, never anything else (a run, a checkpoint, a home directory)
         if not is_team_dir(out):
@@ -39,9 +41,8 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, device
         if not force:
             raise ConfigError(f"OUT_DIR {str(out)!r} already holds an exported team; give a new directory, or "
                               f"--force to replace it")
-    src = Path(run).expanduser().resolve()
-    if out.resolve().is_relative_to(src) or src.is_relative_to(out.resolve()):
-        raise ConfigError(f"OUT_DIR {str(out)!r} is inside RUN_DIR {str(run)!r} (or holds it); write the team elsewhere")
+    if Path(run).expanduser().resolve().is_relative_to(out.resolve()):
+        raise ConfigError(f"OUT_DIR {str(out)!r} holds RUN_DIR {str(run)!r}; write the team elsewhere")
     team = Team.from_run(run, step=step, device=device, key="RUN_DIR")
     run_dir = run_dir_of(team.source["checkpoint"])
     overrides = inheritable("eval", run_dir) if run_dir is not None else None

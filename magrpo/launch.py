@@ -202,6 +202,33 @@ def exit_if_sweep_failed() -> None:
 # What a run leaves that a second run would mix into (Hydra's .hydra/ and log are rewritten by
 # every start, so they do not count as a run on their own).
 RUN_RECORDS = ("metrics.jsonl", "checkpoints", "eval.json")
+# What marks a directory as a run's, for the commands that must never write into one (magrpo.writes):
+# its records, its summary, or Hydra's record of its overrides. An exported team (team.json) counts too.
+RUN_MARKERS = (*RUN_RECORDS, "summary.json", ".hydra/overrides.yaml")
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether `path` is a training or evaluation run's directory (RUN_MARKERS; `checkpoints/`
+    only with a `step_N` in it, so a folder of someone's own named so is none) or an exported team."""
+    from magrpo.checkpoint import step_dirs
+    from magrpo.team import is_team_dir
+
+    p = Path(path)
+    if not p.is_dir():
+        return False
+    if is_team_dir(p) or ((p / "checkpoints").is_dir() and bool(step_dirs(p / "checkpoints"))):
+        return True
+    return any((p / name).exists() for name in RUN_MARKERS if name != "checkpoints")
+
+
+def run_dir_around(path: str | Path) -> Path | None:
+    """The run directory (or exported team) that `path` is or lies inside, resolved: the nearest of
+    it and its existing ancestors that is_run_dir; a checkpoint `RUN/checkpoints/step_N` gives RUN."""
+    p = Path(path).expanduser().resolve()
+    for d in (p, *p.parents):
+        if is_run_dir(d):
+            return d
+    return None
 
 
 def check_run_dir(run_dir: Path, resume: Any = None, key: str = "output_dir") -> None:

@@ -128,3 +128,14 @@ def run_cli(main, prog: str, args: list[str]) -> int:
     finally:
         sys.argv = argv
         Singleton.set_state(state)
+
+
+def tree_digest(root) -> dict[str, str]:
+    """Every file under `root` (hidden ones included) -> its sha256, every directory -> "<dir>": to
+    check that a refused or failed command changed nothing there, byte for byte."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(root)
+    return {p.relative_to(root).as_posix(): "<dir>" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))}

@@ -12,7 +12,7 @@ import pytest
 
 from magrpo.crossplay import Pairing, host_partner_matrix, labels_of, main, pairings
 from magrpo.schema import ConfigError
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, tree_digest
 
 
 def _train(out: Path, overrides: list[str]) -> Path:
@@ -154,3 +154,25 @@ def test_an_exported_team_plays_like_its_run(smoke_runs, tmp_path):
     assert main([str(smoke_runs["agree_a"]), str(team), "--out", str(b), "--num-items", "4", "--labels", "x,y"]) == 0
     ra, rb = (list(csv.DictReader(open(d / "crossplay.csv"))) for d in (a, b))
     assert [(r["mean"], r["std"]) for r in ra] == [(r["mean"], r["std"]) for r in rb]
+
+
+def _one_error_line(code: int, capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("[")]
+    assert code == 2 and len(err) == 1 and err[0].startswith("magrpo-crossplay: error: "), err
+    return err[0]
+
+
+def test_crossplay_never_writes_into_a_run(smoke_runs, tmp_path, capsys):
+    a, b, other = smoke_runs["agree_a"], smoke_runs["agree_b"], smoke_runs["cover"]
+    before = {d: tree_digest(d) for d in (a, b, other)}
+    for out, inside in [(a / "crossplay", a), (b / "checkpoints" / "step_2" / "cp", b), (other / "cp", other)]:
+        line = _one_error_line(main([str(a), str(b / "checkpoints" / "step_2"), "--out", str(out)]), capsys)
+        assert f"--out {str(out)!r} is inside the run directory {str(inside)!r}" in line
+    assert {d: tree_digest(d) for d in (a, b, other)} == before
+
+
+def test_crossplay_refuses_a_checkpoint_path_that_does_not_exist_listing_the_runs(smoke_runs, tmp_path, capsys):
+    a, b = smoke_runs["agree_a"], smoke_runs["agree_b"]
+    line = _one_error_line(main([str(a), str(b / "checkpoints" / "step_9"), "--out", str(tmp_path / "cp")]), capsys)
+    assert f"{b / 'checkpoints' / 'step_9'}: no such checkpoint; the run {b} has step_2" in line
+    assert not (tmp_path / "cp").exists()

@@ -21,6 +21,7 @@ import yaml
 
 from magrpo.metrics import codebleu
 from magrpo.table import aggregate, main, mean_std, tex_escape
+from tests.conftest import tree_digest
 
 # Two methods x three seeds. Final reward_mean: [0.5, 0.6, 0.7] -> 0.6 ± 0.1 (sample std);
 # [1, 2, 4] -> 7/3 ± sqrt(((4/3)^2 + (1/3)^2 + (5/3)^2) / 2) = sqrt(7/3).
@@ -513,3 +514,28 @@ def test_codebleu_column_reports_the_packages_floor(tmp_path, capsys):
     write_run(plain / "lr", seed=0, final={"reward_mean": 1.0}, initial={"reward_mean": 0.0})
     assert main([str(plain), "--no-plots"]) == 0
     assert "CodeBLEU" not in (plain / "table" / "table.md").read_text()
+
+
+def _one_error_line(code: int, capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "warning:" not in line]
+    assert code == 2 and len(err) == 1 and err[0].startswith("magrpo-table: error: "), err
+    return err[0]
+
+
+def test_the_table_is_never_written_into_a_run(sweep, tmp_path, capsys):
+    run = sweep / "0_algo.advantage=mean,seed=0"
+    other = write_run(tmp_path / "other", seed=7, final=final_eval(0.1, 1.0), initial={"reward_mean": 0.0})
+    before = {d: tree_digest(d) for d in (sweep, other)}
+    # inside a run it reads
+    line = _one_error_line(main([str(sweep), "--out", str(run / "table")]), capsys)
+    assert f"--out {str(run / 'table')!r} is inside the run directory {str(run)!r}" in line
+    # a single run as DIR: the default DIR/table would be inside it
+    line = _one_error_line(main([str(run)]), capsys)
+    assert f"{str(run / 'table')!r} (the default for one DIR: DIR/table; give --out) is inside the run" in line
+    # inside a run it does not read
+    line = _one_error_line(main([str(sweep), "--out", str(other / "t")]), capsys)
+    assert f"is inside the run directory {str(other)!r}" in line
+    assert {d: tree_digest(d) for d in (sweep, other)} == before
+    # the same run, tabled from outside
+    assert main([str(run), "--out", str(tmp_path / "t"), "--no-plots"]) == 0
+    assert md_rows(tmp_path / "t" / "table.md")["magrpo"][:2] == ["1", "0.500"]

@@ -17,7 +17,7 @@ import torch
 from magrpo import export
 from magrpo.evaluate import main as eval_main
 from magrpo.train import main as train_main
-from tests.conftest import compose_cfg, run_cli
+from tests.conftest import compose_cfg, run_cli, tree_digest
 
 TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2", "algo.max_prompt_length=64"]
 RUNS = {
@@ -346,6 +346,33 @@ def test_export_refuses_a_non_empty_out_dir_without_force(trained, tmp_path, cap
     # an empty directory is fine without --force
     (tmp_path / "empty").mkdir()
     assert _export([trained("separate"), tmp_path / "empty"], capsys)[0] == 0
+
+
+def test_export_never_writes_into_a_run_or_a_team(trained, exported, tmp_path, capsys):
+    run, other, team = trained("separate"), trained("ppo"), exported("separate")
+    before = {d: tree_digest(d) for d in (run, other, team)}
+    cases = [
+        ([run / "checkpoints" / "step_2", run / "team"], run),       # a checkpoint path counts as its run
+        ([run / "checkpoints" / "step_2", run / "checkpoints" / "team"], run),
+        ([run, run / "exports" / "team"], run),
+        ([run, other / "team"], other),                                # any run, not only the source
+        ([run, team / "nested"], team),                                # nor an exported team
+    ]
+    for argv, inside in cases:
+        code, _, err = _export([*argv, "--force"], capsys)
+        lines = _error_lines(err)
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("magrpo-export: error: OUT_DIR "), (argv, err)
+        assert f"inside the {'exported team' if inside == team else 'run directory'} {str(inside)!r}" in lines[0]
+    assert {d: tree_digest(d) for d in (run, other, team)} == before, "a refused export changed nothing"
+
+
+def test_export_refuses_a_checkpoint_path_that_does_not_exist_listing_the_runs(trained, tmp_path, capsys):
+    run = trained("separate")
+    code, _, err = _export([run / "checkpoints" / "step_9", tmp_path / "team"], capsys)
+    lines = _error_lines(err)
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "step_9" in lines[0] and f"no such checkpoint; the run {run} has step_2" in lines[0]
+    assert not (tmp_path / "team").exists()
 
 
 def test_export_refuses_a_team_as_its_run(exported, tmp_path, capsys):

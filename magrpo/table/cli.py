@@ -8,8 +8,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from magrpo.schema import ConfigError
 from magrpo.table import generic, paper, tuning
 from magrpo.table.runs import PROG, Run, TableError, collect
+from magrpo.writes import check_out_dir
 
 
 def _csv_list(text: str) -> list[str]:
@@ -73,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = tuning.read_records(args.tuning) if args.tuning is not None else []
         runs, skipped = collect(args.dirs, out, args.include_unfinished,
                                 exclude=[args.tuning] if args.tuning is not None else [])
+        # never into a run: one it reads, or any other (magrpo.writes)
+        check_out_dir(out, [r.path for r in runs] + [p for p, _ in skipped],
+                      note=" (the default for one DIR: DIR/table; give --out)" if args.out is None else "")
         metrics = check_names(runs, args.metrics, args.group_by)
         notes = []
         if args.include_unfinished and any(r.status != "finished" for r in runs):
@@ -94,6 +99,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             name = paper.row_name if args.layout == "paper" else str
             print(f"wrote {tuning.write(records, out, name)}")
         return rc
-    except TableError as e:
+    except (TableError, ConfigError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
