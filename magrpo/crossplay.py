@@ -21,7 +21,9 @@ with its std over the eval items. Writes into --out:
     crossplay.md    the matrix (2 agents) or the pairings table, and self-play, cross-play, gap
     crossplay.png   a heatmap: host team (row) x partner source (column); for 2 agents the matrix
     crossplay.json  every pairing's full metrics and the settings
-Every source's models are loaded once and stay in memory while the pairings run.
+--out is never inside a run or an exported team, and one that already holds any of these files is
+refused unless --force, which replaces those four and touches nothing else (magrpo.writes). Every
+source's models are loaded once and stay in memory while the pairings run.
 """
 
 from __future__ import annotations
@@ -40,11 +42,12 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from magrpo.schema import ConfigError, SetupError
-from magrpo.writes import check_out_dir
+from magrpo.writes import check_out_dir, check_overwrite, publish
 
 log = logging.getLogger("magrpo")
 
 # Keys every source must agree on: the game and its scoring, the team's size and how it plays.
+OUTPUTS = ("crossplay.csv", "crossplay.md", "crossplay.png", "crossplay.json")     # what --out receives
 MUST_MATCH = ("task", "reward", "algo.topology", "algo.num_turns", "feedback")
 
 
@@ -178,7 +181,7 @@ def host_partner_matrix(results: list[tuple[Pairing, dict]], num_sources: int, n
 
 
 def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dict]], summary: dict,
-                  settings: dict) -> None:
+                  settings: dict) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     n = len(results[0][0].slots)
     metric = results[0][1]["metric"]
@@ -219,6 +222,7 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
         "pairings": [{"slots": [labels[s] for s in p.slots], "self_play": p.self_play, **r} for p, r in results]},
         indent=2, default=str) + "\n")
     _heatmap(out / "crossplay.png", matrix, labels, metric, n, summary)
+    return [out / name for name in OUTPUTS]
 
 
 def _heatmap(path: Path, matrix: list[list[float]], labels: list[str], metric: str, n: int, summary: dict) -> None:
@@ -250,7 +254,7 @@ def _heatmap(path: Path, matrix: list[list[float]], labels: list[str], metric: s
 
 def crossplay(sources: list[str], out: str | Path, labels: str | None = None, num_items: int | None = None,
               num_samples: int = 1, seed: int = 0, split: str = "eval", batch_size: int = 64, greedy: bool = False,
-              pairing_mode: str = "one_swap", device: str | None = None) -> dict[str, Any]:
+              pairing_mode: str = "one_swap", device: str | None = None, force: bool = False) -> dict[str, Any]:
     """Everything `magrpo-crossplay` does (module docstring); returns crossplay.json's content."""
     args = argparse.Namespace(num_samples=num_samples, seed=seed, batch_size=batch_size, greedy=greedy)
     if len(sources) < 2:
@@ -262,8 +266,7 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     names = labels_of(sources, labels)
     out = Path(out).expanduser()
     check_out_dir(out, sources)          # never into a run, a source's or any other
-    if (out / "crossplay.csv").exists():
-        raise ConfigError(f"--out {str(out)!r} already holds a cross-play result; give another directory")
+    check_overwrite(out, OUTPUTS, force)  # nor over a file, unless --force
     if pairing_mode not in ("one_swap", "all"):
         raise ConfigError(f"--pairings {pairing_mode!r} is not allowed; choose one of: one_swap, all")
     teams = [load_source(s, device) for s in sources]
@@ -288,7 +291,7 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     settings = {"task": teams[0].task.name, "sources": [str(s) for s in sources], "num_agents": n,
                 "num_items": len(items), "num_samples": num_samples, "seed": seed, "split": split,
                 "greedy": greedy, "pairings_mode": pairing_mode, "wall_seconds": time.time() - started}
-    write_outputs(out, names, results, summary, settings)
+    publish(out, lambda stage: write_outputs(stage, names, results, summary, settings), force)
     return json.loads((out / "crossplay.json").read_text())
 
 
@@ -298,7 +301,10 @@ def build_parser() -> argparse.ArgumentParser:
         "split: the self-play vs cross-play matrix of a task (is the learned cooperation a private convention?)."))
     p.add_argument("sources", nargs="+", metavar="RUN_OR_TEAM",
                    help="training run directories, checkpoints, or exported teams (directories or hub ids)")
-    p.add_argument("--out", required=True, help="directory for crossplay.{md,csv,png,json}")
+    p.add_argument("--out", required=True, help="directory for crossplay.{md,csv,png,json}; never inside a run "
+                   "or exported team")
+    p.add_argument("--force", action="store_true", help="replace crossplay.{md,csv,png,json} where --out already "
+                   "holds them (nothing else there is touched)")
     p.add_argument("--labels", default=None, help="comma-separated names of the sources (default: directory names)")
     p.add_argument("--num-items", type=int, default=None, help="eval items (default: the whole split)")
     p.add_argument("--num-samples", type=int, default=1, help="samples per item (default 1, as magrpo-eval)")
@@ -319,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
                         num_samples=args.num_samples, seed=args.seed, split=args.split, batch_size=args.batch_size,
-                        greedy=args.greedy, pairing_mode=args.pairings, device=args.device)
+                        greedy=args.greedy, pairing_mode=args.pairings, device=args.device, force=args.force)
     except ConfigError as e:
         print(f"magrpo-crossplay: error: {e}", file=sys.stderr)
         return 2

@@ -166,7 +166,8 @@ def test_crossplay_never_writes_into_a_run(smoke_runs, tmp_path, capsys):
     a, b, other = smoke_runs["agree_a"], smoke_runs["agree_b"], smoke_runs["cover"]
     before = {d: tree_digest(d) for d in (a, b, other)}
     for out, inside in [(a / "crossplay", a), (b / "checkpoints" / "step_2" / "cp", b), (other / "cp", other)]:
-        line = _one_error_line(main([str(a), str(b / "checkpoints" / "step_2"), "--out", str(out)]), capsys)
+        line = _one_error_line(main([str(a), str(b / "checkpoints" / "step_2"), "--out", str(out), "--force"]),
+                               capsys)
         assert f"--out {str(out)!r} is inside the run directory {str(inside)!r}" in line
     assert {d: tree_digest(d) for d in (a, b, other)} == before
 
@@ -176,3 +177,23 @@ def test_crossplay_refuses_a_checkpoint_path_that_does_not_exist_listing_the_run
     line = _one_error_line(main([str(a), str(b / "checkpoints" / "step_9"), "--out", str(tmp_path / "cp")]), capsys)
     assert f"{b / 'checkpoints' / 'step_9'}: no such checkpoint; the run {b} has step_2" in line
     assert not (tmp_path / "cp").exists()
+
+
+def test_an_out_holding_a_file_crossplay_writes_is_refused_unless_force(smoke_runs, tmp_path, capsys):
+    a, b = str(smoke_runs["agree_a"]), str(smoke_runs["agree_b"])
+    out = tmp_path / "cp"
+    out.mkdir()
+    (out / "crossplay.md").write_text("my own notes on cross-play\n")
+    (out / "mine.txt").write_text("keep me\n")
+    before = tree_digest(out)
+    line = _one_error_line(main([a, b, "--out", str(out), "--num-items", "2"]), capsys)
+    assert "already holds crossplay.md" in line and "--force" in line
+    assert tree_digest(out) == before
+    assert main([a, b, "--out", str(out), "--num-items", "2", "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["crossplay.csv", "crossplay.json", "crossplay.md",
+                                                     "crossplay.png", "mine.txt"]
+    assert (out / "mine.txt").read_text() == "keep me\n"
+    assert "Cross-play" in (out / "crossplay.md").read_text()
+    from magrpo.crossplay import build_parser
+
+    assert "--force" in build_parser().format_help()

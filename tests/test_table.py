@@ -539,3 +539,62 @@ def test_the_table_is_never_written_into_a_run(sweep, tmp_path, capsys):
     # the same run, tabled from outside
     assert main([str(run), "--out", str(tmp_path / "t"), "--no-plots"]) == 0
     assert md_rows(tmp_path / "t" / "table.md")["magrpo"][:2] == ["1", "0.500"]
+
+
+def test_an_out_holding_a_file_the_table_writes_is_refused_unless_force(sweep, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("my notes\n")
+    (out / "table.md").write_text("my own table\n")
+    before = tree_digest(out)
+    line = _one_error_line(main([str(sweep), "--out", str(out)]), capsys)
+    assert "already holds table.md" in line and "--force" in line
+    assert tree_digest(out) == before
+    # a file only known once the curves are drawn: refused as well, after writing aside, nothing changed
+    (out / "table.md").unlink()
+    (out / "length_ratio_eval_reward_mean.png").write_bytes(b"my plot")
+    before = tree_digest(out)
+    line = _one_error_line(main([str(sweep), "--out", str(out)]), capsys)
+    assert "already holds length_ratio_eval_reward_mean.png" in line
+    assert tree_digest(out) == before
+    # a directory where a file goes: refused even with --force
+    (out / "table.csv").mkdir()
+    before = tree_digest(out)
+    line = _one_error_line(main([str(sweep), "--out", str(out), "--force"]), capsys)
+    assert "holds a directory 'table.csv'" in line and tree_digest(out) == before
+    (out / "table.csv").rmdir()
+    # --force replaces the files the table writes, and nothing else
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--force"]) == 0
+    stdout = capsys.readouterr().out
+    assert (out / "notes.md").read_text() == "my notes\n"
+    assert (out / "length_ratio_eval_reward_mean.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert md_rows(out / "table.md")["magrpo advantage=mean"][:2] == ["3", "0.600 ± 0.100"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "nothing written aside is left"
+    from magrpo.table import build_parser
+
+    assert "--force" in build_parser().format_help()
+    wrote = [line.removeprefix("wrote ") for line in stdout.splitlines() if line.startswith("wrote ")]
+    assert wrote[:3] == [str(out / "table.md"), str(out / "table.csv"), str(out / "table.tex")]
+    assert set(wrote) == {str(p) for p in out.iterdir() if p.name != "notes.md"}
+
+
+
+def test_a_table_that_fails_while_writing_leaves_out_as_it_was(sweep, tmp_path, monkeypatch):
+    import magrpo.table.generic as generic
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the curves failed")
+
+    monkeypatch.setattr(generic, "plot_curves", broken)      # after table.md/.csv/.tex are written aside
+    fresh = tmp_path / "a" / "b"
+    with pytest.raises(RuntimeError, match="the curves failed"):
+        main([str(sweep), "--out", str(fresh)])
+    assert not (tmp_path / "a").exists(), "the directories made for OUT go too"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    before = tree_digest(out)
+    with pytest.raises(RuntimeError):
+        main([str(sweep), "--out", str(out)])
+    assert tree_digest(out) == before, "no table file, nothing written aside left"
