@@ -60,18 +60,60 @@ class Pairing:
         return len(set(self.slots)) == 1
 
 
-def load_source(source: str, device: str | None) -> Any:
-    """A run directory, a checkpoint or an exported team (a directory or a hub repo id) as a Team."""
-    from magrpo.team import Team, is_team_dir
+def resolve_source(source: str) -> tuple[str, Path]:
+    """("team", the exported team's directory) or ("run", the verified checkpoint a run or checkpoint
+    path names), resolved (symlinks followed), so that one team reached by two paths is one path."""
+    from magrpo.team import checkpoint_of, is_team_dir, local_team, read_team
 
     p = Path(source).expanduser()
     if is_team_dir(p) or (not p.exists() and source.count("/") == 1 and not source.startswith((".", "~"))):
-        return Team.from_pretrained(source, device=device)
+        root = local_team(source)
+        read_team(root)                 # whole, before anything is loaded
+        return "team", root.resolve()
     if not p.exists():
         from magrpo.checkpoint import missing_checkpoint
 
         raise ConfigError(f"{source}: {missing_checkpoint(p) or 'no such run, checkpoint or exported team'}")
-    return Team.from_run(p, device=device, key=source)
+    return "run", checkpoint_of(p, None, source).resolve()
+
+
+def policy_weights(kind: str, path: Path) -> dict[str, tuple[str, ...]]:
+    """Per policy directory (agent_<k>, policy), the sha256 of its weight files, from the manifest:
+    equal for two sources that hold the same trained weights (a run and its export, a copy)."""
+    from magrpo.checkpoint import read_manifest
+
+    out: dict[str, list[str]] = {}
+    for name, meta in read_manifest(path, "team" if kind == "team" else "checkpoint")["files"].items():
+        top, _, rest = name.partition("/")
+        if rest and (top.startswith("agent_") or top == "policy") and name.endswith((".safetensors", ".bin")):
+            out.setdefault(top, []).append(str(meta.get("sha256")))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def check_distinct(sources: list[str], resolved: list[tuple[str, Path]]) -> None:
+    """Refuse a source paired with itself, whatever the labels: the same checkpoint or team (by its
+    resolved path: a run and its checkpoint, a symlink), or the same weights (their sha256)."""
+    weights = [policy_weights(kind, path) for kind, path in resolved]
+    for i, j in itertools.combinations(range(len(sources)), 2):
+        both = f"{sources[i]!r} and {sources[j]!r}"
+        if resolved[i][1] == resolved[j][1]:
+            raise ConfigError(f"the sources {both} are one {'team' if resolved[i][0] == 'team' else 'checkpoint'} "
+                              f"({resolved[i][1]}); a team paired with itself is self-play, not cross-play: give "
+                              f"each source once")
+        if weights[i] and weights[i] == weights[j]:
+            raise ConfigError(f"the sources {both} hold the same weights (every weight file's sha256 in their "
+                              f"manifests agrees: one team, e.g. a run and its export); a team paired with itself "
+                              f"is self-play, not cross-play: give each source once")
+
+
+def load_source(source: str, device: str | None, resolved: tuple[str, Path] | None = None) -> Any:
+    """A run directory, a checkpoint or an exported team (a directory or a hub repo id) as a Team."""
+    from magrpo.team import Team
+
+    kind, path = resolved or resolve_source(source)
+    if kind == "team":
+        return Team.from_pretrained(path, device=device)
+    return Team.from_run(path, device=device, key=source)
 
 
 def check_compatible(teams: list[Any], labels: list[str]) -> None:
@@ -263,13 +305,15 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
         raise ConfigError("--num-samples, --batch-size and --num-items must be at least 1")
     if split not in ("eval", "train"):
         raise ConfigError(f"--split {split!r} is not allowed; choose one of: eval, train")
-    names = labels_of(sources, labels)
     out = Path(out).expanduser()
     check_out_dir(out, sources)          # never into a run, a source's or any other
     check_overwrite(out, OUTPUTS, force)  # nor over a file, unless --force
     if pairing_mode not in ("one_swap", "all"):
         raise ConfigError(f"--pairings {pairing_mode!r} is not allowed; choose one of: one_swap, all")
-    teams = [load_source(s, device) for s in sources]
+    resolved = [resolve_source(s) for s in sources]
+    check_distinct(sources, resolved)    # before the labels: `R R` repeats a source, not only a label
+    names = labels_of(sources, labels)
+    teams = [load_source(s, device, r) for s, r in zip(sources, resolved)]
     check_compatible(teams, names)
     n = teams[0].num_agents
     plan = pairings(len(teams), n, pairing_mode)

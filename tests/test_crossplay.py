@@ -197,3 +197,27 @@ def test_an_out_holding_a_file_crossplay_writes_is_refused_unless_force(smoke_ru
     from magrpo.crossplay import build_parser
 
     assert "--force" in build_parser().format_help()
+
+
+def test_a_source_paired_with_itself_is_refused_whatever_the_paths_and_labels(smoke_runs, tmp_path, capsys):
+    from magrpo.export import export_run
+
+    a, b = smoke_runs["agree_a"], smoke_runs["agree_b"]
+    link = tmp_path / "link"
+    link.symlink_to(a, target_is_directory=True)
+    team = export_run(a, tmp_path / "team_a")          # the same weights, written elsewhere
+    before = tree_digest(a)
+    capsys.readouterr()
+    same_path = [(a, a), (a, a / "checkpoints" / "step_2"), (link, a / "checkpoints" / "step_2"),
+                 (a / "checkpoints" / ".." / "checkpoints" / "step_2", link / "checkpoints" / "step_2")]
+    for x, y in same_path:
+        line = _one_error_line(main([str(x), str(y), "--labels", "p,q", "--out", str(tmp_path / "cp")]), capsys)
+        ckpt = (a / "checkpoints" / "step_2").resolve()
+        assert f"the sources {str(x)!r} and {str(y)!r} are one checkpoint ({ckpt})" in line
+    line = _one_error_line(main([str(b), str(a), str(team), "--labels", "p,q,r", "--out", str(tmp_path / "cp")]),
+                           capsys)
+    assert f"the sources {str(a)!r} and {str(team)!r} hold the same weights" in line
+    # without labels, a repeated source is named as such (not as a repeated label)
+    line = _one_error_line(main([str(a), str(a), "--out", str(tmp_path / "cp")]), capsys)
+    assert "are one checkpoint" in line
+    assert not (tmp_path / "cp").exists() and tree_digest(a) == before
