@@ -83,9 +83,13 @@ def _fsync(path: Path) -> None:
 def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config: dict | None) -> Path:
     """Write a checkpoint to `dest` atomically: `fill(tmp_dir)` writes the payload, then the config
     (unless None: an exported team keeps its own in team.json) and the manifest are added and the
-    directory is renamed to `dest` (replacing an older one)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    directory is renamed to `dest` (replacing an older one). A failure removes the temporary
+    directory; one for a full disk is raised as magrpo.writes.DiskFullError (one line)."""
+    from magrpo.writes import disk_full_error, disk_full_is_one_line
+
+    with disk_full_is_one_line(dest.parent, dest.name):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
     try:
         fill(tmp)
         if config is not None:
@@ -105,8 +109,11 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
         _fsync(dest.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
+        full = disk_full_error(e, dest.parent, dest.name) if isinstance(e, Exception) else None
         shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None:
+            raise full from e
         raise
     return dest
 

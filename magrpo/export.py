@@ -8,6 +8,10 @@ The directory's layout is in magrpo/team.py. It is written atomically (into a hi
 directory next to OUT_DIR, renamed into place once its manifest is on disk), so an interrupted
 export leaves no half team behind, and it holds everything loading needs: `Team.from_pretrained`
 and `magrpo-eval team=` read it offline.
+
+OUT_DIR is never inside a run directory or an exported team (a checkpoint path counts as its run;
+magrpo.writes). A full disk stops the export with one line naming the directory and the space
+free there (exit 1), and nothing is left at OUT_DIR.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from magrpo.schema import ConfigError
+from magrpo.schema import ConfigError, SetupError
 
 log = logging.getLogger("magrpo")
 
@@ -105,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"magrpo-export: error: {e}", file=sys.stderr)
         return 2
+    except SetupError as e:         # a full disk (magrpo.writes.DiskFullError): nothing was left at OUT_DIR
+        print(f"magrpo-export: setup error: {e}", file=sys.stderr)
+        return 1
     if args.push_to_hub:
         try:
             url = push_to_hub(out, args.push_to_hub, private=args.private)

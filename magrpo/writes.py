@@ -10,17 +10,25 @@ An output directory that already holds a file the command writes is refused unle
 there is touched. `publish` writes the files into a hidden temporary directory inside the output
 directory and moves them into place only once all are written, so a failed command leaves no
 half set (and a refusal nothing at all).
+
+A write that fails because the disk is full (ENOSPC or EDQUOT anywhere in the exception's chain,
+or the way safetensors and torch.save word it) becomes `DiskFullError`: one line naming the
+directory and the space free there (a SetupError: exit 1), raised once the partial files are
+gone. magrpo.checkpoint.write_checkpoint (checkpoints, exported teams) and `publish` use it.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from magrpo.schema import ConfigError
+from magrpo.schema import ConfigError, SetupError
 
 
 def check_out_dir(out: str | Path, sources: Iterable[str | Path] = (), key: str = "--out", note: str = "",
@@ -89,6 +97,83 @@ def _remove_empty(dirs: list[Path]) -> None:
             pass
 
 
+# -- a full disk -----------------------------------------------------------------------------------
+
+FULL_ERRNOS = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+# The errno as the wrappers word it: Rust's io::Error through safetensors' SafetensorError
+# ("I/O error: No space left on device (os error 28)", older "IoError(Os { code: 28, kind:
+# StorageFull, ... })"), or any message carrying the C library's text.
+_FULL_TEXT = [(re.compile(r"no space left on device|os error 28\b|code: 28\b|StorageFull", re.I), errno.ENOSPC),
+              (re.compile(r"disk quota exceeded|os error 122\b|code: 122\b|QuotaExceeded", re.I), errno.EDQUOT)]
+# torch.save's zip writer reports a short write without its cause ("[enforce fail at
+# inline_container.cc:672] . unexpected pos 576 vs 534", "PytorchStreamWriter failed writing file
+# data/0: file write failed"): on a local disk, that is a full one.
+_TORCH_SHORT_WRITE = re.compile(r"PytorchStreamWriter failed writing file[^\n]{0,160}|unexpected pos \d+ vs \d+")
+
+
+class DiskFullError(SetupError):
+    """A write that failed for a full disk; the message names the directory and the space free."""
+
+
+def disk_full(exc: BaseException) -> str | None:
+    """What says the disk is full in `exc` or the exceptions chained to it ("no space left on
+    device", "disk quota exceeded", or torch's short write as torch words it); None otherwise."""
+    seen: set[int] = set()
+    stack: list[BaseException | None] = [exc]
+    torch_short = None
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in FULL_ERRNOS:
+            return FULL_ERRNOS[e.errno]
+        text = str(e)
+        for pattern, code in _FULL_TEXT:
+            if pattern.search(text):
+                return FULL_ERRNOS[code]
+        if torch_short is None and (m := _TORCH_SHORT_WRITE.search(text)):
+            torch_short = f"torch.save: {m.group(0)}"
+        stack += [e.__cause__, e.__context__]
+    return torch_short
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+def disk_full_error(exc: BaseException, where: str | Path, what: str | Path) -> DiskFullError | None:
+    """The one-line DiskFullError for `exc` (disk_full), raised while writing `what` in the
+    directory `where`; None when `exc` is something else."""
+    why = disk_full(exc)
+    if why is None:
+        return None
+    where = Path(where)
+    here = next((d for d in (where, *where.parents) if d.exists()), where)
+    try:
+        free = f"{_size(shutil.disk_usage(here).free)} free there"
+    except OSError:
+        free = "free space unknown"
+    return DiskFullError(f"the disk is full at {where}: writing {what} failed ({why}; {free}); free some space "
+                         f"or write elsewhere")
+
+
+@contextmanager
+def disk_full_is_one_line(where: str | Path, what: str | Path) -> Iterator[None]:
+    """Turn a disk-full failure of the block (writing `what` into `where`) into DiskFullError."""
+    try:
+        yield
+    except Exception as e:
+        full = disk_full_error(e, where, what)
+        if full is None:
+            raise
+        raise full from e
+
+
 def publish(out: str | Path, fill: Callable[[Path], object], force: bool, key: str = "--out") -> list[Path]:
     """`fill(stage)` writes the command's files into a hidden temporary directory inside `out`; they
     are then checked against what `out` holds (check_overwrite) and moved into place. Returns
@@ -96,7 +181,12 @@ def publish(out: str | Path, fill: Callable[[Path], object], force: bool, key: s
     Whatever fails, the temporary directory goes, and so do the directories made for `out`."""
     out = Path(out).expanduser()
     created = _make_dirs(out, key)
-    stage = Path(tempfile.mkdtemp(prefix=".magrpo-out.", suffix=".tmp", dir=out))
+    try:
+        with disk_full_is_one_line(out, "a temporary directory"):
+            stage = Path(tempfile.mkdtemp(prefix=".magrpo-out.", suffix=".tmp", dir=out))
+    except BaseException:
+        _remove_empty(created)
+        raise
     try:
         listed = fill(stage)
         names = sorted(p.relative_to(stage).as_posix() for p in stage.rglob("*") if p.is_file())
@@ -107,9 +197,12 @@ def publish(out: str | Path, fill: Callable[[Path], object], force: bool, key: s
         for n in names:
             (out / n).parent.mkdir(parents=True, exist_ok=True)
             os.replace(stage / n, out / n)
-    except BaseException:
+    except BaseException as e:
+        full = disk_full_error(e, out, "the output files") if isinstance(e, Exception) else None
         shutil.rmtree(stage, ignore_errors=True)
         _remove_empty(created)
+        if full is not None:
+            raise full from e
         raise
     shutil.rmtree(stage, ignore_errors=True)
     return [out / n for n in names]

@@ -598,3 +598,26 @@ def test_a_table_that_fails_while_writing_leaves_out_as_it_was(sweep, tmp_path, 
     with pytest.raises(RuntimeError):
         main([str(sweep), "--out", str(out)])
     assert tree_digest(out) == before, "no table file, nothing written aside left"
+
+
+def test_a_full_disk_while_writing_the_table_is_one_line_and_leaves_out_as_it_was(sweep, tmp_path, monkeypatch,
+                                                                                   capsys):
+    import errno
+    import os
+
+    import magrpo.table.generic as generic
+
+    def full(tables, out, smooth_window):
+        (out / "length_ratio_eval_reward_mean.png").write_bytes(b"\x89PNG")     # cut short
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "length_ratio_eval_reward_mean.png"))
+
+    monkeypatch.setattr(generic, "plot_curves", full)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    before = tree_digest(out)
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out)]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"magrpo-table: setup error: the disk is full at {out}: "), err
+    assert tree_digest(out) == before

@@ -17,7 +17,7 @@ import torch
 from magrpo import export
 from magrpo.evaluate import main as eval_main
 from magrpo.train import main as train_main
-from tests.conftest import compose_cfg, run_cli, tree_digest
+from tests.conftest import compose_cfg, run_cli, small_tmpfs, tree_digest
 
 TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2", "algo.max_prompt_length=64"]
 RUNS = {
@@ -445,6 +445,56 @@ def test_a_failed_export_leaves_nothing_at_out_dir(trained, tmp_path, monkeypatc
         export.export_run(trained("lora"), out)     # the weights and the base were written by then
     assert not out.exists()
     assert list((tmp_path / "exports").iterdir()) == [], "the temporary directory is removed too"
+
+
+def _full_disk_line(err: str, where: Path, what: str) -> str:
+    lines = _error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"magrpo-export: setup error: the disk is full at {where}: writing {what} failed ("), err
+    assert "free there" in lines[0] and "write elsewhere" in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("form", ["safetensors", "oserror"])
+def test_a_full_disk_stops_an_export_in_one_line_and_leaves_nothing(form, trained, tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    def full(state_dict, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 64)       # what a write cut short leaves
+        if form == "safetensors":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+
+    run = trained("separate")                  # trained first: its checkpoints are written as usual
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)     # save_pretrained's writer
+    before = tree_digest(run)
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    (exports / "mine.txt").write_text("keep me")
+    code, out, err = _export([run, exports / "team"], capsys)
+    assert code == 1 and out == ""
+    assert "(no space left on device; " in _full_disk_line(err, exports, "team")
+    assert sorted(p.name for p in exports.iterdir()) == ["mine.txt"], "no team, no temporary directory"
+    assert tree_digest(run) == before
+
+
+def test_a_really_full_disk_stops_an_export_in_one_line_and_leaves_nothing(trained, tmp_path, capsys):
+    """On a 256 KiB tmpfs (the tiny team needs about 1 MiB): the libraries' own errors, end to end."""
+    run = trained("separate")
+    with small_tmpfs(tmp_path / "small", "256k") as disk:
+        code, _, err = _export([run, disk / "team"], capsys)
+        assert code == 1
+        assert "(no space left on device; " in _full_disk_line(err, disk, "team")
+        assert list(disk.iterdir()) == []
+        from magrpo.schema import ConfigError
+        from magrpo.team import Team
+
+        with pytest.raises(ConfigError, match="no such directory"):
+            Team.from_pretrained(disk / "team")
 
 
 # -- 7. the hub ---------------------------------------------------------------------------------------

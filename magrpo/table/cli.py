@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from magrpo.schema import ConfigError
+from magrpo.schema import ConfigError, SetupError
 from magrpo.table import generic, paper, tuning
 from magrpo.table.runs import PROG, Run, TableError, collect
 from magrpo.writes import check_out_dir, check_overwrite, publish
@@ -116,3 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TableError, ConfigError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except SetupError as e:         # a full disk (magrpo.writes.DiskFullError): OUT is as it was
+        print(f"{PROG}: setup error: {e}", file=sys.stderr)
+        return 1
