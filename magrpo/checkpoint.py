@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -85,11 +84,15 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
     (unless None: an exported team keeps its own in team.json) and the manifest are added and the
     directory is renamed to `dest` (replacing an older one). A failure removes the temporary
     directory; one for a full disk is raised as magrpo.writes.DiskFullError (one line)."""
-    from magrpo.writes import disk_full_error, disk_full_is_one_line
+    from magrpo.writes import disk_full_error, disk_full_is_one_line, remove_stale_temps, temp_dir
 
     with disk_full_is_one_line(dest.parent, dest.name):
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+        # what a killed save or export left (a SIGKILL cleans nothing): of this destination, or of any
+        # step of a run's checkpoints/ (the next save is of another step)
+        of_steps = _STEP_RE.match(dest.name) is not None
+        remove_stale_temps(dest.parent, (lambda n: bool(_STEP_RE.match(n))) if of_steps else (lambda n: n == dest.name))
+        tmp = temp_dir(dest.parent, dest.name)
     try:
         fill(tmp)
         if config is not None:
@@ -210,6 +213,11 @@ def resolve(path: str | os.PathLike, key: str) -> Path:
     if not p.is_dir():
         raise ConfigError(f"{key}={str(path)!r} is a file; give a checkpoint directory (.../checkpoints/step_N) "
                           f"or a run directory")
+    from magrpo.writes import is_temp_name
+
+    if is_temp_name(p.resolve().name):
+        raise ConfigError(f"{key}={str(path)!r} is the temporary directory of a save that did not finish; it is no "
+                          f"checkpoint: give the run directory or one of its checkpoints/step_N")
     if (p / "team.json").is_file():      # magrpo.team.TEAM_FILE: it has a manifest too, but no trainer state
         raise ConfigError(f"{key}={str(path)!r} is an exported team (team.json), not a training run or checkpoint; "
                           f"evaluate it with magrpo-eval team=..., load it with Team.from_pretrained")

@@ -422,7 +422,11 @@ def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
 def read_team(root: Path) -> dict[str, Any]:
     """team.json of an exported team, checked (and the files against the manifest)."""
     from magrpo import checkpoint
+    from magrpo.writes import is_temp_name
 
+    if is_temp_name(Path(root).resolve().name):
+        raise ConfigError(f"{root}: the temporary directory of an export that did not finish; it is no team: "
+                          f"export again with magrpo-export RUN_DIR OUT_DIR")
     f = root / TEAM_FILE
     if not f.is_file():
         raise ConfigError(f"{root}: not an exported team (no {TEAM_FILE}); write one with magrpo-export RUN_DIR OUT_DIR")

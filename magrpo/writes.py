@@ -11,6 +11,12 @@ there is touched. `publish` writes the files into a hidden temporary directory i
 directory and moves them into place only once all are written, so a failed command leaves no
 half set (and a refusal nothing at all).
 
+Every such write goes through a hidden temporary directory `.NAME.<pid>-<host>.XXXX.tmp` next to
+its destination (`temp_dir`): it has no manifest and a hidden name, so nothing loads it as a team or
+checkpoint (checkpoint.step_dirs skips it, an explicit path to one is refused). An in-process
+failure removes it; a SIGKILL cannot, so the next write to the same destination removes those
+whose process is gone (`remove_stale_temps`; only this host's, whose pids it can see).
+
 A write that fails because the disk is full (ENOSPC or EDQUOT anywhere in the exception's chain,
 or the way safetensors and torch.save word it) becomes `DiskFullError`: one line naming the
 directory and the space free there (a SetupError: exit 1), raised once the partial files are
@@ -20,15 +26,20 @@ gone. magrpo.checkpoint.write_checkpoint (checkpoints, exported teams) and `publ
 from __future__ import annotations
 
 import errno
+import hashlib
+import logging
 import os
 import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from magrpo.schema import ConfigError, SetupError
+
+log = logging.getLogger("magrpo")
 
 
 def check_out_dir(out: str | Path, sources: Iterable[str | Path] = (), key: str = "--out", note: str = "",
@@ -95,6 +106,45 @@ def _remove_empty(dirs: list[Path]) -> None:
             d.rmdir()
         except OSError:
             pass
+
+
+# -- temporary directories ---------------------------------------------------------------------------
+
+HOST = hashlib.sha1(socket.gethostname().encode()).hexdigest()[:8]      # a pid means something on its host only
+_TEMP_RE = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)-(?P<host>[0-9a-f]{8})\.[a-z0-9_]+\.tmp$")
+
+
+def is_temp_name(name: str) -> bool:
+    """A hidden `.….tmp` name: a temporary directory of a write (this magrpo's or an older one's)."""
+    return name.startswith(".") and name.endswith(".tmp")
+
+
+def temp_dir(parent: Path, name: str) -> Path:
+    """A new hidden temporary directory in `parent` for writing `name`, named after its writer
+    (`.NAME.<pid>-<host>.XXXX.tmp`) so that a later write can tell whether that process is gone."""
+    return Path(tempfile.mkdtemp(prefix=f".{name}.{os.getpid()}-{HOST}.", suffix=".tmp", dir=parent))
+
+
+def remove_stale_temps(parent: Path, wanted: Callable[[str], bool]) -> list[Path]:
+    """Remove the temporary directories in `parent` of the destinations `wanted` accepts whose
+    writer was on this host and is gone (killed: nothing could clean up). A live writer's, another
+    host's, and one caught between the two renames of a replacement (`.NAME.old-<pid>` beside it:
+    left for a person) stay. Returns the removed ones."""
+    from magrpo.tracking import pid_alive
+
+    removed = []
+    for d in sorted(parent.iterdir()) if parent.is_dir() else []:
+        m = _TEMP_RE.match(d.name)
+        if m is None or not wanted(m["name"]) or m["host"] != HOST or d.is_symlink() or not d.is_dir():
+            continue
+        pid = int(m["pid"])
+        if pid == os.getpid() or pid_alive(pid) or (parent / f".{m['name']}.old-{pid}").exists():
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        if not d.exists():
+            log.info("removed %s, left by a write whose process (pid %d) is gone", d, pid)
+            removed.append(d)
+    return removed
 
 
 # -- a full disk -----------------------------------------------------------------------------------
@@ -174,6 +224,9 @@ def disk_full_is_one_line(where: str | Path, what: str | Path) -> Iterator[None]
         raise full from e
 
 
+STAGE = "magrpo-out"     # publish's temporary directory inside OUT: .magrpo-out.<pid>-<host>.XXXX.tmp
+
+
 def publish(out: str | Path, fill: Callable[[Path], object], force: bool, key: str = "--out") -> list[Path]:
     """`fill(stage)` writes the command's files into a hidden temporary directory inside `out`; they
     are then checked against what `out` holds (check_overwrite) and moved into place. Returns
@@ -182,8 +235,9 @@ def publish(out: str | Path, fill: Callable[[Path], object], force: bool, key: s
     out = Path(out).expanduser()
     created = _make_dirs(out, key)
     try:
+        remove_stale_temps(out, lambda name: name == STAGE)
         with disk_full_is_one_line(out, "a temporary directory"):
-            stage = Path(tempfile.mkdtemp(prefix=".magrpo-out.", suffix=".tmp", dir=out))
+            stage = temp_dir(out, STAGE)
     except BaseException:
         _remove_empty(created)
         raise

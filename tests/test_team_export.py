@@ -497,6 +497,34 @@ def test_a_really_full_disk_stops_an_export_in_one_line_and_leaves_nothing(train
             Team.from_pretrained(disk / "team")
 
 
+def test_a_killed_export_leaves_no_team_and_the_next_export_removes_its_temporary_directory(trained, tmp_path,
+                                                                                            capsys):
+    import signal
+    import subprocess
+    import sys
+
+    from magrpo.schema import ConfigError
+    from magrpo.team import Team, read_team
+
+    run, out = trained("separate"), tmp_path / "exports" / "team"
+    # SIGKILLed mid-export (the weights written, the model card next): nothing in-process can clean up
+    script = ("import os, signal, sys\nimport magrpo.team\n"
+              "magrpo.team.model_card = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"from magrpo import export\nsys.exit(export.main([{str(run)!r}, {str(out)!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    (left,) = (tmp_path / "exports").iterdir()
+    assert left.name.startswith(".team.") and left.name.endswith(".tmp") and not out.exists()
+    assert (left / "agent_1" / "model.safetensors").is_file() and not (left / "manifest.json").exists()
+    with pytest.raises(ConfigError, match="temporary directory of an export that did not finish"):
+        Team.from_pretrained(left)
+    code, _, err = _export([run, out], capsys)
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "exports").iterdir()] == ["team"], "the dead export's directory is gone"
+    assert read_team(out)["source"]["step"] == 2
+
+
 # -- 7. the hub ---------------------------------------------------------------------------------------
 
 

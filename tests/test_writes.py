@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from magrpo.schema import SetupError
-from magrpo.writes import DiskFullError, disk_full, disk_full_error
-from tests.conftest import small_tmpfs
+from magrpo.schema import ConfigError, SetupError
+from magrpo.writes import HOST, DiskFullError, disk_full, disk_full_error
+from tests.conftest import small_tmpfs, tree_digest
 
 
 def _chained(outer: BaseException, inner: BaseException, cause: bool) -> BaseException:
@@ -87,3 +90,87 @@ def test_the_libraries_own_errors_on_a_really_full_disk(tmp_path):
         with pytest.raises(OSError) as e:
             (disk / "c.txt").write_bytes(b"x" * (2 << 20))
         assert disk_full(e.value) == "no space left on device"
+
+
+# -- temporary directories of writes that were killed ------------------------------------------------
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def _temp(parent: Path, name: str, pid: int, host: str = HOST, tag: str = "ab12_c") -> Path:
+    d = parent / f".{name}.{pid}-{host}.{tag}.tmp"
+    (d / "agent_1").mkdir(parents=True)
+    (d / "agent_1" / "model.safetensors").write_bytes(b"\0" * 32)      # a write cut short: no manifest
+    return d
+
+
+def test_a_write_removes_the_stale_temporary_directories_of_its_destination_only(tmp_path):
+    from magrpo.checkpoint import write_checkpoint
+
+    dead = _dead_pid()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        stale = _temp(tmp_path, "team", dead)
+        kept = [_temp(tmp_path, "team", live.pid, tag="live"),             # still writing
+                _temp(tmp_path, "team", dead, host="0badc0de"),            # another host's: its pid means nothing here
+                _temp(tmp_path, "other", dead),                            # another destination's
+                _temp(tmp_path, "team", dead + 1 if dead + 1 != live.pid else dead + 2, tag="mid")]
+        mid_pid = int(kept[-1].name.split(".")[2].split("-")[0])
+        (tmp_path / f".team.old-{mid_pid}").mkdir()                       # caught between its two renames
+        (tmp_path / ".team.notes.tmp").mkdir()                            # not named by magrpo: not its to remove
+        (tmp_path / ".team.notes.tmp" / "mine.txt").write_text("mine")
+        before = {d.name: tree_digest(d) for d in tmp_path.iterdir() if d != stale}
+
+        write_checkpoint(tmp_path / "team", lambda d: (d / "x.txt").write_text("x"), 0, None)
+        assert not stale.exists()
+        assert {d.name: tree_digest(d) for d in tmp_path.iterdir() if d.name != "team"} == before
+        assert all(d.exists() for d in kept)
+        assert sorted(p.name for p in (tmp_path / "team").iterdir()) == ["manifest.json", "x.txt"]
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_checkpoint_save_removes_what_a_killed_save_of_any_step_left(tmp_path):
+    from magrpo import checkpoint
+
+    run = tmp_path / "run"
+    ckpts = run / "checkpoints"
+    ckpts.mkdir(parents=True)
+    dead = _dead_pid()
+    stale = _temp(ckpts, "step_1", dead)
+    (stale / "trainer_state.pt").write_bytes(b"PK")
+    # a killed save is never taken for a checkpoint: not among the run's steps, refused when named
+    with pytest.raises(ConfigError, match="neither a checkpoint"):
+        checkpoint.resolve(run, "resume")
+    with pytest.raises(ConfigError, match="temporary directory of a save that did not finish"):
+        checkpoint.resolve(stale, "resume")
+    checkpoint.write_checkpoint(ckpts / "step_2", lambda d: (d / checkpoint.STATE_FILE).write_bytes(b"state"), 2, {})
+    assert sorted(p.name for p in ckpts.iterdir()) == ["step_2"]
+    assert checkpoint.resolve(run, "resume") == ckpts / "step_2"
+
+
+def test_a_temporary_directory_is_never_loaded_as_a_team(tmp_path):
+    from magrpo.team import Team
+
+    d = _temp(tmp_path, "team", _dead_pid())
+    (d / "team.json").write_text("{}")
+    (d / "manifest.json").write_text('{"files": {}}')       # even one cut short after its manifest
+    with pytest.raises(ConfigError, match="temporary directory of an export that did not finish"):
+        Team.from_pretrained(d)
+
+
+def test_publish_removes_its_own_stale_stage_only(tmp_path):
+    from magrpo.writes import STAGE, publish
+
+    out = tmp_path / "out"
+    out.mkdir()
+    stale = _temp(out, STAGE, _dead_pid())
+    other = _temp(out, "mine", _dead_pid())
+    written = publish(out, lambda stage: (stage / "a.md").write_text("a"), force=False)
+    assert written == [out / "a.md"] and not stale.exists() and other.exists()
+    assert sorted(p.name for p in out.iterdir()) == sorted(["a.md", other.name])
