@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -84,9 +83,17 @@ def _fsync(path: Path) -> None:
 def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config: dict | None) -> Path:
     """Write a checkpoint to `dest` atomically: `fill(tmp_dir)` writes the payload, then the config
     (unless None: an exported team keeps its own in team.json) and the manifest are added and the
-    directory is renamed to `dest` (replacing an older one)."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    directory is renamed to `dest` (replacing an older one). A failure removes the temporary
+    directory; one for a full disk is raised as magrpo.writes.DiskFullError (one line)."""
+    from magrpo.writes import disk_full_error, disk_full_is_one_line, remove_stale_temps, temp_dir
+
+    with disk_full_is_one_line(dest.parent, dest.name):
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        # what a killed save or export left (a SIGKILL cleans nothing): of this destination, or of any
+        # step of a run's checkpoints/ (the next save is of another step)
+        of_steps = _STEP_RE.match(dest.name) is not None
+        remove_stale_temps(dest.parent, (lambda n: bool(_STEP_RE.match(n))) if of_steps else (lambda n: n == dest.name))
+        tmp = temp_dir(dest.parent, dest.name)
     try:
         fill(tmp)
         if config is not None:
@@ -106,8 +113,11 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
         _fsync(dest.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
+        full = disk_full_error(e, dest.parent, dest.name) if isinstance(e, Exception) else None
         shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None:
+            raise full from e
         raise
     return dest
 
@@ -304,6 +314,18 @@ def is_team_dir(path: str | os.PathLike) -> bool:
     return (Path(str(path)).expanduser() / TEAM_FILE).is_file()
 
 
+def missing_checkpoint(p: Path) -> str | None:
+    """For a checkpoint path that does not exist (`RUN/checkpoints/step_9`) of a run that does:
+    what to say, with the checkpoints the run has; None for any other path."""
+    p = Path(p)
+    if p.parent.name != "checkpoints" or not p.parent.parent.is_dir():
+        return None
+    have = [f"{d.name}" + ("" if (d / MANIFEST).is_file() else " (incomplete)")
+            for _, d in sorted(step_dirs(p.parent))]
+    return (f"no such checkpoint; the run {p.parent.parent} has " +
+            (", ".join(have) if have else "no checkpoint (nothing under checkpoints/)"))
+
+
 def _looks_like_checkpoint(p: Path) -> bool:
     return (p / MANIFEST).exists() or (p / STATE_FILE).exists() or bool(_STEP_RE.match(p.name))
 
@@ -313,10 +335,15 @@ def resolve(path: str | os.PathLike, key: str) -> Path:
     one of a run directory (or of its `checkpoints/`), skipping damaged ones with a warning."""
     p = Path(path).expanduser()
     if not p.exists():
-        raise ConfigError(f"{key}={str(path)!r}: no such checkpoint or run directory")
+        raise ConfigError(f"{key}={str(path)!r}: {missing_checkpoint(p) or 'no such checkpoint or run directory'}")
     if not p.is_dir():
         raise ConfigError(f"{key}={str(path)!r} is a file; give a checkpoint directory (.../checkpoints/step_N) "
                           f"or a run directory")
+    from magrpo.writes import is_temp_name
+
+    if is_temp_name(p.resolve().name):
+        raise ConfigError(f"{key}={str(path)!r} is the temporary directory of a save that did not finish; it is no "
+                          f"checkpoint: give the run directory or one of its checkpoints/step_N")
     if is_team_dir(p):
         raise ConfigError(f"{key}={str(path)!r} is an exported team (team.json), not a training run or checkpoint; "
                           f"evaluate it with magrpo-eval team=..., load it with Team.from_pretrained")

@@ -21,7 +21,9 @@ with its std over the eval items. Writes into --out:
     crossplay.md    the matrix (2 agents) or the pairings table, and self-play, cross-play, gap
     crossplay.png   a heatmap: host team (row) x partner source (column); for 2 agents the matrix
     crossplay.json  every pairing's full metrics and the settings
-Every source's models are loaded once and stay in memory while the pairings run.
+--out is never inside a run or an exported team, and one that already holds any of these files is
+refused unless --force, which replaces those four and touches nothing else (magrpo.writes). Every
+source's models are loaded once and stay in memory while the pairings run.
 """
 
 from __future__ import annotations
@@ -39,11 +41,14 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from magrpo.launch import check_out_dir
 from magrpo.schema import ConfigError, SetupError
+from magrpo.writes import check_overwrite, publish
 
 log = logging.getLogger("magrpo")
 
 # Keys every source must agree on: the game and its scoring, the team's size and how it plays.
+OUTPUTS = ("crossplay.csv", "crossplay.md", "crossplay.png", "crossplay.json")     # what --out receives
 MUST_MATCH = ("task", "reward", "algo.topology", "algo.num_turns", "feedback")
 
 
@@ -56,16 +61,60 @@ class Pairing:
         return len(set(self.slots)) == 1
 
 
-def load_source(source: str, device: str | None) -> Any:
-    """A run directory, a checkpoint or an exported team (a directory or a hub repo id) as a Team."""
-    from magrpo.team import Team, is_team_dir
+def resolve_source(source: str) -> tuple[str, Path]:
+    """("team", the exported team's directory) or ("run", the verified checkpoint a run or checkpoint
+    path names), resolved (symlinks followed), so that one team reached by two paths is one path."""
+    from magrpo.team import checkpoint_of, is_team_dir, local_team, read_team
 
     p = Path(source).expanduser()
     if is_team_dir(p) or (not p.exists() and source.count("/") == 1 and not source.startswith((".", "~"))):
-        return Team.from_pretrained(source, device=device)
+        root = local_team(source)
+        read_team(root)                 # whole, before anything is loaded
+        return "team", root.resolve()
     if not p.exists():
-        raise ConfigError(f"{source}: no such run, checkpoint or exported team")
-    return Team.from_run(p, device=device, key=source)
+        from magrpo.checkpoint import missing_checkpoint
+
+        raise ConfigError(f"{source}: {missing_checkpoint(p) or 'no such run, checkpoint or exported team'}")
+    return "run", checkpoint_of(p, None, source).resolve()
+
+
+def policy_weights(kind: str, path: Path) -> dict[str, tuple[str, ...]]:
+    """Per policy directory (agent_<k>, policy), the sha256 of its weight files, from the manifest:
+    equal for two sources that hold the same trained weights (a run and its export, a copy)."""
+    from magrpo.checkpoint import read_manifest
+
+    out: dict[str, list[str]] = {}
+    for name, meta in read_manifest(path, "team" if kind == "team" else "checkpoint")["files"].items():
+        top, _, rest = name.partition("/")
+        if rest and (top.startswith("agent_") or top == "policy") and name.endswith((".safetensors", ".bin")):
+            out.setdefault(top, []).append(str(meta.get("sha256")))
+    return {k: tuple(sorted(v)) for k, v in out.items()}
+
+
+def check_distinct(sources: list[str], resolved: list[tuple[str, Path]]) -> None:
+    """Refuse a source paired with itself, whatever the labels: the same checkpoint or team (by its
+    resolved path: a run and its checkpoint, a symlink), or the same weights (their sha256)."""
+    weights = [policy_weights(kind, path) for kind, path in resolved]
+    for i, j in itertools.combinations(range(len(sources)), 2):
+        both = f"{sources[i]!r} and {sources[j]!r}"
+        if resolved[i][1] == resolved[j][1]:
+            raise ConfigError(f"the sources {both} are one {'team' if resolved[i][0] == 'team' else 'checkpoint'} "
+                              f"({resolved[i][1]}); a team paired with itself is self-play, not cross-play: give "
+                              f"each source once")
+        if weights[i] and weights[i] == weights[j]:
+            raise ConfigError(f"the sources {both} hold the same weights (every weight file's sha256 in their "
+                              f"manifests agrees: one team, e.g. a run and its export); a team paired with itself "
+                              f"is self-play, not cross-play: give each source once")
+
+
+def load_source(source: str, device: str | None, resolved: tuple[str, Path] | None = None) -> Any:
+    """A run directory, a checkpoint or an exported team (a directory or a hub repo id) as a Team."""
+    from magrpo.team import Team
+
+    kind, path = resolved or resolve_source(source)
+    if kind == "team":
+        return Team.from_pretrained(path, device=device)
+    return Team.from_run(path, device=device, key=source)
 
 
 def check_compatible(teams: list[Any], labels: list[str]) -> None:
@@ -175,7 +224,7 @@ def host_partner_matrix(results: list[tuple[Pairing, dict]], num_sources: int, n
 
 
 def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dict]], summary: dict,
-                  settings: dict) -> None:
+                  settings: dict) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     n = len(results[0][0].slots)
     metric = results[0][1]["metric"]
@@ -216,6 +265,7 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
         "pairings": [{"slots": [labels[s] for s in p.slots], "self_play": p.self_play, **r} for p, r in results]},
         indent=2, default=str) + "\n")
     _heatmap(out / "crossplay.png", matrix, labels, metric, n, summary)
+    return [out / name for name in OUTPUTS]
 
 
 def _heatmap(path: Path, matrix: list[list[float]], labels: list[str], metric: str, n: int, summary: dict) -> None:
@@ -247,7 +297,7 @@ def _heatmap(path: Path, matrix: list[list[float]], labels: list[str], metric: s
 
 def crossplay(sources: list[str], out: str | Path, labels: str | None = None, num_items: int | None = None,
               num_samples: int = 1, seed: int = 0, split: str = "eval", batch_size: int = 64, greedy: bool = False,
-              pairing_mode: str = "one_swap", device: str | None = None) -> dict[str, Any]:
+              pairing_mode: str = "one_swap", device: str | None = None, force: bool = False) -> dict[str, Any]:
     """Everything `magrpo-crossplay` does (module docstring); returns crossplay.json's content."""
     args = argparse.Namespace(num_samples=num_samples, seed=seed, batch_size=batch_size, greedy=greedy)
     if len(sources) < 2:
@@ -256,13 +306,15 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
         raise ConfigError("--num-samples, --batch-size and --num-items must be at least 1")
     if split not in ("eval", "train"):
         raise ConfigError(f"--split {split!r} is not allowed; choose one of: eval, train")
-    names = labels_of(sources, labels)
     out = Path(out).expanduser()
-    if (out / "crossplay.csv").exists():
-        raise ConfigError(f"--out {str(out)!r} already holds a cross-play result; give another directory")
+    check_out_dir(out, sources)          # never into a run, a source's or any other
+    check_overwrite(out, OUTPUTS, force)  # nor over a file, unless --force
     if pairing_mode not in ("one_swap", "all"):
         raise ConfigError(f"--pairings {pairing_mode!r} is not allowed; choose one of: one_swap, all")
-    teams = [load_source(s, device) for s in sources]
+    resolved = [resolve_source(s) for s in sources]
+    check_distinct(sources, resolved)    # before the labels: `R R` repeats a source, not only a label
+    names = labels_of(sources, labels)
+    teams = [load_source(s, device, r) for s, r in zip(sources, resolved)]
     check_compatible(teams, names)
     n = teams[0].num_agents
     plan = pairings(len(teams), n, pairing_mode)
@@ -284,7 +336,7 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     settings = {"task": teams[0].task.name, "sources": [str(s) for s in sources], "num_agents": n,
                 "num_items": len(items), "num_samples": num_samples, "seed": seed, "split": split,
                 "greedy": greedy, "pairings_mode": pairing_mode, "wall_seconds": time.time() - started}
-    write_outputs(out, names, results, summary, settings)
+    publish(out, lambda stage: write_outputs(stage, names, results, summary, settings), force)
     return json.loads((out / "crossplay.json").read_text())
 
 
@@ -294,7 +346,10 @@ def build_parser() -> argparse.ArgumentParser:
         "split: the self-play vs cross-play matrix of a task (is the learned cooperation a private convention?)."))
     p.add_argument("sources", nargs="+", metavar="RUN_OR_TEAM",
                    help="training run directories, checkpoints, or exported teams (directories or hub ids)")
-    p.add_argument("--out", required=True, help="directory for crossplay.{md,csv,png,json}")
+    p.add_argument("--out", required=True, help="directory for crossplay.{md,csv,png,json}; never inside a run "
+                   "or exported team")
+    p.add_argument("--force", action="store_true", help="replace crossplay.{md,csv,png,json} where --out already "
+                   "holds them (nothing else there is touched)")
     p.add_argument("--labels", default=None, help="comma-separated names of the sources (default: directory names)")
     p.add_argument("--num-items", type=int, default=None, help="eval items (default: the whole split)")
     p.add_argument("--num-samples", type=int, default=1, help="samples per item (default 1, as magrpo-eval)")
@@ -315,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
                         num_samples=args.num_samples, seed=args.seed, split=args.split, batch_size=args.batch_size,
-                        greedy=args.greedy, pairing_mode=args.pairings, device=args.device)
+                        greedy=args.greedy, pairing_mode=args.pairings, device=args.device, force=args.force)
     except ConfigError as e:
         print(f"magrpo-crossplay: error: {e}", file=sys.stderr)
         return 2

@@ -8,6 +8,10 @@ The directory's layout is in magrpo/team.py. It is written atomically (into a hi
 directory next to OUT_DIR, renamed into place once its manifest is on disk), so an interrupted
 export leaves no half team behind, and it holds everything loading needs: `Team.from_pretrained`
 and `magrpo-eval team=` read it offline.
+
+OUT_DIR is never inside a run directory or an exported team (a checkpoint path counts as its run;
+magrpo.writes). A full disk stops the export with one line naming the directory and the space
+free there (exit 1), and nothing is left at OUT_DIR.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from magrpo.schema import ConfigError
+from magrpo.schema import ConfigError, SetupError
 
 log = logging.getLogger("magrpo")
 
@@ -27,10 +31,12 @@ log = logging.getLogger("magrpo")
 def export_run(run: str | Path, out: str | Path, step: int | None = None, device: str | None = "cpu",
                force: bool = False) -> Path:
     """The team of `run` (newest complete checkpoint or `step`) written to `out`."""
+    from magrpo.launch import check_out_dir
     from magrpo.run_config import inheritable, run_dir_of
     from magrpo.team import Team, is_team_dir
 
     out = Path(out).expanduser()
+    check_out_dir(out, [run], key="OUT_DIR", team=True)     # never into a run (a checkpoint path counts as its run)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         # --force replaces an earlier export, never anything else (a run, a checkpoint, a home directory)
         if not is_team_dir(out):
@@ -39,9 +45,8 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, device
         if not force:
             raise ConfigError(f"OUT_DIR {str(out)!r} already holds an exported team; give a new directory, or "
                               f"--force to replace it")
-    src = Path(run).expanduser().resolve()
-    if out.resolve().is_relative_to(src) or src.is_relative_to(out.resolve()):
-        raise ConfigError(f"OUT_DIR {str(out)!r} is inside RUN_DIR {str(run)!r} (or holds it); write the team elsewhere")
+    if Path(run).expanduser().resolve().is_relative_to(out.resolve()):
+        raise ConfigError(f"OUT_DIR {str(out)!r} holds RUN_DIR {str(run)!r}; write the team elsewhere")
     team = Team.from_run(run, step=step, device=device, key="RUN_DIR")
     run_dir = run_dir_of(team.source["checkpoint"])
     overrides = inheritable("eval", run_dir) if run_dir is not None else None
@@ -104,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"magrpo-export: error: {e}", file=sys.stderr)
         return 2
+    except SetupError as e:         # a full disk (magrpo.writes.DiskFullError): nothing was left at OUT_DIR
+        print(f"magrpo-export: setup error: {e}", file=sys.stderr)
+        return 1
     if args.push_to_hub:
         try:
             url = push_to_hub(out, args.push_to_hub, private=args.private)

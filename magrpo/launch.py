@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,7 @@ FAILED_JOBS: list[tuple[str, str]] = []     # (job directory, why) of the last m
 
 
 def job_dirs(sweep_dir: Path) -> list[Path]:
-    from magrpo.table import natural_key
+    from magrpo.table.runs import natural_key
 
     found = {p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")}
     return sorted(found, key=lambda p: natural_key(str(p)))
@@ -202,6 +202,60 @@ def exit_if_sweep_failed() -> None:
 # What a run leaves that a second run would mix into (Hydra's .hydra/ and log are rewritten by
 # every start, so they do not count as a run on their own).
 RUN_RECORDS = ("metrics.jsonl", "checkpoints", "eval.json")
+# What marks a directory as a run's, for the commands that must never write into one (magrpo.writes):
+# its records, its summary, or Hydra's record of its overrides. An exported team (team.json) counts too.
+RUN_MARKERS = (*RUN_RECORDS, "summary.json", ".hydra/overrides.yaml")
+
+
+def is_run_dir(path: str | Path) -> bool:
+    """Whether `path` is a training or evaluation run's directory (RUN_MARKERS; `checkpoints/`
+    only with a `step_N` in it, so a folder of someone's own named so is none) or an exported team."""
+    from magrpo.checkpoint import is_team_dir, step_dirs
+
+    p = Path(path)
+    if not p.is_dir():
+        return False
+    if is_team_dir(p) or ((p / "checkpoints").is_dir() and bool(step_dirs(p / "checkpoints"))):
+        return True
+    return any((p / name).exists() for name in RUN_MARKERS if name != "checkpoints")
+
+
+def run_dir_around(path: str | Path) -> Path | None:
+    """The run directory (or exported team) that `path` is or lies inside, resolved: the nearest of
+    it and its existing ancestors that is_run_dir; a checkpoint `RUN/checkpoints/step_N` gives RUN."""
+    p = Path(path).expanduser().resolve()
+    for d in (p, *p.parents):
+        if is_run_dir(d):
+            return d
+    return None
+
+
+def check_out_dir(out: str | Path, sources: Iterable[str | Path] = (), key: str = "--out", note: str = "",
+                  team: bool = False) -> None:
+    """Refuse (ConfigError, one line) to write into `out` inside a run, an exported team or a source
+    (module docstring). `note` follows the path in the message (`(the default: DIR/table)`);
+    `team`: `out` is an exported team's directory, written whole (an earlier export there is
+    replaced with --force, so only what is around it counts)."""
+    from magrpo.checkpoint import is_team_dir
+
+    target = Path(out).expanduser().resolve()
+    named = f"{key} {str(out)!r}{note}"
+    root = run_dir_around(target.parent if team and is_team_dir(target) else target)
+    if root is not None:
+        if is_team_dir(root):
+            raise ConfigError(f"{named} is inside the exported team {str(root)!r}, which holds the team alone; "
+                              f"give a directory outside it")
+        raise ConfigError(f"{named} is inside the run directory {str(root)!r}; no command writes into a run but "
+                          f"its own trainer: give a directory outside it")
+    for src in sources:
+        p = Path(src).expanduser()
+        if not p.exists():       # a hub id, or a path whose own error comes later
+            continue
+        p = p.resolve()
+        for d in {p, run_dir_around(p) or p}:
+            if target.is_relative_to(d):
+                raise ConfigError(f"{named} is inside {str(src)!r}, which this command reads; give a directory "
+                                  f"outside it")
 
 
 def check_run_dir(run_dir: Path, resume: Any = None, key: str = "output_dir") -> None:

@@ -236,7 +236,8 @@ def record_command(args: argparse.Namespace, root: Path) -> list[str]:
 def table_command(root: Path, tuning: Path | None = None) -> list[str]:
     """magrpo-table over the whole sweep directory, in the paper layout (run in this process); with
     `tuning`, its records become tuning.md and its trials stay out of the table."""
-    cmd = [sys.executable, "-m", "magrpo.table", str(root), "--layout", "paper", "--out", str(root / "table")]
+    cmd = [sys.executable, "-m", "magrpo.table", str(root), "--layout", "paper", "--out", str(root / "table"),
+           "--force"]       # the sweep's own table: made again when the sweep runs again (--only eval, then train)
     return cmd + (["--tuning", str(tuning)] if tuning is not None else [])
 
 

@@ -425,8 +425,12 @@ def read_team(root: Path) -> dict[str, Any]:
     directory, none unlisted where loading reads), every field's type, and what the team claims
     (task, algorithm, team size, topology, turns, level, policies) against its config."""
     from magrpo import checkpoint
+    from magrpo.writes import is_temp_name
 
     root = Path(root)
+    if is_temp_name(root.resolve().name):
+        raise ConfigError(f"{root}: the temporary directory of an export that did not finish; it is no team: "
+                          f"export again with magrpo-export RUN_DIR OUT_DIR")
     f = root / TEAM_FILE
     if not f.is_file():
         raise ConfigError(f"{root}: not an exported team (no {TEAM_FILE}); write one with magrpo-export RUN_DIR OUT_DIR")

@@ -225,8 +225,11 @@ class Trainer:
         weights = [distributed.full_state_dict(a.model) for a in self.policies]   # gathered when sharded
         shard_name = f"algo_rank{self.world.rank}.pt"
         if self.sharded:      # each rank keeps its shard of the optimizer state
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(self.algo.state_dict(), dest.parent / f".{dest.name}.{shard_name}")
+            from magrpo.writes import disk_full_is_one_line
+
+            with disk_full_is_one_line(dest.parent, f"{dest.name}'s optimizer shard {shard_name}"):
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(self.algo.state_dict(), dest.parent / f".{dest.name}.{shard_name}")
         distributed.barrier()
 
         def fill(out: Path) -> None:

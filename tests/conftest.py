@@ -128,3 +128,40 @@ def run_cli(main, prog: str, args: list[str]) -> int:
     finally:
         sys.argv = argv
         Singleton.set_state(state)
+
+
+def tree_digest(root) -> dict[str, str]:
+    """Every file under `root` (hidden ones included) -> its sha256, every directory -> "<dir>": to
+    check that a refused or failed command changed nothing there, byte for byte."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(root)
+    return {p.relative_to(root).as_posix(): "<dir>" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))}
+
+
+def small_tmpfs(path, size: str):
+    """A context manager: a tmpfs of `size` ("256k") mounted at `path` (made) for the block, a
+    disk that really fills up. It needs root and a kernel that lets the test mount: elsewhere the
+    test is skipped, saying so (the failures injected with monkeypatch cover the same code)."""
+    import contextlib
+    import os
+    import subprocess
+    from pathlib import Path
+
+    @contextlib.contextmanager
+    def mounted():
+        Path(path).mkdir(parents=True, exist_ok=True)
+        if os.geteuid() != 0:
+            pytest.skip("mounting a small tmpfs (a disk that really fills up) needs root")
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip() or done.returncode}")
+        try:
+            yield Path(path)
+        finally:
+            subprocess.run(["umount", "-l", str(path)], capture_output=True)
+
+    return mounted()

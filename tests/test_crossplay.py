@@ -12,7 +12,7 @@ import pytest
 
 from magrpo.crossplay import Pairing, host_partner_matrix, labels_of, main, pairings
 from magrpo.schema import ConfigError
-from tests.conftest import compose_cfg
+from tests.conftest import compose_cfg, tree_digest
 
 
 def _train(out: Path, overrides: list[str]) -> Path:
@@ -154,3 +154,70 @@ def test_an_exported_team_plays_like_its_run(smoke_runs, tmp_path):
     assert main([str(smoke_runs["agree_a"]), str(team), "--out", str(b), "--num-items", "4", "--labels", "x,y"]) == 0
     ra, rb = (list(csv.DictReader(open(d / "crossplay.csv"))) for d in (a, b))
     assert [(r["mean"], r["std"]) for r in ra] == [(r["mean"], r["std"]) for r in rb]
+
+
+def _one_error_line(code: int, capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and not line.startswith("[")]
+    assert code == 2 and len(err) == 1 and err[0].startswith("magrpo-crossplay: error: "), err
+    return err[0]
+
+
+def test_crossplay_never_writes_into_a_run(smoke_runs, tmp_path, capsys):
+    a, b, other = smoke_runs["agree_a"], smoke_runs["agree_b"], smoke_runs["cover"]
+    before = {d: tree_digest(d) for d in (a, b, other)}
+    for out, inside in [(a / "crossplay", a), (b / "checkpoints" / "step_2" / "cp", b), (other / "cp", other)]:
+        line = _one_error_line(main([str(a), str(b / "checkpoints" / "step_2"), "--out", str(out), "--force"]),
+                               capsys)
+        assert f"--out {str(out)!r} is inside the run directory {str(inside)!r}" in line
+    assert {d: tree_digest(d) for d in (a, b, other)} == before
+
+
+def test_crossplay_refuses_a_checkpoint_path_that_does_not_exist_listing_the_runs(smoke_runs, tmp_path, capsys):
+    a, b = smoke_runs["agree_a"], smoke_runs["agree_b"]
+    line = _one_error_line(main([str(a), str(b / "checkpoints" / "step_9"), "--out", str(tmp_path / "cp")]), capsys)
+    assert f"{b / 'checkpoints' / 'step_9'}: no such checkpoint; the run {b} has step_2" in line
+    assert not (tmp_path / "cp").exists()
+
+
+def test_an_out_holding_a_file_crossplay_writes_is_refused_unless_force(smoke_runs, tmp_path, capsys):
+    a, b = str(smoke_runs["agree_a"]), str(smoke_runs["agree_b"])
+    out = tmp_path / "cp"
+    out.mkdir()
+    (out / "crossplay.md").write_text("my own notes on cross-play\n")
+    (out / "mine.txt").write_text("keep me\n")
+    before = tree_digest(out)
+    line = _one_error_line(main([a, b, "--out", str(out), "--num-items", "2"]), capsys)
+    assert "already holds crossplay.md" in line and "--force" in line
+    assert tree_digest(out) == before
+    assert main([a, b, "--out", str(out), "--num-items", "2", "--force"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["crossplay.csv", "crossplay.json", "crossplay.md",
+                                                     "crossplay.png", "mine.txt"]
+    assert (out / "mine.txt").read_text() == "keep me\n"
+    assert "Cross-play" in (out / "crossplay.md").read_text()
+    from magrpo.crossplay import build_parser
+
+    assert "--force" in build_parser().format_help()
+
+
+def test_a_source_paired_with_itself_is_refused_whatever_the_paths_and_labels(smoke_runs, tmp_path, capsys):
+    from magrpo.export import export_run
+
+    a, b = smoke_runs["agree_a"], smoke_runs["agree_b"]
+    link = tmp_path / "link"
+    link.symlink_to(a, target_is_directory=True)
+    team = export_run(a, tmp_path / "team_a")          # the same weights, written elsewhere
+    before = tree_digest(a)
+    capsys.readouterr()
+    same_path = [(a, a), (a, a / "checkpoints" / "step_2"), (link, a / "checkpoints" / "step_2"),
+                 (a / "checkpoints" / ".." / "checkpoints" / "step_2", link / "checkpoints" / "step_2")]
+    for x, y in same_path:
+        line = _one_error_line(main([str(x), str(y), "--labels", "p,q", "--out", str(tmp_path / "cp")]), capsys)
+        ckpt = (a / "checkpoints" / "step_2").resolve()
+        assert f"the sources {str(x)!r} and {str(y)!r} are one checkpoint ({ckpt})" in line
+    line = _one_error_line(main([str(b), str(a), str(team), "--labels", "p,q,r", "--out", str(tmp_path / "cp")]),
+                           capsys)
+    assert f"the sources {str(a)!r} and {str(team)!r} hold the same weights" in line
+    # without labels, a repeated source is named as such (not as a repeated label)
+    line = _one_error_line(main([str(a), str(a), "--out", str(tmp_path / "cp")]), capsys)
+    assert "are one checkpoint" in line
+    assert not (tmp_path / "cp").exists() and tree_digest(a) == before

@@ -22,7 +22,7 @@ from magrpo.config import EvalRunSchema, validate
 from magrpo.schema import ConfigError, SetupError
 from magrpo.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
 from magrpo.train import run
-from tests.conftest import compose_cfg, run_cli
+from tests.conftest import compose_cfg, run_cli, small_tmpfs
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["algo.max_new_tokens=8", "eval.num_items=1"]
@@ -331,6 +331,60 @@ def test_a_failed_save_leaves_no_checkpoint(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         write_checkpoint(tmp_path / "checkpoints" / "step_3", fill, 3, {})
     assert list((tmp_path / "checkpoints").iterdir()) == []
+
+
+def _assert_stopped_by_a_full_disk(run_dir: Path, code: int, err: str, step: int) -> None:
+    where = run_dir / "checkpoints"
+    ours = [line for line in err.splitlines() if line.startswith("magrpo-train:")]
+    assert code == 1 and "Traceback" not in err, err[-3000:]
+    assert len(ours) == 1 and ours[0].startswith(f"magrpo-train: setup error: the disk is full at {where}: "
+                                                 f"writing step_{step} failed ("), err[-3000:]
+    summary = _summary(run_dir)
+    assert (summary["status"], summary["phase"]) == ("failed", "training")
+    assert summary["reason"] == ours[0].removeprefix("magrpo-train: setup error: ")
+    assert summary["error"] == "DiskFullError"
+    assert not where.exists() or list(where.iterdir()) == [], "no checkpoint, no temporary directory"
+    with pytest.raises(ConfigError, match="neither a checkpoint|no complete checkpoint"):
+        checkpoint.resolve(run_dir, "resume")
+
+
+@pytest.mark.parametrize("form", ["torch", "oserror"])
+def test_a_full_disk_during_a_checkpoint_save_is_one_line_and_recorded(form, tmp_path, monkeypatch, capsys):
+    import errno
+
+    import torch
+    import transformers.modeling_utils
+
+    if form == "torch":     # torch.save of trainer_state.pt, as it fails on a full disk
+        def full(obj, f, *args, **kwargs):
+            Path(f).write_bytes(b"PK\x03\x04" + b"\0" * 60)
+            try:
+                raise RuntimeError("basic_ios::clear: iostream error")
+            except RuntimeError:     # chained as torch chains it (__context__)
+                raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")  # noqa: B904
+
+        monkeypatch.setattr(torch, "save", full)
+    else:                   # the weights, through save_pretrained's writer
+        def full(state_dict, filename, metadata=None):
+            Path(filename).write_bytes(b"\0" * 64)
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+
+        monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
+    run_dir = tmp_path / "run"
+    code, err = _train_here(["debug=smoke", "save_every=1", *TINY, f"hydra.run.dir={run_dir}"], capsys)
+    _assert_stopped_by_a_full_disk(run_dir, code, err, step=1)
+    why = "torch.save: unexpected pos 576 vs 534" if form == "torch" else "no space left on device"
+    assert f"failed ({why}; " in _summary(run_dir)["reason"]
+
+
+def test_a_really_full_disk_during_a_checkpoint_save(tmp_path, capsys):
+    """The run directory on a 640 KiB tmpfs: its records fit, its first checkpoint (two agents of
+    about 430 KiB each) does not."""
+    with small_tmpfs(tmp_path / "small", "640k") as disk:
+        run_dir = disk / "run"
+        code, err = _train_here(["debug=smoke", "save_every=1", *TINY, f"hydra.run.dir={run_dir}"], capsys)
+        _assert_stopped_by_a_full_disk(run_dir, code, err, step=1)
+        assert "(no space left on device; " in _summary(run_dir)["reason"]
 
 
 def test_an_evaluation_takes_the_newest_complete_checkpoint(trained, tmp_path):

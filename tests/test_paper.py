@@ -585,7 +585,7 @@ def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_wh
     assert root.is_dir()   # made before any job runs
     printed = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert printed[0] == ran[0] and printed[1][3:] == ran[1]
-    assert ran[0][2] == "magrpo.train" and ran[1] == [str(root), "--layout", "paper", "--out", str(root / "table")]
+    assert ran[0][2] == "magrpo.train" and ran[1] == [str(root), "--layout", "paper", "--out", str(root / "table"), "--force"]
     # a sweep directory that cannot be made stops it before any job, in one line
     (tmp_path / "file").write_text("")
     ran.clear()

@@ -21,6 +21,7 @@ import yaml
 
 from magrpo.metrics import codebleu
 from magrpo.table import aggregate, main, mean_std, tex_escape
+from tests.conftest import tree_digest
 
 # Two methods x three seeds. Final reward_mean: [0.5, 0.6, 0.7] -> 0.6 ± 0.1 (sample std);
 # [1, 2, 4] -> 7/3 ± sqrt(((4/3)^2 + (1/3)^2 + (5/3)^2) / 2) = sqrt(7/3).
@@ -513,3 +514,110 @@ def test_codebleu_column_reports_the_packages_floor(tmp_path, capsys):
     write_run(plain / "lr", seed=0, final={"reward_mean": 1.0}, initial={"reward_mean": 0.0})
     assert main([str(plain), "--no-plots"]) == 0
     assert "CodeBLEU" not in (plain / "table" / "table.md").read_text()
+
+
+def _one_error_line(code: int, capsys) -> str:
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip() and "warning:" not in line]
+    assert code == 2 and len(err) == 1 and err[0].startswith("magrpo-table: error: "), err
+    return err[0]
+
+
+def test_the_table_is_never_written_into_a_run(sweep, tmp_path, capsys):
+    run = sweep / "0_algo.advantage=mean,seed=0"
+    other = write_run(tmp_path / "other", seed=7, final=final_eval(0.1, 1.0), initial={"reward_mean": 0.0})
+    before = {d: tree_digest(d) for d in (sweep, other)}
+    # inside a run it reads
+    line = _one_error_line(main([str(sweep), "--out", str(run / "table")]), capsys)
+    assert f"--out {str(run / 'table')!r} is inside the run directory {str(run)!r}" in line
+    # a single run as DIR: the default DIR/table would be inside it
+    line = _one_error_line(main([str(run)]), capsys)
+    assert f"{str(run / 'table')!r} (the default for one DIR: DIR/table; give --out) is inside the run" in line
+    # inside a run it does not read
+    line = _one_error_line(main([str(sweep), "--out", str(other / "t")]), capsys)
+    assert f"is inside the run directory {str(other)!r}" in line
+    assert {d: tree_digest(d) for d in (sweep, other)} == before
+    # the same run, tabled from outside
+    assert main([str(run), "--out", str(tmp_path / "t"), "--no-plots"]) == 0
+    assert md_rows(tmp_path / "t" / "table.md")["magrpo"][:2] == ["1", "0.500"]
+
+
+def test_an_out_holding_a_file_the_table_writes_is_refused_unless_force(sweep, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("my notes\n")
+    (out / "table.md").write_text("my own table\n")
+    before = tree_digest(out)
+    line = _one_error_line(main([str(sweep), "--out", str(out)]), capsys)
+    assert "already holds table.md" in line and "--force" in line
+    assert tree_digest(out) == before
+    # a file only known once the curves are drawn: refused as well, after writing aside, nothing changed
+    (out / "table.md").unlink()
+    (out / "length_ratio_eval_reward_mean.png").write_bytes(b"my plot")
+    before = tree_digest(out)
+    line = _one_error_line(main([str(sweep), "--out", str(out)]), capsys)
+    assert "already holds length_ratio_eval_reward_mean.png" in line
+    assert tree_digest(out) == before
+    # a directory where a file goes: refused even with --force
+    (out / "table.csv").mkdir()
+    before = tree_digest(out)
+    line = _one_error_line(main([str(sweep), "--out", str(out), "--force"]), capsys)
+    assert "holds a directory 'table.csv'" in line and tree_digest(out) == before
+    (out / "table.csv").rmdir()
+    # --force replaces the files the table writes, and nothing else
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--force"]) == 0
+    stdout = capsys.readouterr().out
+    assert (out / "notes.md").read_text() == "my notes\n"
+    assert (out / "length_ratio_eval_reward_mean.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert md_rows(out / "table.md")["magrpo advantage=mean"][:2] == ["3", "0.600 ± 0.100"]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")], "nothing written aside is left"
+    from magrpo.table import build_parser
+
+    assert "--force" in build_parser().format_help()
+    wrote = [line.removeprefix("wrote ") for line in stdout.splitlines() if line.startswith("wrote ")]
+    assert wrote[:3] == [str(out / "table.md"), str(out / "table.csv"), str(out / "table.tex")]
+    assert set(wrote) == {str(p) for p in out.iterdir() if p.name != "notes.md"}
+
+
+
+def test_a_table_that_fails_while_writing_leaves_out_as_it_was(sweep, tmp_path, monkeypatch):
+    import magrpo.table.generic as generic
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the curves failed")
+
+    monkeypatch.setattr(generic, "plot_curves", broken)      # after table.md/.csv/.tex are written aside
+    fresh = tmp_path / "a" / "b"
+    with pytest.raises(RuntimeError, match="the curves failed"):
+        main([str(sweep), "--out", str(fresh)])
+    assert not (tmp_path / "a").exists(), "the directories made for OUT go too"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    before = tree_digest(out)
+    with pytest.raises(RuntimeError):
+        main([str(sweep), "--out", str(out)])
+    assert tree_digest(out) == before, "no table file, nothing written aside left"
+
+
+def test_a_full_disk_while_writing_the_table_is_one_line_and_leaves_out_as_it_was(sweep, tmp_path, monkeypatch,
+                                                                                   capsys):
+    import errno
+    import os
+
+    import magrpo.table.generic as generic
+
+    def full(tables, out, smooth_window):
+        (out / "length_ratio_eval_reward_mean.png").write_bytes(b"\x89PNG")     # cut short
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(out / "length_ratio_eval_reward_mean.png"))
+
+    monkeypatch.setattr(generic, "plot_curves", full)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.md").write_text("mine")
+    before = tree_digest(out)
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out)]) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith(f"magrpo-table: setup error: the disk is full at {out}: "), err
+    assert tree_digest(out) == before

@@ -17,7 +17,7 @@ import torch
 from magrpo import export
 from magrpo.evaluate import main as eval_main
 from magrpo.train import main as train_main
-from tests.conftest import compose_cfg, run_cli
+from tests.conftest import compose_cfg, run_cli, small_tmpfs, tree_digest
 
 TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2", "algo.max_prompt_length=64"]
 RUNS = {
@@ -348,6 +348,33 @@ def test_export_refuses_a_non_empty_out_dir_without_force(trained, tmp_path, cap
     assert _export([trained("separate"), tmp_path / "empty"], capsys)[0] == 0
 
 
+def test_export_never_writes_into_a_run_or_a_team(trained, exported, tmp_path, capsys):
+    run, other, team = trained("separate"), trained("ppo"), exported("separate")
+    before = {d: tree_digest(d) for d in (run, other, team)}
+    cases = [
+        ([run / "checkpoints" / "step_2", run / "team"], run),       # a checkpoint path counts as its run
+        ([run / "checkpoints" / "step_2", run / "checkpoints" / "team"], run),
+        ([run, run / "exports" / "team"], run),
+        ([run, other / "team"], other),                                # any run, not only the source
+        ([run, team / "nested"], team),                                # nor an exported team
+    ]
+    for argv, inside in cases:
+        code, _, err = _export([*argv, "--force"], capsys)
+        lines = _error_lines(err)
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("magrpo-export: error: OUT_DIR "), (argv, err)
+        assert f"inside the {'exported team' if inside == team else 'run directory'} {str(inside)!r}" in lines[0]
+    assert {d: tree_digest(d) for d in (run, other, team)} == before, "a refused export changed nothing"
+
+
+def test_export_refuses_a_checkpoint_path_that_does_not_exist_listing_the_runs(trained, tmp_path, capsys):
+    run = trained("separate")
+    code, _, err = _export([run / "checkpoints" / "step_9", tmp_path / "team"], capsys)
+    lines = _error_lines(err)
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "step_9" in lines[0] and f"no such checkpoint; the run {run} has step_2" in lines[0]
+    assert not (tmp_path / "team").exists()
+
+
 def test_export_refuses_a_team_as_its_run(exported, tmp_path, capsys):
     code, _, err = _export([exported("separate"), tmp_path / "team"], capsys)
     lines = _error_lines(err)
@@ -418,6 +445,84 @@ def test_a_failed_export_leaves_nothing_at_out_dir(trained, tmp_path, monkeypatc
         export.export_run(trained("lora"), out)     # the weights and the base were written by then
     assert not out.exists()
     assert list((tmp_path / "exports").iterdir()) == [], "the temporary directory is removed too"
+
+
+def _full_disk_line(err: str, where: Path, what: str) -> str:
+    lines = _error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"magrpo-export: setup error: the disk is full at {where}: writing {what} failed ("), err
+    assert "free there" in lines[0] and "write elsewhere" in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("form", ["safetensors", "oserror"])
+def test_a_full_disk_stops_an_export_in_one_line_and_leaves_nothing(form, trained, tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    import transformers.modeling_utils
+    from safetensors import SafetensorError
+
+    def full(state_dict, filename, metadata=None):
+        Path(filename).write_bytes(b"\0" * 64)       # what a write cut short leaves
+        if form == "safetensors":
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), filename)
+
+    run = trained("separate")                  # trained first: its checkpoints are written as usual
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)     # save_pretrained's writer
+    before = tree_digest(run)
+    exports = tmp_path / "exports"
+    exports.mkdir()
+    (exports / "mine.txt").write_text("keep me")
+    code, out, err = _export([run, exports / "team"], capsys)
+    assert code == 1 and out == ""
+    assert "(no space left on device; " in _full_disk_line(err, exports, "team")
+    assert sorted(p.name for p in exports.iterdir()) == ["mine.txt"], "no team, no temporary directory"
+    assert tree_digest(run) == before
+
+
+def test_a_really_full_disk_stops_an_export_in_one_line_and_leaves_nothing(trained, tmp_path, capsys):
+    """On a 256 KiB tmpfs (the tiny team needs about 1 MiB): the libraries' own errors, end to end."""
+    run = trained("separate")
+    with small_tmpfs(tmp_path / "small", "256k") as disk:
+        code, _, err = _export([run, disk / "team"], capsys)
+        assert code == 1
+        assert "(no space left on device; " in _full_disk_line(err, disk, "team")
+        assert list(disk.iterdir()) == []
+        from magrpo.schema import ConfigError
+        from magrpo.team import Team
+
+        with pytest.raises(ConfigError, match="no such directory"):
+            Team.from_pretrained(disk / "team")
+
+
+def test_a_killed_export_leaves_no_team_and_the_next_export_removes_its_temporary_directory(trained, tmp_path,
+                                                                                            capsys):
+    import signal
+    import subprocess
+    import sys
+
+    from magrpo.schema import ConfigError
+    from magrpo.team import Team, read_team
+
+    run, out = trained("separate"), tmp_path / "exports" / "team"
+    # SIGKILLed mid-export (the weights written, the model card next): nothing in-process can clean up
+    script = ("import os, signal, sys\nimport magrpo.team\n"
+              "magrpo.team.model_card = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+              f"from magrpo import export\nsys.exit(export.main([{str(run)!r}, {str(out)!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    (left,) = (tmp_path / "exports").iterdir()
+    assert left.name.startswith(".team.") and left.name.endswith(".tmp") and not out.exists()
+    assert (left / "agent_1" / "model.safetensors").is_file() and not (left / "manifest.json").exists()
+    with pytest.raises(ConfigError, match="temporary directory of an export that did not finish"):
+        Team.from_pretrained(left)
+    code, _, err = _export([run, out], capsys)
+    assert code == 0, err
+    assert [p.name for p in (tmp_path / "exports").iterdir()] == ["team"], "the dead export's directory is gone"
+    assert read_team(out)["source"]["step"] == 2
 
 
 # -- 7. the hub ---------------------------------------------------------------------------------------

@@ -16,6 +16,11 @@ task gets its own table. Written into OUT:
   table.tex   one booktabs tabular per task
   <task>_<metric>.png   learning curves: mean over seeds vs step, shaded ± std, one line per method
 
+OUT is never inside a run or an exported team (the default DIR/table is refused when DIR is a
+run: give --out), and an OUT that already holds any of these files is refused unless --force,
+which replaces them and touches nothing else; the files are written aside and moved in together
+(magrpo.writes).
+
 Runs left out of a table (failed, still running, unreadable, or a job directory with a config but
 no summary.json: a job that died before its first evaluation) are listed under it.
 

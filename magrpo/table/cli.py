@@ -8,8 +8,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from magrpo.launch import check_out_dir
+from magrpo.schema import ConfigError, SetupError
 from magrpo.table import generic, paper, tuning
 from magrpo.table.runs import PROG, Run, TableError, collect
+from magrpo.writes import check_overwrite, publish
+
+TABLE_FILES = ("table.md", "table.csv", "table.tex")     # always written; the curves depend on the runs
 
 
 def _csv_list(text: str) -> list[str]:
@@ -23,7 +28,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Tables (md, csv, tex) and learning curves from "
                                 "magrpo-train run or multirun directories: one row per method, mean ± std over seeds.")
     p.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="run or multirun directories (searched recursively)")
-    p.add_argument("--out", type=Path, default=None, help="output directory (default: DIR/table for a single DIR)")
+    p.add_argument("--out", type=Path, default=None, help="output directory (default: DIR/table for a single DIR); "
+                   "never inside a run or exported team")
+    p.add_argument("--force", action="store_true", help="replace the files this command writes (table.md/.csv/.tex, "
+                   "the curves, tuning.md) where --out already holds them; nothing else there is touched")
     p.add_argument("--group-by", type=_csv_list, default=None, metavar="KEY[,KEY]",
                    help="dotted config keys that define a method, e.g. algo.name,algo.joint_mode "
                         "(default: the algo plus the keys that differ between the runs)")
@@ -47,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the tuning records of magrpo-paper --tune-trials (DIR/*.json): written as tuning.md "
                         "next to the table; the tuning trials under DIR are not rows of the table")
     return p
+
+
+def _shown_order(path: Path) -> tuple[int, str]:
+    rank = {name: i for i, name in enumerate(TABLE_FILES)}
+    return rank.get(path.name, len(TABLE_FILES) + (path.name == "tuning.md")), path.name
 
 
 def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequence[str] | None) -> list[str] | None:
@@ -73,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = tuning.read_records(args.tuning) if args.tuning is not None else []
         runs, skipped = collect(args.dirs, out, args.include_unfinished,
                                 exclude=[args.tuning] if args.tuning is not None else [])
+        # never into a run: one it reads, or any other (magrpo.writes)
+        check_out_dir(out, [r.path for r in runs] + [p for p, _ in skipped],
+                      note=" (the default for one DIR: DIR/table; give --out)" if args.out is None else "")
         metrics = check_names(runs, args.metrics, args.group_by)
         notes = []
         if args.include_unfinished and any(r.status != "finished" for r in runs):
@@ -80,20 +96,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         if records:
             notes.append("Tuned: each trained row ran its seeds at the best values of its own tuning trials, the same "
                          "number for every row (tuning.md: the search spaces, the values, any row whose tuning found none).")
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise TableError(f"cannot create {out}: {e}") from None
+        check_overwrite(out, [*TABLE_FILES, *(["tuning.md"] if records else [])], args.force)
         common = dict(digits=args.digits, notes=notes, plots=not args.no_plots, smooth_window=args.smooth,
                       metrics=metrics, extra=[c.removeprefix("eval/") for c in args.columns or []])
-        if args.layout == "paper":
-            rc = paper.write(runs, skipped, out, **common)
-        else:
-            rc = generic.write(runs, skipped, out, group_by=args.group_by, **common)
-        if records:
-            name = paper.row_name if args.layout == "paper" else str
-            print(f"wrote {tuning.write(records, out, name)}")
+        rc = 0
+
+        def fill(stage: Path) -> None:
+            nonlocal rc
+            if args.layout == "paper":
+                rc = paper.write(runs, skipped, stage, **common)
+            else:
+                rc = generic.write(runs, skipped, stage, group_by=args.group_by, **common)
+            if records:
+                tuning.write(records, stage, paper.row_name if args.layout == "paper" else str)
+
+        # every file is written aside first, then moved in: a refusal or a failure leaves OUT as it was
+        for path in sorted(publish(out, fill, args.force), key=_shown_order):
+            print(f"wrote {path}")
         return rc
-    except TableError as e:
+    except (TableError, ConfigError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
+    except SetupError as e:         # a full disk (magrpo.writes.DiskFullError): OUT is as it was
+        print(f"{PROG}: setup error: {e}", file=sys.stderr)
+        return 1

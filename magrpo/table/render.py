@@ -136,16 +136,13 @@ def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, leg
 def save_and_report(out: Path, md: str, skipped: Sequence[tuple[Path, str]], write_csv_to: Callable[[Path], None],
                     tex: str, plot: Callable[[], list[Path]], counts: str) -> None:
     """Write table.md (with the runs left out listed under it), table.csv, table.tex and the
-    curves into `out`, then print the markdown, `counts` and every file written."""
+    curves into `out`, then print the markdown and `counts` (the command names the files once
+    they are in place: magrpo.writes.publish)."""
     if skipped:
         md += "\n".join(skipped_note(skipped)) + "\n"
     (out / "table.md").write_text(md)
     write_csv_to(out / "table.csv")
     (out / "table.tex").write_text(tex)
-    pngs = plot()
+    plot()
     print(md)
     print(counts)
-    for name in ("table.md", "table.csv", "table.tex"):
-        print(f"wrote {out / name}")
-    for p in pngs:
-        print(f"wrote {p}")
