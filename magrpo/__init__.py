@@ -10,10 +10,29 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    # `from magrpo import Team` without importing torch and transformers for every `import magrpo`.
-    if name == "Team":
-        from magrpo.team import Team
+# The public API, importable from the top (`from magrpo import Task, register_task, Experiment`),
+# each loaded on first use: `import magrpo` stays cheap (no torch, no transformers).
+_PUBLIC = {
+    "Team": "magrpo.team",
+    "Experiment": "magrpo.experiment",
+    "Task": "magrpo.tasks.base", "Item": "magrpo.tasks.base", "Scores": "magrpo.tasks.base",
+    "register_task": "magrpo.tasks",
+    "register_algo": "magrpo.algos.base", "AlgoConfig": "magrpo.algos.base", "TeamSpec": "magrpo.algos.base",
+    "register_advantage": "magrpo.algos.core", "register_scale": "magrpo.algos.core",
+    "register_loss_agg": "magrpo.algos.core",
+    "register_feedback": "magrpo.feedback", "Feedback": "magrpo.feedback", "FeedbackConfig": "magrpo.feedback",
+    "ConfigError": "magrpo.schema", "SetupError": "magrpo.schema", "option": "magrpo.schema",
+}
+__all__ = sorted(_PUBLIC)
 
-        return Team
+
+def __getattr__(name: str):
+    if name in _PUBLIC:
+        import importlib
+
+        return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'magrpo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])

@@ -41,7 +41,7 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 # Keys a resume may change; every other key must equal the checkpoint's (README, "Resuming").
 # A prefix covers its sub-keys. They steer how long the run goes, what it logs and evaluates,
 # where it writes and on which hardware, none of which changes what the next step computes.
-MAY_CHANGE_ON_RESUME = ("max_steps", "resume", "output_dir", "save_every", "save_final", "logger", "eval",
+MAY_CHANGE_ON_RESUME = ("max_steps", "resume", "output_dir", "save_every", "save_final", "logger", "eval", "plugins",
                         "algo.eval_every", "algo.micro_batch_size", "hardware", "agents.gradient_checkpointing",
                         "sandbox")
 # What magrpo-eval checks of a checkpoint it loads into the agents it builds.

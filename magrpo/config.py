@@ -22,6 +22,17 @@ from magrpo.schema import ConfigError, at_least, check_values, did_you_mean, opt
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
 DEVICES = "cpu, cuda, cuda:N, mps"
 
+def conf_dir() -> Path:
+    """The repository's `conf/` in a source checkout (editable install), else the copy shipped
+    inside the package (a wheel install; see setup.py)."""
+    here = Path(__file__).resolve().parent
+    repo = here.parent / "conf"
+    return repo if (repo / "train.yaml").is_file() else here / "conf"
+
+
+CONF_DIR = str(conf_dir())
+
+
 DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
 
 
@@ -198,6 +209,9 @@ class SandboxSchema:
 @dataclass
 class TrainSchema:
     seed: int = at_least(0, 0)
+    # Modules imported before anything is composed (magrpo.plugins); a run records every plugin it
+    # imported here, and the commands that take the run up import them again.
+    plugins: list[str] = field(default_factory=list)
     max_steps: int = at_least(0, 120)
     resume: str | None = None
     save_every: int = at_least(0, 0, " (0 = final checkpoint only)")
@@ -244,14 +258,32 @@ def register_schemas() -> None:
 
     from magrpo.algos import ALGOS
     from magrpo.feedback import FEEDBACKS
+    from magrpo.tasks import TASKS
 
     store = ConfigStore.instance()
     for name, cls in ALGOS.items():
-        store.store(group="schema/algo", name=name,
-                    node=OmegaConf.to_container(OmegaConf.structured(cls.config_schema)))
+        node = {**OmegaConf.to_container(OmegaConf.structured(cls.config_schema)), "name": name}
+        store.store(group="schema/algo", name=name, node=node)
+        _offer(store, "algo", name, node)         # algo=NAME works without a conf/algo/NAME.yaml (a plugin's)
     for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
-        node = OmegaConf.to_container(OmegaConf.structured(cls.config_schema))
-        store.store(group="schema/feedback", name=name, node={**node, "mode": name})
+        node = {**OmegaConf.to_container(OmegaConf.structured(cls.config_schema)), "mode": name}
+        store.store(group="schema/feedback", name=name, node=node)
+        _offer(store, "feedback", name, node)
+    for name, cls in TASKS.items():        # task=NAME from its schema dataclasses alone (a plugin's task)
+        task = OmegaConf.to_container(OmegaConf.structured(cls.config_schema)) if cls.config_schema else {}
+        reward = OmegaConf.to_container(OmegaConf.structured(cls.reward_schema)) if cls.reward_schema else {}
+        _offer(store, "task", name, {**task, "name": name})
+        _offer(store, "reward", name, reward)
+
+
+def _offer(store: Any, group: str, name: str, node: dict) -> None:
+    """`group=name` for a registered entry that has no YAML in conf/ or in a plugin's conf directory:
+    its schema's defaults are the option."""
+    from magrpo.plugins import conf_dirs
+
+    if any((Path(d) / group / f"{name}.yaml").is_file() for d in [CONF_DIR, *conf_dirs()]):
+        return
+    store.store(group=group, name=name, node=node)
 
 
 def optimized_metric(cfg: DictConfig, primary: str) -> str:
@@ -300,7 +332,14 @@ def _get(cfg: DictConfig, key: str) -> Any:
 def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
     from magrpo.algos import ALGOS
+    from magrpo.plugins import load_plugins
     from magrpo.tasks import TASKS, available_tasks
+
+    # The user's plugins first: they may register the task, algorithm or feedback mode named below.
+    wanted = cfg.get("plugins") if "plugins" in cfg else None
+    if wanted is not None and not OmegaConf.is_list(wanted) and not isinstance(wanted, list):
+        raise ConfigError(f"plugins={wanted!r}: give a list of module names, e.g. plugins=[my_pkg.tasks]")
+    plugins = load_plugins([str(m) for m in wanted or []])
 
     # The algo node is checked against the schema its algorithm registers (its only source of
     # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
@@ -345,6 +384,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     reward_node = _typed(OmegaConf.create(raw_reward or {}), task_cls.reward_schema, "reward.") \
         if task_cls.reward_schema else OmegaConf.create(raw_reward or {})
     with _open(typed):
+        typed.plugins = plugins           # every plugin this process imported: what the run records
         typed.task = task_node
         typed.reward = reward_node
         typed.algo = algo_node

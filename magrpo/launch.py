@@ -29,20 +29,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from magrpo.config import CONF_DIR, conf_dir  # noqa: F401  (where the configs live; re-exported)
 from magrpo.schema import ConfigError, SetupError, did_you_mean
 
 log = logging.getLogger("magrpo")
 
 
-def conf_dir() -> Path:
-    """The repository's `conf/` in a source checkout (editable install), else the copy shipped
-    inside the package (a wheel install; see setup.py)."""
-    here = Path(__file__).resolve().parent
-    repo = here.parent / "conf"
-    return repo if (repo / "train.yaml").is_file() else here / "conf"
-
-
-CONF_DIR = str(conf_dir())
 
 
 def output_dir(cfg: DictConfig) -> Path:
@@ -356,7 +348,6 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
     traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
     from magrpo.config import register_schemas
 
-    register_schemas()
     quiet_progress_bars()
     import json
 
@@ -365,9 +356,14 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
     argv = sys.argv[:]
     try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
         sys.argv[1:], taken = inherit_argv(config_name, sys.argv[1:])
+        search = load_cli_plugins(config_name, sys.argv[1:])   # before anything is composed or looked up
     except ConfigError as e:
+        sys.argv[:] = argv
         report(prog, f"config error: {e}")
         sys.exit(2)
+    register_schemas()
+    if search:
+        sys.argv.append(search)
     if taken:
         os.environ[TAKEN_ENV] = json.dumps(taken, default=str)
     else:   # never a parent command's
@@ -397,6 +393,24 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
         else:
             os.environ["HYDRA_FULL_ERROR"] = user_full_error
     exit_if_sweep_failed()
+
+
+def load_cli_plugins(config_name: str, argv: list[str]) -> str | None:
+    """Import the plugins of a command line (magrpo.plugins): `plugins=[...]` (its own, or taken up
+    from a run), MAGRPO_PLUGINS, the entry points, and the plugins recorded by the run, checkpoint
+    or team that `resume=`/`checkpoint=`/`team=` names. Returns the `hydra.searchpath=[...]`
+    override that adds the plugins' conf directories (None when they name none, or the command
+    line sets the search path itself)."""
+    from magrpo.plugins import conf_dirs, load_plugins, load_recorded, plugins_in_argv
+    from magrpo.run_config import named_runs, recorded_plugins
+
+    for run in named_runs(config_name, argv):      # first: a missing one is named with the run that needs it
+        load_recorded(recorded_plugins(run), run)
+    load_plugins(plugins_in_argv(argv))
+    dirs = conf_dirs()
+    if not dirs or any(a.lstrip("+").startswith("hydra.searchpath=") for a in argv):
+        return None
+    return "hydra.searchpath=[" + ",".join(f"file://{d}" for d in dirs) + "]"
 
 
 def _overrides(argv: list[str]) -> list[str]:

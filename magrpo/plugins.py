@@ -27,6 +27,7 @@ import logging
 import os
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from magrpo.schema import ConfigError
 
@@ -65,6 +66,30 @@ def import_plugin(module: str, why: str) -> None:
     conf = getattr(mod, CONF_ATTR, None)
     if conf and str(conf) not in _conf_dirs:
         _conf_dirs.append(str(conf))
+
+
+def load_recorded(modules: Iterable[str], source: str | Path) -> None:
+    """Import the plugins a run, checkpoint or team recorded (`source`): modules of this environment
+    only, never one that lies inside `source` itself (an artifact names what you installed; it does
+    not bring code along), each named in the log."""
+    import importlib.util
+
+    root = Path(str(source)).expanduser().resolve()
+    for module in modules:
+        module = _check_name(module, f"recorded by {source}")
+        if module in _loaded:
+            continue
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            spec = None
+        origin = getattr(spec, "origin", None) if spec is not None else None
+        locations = [origin, *(getattr(spec, "submodule_search_locations", None) or [])] if spec else []
+        for where in [w for w in locations if w and w not in ("built-in", "frozen")]:
+            if Path(where).resolve().is_relative_to(root):
+                raise ConfigError(f"the plugin {module!r} recorded by {source} would be imported from inside it "
+                                  f"({where}); a run or team never brings code along: install the plugin instead")
+        import_plugin(module, f"recorded by {source}")
 
 
 def env_plugins() -> list[str]:

@@ -47,7 +47,7 @@ TAKEN_ENV = "MAGRPO_TAKEN_UP"       # inherit_argv -> the job (json), for as lon
 # keeps the run's overrides in its overrides.yaml.
 RUN_KEYS = {"train": ("resume",), "eval": ("checkpoint", "team")}
 # magrpo-eval takes these from the run (the roots of the overrides that shape the team).
-EVAL_INHERITS = ("task", "reward", "agents", "algo", "feedback", "experiment", "scale")
+EVAL_INHERITS = ("task", "reward", "agents", "algo", "feedback", "experiment", "scale", "plugins")
 # Never taken from a run: the new invocation's own keys, and a sweeper recipe.
 NEVER = ("hydra", "output_dir", "resume", "checkpoint", "team", "hparams_search")
 # A group picked on the command line also drops the run's choice and keys of these.
@@ -246,6 +246,51 @@ def _fetch_hub_team(argv: list[str], given: list[str], lines: list[str]) -> tupl
     local = f"team={local_team(value)}"
     swap = {last: local}
     return [swap.get(a, a) for a in argv], [swap.get(g, g) for g in given], [swap.get(x, x) for x in lines]
+
+
+# -- the plugins a run needs ---------------------------------------------------------------------------------
+
+
+def named_runs(config_name: str, argv: list[str]) -> list[Path]:
+    """The existing directories a command line names with `resume=` (train) or `checkpoint=`/`team=`
+    (eval), each value of a sweep over them."""
+    kind = "eval" if config_name == "eval" else "train"
+    out = []
+    for arg in argv:
+        if arg.startswith("~") or override_key(arg) not in RUN_KEYS[kind]:
+            continue
+        try:
+            o = _parse(arg)
+        except Exception:
+            continue
+        for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]):
+            if v not in (None, "", "null") and Path(str(v)).expanduser().is_dir():
+                out.append(Path(str(v)).expanduser())
+    return out
+
+
+def recorded_plugins(path: str | Path) -> list[str]:
+    """The plugins a run, checkpoint or exported team recorded (`plugins` in team.json, in the newest
+    complete checkpoint's config.json, else in the run's .hydra/config.yaml); [] when it records
+    none or cannot be read (its own checks report that later)."""
+    import json
+
+    from magrpo import checkpoint
+
+    p = Path(str(path)).expanduser()
+    try:
+        if checkpoint.is_team_dir(p):
+            found = json.loads((p / checkpoint.TEAM_FILE).read_text()).get("plugins")
+        else:
+            try:
+                found = checkpoint.stored_config(checkpoint.resolve(p, "run")).get("plugins")
+            except ConfigError:
+                run = run_dir_of(p)
+                found = OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml")).get("plugins") \
+                    if run is not None and (run / ".hydra" / "config.yaml").is_file() else None
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+    return [str(m) for m in found] if isinstance(found, list) else []
 
 
 # -- inside the job: what was taken, and the runs with nothing to take ------------------------------

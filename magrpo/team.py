@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 OVERRIDES_FILE = "overrides.yaml"
 FORMAT = 1
 # The nodes of a run's config a team carries: what shapes the team and how it is scored.
-TEAM_NODES = ("task", "reward", "algo", "agents", "feedback", "sandbox", "eval")
+TEAM_NODES = ("task", "reward", "algo", "agents", "feedback", "sandbox", "eval", "plugins")
 
 
 @dataclass
@@ -96,6 +96,7 @@ class Team:
 
         ckpt = checkpoint_of(path, step, key)
         config = OmegaConf.create(checkpoint.stored_config(ckpt))
+        _load_plugins(config.get("plugins"), ckpt)
         team_cfg = OmegaConf.masked_copy(config, [k for k in TEAM_NODES if k in config])
         check_team_config(team_cfg, f"{ckpt}/{checkpoint.CONFIG_FILE}")
         team_cfg.agents = with_trust(team_cfg.agents, trust_remote_code)
@@ -112,7 +113,7 @@ class Team:
         weights as safetensors; Python code shipped with its models runs only with
         `trust_remote_code=True` given here (what team.json says is not taken)."""
         root = local_team(path_or_repo, revision)
-        info = read_team(root)
+        info = read_team(root)        # imports the plugins it records first (its task may be one)
         config = OmegaConf.create(info["config"])
         agents_cfg = with_trust(_agents_at(config.agents, info, root), trust_remote_code)
         hw = hardware or default_hardware(device)
@@ -304,6 +305,7 @@ def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
         "final_eval": final_eval,
         "source": team.source,
         "config": OmegaConf.to_container(cfg, resolve=True),
+        "plugins": list(cfg.get("plugins") or []),      # imported again by whoever loads the team
     }
 
 
@@ -439,6 +441,8 @@ def read_team(root: Path) -> dict[str, Any]:
         info = json.loads(f.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{f}: cannot read the team ({e})") from None
+    if isinstance(info, dict):
+        _load_plugins(info.get("plugins"), root)
     check_team_record(info, f)
     for folder in sorted({e[k] for e in info["models"] for k in ("load", "tokenizer")}):
         checkpoint.check_only_listed(root, folder, manifest["files"], "team")
@@ -461,6 +465,7 @@ RECORD_FIELDS: dict[str, tuple[tuple, str]] = {
     "source": (_OBJ, "an object"), "config": (_OBJ, "an object (the team's task, reward, algo, agents, ...)"),
 }
 OPTIONAL_FIELDS: dict[str, tuple[tuple, str]] = {
+    "plugins": ((list, type(None)), "a list of module names, or null"),
     "overrides": ((list, type(None)), "a list of key=value strings, or null"),
     "final_eval": ((dict, type(None)), "an object, or null"),
 }
@@ -483,6 +488,17 @@ def _jsonable(value: Any) -> bool:
         return True
     except (TypeError, ValueError):
         return False
+
+
+def _load_plugins(names: Any, source: Path) -> None:
+    """The plugins a team or checkpoint recorded, imported from this environment (magrpo.plugins)."""
+    from magrpo.plugins import load_recorded
+
+    if names is None:
+        return
+    if not isinstance(names, (list, tuple)) and not OmegaConf.is_list(names):
+        raise ConfigError(f"{source}: plugins is {names!r}; expected a list of module names")
+    load_recorded([str(n) for n in names], source)
 
 
 def check_team_record(info: Any, where: Path | str) -> None:

@@ -283,8 +283,15 @@ def run_task(run: Run):
     None for a task this version does not know; TableError when the saved nodes no longer fit."""
     from omegaconf import OmegaConf
 
+    from magrpo.plugins import load_recorded
+    from magrpo.run_config import recorded_plugins
+    from magrpo.schema import ConfigError
     from magrpo.tasks import TASKS, available_tasks, build_task
 
+    try:        # a plugin's task: the plugins the run recorded, from this environment
+        load_recorded(recorded_plugins(run.path), run.path)
+    except ConfigError as e:
+        raise TableError(str(e)) from None
     if run.task not in available_tasks():
         return None
     cls = TASKS[run.task]

@@ -1,0 +1,209 @@
+"""The extension API from outside the repository: README "Extending", run exactly as printed, and the
+plugin mechanism's refusals (magrpo.plugins, magrpo.registry)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from magrpo.schema import ConfigError
+from tests.test_artifact_safety import rehash
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_block(marker: str) -> str:
+    """The code block that follows `<!-- extending:MARKER -->` in the README."""
+    text = README.read_text()
+    m = re.search(rf"<!-- extending:{re.escape(marker)} -->\n```[a-z]*\n(.*?)```", text, re.S)
+    assert m, f"README has no block after <!-- extending:{marker} -->"
+    return m.group(1)
+
+
+def _env(folder: Path) -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}", "PYTHONWARNINGS": "ignore",
+            "PYTHONPATH": "", "MAGRPO_PLUGINS": ""}
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory) -> Path:
+    """A folder outside the repository holding the README's my_game.py, after the README's commands
+    and its Python block ran there, as printed."""
+    folder = tmp_path_factory.mktemp("outside")
+    assert not folder.resolve().is_relative_to(README.parent)
+    (folder / "my_game.py").write_text(readme_block("my_game.py"))
+    commands = readme_block("commands")
+    done = subprocess.run(["bash", "-e", "-c", commands], cwd=folder, env=_env(folder), capture_output=True,
+                          text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (folder / "example.py").write_text(readme_block("python"))
+    env = {**_env(folder), "PYTHONPATH": str(folder)}
+    py = subprocess.run([sys.executable, "example.py"], cwd=folder, env=env, capture_output=True, text=True,
+                        timeout=600)
+    assert py.returncode == 0, py.stderr[-3000:]
+    (folder / "example.out").write_text(py.stdout)
+    return folder
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def test_the_readme_commands_train_evaluate_resume_export_crossplay_and_tabulate(outside):
+    # no take-up command repeats plugins=
+    for line in readme_block("commands").splitlines():
+        if line.startswith(("magrpo-eval", "magrpo-export", "magrpo-crossplay", "magrpo-table")) or "resume=" in line:
+            assert "plugins" not in line, line
+    run = outside / "runs" / "sum"
+    summary = _json(run / "summary.json")
+    assert summary["status"] == "finished" and summary["steps"] == 3          # resumed from 2 to 3
+    assert summary["config"]["task"] == "sum_game" and summary["config"]["algo"] == "clipped_magrpo"
+    stored = _json(run / "checkpoints" / "step_3" / "config.json")
+    assert stored["plugins"] == ["my_game"]
+    assert stored["algo"]["advantage"] == "median" and stored["algo"]["advantage_clip"] == 0.5
+    evaluated = _json(outside / "evals" / "sum" / "eval.json")
+    assert evaluated["task"] == "sum_game" and 0.0 <= evaluated["results"]["team"]["reward_mean"] <= 1.0
+    team = _json(outside / "exports" / "sum-team" / "team.json")
+    assert team["plugins"] == ["my_game"] and team["task"] == "sum_game" and team["algorithm"] == "clipped_magrpo"
+    cross = _json(outside / "crossplay" / "crossplay.json")
+    assert cross["task"] == "sum_game" and len(cross["sources"]) == 2
+    assert any(p.suffix == ".md" for p in (outside / "tables").iterdir())
+    assert "sum_game" in "".join(p.read_text() for p in (outside / "tables").glob("*.md"))
+
+
+def test_the_readme_python_block_trains_and_loads_the_team(outside):
+    summary = _json(outside / "runs" / "py" / "summary.json")
+    assert summary["status"] == "finished" and summary["steps"] == 2
+    assert summary["config"]["task"] == "sum_game"
+    assert (outside / "example.out").read_text().strip() != ""
+
+
+def test_the_example_task_learns_nothing_it_should_not_and_its_reward_is_hand_computed(outside, monkeypatch):
+    monkeypatch.syspath_prepend(str(outside))
+    import my_game
+
+    task = my_game.SumGame(my_game.SumGameConfig(), {})
+    # digits 3 and 4 for a target of 7: 1.0; 3 and 5 for 7: 1 - 1/7; one digit: 0
+    scores = task.reward([["", ""]] * 3, [["3", "4"], ["3", "5"], ["3", "none"]], target=[7, 7, 7])
+    assert list(scores) == pytest.approx([1.0, 1 - 1 / 7, 0.0])
+    import torch
+
+    returns = torch.tensor([[1.0, 2.0, 4.0]])
+    assert my_game.median_baseline(returns).tolist() == [[-1.0, 0.0, 2.0]]
+
+
+# -- the mechanism --------------------------------------------------------------------------------
+
+
+def _plugin(folder: Path, name: str, body: str) -> str:
+    (folder / f"{name}.py").write_text(body)
+    return name
+
+
+def test_a_name_registered_twice_names_both_places(tmp_path, monkeypatch):
+    from magrpo.algos.core import ADVANTAGES
+    from magrpo.registry import RegistryError
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    _plugin(tmp_path, "dup_a", "from magrpo import register_advantage\n"
+                               "@register_advantage('dup_name')\ndef first(R):\n    return R\n")
+    _plugin(tmp_path, "dup_b", "from magrpo import register_advantage\n"
+                               "@register_advantage('dup_name')\ndef second(R):\n    return R\n")
+    import dup_a  # noqa: F401
+
+    try:
+        with pytest.raises(RegistryError) as info:
+            import dup_b  # noqa: F401
+        msg = str(info.value)
+        assert "algo.advantage='dup_name' is registered twice" in msg
+        assert "dup_a.first" in msg and "dup_b.second" in msg and "\n" not in msg
+    finally:
+        ADVANTAGES.unregister("dup_name")
+
+
+def test_an_unknown_name_lists_the_known_ones():
+    from magrpo.algos.core import ADVANTAGES
+    from magrpo.registry import RegistryError
+
+    with pytest.raises(RegistryError, match=r"algo.advantage='meen' is not a known advantage estimator; "
+                                            r"choose one of: .*mean.*did you mean 'mean'"):
+        ADVANTAGES["meen"]
+    assert isinstance(RegistryError("x"), ConfigError)
+
+
+def _cli(args: list[str], cwd: Path, env: dict | None = None, module: str = "magrpo.train") -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, env={**_env(cwd), "PYTHONPATH": str(cwd), **(env or {})})
+    lines = [x for x in done.stderr.splitlines() if x.strip() and not x.startswith("[") and "arning" not in x]
+    return done.returncode, "\n".join(lines)
+
+
+def test_a_plugin_that_cannot_be_imported_is_one_line(tmp_path):
+    code, err = _cli(["plugins=[no_such_plugin_mod]", "debug=smoke", f"hydra.run.dir={tmp_path / 'r'}"], tmp_path)
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "'no_such_plugin_mod'" in err and "is not installed here" in err
+
+
+def test_env_and_entry_point_plugins_are_imported(tmp_path):
+    _plugin(tmp_path, "env_plug", "from magrpo import register_advantage\n"
+                                  "@register_advantage('env_adv')\ndef f(R):\n    return R - R.mean(-1, keepdim=True)\n")
+    _plugin(tmp_path, "ep_plug", "from magrpo import register_advantage\n"
+                                 "@register_advantage('ep_adv')\ndef f(R):\n    return R - R.mean(-1, keepdim=True)\n")
+    dist = tmp_path / "ep_plug-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ep-plug\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[magrpo.plugins]\nep_plug = ep_plug\n")
+    for adv, env in (("env_adv", {"MAGRPO_PLUGINS": "env_plug"}), ("ep_adv", {})):
+        out = tmp_path / adv
+        code, err = _cli([f"algo.advantage={adv}", "debug=smoke", f"output_dir={out}", f"hydra.run.dir={out}"],
+                         tmp_path, env)
+        assert code == 0, err
+        assert _json(out / "summary.json")["status"] == "finished"
+
+
+def test_a_plugin_algorithms_schema_is_checked_like_a_builtin(tmp_path, outside):
+    (tmp_path / "my_game.py").write_text(readme_block("my_game.py"))
+    code, err = _cli(["plugins=[my_game]", "task=sum_game", "algo=clipped_magrpo", "algo.advantage_clip=-1",
+                      "debug=smoke", f"hydra.run.dir={tmp_path / 'r'}"], tmp_path)
+    assert code == 2 and "algo.advantage_clip=-1" in err and "> 0" in err, err
+    code, err = _cli(["plugins=[my_game]", "task=sum_game", "algo=clipped_magrpo", "algo.advantage_clipp=1",
+                      "debug=smoke", f"hydra.run.dir={tmp_path / 'r2'}"], tmp_path)
+    assert code == 2 and "advantage_clipp" in err and "did you mean 'advantage_clip'" in err, err
+
+
+def test_a_run_whose_plugin_is_gone_is_one_line_naming_module_and_run(outside, tmp_path):
+    """The run's folder without my_game.py on the path: every take-up says which plugin is missing."""
+    empty = tmp_path / "elsewhere"
+    empty.mkdir()
+    run = outside / "runs" / "sum"
+    code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], empty, module="magrpo.evaluate")
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "'my_game'" in err and str(run) in err
+
+
+def test_a_team_cannot_bring_its_plugin_along(outside, tmp_path, monkeypatch):
+    """A team that records a plugin whose module sits inside the team is refused, even when the team
+    directory is on the path: a team names what you installed, it never brings code."""
+    import shutil
+
+    from magrpo.team import Team
+
+    team = Path(shutil.copytree(outside / "exports" / "sum-team", tmp_path / "team"))
+    marker = tmp_path / "RAN"
+    (team / "team_code.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    info = _json(team / "team.json")
+    info["plugins"] = ["team_code", "my_game"]
+    (team / "team.json").write_text(json.dumps(info))
+    rehash(team)                     # the manifest rewritten to match, as a sender would
+    monkeypatch.syspath_prepend(str(team))
+    monkeypatch.syspath_prepend(str(outside))
+    with pytest.raises(ConfigError, match="from inside it"):
+        Team.from_pretrained(team, device="cpu")
+    assert not marker.exists()
