@@ -183,9 +183,12 @@ class Experiment:
         from magrpo.launch import check_run_dir
         from magrpo.train import run
 
+        import json
+
         check_run_dir(self.run_dir, self.config.get("resume"))
         self._save_record()
-        self.summary = run(self._composed)
+        run(self._composed)
+        self.summary = json.loads((self.run_dir / "summary.json").read_text())
         return self.summary
 
     def team(self, step: int | None = None, device: str | None = None):
