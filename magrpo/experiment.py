@@ -180,10 +180,10 @@ class Experiment:
 
     def run(self) -> dict[str, Any]:
         """Train (magrpo.train.run) and return the run's summary (summary.json's content)."""
+        import json
+
         from magrpo.launch import check_run_dir
         from magrpo.train import run
-
-        import json
 
         check_run_dir(self.run_dir, self.config.get("resume"))
         self._save_record()
