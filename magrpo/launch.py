@@ -335,9 +335,13 @@ class RunDirGuard(Callback):
 def parse_plain_cli(parser: Any, argv: list[str] | None) -> Any:
     """The arguments of a command that is not a Hydra app (magrpo-export, magrpo-crossplay), with
     the console set up as the Hydra commands set it: INFO lines, no download progress bars."""
+    from magrpo.plugins import add_option, load_option
+
+    add_option(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     quiet_progress_bars()
+    load_option(args, parser.prog)
     return args
 
 

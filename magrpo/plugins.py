@@ -148,3 +148,26 @@ def forget() -> None:
     _loaded.clear()
     _conf_dirs.clear()
 
+
+
+# -- the commands that are no Hydra apps (magrpo-export, -crossplay, -table) ---------------------------------
+
+
+def add_option(parser) -> None:
+    """`--plugins a,b` for a command with its own argparse parser."""
+    parser.add_argument("--plugins", metavar="MODULES", default="",
+                        help=f"comma-separated modules to import first (README, Extending); {ENV} and the "
+                             f"'{ENTRY_POINT_GROUP}' entry points are imported too, and the plugins a run or "
+                             f"team recorded are imported again by themselves")
+
+
+def load_option(args, prog: str) -> None:
+    """Import what `--plugins` names; a plugin that cannot be imported exits 2 with one line."""
+    import sys
+
+    try:
+        load_plugins([m.strip() for m in (getattr(args, "plugins", "") or "").split(",") if m.strip()],
+                     why="--plugins")
+    except ConfigError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -207,3 +207,44 @@ def test_a_team_cannot_bring_its_plugin_along(outside, tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="from inside it"):
         Team.from_pretrained(team, device="cpu")
     assert not marker.exists()
+
+
+def test_a_plugins_own_yaml_composes_with_its_algorithms_schema(tmp_path):
+    """A plugin's conf directory (MAGRPO_CONF_DIR) joins the search path, and its YAML may start from
+    the schema its algorithm registers, which the issue's `defaults: [/schema/algo@_here_: NAME]` needs."""
+    conf = tmp_path / "yaml_plugin_conf"
+    (conf / "algo").mkdir(parents=True)
+    (conf / "algo" / "yaml_algo.yaml").write_text("defaults:\n  - /schema/algo@_here_: yaml_algo\n  - _self_\n"
+                                                  "num_generations: 3\n")
+    _plugin(tmp_path, "yaml_plugin", f"""from dataclasses import dataclass
+from magrpo import register_algo
+from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
+MAGRPO_CONF_DIR = {str(conf)!r}
+
+@dataclass
+class YamlAlgoConfig(MAGRPOConfig):
+    name: str = "yaml_algo"
+    extra_knob: int = 7
+
+@register_algo("yaml_algo")
+class YamlAlgo(MAGRPO):
+    config_schema = YamlAlgoConfig
+""")
+    out = tmp_path / "run"
+    code, err = _cli(["plugins=[yaml_plugin]", "algo=yaml_algo", "debug=smoke", f"output_dir={out}",
+                      f"hydra.run.dir={out}"], tmp_path)
+    assert code == 0, err
+    stored = _json(out / "checkpoints" / "step_2" / "config.json")["algo"]
+    assert stored["name"] == "yaml_algo" and stored["num_generations"] == 3 and stored["extra_knob"] == 7
+
+
+def test_the_plain_commands_take_plugins_too(outside, tmp_path, capsys):
+    from magrpo import export
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        export.main(["--plugins", "no_such_plugin_mod", str(outside / "runs" / "sum"), str(tmp_path / "t")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert info.value.code == 2
+    assert len(err) == 1 and "'no_such_plugin_mod' (--plugins) is not installed here" in err[0], err
+    assert not (tmp_path / "t").exists()

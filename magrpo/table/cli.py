@@ -78,7 +78,12 @@ def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequen
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from magrpo.plugins import add_option, load_option
+
+    parser = build_parser()
+    add_option(parser)
+    args = parser.parse_args(argv)
+    load_option(args, "magrpo-table")
     try:
         if args.out is None and len(args.dirs) > 1:
             raise TableError("several DIRs given: say where the tables go with --out")
