@@ -406,15 +406,18 @@ def load_cli_plugins(config_name: str, argv: list[str]) -> str | None:
     override that adds the plugins' conf directories (None when they name none, or the command
     line sets the search path itself)."""
     from magrpo.plugins import conf_dirs, load_plugins, load_recorded, plugins_in_argv
-    from magrpo.run_config import named_runs, recorded_plugins
+    from magrpo.run_config import named_runs, recorded_plugins, recorded_searchpath
 
+    paths: list[str] = []
     for run in named_runs(config_name, argv):      # first: a missing one is named with the run that needs it
         load_recorded(recorded_plugins(run), run)
+        paths += recorded_searchpath(run)
     load_plugins(plugins_in_argv(argv))
-    dirs = conf_dirs()
-    if not dirs or any(a.lstrip("+").startswith("hydra.searchpath=") for a in argv):
+    paths += [f"file://{d}" for d in conf_dirs()]
+    paths = list(dict.fromkeys(paths))
+    if not paths or any(a.lstrip("+").startswith("hydra.searchpath=") for a in argv):
         return None
-    return "hydra.searchpath=[" + ",".join(f"file://{d}" for d in dirs) + "]"
+    return "hydra.searchpath=[" + ",".join(paths) + "]"
 
 
 def _overrides(argv: list[str]) -> list[str]:

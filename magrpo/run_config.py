@@ -293,6 +293,20 @@ def recorded_plugins(path: str | Path) -> list[str]:
     return [str(m) for m in found] if isinstance(found, list) else []
 
 
+def recorded_searchpath(path: str | Path) -> list[str]:
+    """The extra config directories a run was composed with (`hydra.searchpath` in its
+    .hydra/hydra.yaml): a resume or an evaluation composes with them again."""
+    run = run_dir_of(path)
+    f = run / ".hydra" / "hydra.yaml" if run is not None else None
+    if f is None or not f.is_file():
+        return []
+    try:
+        found = OmegaConf.to_container(OmegaConf.load(f)).get("hydra", {}).get("searchpath")
+    except Exception:
+        return []
+    return [str(x) for x in found] if isinstance(found, list) else []
+
+
 # -- inside the job: what was taken, and the runs with nothing to take ------------------------------
 
 

@@ -248,3 +248,19 @@ def test_the_plain_commands_take_plugins_too(outside, tmp_path, capsys):
     assert info.value.code == 2
     assert len(err) == 1 and "'no_such_plugin_mod' (--plugins) is not installed here" in err[0], err
     assert not (tmp_path / "t").exists()
+
+
+def test_a_run_remembers_its_extra_config_directory(tmp_path):
+    """hydra.searchpath given to the training run is composed with again by magrpo-eval checkpoint=."""
+    conf = tmp_path / "my_conf"
+    (conf / "experiment").mkdir(parents=True)
+    (conf / "experiment" / "my_exp.yaml").write_text("# @package _global_\nalgo:\n  num_generations: 3\n")
+    run = tmp_path / "run"
+    code, err = _cli([f"hydra.searchpath=[file://{conf}]", "experiment=my_exp", "debug=smoke", f"output_dir={run}",
+                      f"hydra.run.dir={run}"], tmp_path)
+    assert code == 0, err
+    assert _json(run / "checkpoints" / "step_2" / "config.json")["algo"]["num_generations"] == 3
+    code, err = _cli([f"checkpoint={run}", "eval.num_items=2", f"hydra.run.dir={tmp_path / 'ev'}"], tmp_path,
+                     module="magrpo.evaluate")
+    assert code == 0, err
+    assert _json(tmp_path / "ev" / "eval.json")["config"]["algo"]["num_generations"] == 3
