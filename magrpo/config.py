@@ -244,6 +244,7 @@ def register_schemas() -> None:
 
     from magrpo.algos import ALGOS
     from magrpo.feedback import FEEDBACKS
+    from magrpo.tasks import RewardConfig
 
     store = ConfigStore.instance()
     for name, cls in ALGOS.items():
@@ -252,6 +253,10 @@ def register_schemas() -> None:
     for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
         node = OmegaConf.to_container(OmegaConf.structured(cls.config_schema))
         store.store(group="schema/feedback", name=name, node={**node, "mode": name})
+    # The keys every task's reward node has (reward.fn, fns, weights, max: magrpo.rewards), under
+    # whichever conf/reward/<task>.yaml the run picks: train.yaml and eval.yaml compose it first.
+    store.store(group="schema/reward", name="functions",
+                node=OmegaConf.to_container(OmegaConf.structured(RewardConfig)))
 
 
 def optimized_metric(cfg: DictConfig, primary: str) -> str:
@@ -300,7 +305,8 @@ def _get(cfg: DictConfig, key: str) -> Any:
 def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
     from magrpo.algos import ALGOS
-    from magrpo.tasks import TASKS, available_tasks
+    from magrpo.rewards import check_reward_node
+    from magrpo.tasks import TASKS, available_tasks, reward_schema_of
 
     # The algo node is checked against the schema its algorithm registers (its only source of
     # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
@@ -342,8 +348,9 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     task_cls = TASKS[raw_task["name"]]
     task_node = _typed(OmegaConf.create(raw_task), task_cls.config_schema, "task.") \
         if task_cls.config_schema else OmegaConf.create(raw_task)
-    reward_node = _typed(OmegaConf.create(raw_reward or {}), task_cls.reward_schema, "reward.") \
-        if task_cls.reward_schema else OmegaConf.create(raw_reward or {})
+    reward_schema = reward_schema_of(task_cls)       # the task's, with the reward-function keys (RewardConfig)
+    reward_node = _typed(OmegaConf.create(raw_reward or {}), reward_schema, "reward.") \
+        if reward_schema else OmegaConf.create(raw_reward or {})
     with _open(typed):
         typed.task = task_node
         typed.reward = reward_node
@@ -355,8 +362,9 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     check_values(feedback_node, feedback_schema, "feedback.")
     if task_cls.config_schema:
         check_values(task_node, task_cls.config_schema, "task.")
-    if task_cls.reward_schema:
-        check_values(reward_node, task_cls.reward_schema, "reward.")
+    if reward_schema:
+        check_values(reward_node, reward_schema, "reward.")
+    check_reward_node(reward_node)
 
     _validate_agents(typed, task_cls)
     if task_cls.uses_sandbox:

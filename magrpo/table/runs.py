@@ -283,7 +283,7 @@ def run_task(run: Run):
     None for a task this version does not know; TableError when the saved nodes no longer fit."""
     from omegaconf import OmegaConf
 
-    from magrpo.tasks import TASKS, available_tasks, build_task
+    from magrpo.tasks import TASKS, available_tasks, build_task, reward_schema_of
 
     if run.task not in available_tasks():
         return None
@@ -296,8 +296,8 @@ def run_task(run: Run):
             saved = {node: OmegaConf.to_container(cfg[node], resolve=True)
                      for node in ("task", "reward") if OmegaConf.is_dict(cfg.get(node))}
         reward = OmegaConf.create(saved.get("reward") or {})
-        if cls.reward_schema is not None:
-            reward = OmegaConf.merge(OmegaConf.structured(cls.reward_schema), reward)
+        if (schema := reward_schema_of(cls)) is not None:
+            reward = OmegaConf.merge(OmegaConf.structured(schema), reward)
         return build_task(OmegaConf.create({**(saved.get("task") or {}), "name": run.task}), reward)
     except Exception as e:   # an older config whose keys the task no longer has, a bad value...
         raise TableError(f"cannot rebuild its {run.task} reward from {file}: "
