@@ -258,7 +258,7 @@ def register_schemas() -> None:
 
     from magrpo.algos import ALGOS
     from magrpo.feedback import FEEDBACKS
-    from magrpo.tasks import TASKS
+    from magrpo.tasks import TASKS, RewardConfig
 
     store = ConfigStore.instance()
     for name, cls in ALGOS.items():
@@ -269,6 +269,10 @@ def register_schemas() -> None:
         node = {**OmegaConf.to_container(OmegaConf.structured(cls.config_schema)), "mode": name}
         store.store(group="schema/feedback", name=name, node=node)
         _offer(store, "feedback", name, node)
+    # The keys every task's reward node has (reward.fn, fns, weights, max: magrpo.rewards), under
+    # whichever conf/reward/<task>.yaml the run picks: train.yaml and eval.yaml compose it first.
+    store.store(group="schema/reward", name="functions",
+                node=OmegaConf.to_container(OmegaConf.structured(RewardConfig)))
     for name, cls in TASKS.items():        # task=NAME from its schema dataclasses alone (a plugin's task)
         task = OmegaConf.to_container(OmegaConf.structured(cls.config_schema)) if cls.config_schema else {}
         reward = OmegaConf.to_container(OmegaConf.structured(cls.reward_schema)) if cls.reward_schema else {}
@@ -333,7 +337,8 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
     from magrpo.algos import ALGOS
     from magrpo.plugins import load_plugins
-    from magrpo.tasks import TASKS, available_tasks
+    from magrpo.rewards import check_reward_node
+    from magrpo.tasks import TASKS, available_tasks, reward_schema_of
 
     # The user's plugins first: they may register the task, algorithm or feedback mode named below.
     wanted = cfg.get("plugins") if "plugins" in cfg else None
@@ -381,8 +386,9 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     task_cls = TASKS[raw_task["name"]]
     task_node = _typed(OmegaConf.create(raw_task), task_cls.config_schema, "task.") \
         if task_cls.config_schema else OmegaConf.create(raw_task)
-    reward_node = _typed(OmegaConf.create(raw_reward or {}), task_cls.reward_schema, "reward.") \
-        if task_cls.reward_schema else OmegaConf.create(raw_reward or {})
+    reward_schema = reward_schema_of(task_cls)       # the task's, with the reward-function keys (RewardConfig)
+    reward_node = _typed(OmegaConf.create(raw_reward or {}), reward_schema, "reward.") \
+        if reward_schema else OmegaConf.create(raw_reward or {})
     with _open(typed):
         typed.plugins = plugins           # every plugin this process imported: what the run records
         typed.task = task_node
@@ -395,8 +401,9 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     check_values(feedback_node, feedback_schema, "feedback.")
     if task_cls.config_schema:
         check_values(task_node, task_cls.config_schema, "task.")
-    if task_cls.reward_schema:
-        check_values(reward_node, task_cls.reward_schema, "reward.")
+    if reward_schema:
+        check_values(reward_node, reward_schema, "reward.")
+    check_reward_node(reward_node)
 
     _validate_agents(typed, task_cls)
     if task_cls.uses_sandbox:

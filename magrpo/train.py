@@ -109,10 +109,11 @@ def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
     """The value a Hydra sweeper (Optuna...) optimises: `optimized_metric` of the final evaluation,
     by default the task's primary metric (pass@1 for coding, the normalized return for writing).
     The trainer checks at start that the evaluation reports it (Trainer.check_metrics)."""
+    from magrpo.rewards import primary_metric
     from magrpo.tasks import TASKS, available_tasks
 
     available_tasks()
-    name = optimized_metric(cfg, TASKS[cfg.task.name].primary_metric)
+    name = optimized_metric(cfg, primary_metric(TASKS[cfg.task.name], cfg.reward))
     if name not in final_eval:
         raise ConfigError(f"optimized_metric={name!r} is not in the final evaluation; it has: "
                           f"{', '.join(sorted(final_eval))}")

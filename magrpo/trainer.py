@@ -29,8 +29,9 @@ from magrpo.diagnostics import DiagnosticsConfig
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, load_agent_weights, load_agents, policy_agents, save_agent, team_level
+from magrpo.rewards import check_splits, fallback_note, reward_specs
 from magrpo.schema import ConfigError, did_you_mean
-from magrpo.tasks import Task, build_task
+from magrpo.tasks import TASKS, Task, build_task
 from magrpo.tracking import RunLogger, read_status, run_identity
 from magrpo.turns import TurnSpec
 
@@ -130,6 +131,8 @@ class Trainer:
         team = algo_cls.team(cfg)
         self.status_before = status_before
         self.check_metrics(team.num_agents)     # before any model is loaded
+        if reward_specs(cfg.reward) and cfg.algo.get("reward", "team") == "individual":
+            check_splits(self.task, self.eval_items[0], team.num_agents)   # per-agent shares, before any model
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_agents, need_reference=team.reference)
         self.policies = policy_agents(self.agents)   # what saves and loads: one per policy
         if cfg.resume:        # weights first: a sharded model (fsdp) loads only gathered weights
@@ -189,6 +192,9 @@ class Trainer:
         be one this run's evaluation reports: refused now, not after training."""
         cfg = self.cfg
         name = optimized_metric(cfg, self.task.primary_metric)
+        note = fallback_note(TASKS[cfg.task.name], cfg.reward)
+        if note and self.world.is_main:
+            log.warning(note)
         if not self.eval_items:
             raise ConfigError(f"eval.num_items / task {cfg.task.name!r}: the eval split has no items to evaluate")
         names = metric_names(self.task, self.eval_items[0], cfg.eval.num_samples, num_agents, cfg.algo.num_turns)

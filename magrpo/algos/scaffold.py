@@ -31,6 +31,7 @@ from magrpo.algos.base import (
 )
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, policy_agents, policy_groups
+from magrpo.rewards import reward_specs
 from magrpo.rollout import Generation, Rollout, Sampling, credit
 from magrpo.schema import ConfigError
 from magrpo.tasks import Task
@@ -38,7 +39,11 @@ from magrpo.turns import TreeStats, TurnSpec, concat_generations, grow_tree, tre
 
 
 def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
-    """`algo.reward=individual` needs a task whose reward splits per agent."""
+    """`algo.reward=individual` needs a task whose reward splits per agent. Reward functions
+    (`reward.fn`) split when they return per-agent lists: the trainer checks that before training
+    (magrpo.rewards.check_splits)."""
+    if reward_specs(cfg.get("reward")):
+        return
     if cfg.algo.get("reward", "team") == "individual" and not task_cls.splits_reward:
         raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
                           f"is one team reward that does not split per agent; choose algo.reward=team")

@@ -286,7 +286,7 @@ def run_task(run: Run):
     from magrpo.plugins import load_recorded
     from magrpo.run_config import recorded_plugins
     from magrpo.schema import ConfigError
-    from magrpo.tasks import TASKS, available_tasks, build_task
+    from magrpo.tasks import TASKS, available_tasks, build_task, reward_schema_of
 
     try:        # a plugin's task: the plugins the run recorded, from this environment
         load_recorded(recorded_plugins(run.path), run.path)
@@ -303,8 +303,8 @@ def run_task(run: Run):
             saved = {node: OmegaConf.to_container(cfg[node], resolve=True)
                      for node in ("task", "reward") if OmegaConf.is_dict(cfg.get(node))}
         reward = OmegaConf.create(saved.get("reward") or {})
-        if cls.reward_schema is not None:
-            reward = OmegaConf.merge(OmegaConf.structured(cls.reward_schema), reward)
+        if (schema := reward_schema_of(cls)) is not None:
+            reward = OmegaConf.merge(OmegaConf.structured(schema), reward)
         return build_task(OmegaConf.create({**(saved.get("task") or {}), "name": run.task}), reward)
     except Exception as e:   # an older config whose keys the task no longer has, a bad value...
         raise TableError(f"cannot rebuild its {run.task} reward from {file}: "

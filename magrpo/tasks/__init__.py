@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from magrpo.registry import Registry, registrar
-from magrpo.tasks.base import Item, Scores, Task, columns, raw_reward
+from magrpo.tasks.base import Item, RewardConfig, Scores, Task, columns, raw_reward, reward_schema_of
 
 # The built-in task families register on the first lookup; one whose optional dependency is
 # missing does not break the others.
@@ -21,8 +21,12 @@ def available_tasks() -> list[str]:
 
 
 def build_task(cfg: Any, reward_cfg: Any, sandbox: Any = None) -> Task:
-    """The task named by the `task` node; `sandbox` is the `sandbox` node (None = defaults)."""
-    return TASKS[cfg.name](cfg, reward_cfg, sandbox)
+    """The task named by the `task` node; `sandbox` is the `sandbox` node (None = defaults). When the
+    `reward` node names reward functions (`reward.fn`, `reward.fns`), they replace its reward."""
+    from magrpo.rewards import task_class
+
+    return task_class(TASKS[cfg.name], reward_cfg)(cfg, reward_cfg, sandbox)
 
 
-__all__ = ["Item", "Scores", "Task", "TASKS", "available_tasks", "build_task", "columns", "raw_reward", "register_task"]
+__all__ = ["Item", "RewardConfig", "Scores", "Task", "TASKS", "available_tasks", "build_task", "columns", "raw_reward",
+           "register_task", "reward_schema_of"]

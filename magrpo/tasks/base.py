@@ -14,9 +14,45 @@ totals, so it drops into TRL-style code, with the reward's components attached.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from magrpo.schema import option
+
 Item = dict[str, Any]
+
+
+@dataclass
+class RewardConfig:
+    """The keys every task's `reward` node accepts: each task's reward schema inherits them (a
+    schema that does not is given them by `reward_schema_of`). Reward functions that replace the
+    task's own reward, for any task and algorithm (magrpo.rewards; README, "Reward functions")."""
+
+    fn: str | None = None                  # a registered reward function, or module:function
+    fns: list[str] | None = None           # several of them, summed: total = sum_i weights[i] * f_i
+    weights: list[float] | None = None     # one per function; null = 1.0 each
+    # The largest raw value of the functions' total (before shift and scale): normalized_return =
+    # raw / max. Null: no normalized_return (a task's own maximum holds for its own reward only).
+    max: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null")
+
+
+def reward_schema_of(task_cls: type) -> type | None:
+    """The schema a task's `reward` node is checked against: its `reward_schema`, with the keys of
+    `RewardConfig` added when it does not inherit them (a plugin's task written before them)."""
+    schema = getattr(task_cls, "reward_schema", None)
+    if schema is None or issubclass(schema, RewardConfig):
+        return schema
+    return _with_reward_keys(schema)
+
+
+_WITH_KEYS: dict[type, type] = {}
+
+
+def _with_reward_keys(schema: type) -> type:
+    if schema not in _WITH_KEYS:
+        both = type(schema.__name__, (RewardConfig, schema), {"__module__": schema.__module__})
+        _WITH_KEYS[schema] = dataclass(both)
+    return _WITH_KEYS[schema]
 
 
 class Scores(list):

@@ -15,7 +15,7 @@ from typing import Any
 
 from magrpo.schema import ConfigError, at_least, positive
 from magrpo.tasks import register_task
-from magrpo.tasks.base import Item, Scores, Task
+from magrpo.tasks.base import Item, RewardConfig, Scores, Task
 
 # Where a single-agent answer's short part ends when it has no "---" line: a blank line, a line
 # break, or the end of the first sentence. The prompt asks for one short sentence first, so the
@@ -69,7 +69,7 @@ class LengthRatioTaskConfig:
 
 
 @dataclass
-class LengthRatioRewardConfig:
+class LengthRatioRewardConfig(RewardConfig):
     name: str = "length_ratio"
     min_ratio: float = at_least(0, 2.0)
     max_ratio: float = positive(3.0)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magrpo.sandbox.limits import SandboxLimits
-from magrpo.tasks.base import Scores
+from magrpo.tasks.base import RewardConfig, Scores
 from magrpo.tasks.coding import analysis
 from magrpo.tasks.coding.extract import HELPER_NAME, Program, build_program
 
@@ -50,7 +50,7 @@ EXTRAS = ("passed", "tests_fraction", "aux_defined", "main_defined", "uses_aux",
 
 
 @dataclass
-class CodingRewardConfig:
+class CodingRewardConfig(RewardConfig):
     name: str = "humaneval"
     # Level weights; the defaults are the paper's.
     aux_defined: float = 0.4

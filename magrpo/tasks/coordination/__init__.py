@@ -27,7 +27,7 @@ from typing import Any
 
 from magrpo.schema import ConfigError, at_least
 from magrpo.tasks import register_task
-from magrpo.tasks.base import Item, Scores, Task
+from magrpo.tasks.base import Item, RewardConfig, Scores, Task
 
 LABELS = "abcdefgh"
 # Prompt scenes, so that items differ in wording while the game stays the same.
@@ -77,7 +77,7 @@ class CoordinationTaskConfig:
 
 
 @dataclass
-class CoordinationRewardConfig:
+class CoordinationRewardConfig(RewardConfig):
     name: str = "agree"
     shift: float = 0.0
     scale: float = 1.0

@@ -31,6 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from magrpo.schema import ConfigError, at_least, option
+from magrpo.tasks.base import RewardConfig
 
 COMPONENTS = ("verifier", "persuasion", "correction", "regression")
 
@@ -39,7 +40,7 @@ _NUMBER = re.compile(r"-?\d[\d,]*\.?\d*|-?\.\d+")
 
 
 @dataclass
-class MaporlRewardConfig:
+class MaporlRewardConfig(RewardConfig):
     name: str = "maporl_qa"
     verifier: str = option("exact", choices=["exact", "model"])
     verifier_model: str | None = None      # verifier=model: a local AutoModelForSequenceClassification

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from magrpo.schema import ConfigError, at_least, positive
+from magrpo.tasks.base import RewardConfig
 
 LEXICON_PATH = Path(__file__).with_name("lexicon.json")
 _WORD_RE = re.compile(r"\w+")
@@ -78,7 +79,7 @@ _weight = lambda default: at_least(0, default)  # noqa: E731
 
 
 @dataclass
-class WritingRewardConfig:
+class WritingRewardConfig(RewardConfig):
     """The `reward` node of the writing tasks; defaults are the reference tldr values."""
 
     name: str = "tldr"

@@ -1,0 +1,278 @@
+"""Reward functions (magrpo.rewards): a callable replaces any task's reward, for any algorithm.
+
+The functions live in tests/reward_fns_example.py and are named as module:function."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from magrpo.config import validate
+from magrpo.rewards import REWARD_FNS, RewardFunctionError, register_reward
+from magrpo.schema import ConfigError
+from magrpo.tasks import RewardConfig, Task, build_task, reward_schema_of
+from tests import reward_fns_example
+from tests.conftest import compose_cfg, run_cli, train_rows
+
+FN = "tests.reward_fns_example"
+SMOKE = ["debug=smoke", "algo.max_new_tokens=8"]
+
+
+def _task(tmp_path, overrides: list[str]):
+    cfg = validate(compose_cfg([f"output_dir={tmp_path / 'run'}", *overrides]))
+    return cfg, build_task(cfg.task, cfg.reward)
+
+
+def _run(tmp_path, overrides: list[str]) -> dict:
+    from magrpo.train import run
+
+    return run(compose_cfg([f"output_dir={tmp_path / 'run'}", *SMOKE, *overrides]))
+
+
+def _train_cli(tmp_path, args: list[str], capsys) -> tuple[int, str]:
+    from magrpo.train import main
+
+    capsys.readouterr()
+    code = run_cli(main, "magrpo-train", [*SMOKE, *args, f"hydra.run.dir={tmp_path / 'run'}"])
+    return code, capsys.readouterr().err
+
+
+# -- the total, by hand --------------------------------------------------------------------------
+
+
+def test_weighted_total_shift_scale_components_and_shares_by_hand(tmp_path):
+    _, task = _task(tmp_path, [f"reward.fns=[{FN}:brevity,{FN}:per_agent_letters]", "reward.weights=[2,0.5]",
+                               "reward.shift=-1", "reward.scale=3", "reward.max=2"])
+    items = task.load("eval")[:2]
+    answers = [["ab", "xyz"], ["", "Aa a"]]
+    scores = task.score(items, [task.prompts(it, 2) for it in items], answers)
+    # brevity: 1 / (1 + chars of the agents' texts joined by a space / 10): "ab xyz" 6, " Aa a" 5
+    brevity = [1 / 1.6, 1 / 1.5]
+    letters = [[1.0, 0.0], [0.0, 1.0]]
+    raw = [2 * b + 0.5 * sum(a) for b, a in zip(brevity, letters)]      # 1.75, 1.8333
+    assert list(scores) == pytest.approx([r * 3 - 1 for r in raw])      # raw * scale + shift
+    assert scores.components == {"brevity": pytest.approx(brevity), "per_agent_letters": [1.0, 1.0]}
+    # normalized_return undoes shift and scale, over reward.max (not length_ratio's own maximum 1.0)
+    assert task.reward_max(2) == 2.0
+    assert task.normalized_return(scores[0], 2) == pytest.approx(raw[0] / 2)
+    # brevity gives one float per joint answer: no per-agent share, and saying so is an error
+    with pytest.raises(RewardFunctionError, match=r"algo.reward='individual'.*brevity.*'length_ratio/eval/0'"):
+        task.individual_rewards(scores, 2)
+
+    _, split = _task(tmp_path, [f"reward.fn={FN}:per_agent_letters", "reward.shift=-1", "reward.scale=3"])
+    totals = split.score(items, [split.prompts(it, 2) for it in items], answers)
+    shares = split.individual_rewards(totals, 2)
+    assert shares == [pytest.approx([1 * 3 - 0.5, 0 * 3 - 0.5]), pytest.approx([0 * 3 - 0.5, 1 * 3 - 0.5])]
+    assert [sum(s) for s in shares] == pytest.approx(list(totals))     # the shares add up to the team's reward
+
+
+def test_the_function_gets_trl_arguments_and_scores_components(tmp_path):
+    reward_fns_example.SEEN.clear()
+    _, task = _task(tmp_path, [f"reward.fns=[{FN}:record,{FN}:scored]"])
+    items = task.load("eval")[:2]
+    prompts = [task.prompts(it, 2) for it in items]
+    scores = task.score(items, prompts, [["a", "bb"], ["cc", ""]])
+    seen = reward_fns_example.SEEN[-1]
+    assert seen["prompts"] == prompts and seen["completions"] == [["a", "bb"], ["cc", ""]]
+    assert seen["columns"]["id"] == [it["id"] for it in items]
+    assert seen["columns"]["topic"] == [it["topic"] for it in items]
+    # a returned Scores: its totals are the function's value, its components logged under its name
+    assert scores.components == {"record": [0.5, 0.5], "scored": [0.4, 0.3], "scored/chars": [4.0, 3.0]}
+    assert list(scores) == pytest.approx([0.9, 0.8])
+
+
+def test_the_task_keeps_its_prompts_data_and_metrics(tmp_path):
+    _, own = _task(tmp_path, ["task=agree"])
+    _, task = _task(tmp_path, ["task=agree", f"reward.fn={FN}:brevity"])
+    items = task.load("eval")[:2]
+    assert items == own.load("eval")[:2]
+    assert [task.prompts(it, 2) for it in items] == [own.prompts(it, 2) for it in items]
+    answers = [["a", "a"], ["a", "b"]]
+    scores = task.score(items, [task.prompts(it, 2) for it in items], answers)
+    assert task.metrics(items, answers, scores) == {"all_agree": 0.5}     # agree's metric, on agree's game
+    assert task.name == "agree" and isinstance(task, type(own))
+
+
+# -- real runs: every algorithm family, every kind of return -------------------------------------
+
+
+def test_weighted_functions_are_logged_as_components_in_metrics_jsonl(tmp_path, capsys):
+    code, err = _train_cli(tmp_path, [f"reward.fns=[{FN}:brevity,{FN}:per_agent_letters]", "reward.weights=[2,0.5]"],
+                           capsys)
+    assert code == 0, err[-2000:]
+    run_dir = tmp_path / "run"
+    for row in train_rows(run_dir).values():
+        assert {"train/reward/brevity", "train/reward/per_agent_letters"} <= set(row)
+        assert row["train/reward_mean"] == pytest.approx(2 * row["train/reward/brevity"]
+                                                         + 0.5 * row["train/reward/per_agent_letters"])
+    evals = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())
+             if "eval/reward_mean" in r]
+    assert len(evals) == 2
+    for row in evals:
+        assert row["eval/reward_mean"] == pytest.approx(2 * row["eval/reward/brevity"]
+                                                        + 0.5 * row["eval/reward/per_agent_letters"])
+        assert "eval/reward/length_ratio" not in row and "eval/normalized_return" not in row
+
+
+def test_ppo_family_learns_from_per_agent_shares_and_reward_max_normalizes(tmp_path):
+    """A coordination task, IPPO with each agent's own share (algo.reward=individual), a function
+    returning per-agent lists, and reward.max: normalized_return = raw / max."""
+    result = _run(tmp_path, ["task=agree", "algo=ippo", "algo.reward=individual", f"reward.fn={FN}:per_agent_letters",
+                             "reward.max=2", "reward.shift=0.5", "reward.scale=2"])
+    final = result["final_eval"]
+    assert final["normalized_return"] == pytest.approx((final["reward_mean"] - 0.5) / 2 / 2)
+    assert final["reward/per_agent_letters"] == pytest.approx((final["reward_mean"] - 0.5) / 2)
+    assert "all_agree" in final                      # the task's own metric stays
+    assert result["primary_metric"] == "normalized_return" and result["sweep_value"] == final["normalized_return"]
+
+
+def test_without_reward_max_no_normalized_return_and_one_warning(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        result = _run(tmp_path, ["task=agree", f"reward.fn={FN}:brevity"])
+    final = result["final_eval"]
+    assert "normalized_return" not in final and "all_agree" in final
+    assert result["primary_metric"] == "reward_mean" and result["sweep_value"] == final["reward_mean"]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["best"]["metric"] == "reward_mean"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "reward.max" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "normalized_return" in warnings[0] and "reward_mean" in warnings[0] and "'agree'" in warnings[0]
+
+
+def test_single_model_algorithm_gets_plain_strings(tmp_path):
+    reward_fns_example.SEEN.clear()
+    result = _run(tmp_path, ["algo=grpo", f"reward.fns=[{FN}:record,{FN}:per_agent_letters]"])
+    assert reward_fns_example.SEEN
+    for seen in reward_fns_example.SEEN:
+        assert all(isinstance(p, str) for p in seen["prompts"])
+        assert all(isinstance(c, str) for c in seen["completions"])
+    final = result["final_eval"]
+    assert final["reward_mean"] == pytest.approx(0.5 + final["reward/per_agent_letters"])
+    assert train_rows(tmp_path / "run")[2]["train/reward/record"] == 0.5
+
+
+def test_magrpo_eval_with_a_reward_function(tmp_path, capsys):
+    from magrpo.evaluate import main
+
+    out = tmp_path / "eval"
+    code = run_cli(main, "magrpo-eval", [f"reward.fn={FN}:brevity", "methods=[single,naive_concat]",
+                                         "eval.num_items=2", "algo.max_new_tokens=8", f"hydra.run.dir={out}"])
+    assert code == 0, capsys.readouterr().err[-2000:]
+    results = json.loads((out / "eval.json").read_text())["results"]
+    for metrics in results.values():
+        assert metrics["reward_mean"] == pytest.approx(metrics["reward/brevity"])
+        assert 0 < metrics["reward_mean"] <= 1 and "reward/length_ratio" not in metrics
+    assert "reward/brevity" in (out / "eval.md").read_text()
+
+
+# -- failures: one line, the function and the item; never a reward of 0 ---------------------------
+
+
+@pytest.mark.parametrize("fn,needle", [
+    ("boom", "raised ZeroDivisionError on item 'length_ratio/eval/0': no answers to divide"),
+    ("one_too_many", "returned 3 value(s) for 2 joint answer(s) (item 'length_ratio/eval/0')"),
+    ("not_a_number", "returned nan for item 'length_ratio/eval/0'"),
+    ("a_string", "returned 'high' for item 'length_ratio/eval/0'"),
+    ("three_agents", "returned 3 per-agent value(s) for item 'length_ratio/eval/0', whose joint answer has 2"),
+])
+def test_a_failing_function_stops_the_run_in_one_line(tmp_path, capsys, fn, needle):
+    code, err = _train_cli(tmp_path, [f"reward.fn={FN}:{fn}"], capsys)
+    assert code == 2, err[-2000:]
+    lines = [line for line in err.splitlines() if line.startswith("magrpo-train:")]
+    assert len(lines) == 1 and "Traceback" not in err
+    assert f"reward function '{FN}:{fn}' (reward.fn) {needle}" in lines[0]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and needle in summary["reason"]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()     # stopped before any training
+
+
+def test_plain_floats_with_individual_reward_is_one_config_line(tmp_path, capsys):
+    code, err = _train_cli(tmp_path, ["task=agree", "algo=ippo", "algo.reward=individual", f"reward.fn={FN}:brevity"],
+                           capsys)
+    assert code == 2 and "Traceback" not in err
+    line = next(line for line in err.splitlines() if line.startswith("magrpo-train:"))
+    assert "algo.reward='individual'" in line and f"'{FN}:brevity'" in line and "'agree/eval/0'" in line
+
+
+def test_the_failing_item_of_a_batch_is_named(tmp_path):
+    _, task = _task(tmp_path, [f"reward.fn={FN}:boom_on_second"])
+    items = task.load("eval")[:3]
+    with pytest.raises(RewardFunctionError, match=r"raised KeyError on item 'length_ratio/eval/1': 'topic'"):
+        task.score(items, [task.prompts(it, 2) for it in items], [["a", "b"]] * 3)
+
+
+# -- the config ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides,needle", [
+    (["reward.fn=a", "reward.fns=[b]"], "reward.fn='a' and reward.fns=['b'] both name the reward functions"),
+    ([f"reward.fns=[{FN}:brevity]", "reward.weights=[1,2]"], "reward.weights=[1.0, 2.0] has 2 weight(s) for 1"),
+    (["reward.fn=no_such_fn"], "reward.fn='no_such_fn' is not a registered reward function"),
+    ([f"reward.fn={FN}.brevity"], f"did you mean {FN}:brevity?"),
+    (["reward.fn=tests.no_such_module:f"], "the module 'tests.no_such_module' cannot be found"),
+    ([f"reward.fn={FN}:no_such_fn"], f"'{FN}' has no attribute 'no_such_fn'"),
+    ([f"reward.fn={FN}:NOT_CALLABLE"], "is not a function f(prompts, completions, **columns)"),
+    (["reward.fns=[]"], "reward.fns=[] names no reward function"),
+    (["reward.max=2"], "reward.max=2.0 applies to reward functions"),
+    ([f"reward.fn={FN}:brevity", "reward.max=0"], "reward.max=0.0 is out of range; it must be > 0, or null"),
+    (["+reward.fnn=x"], "unknown config key 'reward.fnn'; keys allowed in reward: fn, fns, max"),
+    ([f"reward.fns=[{FN}:brevity,{FN}:brevity]"], "would both be logged as reward/brevity"),
+])
+def test_bad_reward_keys_are_one_config_line(tmp_path, overrides, needle):
+    with pytest.raises(ConfigError) as e:
+        _task(tmp_path, overrides)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unknown_name_lists_the_registered_ones_and_the_module_form(tmp_path):
+    register_reward("test_brevity")(reward_fns_example.brevity)
+    try:
+        with pytest.raises(ConfigError, match=r"\(test_brevity\) nor module:function") as e:
+            _task(tmp_path, ["reward.fn=test_brevit"])
+        assert "my_pkg.rewards:brevity" in str(e.value) and "did you mean 'test_brevity'?" in str(e.value)
+        _, task = _task(tmp_path, ["reward.fn=test_brevity"])        # a registered name works
+        items = task.load("eval")[:1]
+        scores = task.score(items, [task.prompts(items[0], 2)], [["", ""]])
+        assert list(scores) == [pytest.approx(1 / 1.1)]                # " ": the two empty answers joined
+        assert scores.components == {"test_brevity": [pytest.approx(1 / 1.1)]}
+    finally:
+        REWARD_FNS.unregister("test_brevity")
+
+
+def test_a_typo_on_the_command_line_is_one_config_line(tmp_path, capsys):
+    code, err = _train_cli(tmp_path, [f"reward.fnn={FN}:brevity"], capsys)
+    assert code == 2 and "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("magrpo-train:")]
+    assert len(lines) == 1 and "reward.fnn" in lines[0]
+
+
+def test_every_task_accepts_the_keys():
+    from magrpo.tasks import TASKS
+
+    for name in TASKS:
+        fields = set(RewardConfig.__dataclass_fields__)
+        assert fields <= set(reward_schema_of(TASKS[name]).__dataclass_fields__), name
+
+
+def test_a_reward_schema_without_the_keys_is_given_them():
+    """A plugin's task whose reward schema predates the keys still validates them, and keeps its own check."""
+    from dataclasses import dataclass, fields
+
+    @dataclass
+    class OldReward:
+        name: str = "old"
+        bonus: float = 1.0
+
+        @staticmethod
+        def check_node(node, prefix):
+            raise ConfigError("own check ran")
+
+    class OldTask(Task):
+        reward_schema = OldReward
+
+    schema = reward_schema_of(OldTask)
+    assert [f.name for f in fields(schema)] == ["name", "bonus", "fn", "fns", "weights", "max"]
+    with pytest.raises(ConfigError, match="own check ran"):
+        schema.check_node(None, "reward.")
