@@ -16,7 +16,7 @@ _PUBLIC = {
     "Team": "magrpo.team",
     "Experiment": "magrpo.experiment",
     "Task": "magrpo.tasks.base", "Item": "magrpo.tasks.base", "Scores": "magrpo.tasks.base",
-    "register_task": "magrpo.tasks",
+    "register_task": "magrpo.tasks", "register_reward": "magrpo.rewards",
     "register_algo": "magrpo.algos.base", "AlgoConfig": "magrpo.algos.base", "TeamSpec": "magrpo.algos.base",
     "register_advantage": "magrpo.algos.core", "register_scale": "magrpo.algos.core",
     "register_loss_agg": "magrpo.algos.core",

@@ -407,8 +407,14 @@ def _diff(a: Any, b: Any, key: str, out: list[tuple[str, Any, Any]]) -> None:
           and all(isinstance(x, dict) for x in a + b)):
         for i, (x, y) in enumerate(zip(a, b)):
             _diff(x, y, f"{key}[{i}]", out)
-    elif a != b:
+    elif a != b and not _absent_is_null(a, b):
         out.append((key, a, b))
+
+
+def _absent_is_null(a: Any, b: Any) -> bool:
+    """A key an older magrpo did not write (absent) and the same key at null now are no change: a
+    new optional key never blocks resuming or evaluating an older checkpoint."""
+    return (a is MISSING and b is None) or (a is None and b is MISSING)
 
 
 def config_changes(old: dict, new: dict, only: Iterable[str] | None = None,

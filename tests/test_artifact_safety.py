@@ -460,3 +460,14 @@ def test_a_yaml_payload_in_saved_overrides_is_refused_not_run(run, marker, tmp_p
                              capsys)
     assert code == 2 and len(lines) == 1 and "overrides.yaml" in lines[0], lines
     assert not marker.exists()
+
+
+def test_a_key_added_since_a_checkpoint_was_saved_is_no_change_at_null():
+    """An older checkpoint lacks reward.fn and plugins; at null (or at their defaults) they block nothing,
+    while a real value still counts."""
+    from magrpo.checkpoint import config_changes
+
+    old = {"reward": {"shift": 0.0}, "algo": {"name": "magrpo"}}
+    assert config_changes(old, {"reward": {"shift": 0.0, "fn": None, "max": None}, "algo": {"name": "magrpo"}}) == []
+    assert config_changes(old, {"reward": {"shift": 0.0, "fn": "m:f"}, "algo": {"name": "magrpo"}}) == \
+        [("reward.fn", "<absent>", "m:f")]

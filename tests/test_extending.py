@@ -74,6 +74,9 @@ def test_the_readme_commands_train_evaluate_resume_export_crossplay_and_tabulate
     assert team["plugins"] == ["my_game"] and team["task"] == "sum_game" and team["algorithm"] == "clipped_magrpo"
     cross = _json(outside / "crossplay" / "crossplay.json")
     assert cross["task"] == "sum_game" and len(cross["sources"]) == 2
+    short = [json.loads(x) for x in (outside / "runs" / "short" / "metrics.jsonl").read_text().splitlines()]
+    assert any("train/reward/short_answers" in row or "eval/reward/short_answers" in row for row in short)
+    assert _json(outside / "runs" / "short" / "summary.json")["final_eval"]["normalized_return"] is not None
     assert any(p.suffix == ".md" for p in (outside / "tables").iterdir())
     assert "sum_game" in "".join(p.read_text() for p in (outside / "tables").glob("*.md"))
 
