@@ -318,7 +318,9 @@ class RunDirGuard(Callback):
             run_dir = Path(str(config.hydra.run.dir))
         except OmegaConfBaseException:
             return      # resolved again by Hydra, which reports the problem
-        self._check([run_dir], OmegaConf.select(config, "resume", default=None), "hydra.run.dir")
+        given = OmegaConf.select(config, "output_dir", default=None, throw_on_resolution_failure=False)
+        key = "output_dir" if given is not None and str(given) == str(run_dir) else "hydra.run.dir"
+        self._check([run_dir], OmegaConf.select(config, "resume", default=None), key)
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         try:
@@ -368,6 +370,7 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
     register_schemas()
     if search:
         sys.argv.append(search)
+    sys.argv[1:] = run_dir_follows_output_dir(sys.argv[1:])
     if taken:
         os.environ[TAKEN_ENV] = json.dumps(taken, default=str)
     else:   # never a parent command's
@@ -397,6 +400,20 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
         else:
             os.environ["HYDRA_FULL_ERROR"] = user_full_error
     exit_if_sweep_failed()
+
+
+def run_dir_follows_output_dir(argv: list[str]) -> list[str]:
+    """`output_dir=DIR` of a single run also makes DIR Hydra's run directory (unless hydra.run.dir is
+    given), so the run's .hydra/ and log are in DIR and no empty outputs/<cmd>/<stamp>/ is left."""
+    if any(a in ("-m", "--multirun") for a in argv):
+        return argv
+    given = [a for a in argv if a.lstrip("+").partition("=")[0] == "output_dir"]
+    if not given or any(a.lstrip("+").partition("=")[0] == "hydra.run.dir" for a in argv):
+        return argv
+    value = given[-1].partition("=")[2]
+    if not value or value.startswith("${"):
+        return argv
+    return [*argv, f"hydra.run.dir={value}"]
 
 
 def load_cli_plugins(config_name: str, argv: list[str]) -> str | None:

@@ -157,3 +157,14 @@ def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp
     final = json.loads((d / "summary.json").read_text())
     assert final["status"] == "finished" and final["resumed_from"]["run_status"] == "interrupted"
     assert "finished: " in done.stdout and str(d) in done.stdout
+
+
+def test_output_dir_is_the_whole_run_and_nothing_is_left_elsewhere(tmp_path):
+    """output_dir=DIR holds the run's .hydra/ and log; no outputs/train/<stamp>/ appears beside it."""
+    out = tmp_path / "mine"
+    done = subprocess.run([sys.executable, "-m", "magrpo.train", *SMOKE, f"output_dir={out}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / ".hydra" / "overrides.yaml").is_file() and (out / "train.log").is_file()
+    assert "finished" in (out / "train.log").read_text()
+    assert not (tmp_path / "outputs").exists()
