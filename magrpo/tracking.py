@@ -66,7 +66,8 @@ def run_identity(cfg: Any) -> dict[str, Any]:
     job_type = "eval" if "methods" in cfg else cfg.logger.get("job_type", "train")   # magrpo-eval has `methods`
     methods = list(cfg.get("methods") or [])
     if job_type == "eval":
-        algo = ",".join(methods) if methods else ("team" if cfg.get("checkpoint") else "baselines")
+        trained = cfg.get("checkpoint") or cfg.get("team")       # a checkpoint or an exported team
+        algo = ",".join(methods) if methods else ("team" if trained else "baselines")
         num_agents = 1 if methods == ["single"] else cfg.agents.num_agents
     else:
         algo = cfg.algo.name

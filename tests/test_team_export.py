@@ -122,6 +122,9 @@ def test_the_exported_team_reproduces_the_checkpoints_eval_exactly(kind, trained
     assert by_team["from_run"]["run_dir"] == str(team)
     assert by_team["from_run"]["saved_overrides"] == str(team / "overrides.yaml")
     assert by_team["from_run"]["inherited"]["task"] == "length_ratio"
+    # a table shows both as the trained team, never as the untrained "baselines"
+    assert _json(tmp_path / "team" / "summary.json")["config"]["algo"] == "team"
+    assert _json(tmp_path / "ckpt" / "summary.json")["config"]["algo"] == "team"
 
 
 # -- 2. weights and layout ---------------------------------------------------------------------------
