@@ -61,6 +61,10 @@ table: setup ## tables (md/csv/tex) and learning curves from run directories: RU
 paper: setup ## one table of the paper: TABLE=writing|coding|maporl|coordination SCALE=paper|tiny SEEDS=0,1,2 JOBS=2 TUNE=0
 	$(PY) -m magrpo.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) --tune-trials $(TUNE) $(ARGS)
 
+dashboard: setup ## a W&B workspace comparing one sweep's runs: PROJECT=... GROUP=... (ARGS='--out spec.json' offline)
+	@test -n "$(PROJECT)" -a -n "$(GROUP)" || { echo 'make dashboard: give PROJECT=<W&B project> GROUP=<sweep group> (ARGS="--out spec.json" writes the spec without W&B)'; exit 2; }
+	$(VENV)/bin/magrpo-dashboard --project $(PROJECT) --group $(GROUP) $(ARGS)
+
 crossplay: setup ## pair agents across runs or exported teams: SOURCES="RUN_A RUN_B ..." OUT=...
 	@test -n "$(SOURCES)" || { echo 'make crossplay: give SOURCES="RUN_A RUN_B ..." (runs or exported teams)'; exit 2; }
 	$(VENV)/bin/magrpo-crossplay $(SOURCES) --out $(if $(filter outputs/table,$(OUT)),outputs/crossplay,$(OUT)) $(ARGS)
