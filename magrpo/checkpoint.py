@@ -105,6 +105,7 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
         manifest = {"format": FORMAT, "step": step, "created": time.time(), "files": files}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         _fsync(tmp / MANIFEST)
+        os.chmod(tmp, 0o777 & ~_umask())     # a directory as mkdir makes it (mkdtemp's is 0700): shareable
         old = None
         if dest.exists():  # saving the same step again (a resume into the same run directory)
             old = dest.with_name(f".{dest.name}.old-{os.getpid()}")
@@ -120,6 +121,12 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
             raise full from e
         raise
     return dest
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 # -- reading ------------------------------------------------------------------------------------

@@ -174,6 +174,15 @@ def test_the_exported_weights_are_the_checkpoints(kind, trained, exported):
 # -- 3. team.json, the model card, the manifest -----------------------------------------------------
 
 
+def test_an_exported_team_has_the_mode_mkdir_gives(exported):
+    """Not mkdtemp's 0700: a team (and a checkpoint) is made to be shared."""
+    import os
+
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (exported("separate").stat().st_mode & 0o777) == 0o777 & ~mask
+
+
 def test_team_json_the_model_card_and_the_manifest(trained, exported):
     run, team_dir = trained("separate"), exported("separate")
     info = _json(team_dir / "team.json")
