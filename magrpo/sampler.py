@@ -88,6 +88,32 @@ def _base(model):
     return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
+# --- the key/value cache's name ---------------------------------------------------------------------
+# transformers 5.2x calls the cache `cache` (forward's keyword and the output's field) and warns on
+# every use of the older `past_key_values`; earlier versions know only `past_key_values`.
+_CACHE_KW: dict[type, str] = {}
+
+
+def cache_keyword(model) -> str:
+    """The forward keyword that passes a key/value cache to `model`: `cache` or `past_key_values`."""
+    import inspect
+
+    cls = type(_base(model))
+    if cls not in _CACHE_KW:
+        try:
+            params = inspect.signature(cls.forward).parameters
+        except (TypeError, ValueError):
+            params = {}
+        _CACHE_KW[cls] = "cache" if "cache" in params else "past_key_values"
+    return _CACHE_KW[cls]
+
+
+def output_cache(out):
+    """The key/value cache a forward returned, under either name."""
+    fields = getattr(type(out), "__dataclass_fields__", {})
+    return getattr(out, "cache", None) if "cache" in fields else getattr(out, "past_key_values", None)
+
+
 def set_vocab_limit(model, tokenizer) -> None:
     """Record len(tokenizer) on `model` (and on its base, under a peft wrapper)."""
     for m in {id(model): model, id(_base(model)): _base(model)}.values():
@@ -370,7 +396,7 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
                   logits_to_keep=1)
     out = lean.prefill(model, **inputs) if lean is not None else model(**inputs)
-    cache = out.past_key_values
+    cache = output_cache(out)
     if cache is None or not hasattr(cache, "batch_repeat_interleave"):
         return None
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)
@@ -386,7 +412,7 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
 
         def step(tok: torch.Tensor, t: int) -> torch.Tensor:
             return model(input_ids=tok.unsqueeze(1), attention_mask=attn[:, :P + t + 1], position_ids=next_pos + t,
-                         past_key_values=cache, use_cache=True).logits[:, -1]
+                         use_cache=True, **{cache_keyword(model): cache}).logits[:, -1]
     tokens = torch.full((n, max_new_tokens), pad_token_id, dtype=input_ids.dtype, device=dev)
     eos = torch.tensor(eos_token_ids, dtype=input_ids.dtype, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)

@@ -380,3 +380,19 @@ def test_lean_step_under_bf16_autocast_follows_model_generate(kind, widen, devic
     # misses autocast fails the dtype check above, or raises in the attention.)
     scale = ref.abs().max()
     assert (got - ref).abs().max() <= 5 * 2 ** -7 * scale
+
+
+def test_the_cache_goes_by_the_name_this_transformers_uses():
+    """transformers 5.2x names the key/value cache `cache` and warns on `past_key_values`; older
+    versions know only the latter. The decoder asks the model's forward which one it takes."""
+    import inspect
+
+    from magrpo.models import load_agents
+    from magrpo.sampler import cache_keyword
+    from tests.conftest import compose_cfg
+
+    cfg = compose_cfg(["debug=smoke"])
+    agent = load_agents(cfg.agents, cfg.hardware, 1, need_reference=False)[0]
+    params = inspect.signature(type(agent.model).forward).parameters
+    assert cache_keyword(agent.model) == ("cache" if "cache" in params else "past_key_values")
+    assert cache_keyword(agent.model) in params

@@ -21,7 +21,9 @@ import torch.nn.functional as F
 from magrpo import distributed
 from magrpo.registry import Registry, registrar
 from magrpo.sampler import (
+    cache_keyword,
     limit_vocab,
+    output_cache,
     shares_prompt,  # noqa: F401  (re-exported: the algorithms ask it)
     vocab_limit,
 )
@@ -173,7 +175,7 @@ def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids
     kwargs = dict(logits_to_keep=1, output_hidden_states=with_hidden) if lm else {}
     # Prompts are left-padded, so column P-1 is every prompt's last token: it predicts c_0.
     first = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, **kwargs)
-    cache = first.past_key_values
+    cache = output_cache(first)
     cache.batch_select_indices(prompt_index)          # differentiable gather: [U, ...] -> [n, ...]
     logits = first.logits[:, -1:][prompt_index] if lm else None
     hidden = _last_hidden(first)[:, -1:][prompt_index] if with_hidden or not lm else None
@@ -183,7 +185,7 @@ def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids
         # position ids continue the concatenated sequence's: count of attended tokens so far - 1
         c_pos = prompt_mask.long().sum(-1)[prompt_index].unsqueeze(1) + c_mask.long().cumsum(-1) - 1
         rest = model(input_ids=completion_ids[:, :-1], attention_mask=attn, position_ids=c_pos,
-                     past_key_values=cache, use_cache=True,
+                     use_cache=True, **{cache_keyword(model): cache},
                      **({"output_hidden_states": with_hidden} if lm else {}))
         if lm:
             logits = torch.cat([logits, rest.logits], dim=1)
