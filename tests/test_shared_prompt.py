@@ -387,11 +387,12 @@ def test_the_cache_goes_by_the_name_this_transformers_uses():
     versions know only the latter. The decoder asks the model's forward which one it takes."""
     import inspect
 
+    from magrpo.config import validate
     from magrpo.models import load_agents
     from magrpo.sampler import cache_keyword
     from tests.conftest import compose_cfg
 
-    cfg = compose_cfg(["debug=smoke"])
+    cfg = validate(compose_cfg(["debug=smoke", "output_dir=unused"]))
     agent = load_agents(cfg.agents, cfg.hardware, 1, need_reference=False)[0]
     params = inspect.signature(type(agent.model).forward).parameters
     assert cache_keyword(agent.model) == ("cache" if "cache" in params else "past_key_values")
