@@ -168,3 +168,18 @@ def test_output_dir_is_the_whole_run_and_nothing_is_left_elsewhere(tmp_path):
     assert (out / ".hydra" / "overrides.yaml").is_file() and (out / "train.log").is_file()
     assert "finished" in (out / "train.log").read_text()
     assert not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("module, prog", [("magrpo.train", "magrpo-train"), ("magrpo.evaluate", "magrpo-eval")])
+def test_help_lists_the_users_groups_not_the_internal_ones(module, prog, tmp_path):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120,
+                          cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    groups = done.stdout.split("Config groups", 1)[1].split("Composed config", 1)[0]
+    assert "schema/" not in groups and "hydra/" not in groups
+    for algo in ("magrpo", "ippo", "c3", "dr_mas", "at_grpo"):     # every registered algorithm
+        assert algo in groups.split("\nalgo: ", 1)[1].splitlines()[0]
+    assert "paper/agree/{" in groups and "experiment/paper/agree:" not in groups
+    if prog == "magrpo-train":
+        assert "\n+recipe: " in groups             # not in the defaults: added with +recipe=
+        assert "(or GRPO)" not in done.stdout
