@@ -513,6 +513,16 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
 
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
         group, _, bad = exc.missing_cfg_file.rpartition("/")
+        top = group.split("/")[0]
+        if "/" in group and (Path(CONF_DIR) / top).is_dir():       # a nested option: experiment=paper/covr/magrpo
+            value = exc.missing_cfg_file[len(top) + 1:]
+            options = _group_options(top)
+            folder = value.rpartition("/")[0]
+            while folder and not any(o.startswith(folder + "/") for o in options):
+                folder = folder.rpartition("/")[0]
+            shown = [o for o in options if o.startswith(folder + "/")] if folder else options
+            return (f"{top}={value!r} is not an option of the config group {top!r}; choose one of: {_fold(shown)}"
+                    f"{did_you_mean(value, options)}")
         return (f"{group}={bad!r} is not an option of the config group {group!r}; choose one of: "
                 f"{', '.join(exc.options)}{did_you_mean(bad, exc.options)}")
     if isinstance(exc, OverrideParseException):

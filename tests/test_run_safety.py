@@ -56,6 +56,11 @@ def finished_run(tmp_path_factory) -> Path:
     # a group --help lists that is not in the defaults, and the GROUP=OPTION form of a nested option
     ("recipe=cover", ["config group 'recipe' is not in the defaults", "+recipe=OPTION", "cover"]),
     ("experiment/paper/agree=magrpo", ["'experiment/paper/agree' is no config group", "experiment=paper/agree/"]),
+    # a typo in a nested experiment: the options of its folder and the nearest path, not the top level's
+    ("experiment=paper/cover/magrp", ["experiment='paper/cover/magrp' is not an option", "paper/cover/{",
+                                      "did you mean 'paper/cover/magrpo'?"]),
+    ("experiment=paper/covr/magrpo", ["experiment='paper/covr/magrpo'", "did you mean 'paper/cover/magrpo'?"]),
+    ("experiment=compare/tdlr", ["compare/{arxiv", "did you mean 'compare/tldr'?"]),
 ])
 def test_a_bad_override_gets_one_line_of_ours_and_exit_2(override, expected, tmp_path, monkeypatch, capsys):
     code, err = cli("magrpo.train", [override, f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch, capsys)
