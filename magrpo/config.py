@@ -329,10 +329,6 @@ def _keys_at(schema: type, dotted: str) -> list[str]:
     return sorted(node.keys()) if OmegaConf.is_dict(node) else []
 
 
-def _get(cfg: DictConfig, key: str) -> Any:
-    return OmegaConf.select(cfg, key, throw_on_missing=False)
-
-
 def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
     from magrpo.algos import ALGOS

@@ -27,7 +27,6 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-import pickle
 import signal
 from dataclasses import dataclass
 from typing import Any
@@ -253,15 +252,6 @@ def broadcast_module(module: torch.nn.Module) -> None:
                 t.data.copy_(moved.cpu())
             else:
                 dist.broadcast(t.data, src=0)
-
-
-def check_same_across_ranks(value: Any, what: str) -> None:
-    """Raise on every rank when ranks disagree on `value` (a config, a resume path...)."""
-    if not _WORLD.distributed:
-        return
-    values = gather_objects(pickle.dumps(value))
-    if any(v != values[0] for v in values):
-        raise RuntimeError(f"the ranks disagree on {what}; start every rank with the same command line")
 
 
 # --- fsdp: sharded parameters, gradients and optimizer state --------------------------------------

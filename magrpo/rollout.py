@@ -150,11 +150,6 @@ class Rollout:
         return [it for it in self.items for _ in range(self.num_joint)]
 
     @property
-    def group_ids(self) -> torch.Tensor:
-        """[B*J] the item (the group of sibling joint actions) of every joint action."""
-        return torch.arange(self.num_items).repeat_interleave(self.num_joint)
-
-    @property
     def rewards(self) -> torch.Tensor:
         """[B, J] joint rewards."""
         assert self.scores is not None, "score the rollout first (Rollout.score)"
