@@ -422,7 +422,7 @@ def cli_main(hydra_main: Callable[[], Any], prog: str, config_name: str) -> None
     argv = sys.argv[:]
     try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
         sys.argv[1:], taken = inherit_argv(config_name, sys.argv[1:])
-        search = load_cli_plugins(config_name, sys.argv[1:])   # before anything is composed or looked up
+        search = load_cli_plugins(config_name, sys.argv[1:], taken)   # before anything is composed or looked up
     except ConfigError as e:
         sys.argv[:] = argv
         report(prog, f"config error: {e}")
@@ -476,7 +476,7 @@ def run_dir_follows_output_dir(argv: list[str]) -> list[str]:
     return [*argv, f"hydra.run.dir={value}"]
 
 
-def load_cli_plugins(config_name: str, argv: list[str]) -> str | None:
+def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = None) -> str | None:
     """Import the plugins of a command line (magrpo.plugins): `plugins=[...]` (its own, or taken up
     from a run), MAGRPO_PLUGINS, the entry points, and the plugins recorded by the run, checkpoint
     or team that `resume=`/`checkpoint=`/`team=` names. Returns the `hydra.searchpath=[...]`
@@ -489,6 +489,8 @@ def load_cli_plugins(config_name: str, argv: list[str]) -> str | None:
     for run in named_runs(config_name, argv):      # first: a missing one is named with the run that needs it
         load_recorded(recorded_plugins(run), run)
         paths += recorded_searchpath(run)
+    for run, record in (taken or {}).items():       # plugins=[...] taken up from a run's saved overrides
+        load_recorded(plugins_in_argv(record.get("lines", [])), run)
     load_plugins(plugins_in_argv(argv))
     paths += [f"file://{d}" for d in conf_dirs()]
     paths = list(dict.fromkeys(paths))

@@ -532,6 +532,7 @@ def check_team_record(info: Any, where: Path | str) -> None:
     for k, role in enumerate(info["roles"]):
         if not isinstance(role, dict) or not isinstance(role.get("policy"), str):
             raise ConfigError(f"{where}: roles[{k}] is not an object with a policy name")
+    _load_plugins(info["config"].get("plugins"), Path(where).parent)   # guarded, before validate imports them
     cfg = check_team_config(OmegaConf.create(info["config"]), f"{where}: config")
     _check_claims(info, cfg, where)
 

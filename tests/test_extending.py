@@ -267,3 +267,38 @@ def test_a_run_remembers_its_extra_config_directory(tmp_path):
                      module="magrpo.evaluate")
     assert code == 0, err
     assert _json(tmp_path / "ev" / "eval.json")["config"]["algo"]["num_generations"] == 3
+
+
+def test_a_teams_config_cannot_bring_its_plugin_along_either(outside, tmp_path, monkeypatch):
+    import shutil
+
+    from magrpo.team import Team
+
+    team = Path(shutil.copytree(outside / "exports" / "sum-team", tmp_path / "team"))
+    marker = tmp_path / "RAN"
+    (team / "cfg_code.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    info = _json(team / "team.json")
+    info["config"]["plugins"] = ["cfg_code"]
+    (team / "team.json").write_text(json.dumps(info))
+    rehash(team)
+    monkeypatch.syspath_prepend(str(team))
+    monkeypatch.syspath_prepend(str(outside))
+    with pytest.raises(ConfigError, match="from inside it"):
+        Team.from_pretrained(team, device="cpu")
+    assert not marker.exists()
+
+
+def test_a_runs_saved_plugins_line_cannot_bring_code_from_the_run(outside, tmp_path):
+    """`python -m` puts the working directory on the path: run from inside a run whose saved overrides
+    name a module lying in that run, the take-up refuses it."""
+    import shutil
+
+    run = Path(shutil.copytree(outside / "runs" / "sum", tmp_path / "run"))
+    marker = tmp_path / "RAN"
+    (run / "run_code.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    saved = run / ".hydra" / "overrides.yaml"
+    saved.write_text(saved.read_text().replace("plugins=[my_game]", "plugins=[my_game,run_code]"))
+    env = {"PYTHONPATH": str(outside)}
+    code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], run, env, module="magrpo.evaluate")
+    assert code == 2 and "from inside it" in err, err
+    assert not marker.exists()
