@@ -16,7 +16,7 @@ TUNE ?= 0
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow bench bench-compare real-shapes sweep table paper dashboard crossplay export lint clean
+.PHONY: help setup train test test-slow bench bench-compare real-shapes sweep table paper dashboard crossplay export docs docs-serve docs-tables lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -73,8 +73,18 @@ export: setup ## one run as a team directory: RUN=outputs/train/<run> OUT=export
 	@test -n "$(RUN)" || { echo 'make export: give RUN=<run dir> OUT=<team dir>'; exit 2; }
 	$(VENV)/bin/magrpo-export $(RUN) $(if $(filter outputs/table,$(OUT)),exports/$(notdir $(RUN)),$(OUT)) $(ARGS)
 
+docs: setup ## build the docs site into site/ (mkdocs --strict: a broken link or a stale table fails)
+	$(PY) scripts/docs_tables.py --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-serve: setup ## serve the docs site at http://127.0.0.1:8000, rebuilt on every change
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+docs-tables: setup ## regenerate docs/reference/ from conf/, the registries and the schemas
+	$(PY) scripts/docs_tables.py
+
 lint: setup ## ruff
 	$(VENV)/bin/ruff check magrpo scripts tests
 
 clean: ## remove run outputs (not the venv)
-	rm -rf outputs multirun
+	rm -rf outputs multirun site

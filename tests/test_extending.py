@@ -1,4 +1,4 @@
-"""The extension API from outside the repository: README "Extending", run exactly as printed, and the
+"""The extension API from outside the repository: the docs' "Extending" page, run exactly as printed, and the
 plugin mechanism's refusals (magrpo.plugins, magrpo.registry)."""
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ import pytest
 from magrpo.schema import ConfigError
 from tests.test_artifact_safety import rehash
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "docs" / "extending.md"      # the page whose blocks run here as printed
 
 
 def readme_block(marker: str) -> str:
-    """The code block that follows `<!-- extending:MARKER -->` in the README."""
+    """The code block that follows `<!-- extending:MARKER -->` on the Extending page."""
     text = README.read_text()
     m = re.search(rf"<!-- extending:{re.escape(marker)} -->\n```[a-z]*\n(.*?)```", text, re.S)
-    assert m, f"README has no block after <!-- extending:{marker} -->"
+    assert m, f"docs/extending.md has no block after <!-- extending:{marker} -->"
     return m.group(1)
 
 
@@ -37,7 +38,7 @@ def outside(tmp_path_factory) -> Path:
     """A folder outside the repository holding the README's my_game.py, after the README's commands
     and its Python block ran there, as printed."""
     folder = tmp_path_factory.mktemp("outside")
-    assert not folder.resolve().is_relative_to(README.parent)
+    assert not folder.resolve().is_relative_to(ROOT)
     (folder / "my_game.py").write_text(readme_block("my_game.py"))
     commands = readme_block("commands")
     done = subprocess.run(["bash", "-e", "-c", commands], cwd=folder, env=_env(folder), capture_output=True,

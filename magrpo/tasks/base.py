@@ -203,7 +203,7 @@ class Task:
         return self.reward(prompts, completions, **columns(items))
 
     def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
-        """Each agent's share of every joint reward: [len(scores)][num_agents], each row summing to
+        """Each agent's share of every joint reward: `[len(scores)][num_agents]`, each row summing to
         the joint reward. Only for tasks with `splits_reward`."""
         raise NotImplementedError(f"task {self.name!r} has one team reward that does not split per agent")
 

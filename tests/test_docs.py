@@ -1,0 +1,264 @@
+"""The docs cannot go stale: the site builds with --strict, the generated reference tables equal what
+the code makes, every logged metric name is documented, and every command in the docs runs (the
+README's tour, as printed) or is at least composed and validated."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from magrpo.config import CONF_DIR, EvalRunSchema, validate
+from magrpo.metric_names import METRICS, SUMMARY_KEYS, documented
+from magrpo.schema import ConfigError
+from tests.conftest import compose_cfg
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
+BIN = Path(sys.executable).parent
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- the site and its generated tables -------------------------------------------------------------
+
+def test_generated_reference_tables_match_the_code():
+    tables = _load_script("docs_tables").render()
+    assert set(tables) == {"config.md", "algorithms.md", "tasks.md", "metrics.md"}
+    for name, text in tables.items():
+        committed = (ROOT / "docs" / "reference" / name).read_text()
+        assert committed == text, f"docs/reference/{name} is stale: run `make docs-tables`"
+
+
+def test_generated_tables_name_every_registered_algorithm_task_and_group_option():
+    from magrpo.algos import ALGOS
+    from magrpo.tasks import TASKS
+
+    algos = (ROOT / "docs" / "reference" / "algorithms.md").read_text()
+    tasks = (ROOT / "docs" / "reference" / "tasks.md").read_text()
+    config = (ROOT / "docs" / "reference" / "config.md").read_text()
+    assert all(f"## `algo={n}`" in algos for n in ALGOS)
+    assert all(f"## `task={n}`" in tasks for n in TASKS)
+    for group in ("agents", "algo", "task", "feedback", "hardware", "logger", "optimizer"):
+        for f in (Path(CONF_DIR) / group).glob("*.yaml"):
+            assert f"`{f.stem}`" in config, (group, f.stem)
+
+
+def test_the_stale_check_names_the_file(tmp_path):
+    out = tmp_path / "reference"
+    script = _load_script("docs_tables")
+    assert script.main(["--out", str(out)]) == 0
+    (out / "metrics.md").write_text("old\n")
+    assert script.main(["--check", "--out", str(out)]) == 1
+
+
+def test_the_site_builds_strict_offline(tmp_path):
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--quiet", "-d", str(tmp_path / "site")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (tmp_path / "site" / "index.html").is_file()
+    assert (tmp_path / "site" / "reference" / "api.html").is_file()
+    api = (tmp_path / "site" / "reference" / "api.html").read_text()
+    assert "from_pretrained" in api and "check_task" in api        # mkdocstrings rendered the docstrings
+
+
+def test_readme_fits_on_a_few_screens():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 160, len(lines)
+
+
+# -- metric names ------------------------------------------------------------------------------------
+
+FAST = ["algo.max_new_tokens=8", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2",
+        "algo.num_generations=2", "max_steps=1", "eval.every=1", "save_final=false"]
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory) -> dict[str, tuple[set[str], dict]]:
+    """{run: (the metric names it logged, its summary.json)} for one step of every algorithm and the
+    variants that add names (DAPO, two turns, a shared policy, diagnostics on a chain)."""
+    from magrpo.algos import ALGOS
+    from magrpo.train import run
+
+    runs = {**{a: [f"algo={a}"] for a in ALGOS},
+            "dapo": ["algo.dynamic_sampling=true", "algo.overlong_penalty=1"],
+            "two_turn": ["algo.num_turns=2", "feedback=plain"], "shared": ["agents.share_policy=true"],
+            "diagnostics": ["eval.diagnostics=true", "algo.topology=sequential"]}
+    out = {}
+    for name, overrides in runs.items():
+        d = tmp_path_factory.mktemp(name)
+        run(compose_cfg([*overrides, *FAST, f"output_dir={d}"]))
+        names = {k for line in (d / "metrics.jsonl").read_text().splitlines() for k in json.loads(line)}
+        out[name] = (names, json.loads((d / "summary.json").read_text()))
+    return out
+
+
+def test_every_logged_name_is_in_the_catalogue(logged):
+    missing = sorted({(k, run) for run, (names, _) in logged.items() for k in names if documented(k) is None})
+    assert not missing, f"logged but not in magrpo/metric_names.py: {missing}"
+
+
+def test_every_name_the_catalogue_promises_an_algorithm_is_logged(logged):
+    for metric in METRICS:
+        for algo in metric.algos:
+            names = logged[algo][0]
+            assert any(metric.pattern().match(k) for k in names), (metric.name, algo)
+
+
+def test_every_summary_key_is_documented(logged):
+    for run, (_, summary) in logged.items():
+        assert set(summary) <= set(SUMMARY_KEYS), (run, set(summary) - set(SUMMARY_KEYS))
+
+
+# -- commands in the docs ----------------------------------------------------------------------------
+
+BLOCK = re.compile(r"(?:<!-- (?P<mark>[\w:.\-]+) -->\n)?```(?:bash|sh|shell)\n(?P<body>.*?)```", re.S)
+ENTRY_POINTS = {"magrpo-train", "magrpo-eval", "magrpo-table", "magrpo-score", "magrpo-paper", "magrpo-dashboard",
+                "magrpo-export", "magrpo-crossplay"}
+MODULE_OF = {"magrpo-table": "magrpo/table", "magrpo-score": "magrpo/score.py", "magrpo-paper": "magrpo/paper.py",
+             "magrpo-dashboard": "magrpo/dashboard.py", "magrpo-export": "magrpo/export.py",
+             "magrpo-crossplay": "magrpo/crossplay.py", "magrpo-train": "magrpo", "magrpo-eval": "magrpo"}
+OTHER_PROGRAMS = {"pip", "python", "python3", "hf", "wandb", "torchrun", "sh", "bash", "export", "for", "cd", "srun",
+                  "sbatch", "HF_HUB_OFFLINE=1", "git", "ls", "cat", "mkdir"}
+USER_CODE = ("PYTHONPATH=", "MAGRPO_PLUGINS=", "plugins=", "reward.fn=", "reward.fns=")
+
+
+def doc_commands() -> list[tuple[str, str, str]]:
+    """(file, mark, one command line) for every command of every bash block of the docs and README,
+    continuation lines joined and comments dropped."""
+    out = []
+    for path in DOCS:
+        for m in BLOCK.finditer(path.read_text()):
+            text = re.sub(r"\\\n\s*", " ", m.group("body"))
+            for line in text.splitlines():
+                line = line.split(" # ")[0].strip() if not line.strip().startswith("#") else ""
+                if line:
+                    out.append((str(path.relative_to(ROOT)), m.group("mark") or "", line))
+    return out
+
+
+COMMANDS = doc_commands()
+
+
+def _words(line: str) -> list[str]:
+    words = shlex.split(line.replace("$(", "(").split(";")[-1] if line.startswith("for ") else line)
+    while words and re.match(r"^[A-Z_]+=", words[0]):          # VAR=value prefixes
+        words = words[1:]
+    return [w.removeprefix(".venv/bin/") for w in words]
+
+
+def _first_of_sweeps(overrides: list[str]) -> list[str]:
+    """A sweep's first job: `a=x,y` -> `a=x` (lists and quoted values untouched)."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    out = []
+    for text, o in zip(overrides, parsed):
+        if o.is_sweep_override():
+            first = next(iter(o.sweep_string_iterator()))
+            out.append(f"{o.get_key_element()}={first}")
+        else:
+            out.append(text)
+    return out
+
+
+def _compose_and_validate(program: str, args: list[str], illustrative: bool = False) -> None:
+    import magrpo.config as config
+
+    overrides = [a for a in args if a not in ("-m", "--multirun") and not a.startswith("-")
+                 and "<" not in a and a.split("=")[0].lstrip("+~") not in ("resume", "checkpoint", "team")
+                 and not a.startswith(("hydra.", "hydra/", "hparams_search"))]
+    overrides = _first_of_sweeps(overrides)
+    if not any(o.startswith("output_dir=") for o in overrides):
+        overrides.append("output_dir=/nonexistent/docs-check")       # what hydra.run.dir would give
+    name = "eval" if program == "magrpo-eval" else "train"
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose(config_name=name, overrides=overrides)
+    saved = config._check_device_available
+    config._check_device_available = lambda key, dev: None     # a GPU command is validated on a CPU machine
+    try:
+        validate(cfg, EvalRunSchema) if name == "eval" else validate(cfg)
+    except ConfigError as e:
+        # an illustrative block (another machine's files) may name a path this machine lacks: that
+        # error, naming one of the command's own paths, is the only one it may raise
+        named = re.search(r"=\'([^\']+)\': no such file or directory", str(e))
+        if not (illustrative and named and named.group(1) in " ".join(args)):
+            raise
+    finally:
+        config._check_device_available = saved
+
+
+def _flags_exist(program: str, args: list[str]) -> None:
+    where = ROOT / MODULE_OF[program]
+    source = "".join(p.read_text() for p in ([where] if where.is_file() else where.rglob("*.py")))
+    for flag in (a.split("=")[0] for a in args if a.startswith("--") and a != "--help"):
+        assert f'"{flag}"' in source, f"{program} has no option {flag}"
+
+
+def _make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("where,mark,line", COMMANDS, ids=[f"{w}:{i}" for i, (w, _, _) in enumerate(COMMANDS)])
+def test_every_command_in_the_docs_is_real(where, mark, line):
+    """A make target exists; a magrpo-* command's options exist; magrpo-train and magrpo-eval lines
+    compose and validate (a run's path, a placeholder and hydra.* are left out: blocks that need them
+    run for real, the README's tour here and the Extending page's in test_extending)."""
+    words = _words(line)
+    if not words:
+        return
+    program, args = words[0], words[1:]
+    if program == "make":
+        targets = [a for a in args if "=" not in a]
+        assert set(targets) <= _make_targets(), (line, set(targets) - _make_targets())
+    elif program in ENTRY_POINTS:
+        _flags_exist(program, args)
+        if program in ("magrpo-train", "magrpo-eval") and not any(u in line for u in USER_CODE) \
+                and "--help" not in args and mark != "docs:run" and not mark.startswith("extending"):
+            _compose_and_validate(program, args, illustrative=mark == "docs:illustrative")
+    elif program in ("python", "python3") and args[:1] == ["-m"]:
+        module = args[1]
+        if module.startswith("magrpo"):
+            assert importlib.util.find_spec(module) is not None, line
+    elif program in ("python", "python3") and args and args[0].endswith(".py") and args[0].startswith("scripts/"):
+        assert (ROOT / args[0]).is_file(), line
+    else:
+        assert program in OTHER_PROGRAMS or program.startswith(("./", "/")) or "=" in program or program in (
+            "magrpo-export", "run.sh", "done", "do", "echo"), f"{where}: unknown program in {line!r}"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "PYTHONWARNINGS": "ignore",
+            "PYTHONPATH": "", "MAGRPO_PLUGINS": ""}
+
+
+def test_the_readme_tour_runs_as_printed(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    tour = re.search(r"<!-- docs:run -->\n```bash\n(.*?)```", text, re.S).group(1)
+    done = subprocess.run(["bash", "-e", "-c", tour], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads((tmp_path / "runs" / "first" / "summary.json").read_text())["status"] == "finished"
+    assert len(list((tmp_path / "runs" / "sweep").glob("*/summary.json"))) == 2
+    rows = (tmp_path / "tables" / "table.md").read_text()
+    assert "| magrpo | 3 |" in rows and "| team | 1 |" in rows       # the three training runs, the evaluation
+    assert (tmp_path / "teams" / "first" / "team.json").is_file()
+    python = re.search(r"```python\n(from magrpo import Team.*?)```", text, re.S).group(1)
+    py = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                        timeout=600)
+    assert py.returncode == 0, py.stderr[-3000:]
