@@ -10,7 +10,8 @@ from magrpo.tasks.base import Item, RewardConfig, Scores, Task, columns, raw_rew
 # The built-in task families register on the first lookup; one whose optional dependency is
 # missing does not break the others.
 TASKS: Registry[type[Task]] = Registry("task", "task.name", set_name=True, builtins=tuple(
-    f"magrpo.tasks.{m}" for m in ("length_ratio", "writing", "coding", "maporl", "coordination")))
+    f"magrpo.tasks.{m}" for m in ("length_ratio", "writing", "coding", "maporl", "coordination",
+                                             "coordination.games")))
 
 
 register_task = registrar(TASKS)

@@ -29,7 +29,7 @@ from magrpo.schema import ConfigError, at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, RewardConfig, Scores, Task
 
-LABELS = "abcdefgh"
+LABELS = "abcdefghijklmnop"     # option labels: K <= 16
 # Prompt scenes, so that items differ in wording while the game stays the same.
 SCENES = [
     "planning a picnic", "naming a boat", "choosing a meeting room", "painting a fence", "picking a song",
@@ -63,7 +63,7 @@ def team_moves(completions: list[list[str]], labels: str, n: int) -> list[list[s
 @dataclass
 class CoordinationTaskConfig:
     name: str = "agree"
-    num_options: int = at_least(2, 8)      # K option labels a, b, ... (at most 8)
+    num_options: int = at_least(2, 8)      # K option labels a, b, ... (at most 16)
     num_train: int = at_least(1, 32)
     num_eval: int = at_least(1, 16)
     num_team: int = at_least(1, 2)         # the team size the single-model form writes for

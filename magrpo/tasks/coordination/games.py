@@ -1,0 +1,333 @@
+"""The coordination suite's harder games: each measures one thing a credit-assignment method claims.
+
+  convention  agree on one of K named options whose letters are shuffled per item and per agent:
+              no letter is a focal point, so the team must learn a rule from what it reads.
+  stag_hunt   a mixed-motive game: hunting the stag together pays most, but a hare pays an agent
+              alone whatever the others do; learning from individual rewards lands on the hare.
+  budget_signal  Lewis signalling with K >= 4 objects where the speaker pays for every character
+              past a small budget: the team must learn a short code.
+  invest      credit over turns: the first turn earns nothing but sets what the second can earn.
+  crowd       cover for a large team: 8 agents take 8 of 16 parts; every agent's move counts.
+
+Moves are read as in the rest of the suite (magrpo.tasks.coordination): an option letter, or the
+run of the alphabet an answer's first letter falls in, so a random-init model moves from the
+first step and the rewards are graded.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from magrpo.schema import at_least, option, within
+from magrpo.tasks import register_task
+from magrpo.tasks.base import Item, Scores
+from magrpo.tasks.coordination import (LABELS, CoordinationTaskConfig, CoverTask, CoverTaskConfig, SignalTask,
+                                       SignalTaskConfig, _Game, pick, team_moves)
+
+WORDS = ["red", "blue", "green", "gold", "pink", "gray", "teal", "plum"]
+
+
+def first_letter_run(text: str, runs: int) -> int | None:
+    """Which of `runs` equal runs of the alphabet the answer's first letter is in (None: no letter)."""
+    m = re.search("[a-z]", text.lower())
+    return None if m is None else (ord(m.group(0)) - ord("a")) * runs // 26
+
+
+def pair_agreement(moves: Sequence[Any]) -> tuple[float, list[float]]:
+    """(share of ordered agent pairs with the same move, each agent's share of them); None never matches."""
+    n = len(moves)
+    counts = Counter(x for x in moves if x is not None)
+    same = [counts[x] - 1 if x is not None else 0 for x in moves]
+    pairs = n * (n - 1)
+    if not pairs:
+        return float(moves[0] is not None), [float(moves[0] is not None)]
+    return sum(same) / pairs, [s / pairs for s in same]
+
+
+# -- convention -----------------------------------------------------------------------------------
+
+@dataclass
+class ConventionTaskConfig(CoordinationTaskConfig):
+    name: str = "convention"
+    num_options: int = at_least(2, 4)      # K named options (at most 8), each under a letter shuffled per agent
+
+
+@register_task("convention")
+class ConventionTask(_Game):
+    """Agree on a named option when every agent sees the options under its own shuffled letters.
+
+    Each item lists K colours; each agent reads them in an order of its own (drawn per item and
+    agent) with the letters a, b, ... in that order, and picks a letter. The team is paid, as in
+    `agree`, the share of agent pairs whose letters name the same colour.
+
+    What it measures: whether the team can learn a convention that lives in what each agent reads.
+    In `agree` a tiny model's favourite letter is a focal point that every seed converges to; here
+    a fixed letter names a random colour, so it scores chance (1/K per pair). The team must map its
+    own listing to a shared choice (find "red", answer its letter). A method fails it when it only
+    reinforces a letter bias, or when the agents settle on different colours.
+    """
+
+    name = "convention"
+    agent_counts = tuple(range(1, 9))
+    splits_reward = True
+    passed_metric = "all_agree"
+    config_schema = ConventionTaskConfig
+
+    def item_fields(self, rng: random.Random, index: int) -> dict[str, Any]:
+        return {"order_seed": rng.randrange(2**31)}
+
+    def order(self, item: Item, agent: int) -> list[str]:
+        """The colours in the order agent `agent` reads them (its letter k names order[k])."""
+        words = WORDS[:self.cfg.num_options]
+        rng = random.Random(f"{item['order_seed']}/{agent}")
+        return rng.sample(words, len(words))
+
+    def listing(self, item: Item, agent: int) -> str:
+        return " ".join(f"{LABELS[k]}={w}" for k, w in enumerate(self.order(item, agent)))
+
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
+        return [f"Team of {num_agents}. Every agent picks one colour; the team scores when all pick the same "
+                f"colour. Your letters: {self.listing(item, i)}. Your letter:" for i in range(num_agents)]
+
+    def single_prompt(self, item: Item) -> str:
+        n = self.cfg.num_team
+        return (f"Team of {n}. Write one letter per agent, {n} letters; the team scores when they name the same "
+                f"colour. Letters: {self.listing(item, 0)}. Letters:")
+
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
+        moves = team_moves(completions, self.labels, self.cfg.num_team)
+        raw, shares, agreed = [], [], []
+        for m, joint, seed in zip(moves, completions, cols["order_seed"]):
+            item = {"order_seed": seed}
+            single = len(joint) == 1            # one model wrote every pick, reading agent 1's listing
+            names = [None if x is None else self.order(item, 0 if single else i)[LABELS.index(x)]
+                     for i, x in enumerate(m)]
+            r, s = pair_agreement(names)
+            raw.append(r)
+            shares.append(s)
+            agreed.append(None not in names and len(set(names)) == 1)
+        scale, shift = self.reward_cfg.scale, self.reward_cfg.shift
+        return Scores(self.compose(raw), {"agreement": raw},
+                      {"passed": agreed, "individual": [[x * scale + shift / len(row) for x in row] for row in shares]})
+
+
+# -- stag hunt ------------------------------------------------------------------------------------
+
+@dataclass
+class StagHuntTaskConfig(CoordinationTaskConfig):
+    name: str = "stag_hunt"
+    num_options: int = at_least(2, 2)
+    # a hare's pay, whatever the others do; the stag pays 1, and only when every agent hunts it
+    hare: float = option(0.6, check=lambda v: 0 < v < 1, allowed="in (0, 1)")
+
+
+@register_task("stag_hunt")
+class StagHuntTask(_Game):
+    """A stag hunt in words: each agent hunts the stag (an answer whose first letter is in n-z, as
+    "stag") or a hare (a-m, as "hare").
+
+    The stag pays each agent 1, but only when every agent hunts it; a hare pays its hunter `hare`
+    (0.6) whatever the others do. The team reward is the mean of the agents' pays, so the team
+    optimum (1) is all stag, and all hare is a worse equilibrium (0.6).
+
+    What it measures: whether a method optimizes the team's return or each agent's own. Trained on
+    individual rewards (`algo.reward=individual`), an agent at the start (the others hunt the stag
+    half the time) earns 0.5 for the stag and 0.6 for a hare, so it learns the hare, and the hare
+    only gets safer as the others learn it too: independent learners land on the worse equilibrium.
+    On the team reward the stag is worth more to the team from the start (1.3 against 0.9 for two
+    agents), so team-reward methods can find it.
+    """
+
+    name = "stag_hunt"
+    agent_counts = tuple(range(1, 9))
+    splits_reward = True
+    passed_metric = "all_stag"
+    config_schema = StagHuntTaskConfig
+
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
+        return [f"Team of {num_agents} hunters, {item['scene']}. The stag feeds everyone well, but only if every "
+                f"hunter goes for it; a hare feeds one hunter a little, always. You are hunter {i + 1}. "
+                f"Stag or hare?" for i in range(num_agents)]
+
+    def single_prompt(self, item: Item) -> str:
+        n = self.cfg.num_team
+        return f"Team of {n} hunters, {item['scene']}. For each hunter, one word per line: stag or hare."
+
+    def moves(self, joint: list[str]) -> list[bool | None]:
+        """True: the stag (first letter n-z), False: a hare (a-m), None: no letter."""
+        texts = joint if len(joint) > 1 else (re.findall(r"[A-Za-z]\S*", joint[0])[:self.cfg.num_team]
+                                              + [""] * self.cfg.num_team)[:self.cfg.num_team]
+        runs = [first_letter_run(t, 2) for t in texts]
+        return [None if r is None else r == 1 for r in runs]
+
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
+        raw, pays, stag = [], [], []
+        for joint in completions:
+            m = self.moves(joint)
+            all_stag = all(x is True for x in m)
+            pay = [1.0 if (x is True and all_stag) else self.cfg.hare if x is False else 0.0 for x in m]
+            raw.append(sum(pay) / len(pay))
+            pays.append(pay)
+            stag.append(all_stag)
+        scale, shift = self.reward_cfg.scale, self.reward_cfg.shift
+        return Scores(self.compose(raw), {"stag_share": [sum(x is True for x in self.moves(j)) / len(self.moves(j))
+                                                         for j in completions]},
+                      {"passed": stag, "individual": [[p / len(row) * scale + shift / len(row) for p in row]
+                                                      for row in pays]})
+
+
+# -- communication under a budget -----------------------------------------------------------------
+
+@dataclass
+class BudgetSignalTaskConfig(SignalTaskConfig):
+    name: str = "budget_signal"
+    num_options: int = at_least(4, 4)      # objects (at least 4)
+    budget: int = at_least(1, 2)           # characters of the speaker's message that cost nothing
+    cost: float = within(0.0, 1.0, 0.1)    # pay lost per character past the budget (the pay stays >= 0)
+
+
+@register_task("budget_signal")
+class BudgetSignalTask(SignalTask):
+    """Lewis signalling with K >= 4 objects and a price on talk: the speaker loses `cost` of the pay
+    for every character of its message past `budget`.
+
+    What it measures: whether the team learns a code that is both shared and short. The symbol is
+    still the message's first letter, so the information fits in one character; the rest is cost.
+    It reports `message_chars` (the speaker's mean message length) and `listener_info_bits`, the
+    mutual information between the secret object and the listener's answer over the evaluation
+    (log2 K bits for a perfect code, 0 for guessing). A method fails it when the speaker stops
+    talking before a code forms (shortness learned first), or when the code never forms.
+    """
+
+    name = "budget_signal"
+    config_schema = BudgetSignalTaskConfig
+
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
+        base = super().reward(prompts, completions, **cols)
+        raw, chars = [], []
+        for joint, ok in zip(completions, base.extras["passed"]):
+            n = len(joint[0].strip()) if len(joint) > 1 else 0
+            chars.append(float(n))
+            raw.append(float(ok) * max(0.0, 1.0 - self.cfg.cost * max(0, n - self.cfg.budget)))
+        return Scores(self.compose(raw), {**base.components, "message_chars": chars},
+                      {**base.extras, "passed": [r > 0 for r in raw]})
+
+    def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:
+        out = super().metrics(items, completions, scores)
+        if not len(scores):
+            return out
+        pairs = [(it["target"], self.move(joint[-1])) for it, joint in zip(items, completions)]
+        out["listener_info_bits"] = mutual_information(pairs)
+        out["message_chars"] = sum(scores.components["message_chars"]) / len(scores)
+        return out
+
+
+def mutual_information(pairs: Sequence[tuple[Any, Any]]) -> float:
+    """I(X; Y) in bits of the empirical joint distribution of (x, y) pairs (a missing y is its own value)."""
+    n = len(pairs)
+    if not n:
+        return 0.0
+    joint, xs, ys = Counter(pairs), Counter(x for x, _ in pairs), Counter(y for _, y in pairs)
+    return sum(c / n * math.log2(c * n / (xs[x] * ys[y])) for (x, y), c in joint.items())
+
+
+# -- credit over turns ----------------------------------------------------------------------------
+
+@dataclass
+class InvestTaskConfig(CoordinationTaskConfig):
+    name: str = "invest"
+    low: float = within(0.0, 1.0, 0.25)    # what agreeing at a later turn pays after a low first move
+
+
+@register_task("invest")
+class InvestTask(_Game):
+    """Credit over turns (play with `algo.num_turns` >= 2): the first turn pays nothing, but agent
+    1's first move (`a`-`d` of K = 8 letters: high; the others: low) sets what every later turn can
+    pay. From turn 2 on the team is paid, as in `agree`, the share of agent pairs that pick the same
+    letter, times 1 after a high first move and `low` (0.25) after a low one.
+
+    What it measures: whether a method carries a later reward back to the move that made it
+    possible. A return R = r + discount * mean(children's R) credits the first move with what its
+    turn-2 children earned; a method that compares first moves on their own turn's reward (always
+    0 here: AT-GRPO's `branch=best` sees equal rewards) has nothing to learn the first move from,
+    and ends near the low cap.
+    """
+
+    name = "invest"
+    agent_counts = tuple(range(1, 9))
+    splits_reward = True
+    passed_metric = "high_and_agreed"
+    config_schema = InvestTaskConfig
+    HIGH = "abcd"
+
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
+        return [f"Team of {num_agents}, {item['scene']}. You are agent {i + 1}. First agent 1 chooses a plan "
+                f"from {self.options_text()}; then every agent picks one letter, and the team scores when all "
+                f"pick the same. Your letter:" for i in range(num_agents)]
+
+    def single_prompt(self, item: Item) -> str:
+        n = self.cfg.num_team
+        return f"Team of {n}, {item['scene']}. Write one letter per agent, {n} letters from {self.options_text()}:"
+
+    def revise_instruction(self, item: Item, agent: int, num_agents: int) -> str:
+        return "Now pick your letter again; the team scores when all pick the same. Your letter:"
+
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
+        histories = cols.get("turn_history") or [None] * len(completions)
+        moves = team_moves(completions, self.labels, self.cfg.num_team)
+        raw, shares, passed = [], [], []
+        for m, history in zip(moves, histories):
+            if not history:                           # the first turn: the plan, paid later
+                raw.append(0.0)
+                shares.append([0.0] * len(m))
+                passed.append(False)
+                continue
+            first = team_moves([history[0]], self.labels, self.cfg.num_team)[0][0]
+            cap = 1.0 if first is not None and first in self.HIGH else self.cfg.low
+            r, s = pair_agreement(m)
+            raw.append(cap * r)
+            shares.append([cap * x for x in s])
+            passed.append(cap == 1.0 and r == 1.0)
+        scale, shift = self.reward_cfg.scale, self.reward_cfg.shift
+        return Scores(self.compose(raw), {"paid": raw},
+                      {"passed": passed, "individual": [[x * scale + shift / len(row) for x in row] for row in shares]})
+
+
+# -- a large team ---------------------------------------------------------------------------------
+
+@dataclass
+class CrowdTaskConfig(CoverTaskConfig):
+    name: str = "crowd"
+    num_options: int = at_least(2, 16)     # K parts (at most 16)
+    needed: str = "bdfhjlnp"               # the parts worth taking, one per agent (the first N are used)
+    num_team: int = at_least(1, 8)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        CoverTaskConfig.check_node(node, prefix)
+
+
+@register_task("crowd")
+class CrowdTask(CoverTask):
+    """`cover` for a large team: 8 agents each take one of 16 parts, 8 of them needed; the team is
+    paid 1/8 per needed part taken (once).
+
+    What it measures: per-agent credit in a big team. The reward depends on every agent's move,
+    and one agent's change moves it by 1/8 at most, so a method whose advantage does not separate
+    the agents' contributions gets a weak, noisy signal per agent.
+    """
+
+    name = "crowd"
+    num_agents = 8
+    agent_counts = tuple(range(1, 9))
+    config_schema = CrowdTaskConfig
+
+
+__all__ = ["BudgetSignalTask", "ConventionTask", "CrowdTask", "InvestTask", "StagHuntTask", "mutual_information",
+           "pair_agreement", "pick"]
