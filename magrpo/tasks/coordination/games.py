@@ -27,8 +27,17 @@ from typing import Any
 from magrpo.schema import at_least, option, within
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores
-from magrpo.tasks.coordination import (LABELS, CoordinationTaskConfig, CoverTask, CoverTaskConfig, SignalTask,
-                                       SignalTaskConfig, _Game, pick, team_moves)
+from magrpo.tasks.coordination import (
+    LABELS,
+    CoordinationTaskConfig,
+    CoverTask,
+    CoverTaskConfig,
+    SignalTask,
+    SignalTaskConfig,
+    _Game,
+    pick,
+    team_moves,
+)
 
 WORDS = ["red", "blue", "green", "gold", "pink", "gray", "teal", "plum"]
 
