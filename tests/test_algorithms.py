@@ -237,3 +237,28 @@ def test_the_yaml_holds_no_default_twice():
     for path in Path(CONF_DIR, "algo").glob("*.yaml"):
         lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
         assert lines[:3] == ["defaults:", f"  - /schema/algo@_here_: {path.stem}", "  - _self_"], path
+
+
+def test_the_update_phase_is_counted_on_the_clock_of_the_algorithm_that_ran_it(monkeypatch):
+    """@update_phase adds a method's time to its own object's UpdateClock (no state shared between
+    algorithms); a step's metrics take it and start over."""
+    from types import SimpleNamespace
+
+    from magrpo.algos import step_metrics
+    from magrpo.algos.step_metrics import UpdateClock, update_phase
+
+    ticks = iter([10.0, 12.5, 20.0, 21.0])          # a clock that reads these times, in turn
+    monkeypatch.setattr(step_metrics, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+
+    class Learner:
+        def __init__(self):
+            self.update_clock = UpdateClock()
+
+        @update_phase
+        def update(self, x):
+            return x + 1
+
+    a, b = Learner(), Learner()
+    assert a.update(1) == 2 and a.update(2) == 3
+    assert a.update_clock.seconds == 3.5 and b.update_clock.seconds == 0.0
+    assert a.update_clock.take() == 3.5 and a.update_clock.seconds == 0.0

@@ -38,14 +38,12 @@ from typing import Any
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import (
-    clip_and_step,
-    register_algo,
-    update_phase,
-)
+from magrpo.algos.base import register_algo
 from magrpo.algos.core import LOSS_AGG, AggContext, row_chunks, row_logprobs, shares_prompt
 from magrpo.algos.critics import CriticConfig, TurnCritic
+from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
+from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent, policy_agents
 from magrpo.rollout import Generation, Rollout, credit
 from magrpo.schema import ConfigError, at_least, option

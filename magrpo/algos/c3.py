@@ -31,10 +31,11 @@ from typing import Any
 
 import torch
 
-from magrpo.algos.base import register_algo, reward_metrics
+from magrpo.algos.base import register_algo
 from magrpo.algos.core import ADVANTAGES, advantages
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode
+from magrpo.algos.step_metrics import reward_metrics
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, Sampling, chain_prompt, generate, team_budget
 from magrpo.schema import ConfigError, at_least, option
@@ -115,7 +116,8 @@ class C3(MAGRPO):
         for d in decisions:
             d.score(self.task)
         stats = TreeStats(generate_s=t_gen - t0)
-        ep = Episode(decisions, stats, self.task, len(self.agents), t0, t_gen, time.perf_counter())
+        ep = Episode(decisions, stats, self.task, len(self.agents), t0, t_gen, time.perf_counter(),
+                     clock=self.update_clock)
         ep.cache["generated"] = generated
         ep.metrics.update(reward_metrics(decisions[0]))      # decision 1: the team as a whole
         for i, d in enumerate(decisions):

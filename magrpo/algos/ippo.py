@@ -39,11 +39,7 @@ from typing import Any
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import (
-    clip_and_step,
-    register_algo,
-    update_phase,
-)
+from magrpo.algos.base import register_algo
 from magrpo.algos.core import (
     AdaptiveKLController,
     RowBatch,
@@ -59,7 +55,9 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.algos.critics import Critic, CriticConfig
+from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
+from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent, policy_agents
 from magrpo.rollout import Generation, Rollout
 from magrpo.schema import at_least, option, positive, within

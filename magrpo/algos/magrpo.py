@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import AlgoConfig, clip_and_step, register_algo, update_phase
+from magrpo.algos.base import AlgoConfig, register_algo
 from magrpo.algos.core import (
     ADVANTAGES,
     LOSS_AGG,
@@ -56,7 +56,9 @@ from magrpo.algos.core import (
     sequence_log_ratio,
     shares_prompt,
 )
+from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, group_items
+from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation
 from magrpo.schema import at_least, option, positive
