@@ -7,6 +7,8 @@
 - token_logprobs: log pi(token | prefix) over completion tokens; the completion mask from
   magrpo.rollout zeroes padding and everything after the first EOS.
 - clipped_surrogate, k3_kl: the PPO objective and the KL estimator of every algorithm.
+- POLICY_LOSSES: the per-token loss of a group-relative update: the plain policy gradient, PPO's
+  token-clipped surrogate (with DAPO's clip-higher), GSPO's sequence-level ratio.
 - gae, masked_whiten, clipped_value_loss, AdaptiveKLController: the actor-critic pieces (PPO family).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -314,6 +317,53 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     """[n] log of GSPO's sequence ratio (arXiv 2507.18071, eq. 7): the mean over a completion's
     tokens of log pi - log pi_old, i.e. the log of the geometric mean of its token ratios."""
     return ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+
+
+# --- policy losses: the per-token loss of a group-relative update ----------------------------------
+#
+# A policy loss maps (logp [n, T] with gradient, old_logp [n, T] of the rollout policy pi_old,
+# adv [n] one advantage per completion, mask [n, T], the `algo` config) to
+# (per-token loss [n, T], where it clipped [n, T] as 0/1), before aggregation (LOSS_AGG) and
+# before any KL term. On the first pass over a rollout old_logp == logp.detach(): ratio 1.
+# `algo.loss` names one (register_policy_loss); null picks the one the ratio keys imply
+# (magrpo.algos.magrpo.policy_loss_name).
+
+
+def _reinforce_loss(logp, old_logp, adv, mask, algo):
+    """The plain policy gradient (REINFORCE with a group baseline, MAGRPO's on-policy loss):
+        L_t = -A * log pi(y_t | x, y_<t),   grad L_t = -A * grad log pi.
+    No ratio: old_logp is not read, nothing clips (so it is for one pass over a rollout)."""
+    return -adv.unsqueeze(-1) * logp, torch.zeros_like(logp)
+
+
+def _clip_loss(logp, old_logp, adv, mask, algo):
+    """PPO's token-level clipped surrogate (Schulman et al., arXiv 1707.06347), with DAPO's
+    clip-higher (Yu et al., arXiv 2503.14476, eq. 8-10: eps_high > eps_low keeps low-probability
+    tokens free to rise):
+        r_t = pi(y_t) / pi_old(y_t),   L_t = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)
+    with eps_low = `algo.epsilon`, eps_high = `algo.epsilon_high`."""
+    return clipped_surrogate(logp, old_logp, adv.unsqueeze(-1), algo.epsilon, algo.epsilon_high)
+
+
+def _gspo_loss(logp, old_logp, adv, mask, algo):
+    """GSPO's sequence-level clipped loss (Zheng et al., arXiv 2507.18071, eq. 5-7): one ratio per
+    completion y, the geometric mean of its token ratios,
+        s(y) = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
+        L(y) = -min(s A, clip(s, 1 - eps_low, 1 + eps_high) A),
+    placed on each of y's tokens (with `loss_agg=seq_mean_token_mean` the batch loss is GSPO's
+    (1/G) sum_i L(y_i)); a completion clips as a whole. Even on-policy (s = 1) its gradient carries
+    the 1/|y| weighting: A * (1/|y|) * sum_t grad log pi(y_t)."""
+    log_s = sequence_log_ratio(logp, old_logp, mask)
+    seq_loss, clipped = clipped_surrogate(log_s, torch.zeros_like(log_s), adv, algo.epsilon, algo.epsilon_high)
+    return seq_loss.unsqueeze(-1).expand_as(logp), clipped.unsqueeze(-1).expand_as(logp)
+
+
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any],
+                      tuple[torch.Tensor, torch.Tensor]]
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "algo.loss")
+for _name, _fn in {"reinforce": _reinforce_loss, "clip": _clip_loss, "gspo": _gspo_loss}.items():
+    POLICY_LOSSES.register(_name, _fn)
+register_policy_loss = registrar(POLICY_LOSSES)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

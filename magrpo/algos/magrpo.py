@@ -27,7 +27,12 @@ Options every group-relative method here shares (grpo, dr_mas, at_grpo, c3 inher
     of `overlong_buffer` tokens, a completion of L tokens adds to its agent's return
         overlong_penalty * min(0, max(-1, ((L_max - buffer) - L) / buffer)),
     0 up to L_max - buffer, falling linearly to -overlong_penalty at L_max (a cut-off answer);
-  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`).
+  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`);
+  * `loss`: the policy loss by name (core.POLICY_LOSSES, each with its equation: `reinforce`,
+    `clip`, `gspo`, or a plugin's `register_policy_loss`); left null it follows the keys above:
+    gspo at `ratio_level=sequence`, clip when `num_iterations` > 1, else reinforce.
+The update of one policy reads: the ratio's pi_old (the rollout policy, fixed on the first pass),
+the policy loss, then the aggregation (`loss_agg`).
 
 GRPO (magrpo/algos/grpo.py) is the same algorithm with one agent writing the whole joint answer.
 """
@@ -44,16 +49,15 @@ from magrpo.algos.base import AlgoConfig, register_algo
 from magrpo.algos.core import (
     ADVANTAGES,
     LOSS_AGG,
+    POLICY_LOSSES,
     SCALES,
     AggContext,
     advantages,
-    clipped_surrogate,
     k3_kl,
     keyed_advantages,
     rollout_logprobs,
     row_chunks,
     row_logprobs,
-    sequence_log_ratio,
     shares_prompt,
 )
 from magrpo.algos.optim import clip_and_step
@@ -61,7 +65,7 @@ from magrpo.algos.scaffold import Episode, TeamAlgorithm, group_items
 from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation
-from magrpo.schema import at_least, option, positive
+from magrpo.schema import ConfigError, at_least, option, positive
 from magrpo.turns import select_prompts
 
 
@@ -76,10 +80,36 @@ class MAGRPOConfig(AlgoConfig):
     epsilon: float = positive(0.2)
     epsilon_high: float = positive(0.2)
     ratio_level: str = option("token", choices=["token", "sequence"])   # sequence: GSPO
+    # The policy loss (core.POLICY_LOSSES: reinforce, clip, gspo, or a plugin's); null = the one the
+    # keys above imply (policy_loss_name).
+    loss: str | None = option(None, choices=lambda: sorted(POLICY_LOSSES))
     dynamic_sampling: bool = False               # DAPO: drop groups without signal, draw more
     dynamic_sampling_rounds: int = at_least(1, 3)   # extra batches drawn at most per step
     overlong_penalty: float = at_least(0, 0.0)   # DAPO soft overlong punishment (0 = off; DAPO: 1.0)
     overlong_buffer: int = at_least(1, 4)        # tokens before max_new_tokens where the penalty ramps
+
+    @staticmethod
+    def check_node(node, prefix: str) -> None:
+        loss, iterations = node.get("loss"), node.get("num_iterations", 1)
+        if loss is not None and loss != "gspo" and node.get("ratio_level") == "sequence":
+            raise ConfigError(f"{prefix}ratio_level='sequence' is GSPO's loss, but {prefix}loss={loss!r} is set; "
+                              f"set {prefix}loss=gspo (or null), or {prefix}ratio_level=token")
+        if loss == "reinforce" and iterations > 1:
+            raise ConfigError(f"{prefix}loss='reinforce' has no importance ratio, so it cannot reuse a rollout "
+                              f"({prefix}num_iterations={iterations}); set {prefix}loss=clip or gspo, "
+                              f"or {prefix}num_iterations=1")
+
+
+def policy_loss_name(algo) -> str:
+    """The policy loss of a group-relative update (core.POLICY_LOSSES): `algo.loss` when set; null
+    picks the one the ratio keys imply: GSPO's sequence ratio at `ratio_level=sequence`, the
+    token-clipped surrogate when a rollout is reused (`num_iterations` > 1), else the plain
+    policy gradient."""
+    if algo.get("loss") is not None:
+        return algo.loss
+    if algo.get("ratio_level", "token") == "sequence":
+        return "gspo"
+    return "clip" if algo.num_iterations > 1 else "reinforce"
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float) -> torch.Tensor:
@@ -197,6 +227,9 @@ class MAGRPO(TeamAlgorithm):
     # -- the update of one policy ------------------------------------------------------------------
     @update_phase
     def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
+        """`num_iterations` optimizer steps of policy i on its rows `gen` with advantages `adv`:
+        per micro-batch, the ratio's pi_old, the policy loss (POLICY_LOSSES), a k3 KL to the
+        reference when beta > 0, and the aggregation (LOSS_AGG)."""
         algo, agent = self.algo, self.policies[i]
         optimizer, scheduler = self.optimizers[i], self.schedulers[i]
         agent.activate()
@@ -204,53 +237,41 @@ class MAGRPO(TeamAlgorithm):
         dev = agent.device
         adv = adv.to(dev)
         mask = gen.completion_mask.to(dev)
-        rows = mask.shape[0]
         ctx = AggContext.of(mask, algo.max_new_tokens)      # whole-batch sizes (all ranks)
-        aggregate = LOSS_AGG[algo.loss_agg]
-        chunks = row_chunks(rows, algo.micro_batch_size, gen.num_generations)
+        policy_loss, aggregate = POLICY_LOSSES[policy_loss_name(algo)], LOSS_AGG[algo.loss_agg]
+        chunks = row_chunks(mask.shape[0], algo.micro_batch_size, gen.num_generations)
         share = shares_prompt(agent.model, algo.share_prompt)
         temperature = agent.temperature(algo.temperature)
         ref_logp = None
         if algo.beta > 0:
             with agent.reference_mode() as ref:
                 ref_logp = rollout_logprobs(ref, gen, chunks, temperature, dev, share)
-        sequence = algo.get("ratio_level", "token") == "sequence"
-        # A ratio is needed to reuse a rollout (num_iterations > 1) and, at sequence level, even
-        # on-policy: its gradient carries GSPO's 1/|y| weighting.
-        old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 or sequence else None
+        old_logp = torch.zeros_like(mask)          # log pi_old: the rollout policy's, filled on the first pass
 
         totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
                   "grad_norm": 0.0}
+        n_tok = max(ctx.num_tokens, 1)
         for it in range(algo.num_iterations):
             optimizer.zero_grad(set_to_none=True)
             for mb in chunks:
                 logp, entropy = row_logprobs(agent.model, gen, mb, temperature, dev, share, with_entropy=(it == 0))
-                A, m = adv[mb].unsqueeze(-1), mask[mb]
-                if old_logp is None:
-                    token_loss = -A * logp                   # REINFORCE: grad = -A * grad log pi
-                else:
-                    if it == 0:                              # policy == rollout policy before any update
-                        old_logp[mb] = logp.detach()
-                    if sequence:                             # GSPO: one ratio per completion, on each of its tokens
-                        log_s = sequence_log_ratio(logp, old_logp[mb], m)
-                        seq_loss, clipped = clipped_surrogate(log_s, torch.zeros_like(log_s), A.squeeze(-1),
-                                                              algo.epsilon, algo.epsilon_high)
-                        token_loss, clipped = seq_loss.unsqueeze(-1).expand_as(logp), clipped.unsqueeze(-1).expand_as(logp)
-                    else:
-                        token_loss, clipped = clipped_surrogate(logp, old_logp[mb], A, algo.epsilon, algo.epsilon_high)
-                    if it > 0:
-                        totals["clip_frac"] += (clipped * m).sum().item() / max(ctx.num_tokens, 1)
-                        totals["approx_kl"] += (k3_kl(old_logp[mb], logp.detach()) * m).sum().item() / max(ctx.num_tokens, 1)
+                m = mask[mb]
+                if it == 0:                                  # policy == rollout policy before any update
+                    old_logp[mb] = logp.detach()
+                token_loss, clipped = policy_loss(logp, old_logp[mb], adv[mb], m, algo)
                 totals["policy_loss"] += aggregate(token_loss.detach(), m, ctx).item()
+                if it > 0:                                   # the passes that follow an update
+                    totals["clip_frac"] += (clipped * m).sum().item() / n_tok
+                    totals["approx_kl"] += (k3_kl(old_logp[mb], logp.detach()) * m).sum().item() / n_tok
                 if ref_logp is not None:
                     kl = k3_kl(logp, ref_logp[mb])
                     token_loss = token_loss + algo.beta * kl
-                    totals["kl"] += (kl.detach() * m).sum().item() / max(ctx.num_tokens, 1)
+                    totals["kl"] += (kl.detach() * m).sum().item() / n_tok
                 loss = aggregate(token_loss, m, ctx)
                 loss.backward()
                 totals["loss"] += loss.item()
                 if entropy is not None:
-                    totals["entropy"] += (entropy * m).sum().item() / max(ctx.num_tokens, 1)
+                    totals["entropy"] += (entropy * m).sum().item() / n_tok
             totals["grad_norm"] += clip_and_step(agent.trainable_parameters(), optimizer, scheduler,
                                                  self.cfg.optimizer.max_grad_norm)
         totals = distributed.sum_dict(totals, skip=("grad_norm",))   # each rank held its share of the batch's
@@ -262,4 +283,3 @@ class MAGRPO(TeamAlgorithm):
                 "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
                 "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
                 "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}
-
