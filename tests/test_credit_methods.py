@@ -20,7 +20,7 @@ from magrpo.tasks import Scores
 from magrpo.train import run
 from magrpo.trainer import seed_everything
 from magrpo.turns import TreeStats, TurnSpec, choose_expansions, select_prompts
-from tests.conftest import build_algorithm, run_and_resume, train_rows
+from tests.conftest import build_algorithm, run_and_resume, run_cli, train_rows
 
 FAST = ["algo.max_new_tokens=8", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2",
         "algo.num_generations=2"]
@@ -340,7 +340,6 @@ def test_every_method_runs_on_the_suite_and_a_paper_task(make_cfg, tmp_path, alg
     (["algo=maac", "algo.topology=sequential"], ["algo.topology='sequential'", "algo=maac", "algo=iac"]),
     (["algo=c3", "algo.topology=simultaneous"], ["algo.topology", "sequential"]),
     (["algo=c3", "algo.num_turns=2"], ["algo.num_turns=2", "algo=c3"]),
-    (["algo=c3", "algo.dynamic_sampling=true"], ["algo.dynamic_sampling", "algo=c3"]),
     (["algo=iac", "algo.beta=0.1"], ["algo.beta=0.1", "algo=iac"]),
     (["algo=dr_mas", "algo.reward=individual"], ["algo.reward='individual'", "length_ratio"]),
     (["algo=maac", "algo.reward=individual"], ["algo.reward", "team"]),
@@ -353,3 +352,16 @@ def test_a_method_that_does_not_apply_is_a_config_error_that_says_why(make_cfg, 
         validate(make_cfg(overrides))
     for needle in needles:
         assert needle in str(e.value), (needle, str(e.value))
+
+
+def test_c3_has_no_key_of_magrpos_it_does_not_use(tmp_path, capsys):
+    """C3 draws its own alternatives: MAGRPO's dynamic sampling, overlong penalty and cross credit are
+    not keys of algo=c3, so setting one is an unknown key that lists C3's keys."""
+    from magrpo.train import main
+
+    code = run_cli(main, "magrpo-train", ["algo=c3", "algo.dynamic_sampling=true", f"hydra.run.dir={tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "unknown config key 'algo.dynamic_sampling'" in err, err
+    allowed = set(err.split("keys allowed in algo: ")[1].strip().split(", "))
+    assert {"advantage", "num_iterations", "epsilon_high", "ratio_level", "loss", "topology"} <= allowed, err
+    assert not {"dynamic_sampling", "overlong_penalty", "cross_credit"} & allowed, err

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from magrpo.algos.core import POLICY_LOSSES
-from magrpo.algos.magrpo import policy_loss_name
+from magrpo.algos.group_relative import policy_loss_name
 from magrpo.config import ConfigError, validate
 from magrpo.registry import RegistryError
 

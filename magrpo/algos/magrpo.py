@@ -6,7 +6,8 @@ One step, for a batch of B items and N agents:
   3. each agent's sample k gets a return R_k (its joint reward, or under `cross` the mean over
      the joint actions that contain it) and a group-relative advantage A_k = R_k - b(R);
   4. each agent minimises its own loss  L_i = -E[A * log pi_i(completion | own prompt)]
-     (with PPO clipping when num_iterations > 1, and a k3 KL to a reference when beta > 0).
+     (with PPO clipping when num_iterations > 1, and a k3 KL to a reference when beta > 0): the
+     update every group-relative method shares, group_relative.py.
 The advantage is shared through the joint reward; the gradient of each agent uses only its own
 log-probs (centralised training, decentralised execution).
 
@@ -14,7 +15,8 @@ With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py): every node's 
 R = r + discount * mean(children's R), each sibling set is a group for step 3, and one loss runs
 over the samples of every node of every turn.
 
-Options every group-relative method here shares (grpo, dr_mas, at_grpo, c3 inherit them):
+Options of MAGRPO and the methods that subclass it (grpo, dr_mas, at_grpo; c3 shares only the
+update's: ratio_level, epsilon_high, loss_agg, loss):
   * `ratio_level=sequence` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
     completion, the geometric mean of its token ratios
         s = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
@@ -31,8 +33,8 @@ Options every group-relative method here shares (grpo, dr_mas, at_grpo, c3 inher
   * `loss`: the policy loss by name (core.POLICY_LOSSES, each with its equation: `reinforce`,
     `clip`, `gspo`, or a plugin's `register_policy_loss`); left null it follows the keys above:
     gspo at `ratio_level=sequence`, clip when `num_iterations` > 1, else reinforce.
-The update of one policy reads: the ratio's pi_old (the rollout policy, fixed on the first pass),
-the policy loss, then the aggregation (`loss_agg`).
+The update of one policy (group_relative.py) reads: the ratio's pi_old (the rollout policy, fixed
+on the first pass), the policy loss, then the aggregation (`loss_agg`).
 
 GRPO (magrpo/algos/grpo.py) is the same algorithm with one agent writing the whole joint answer.
 """
@@ -44,72 +46,25 @@ from dataclasses import dataclass
 
 import torch
 
-from magrpo import distributed
-from magrpo.algos.base import AlgoConfig, register_algo
-from magrpo.algos.core import (
-    ADVANTAGES,
-    LOSS_AGG,
-    POLICY_LOSSES,
-    SCALES,
-    AggContext,
-    advantages,
-    k3_kl,
-    keyed_advantages,
-    rollout_logprobs,
-    row_chunks,
-    row_logprobs,
-    shares_prompt,
-)
-from magrpo.algos.optim import clip_and_step
+from magrpo.algos.base import register_algo
+from magrpo.algos.core import advantages, keyed_advantages
+from magrpo.algos.group_relative import GroupRelativeConfig, group_relative_update
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, group_items
 from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation
-from magrpo.schema import ConfigError, at_least, option, positive
+from magrpo.schema import at_least, option
 from magrpo.turns import select_prompts
 
 
 @dataclass
-class MAGRPOConfig(AlgoConfig):
+class MAGRPOConfig(GroupRelativeConfig):
     name: str = "magrpo"
     cross_credit: str = option("mean", choices=["mean", "sum"])   # cross: a sample's return over its joints
-    advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))  # raw = MAREINFORCE, rloo = MARLOO, max = MAReMax
-    scale: str = option("none", choices=lambda: sorted(SCALES))   # divide advantages by (std + 1e-4)
-    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
-    num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout with PPO-clipped ratios
-    epsilon: float = positive(0.2)
-    epsilon_high: float = positive(0.2)
-    ratio_level: str = option("token", choices=["token", "sequence"])   # sequence: GSPO
-    # The policy loss (core.POLICY_LOSSES: reinforce, clip, gspo, or a plugin's); null = the one the
-    # keys above imply (policy_loss_name).
-    loss: str | None = option(None, choices=lambda: sorted(POLICY_LOSSES))
     dynamic_sampling: bool = False               # DAPO: drop groups without signal, draw more
     dynamic_sampling_rounds: int = at_least(1, 3)   # extra batches drawn at most per step
     overlong_penalty: float = at_least(0, 0.0)   # DAPO soft overlong punishment (0 = off; DAPO: 1.0)
     overlong_buffer: int = at_least(1, 4)        # tokens before max_new_tokens where the penalty ramps
-
-    @staticmethod
-    def check_node(node, prefix: str) -> None:
-        loss, iterations = node.get("loss"), node.get("num_iterations", 1)
-        if loss is not None and loss != "gspo" and node.get("ratio_level") == "sequence":
-            raise ConfigError(f"{prefix}ratio_level='sequence' is GSPO's loss, but {prefix}loss={loss!r} is set; "
-                              f"set {prefix}loss=gspo (or null), or {prefix}ratio_level=token")
-        if loss == "reinforce" and iterations > 1:
-            raise ConfigError(f"{prefix}loss='reinforce' has no importance ratio, so it cannot reuse a rollout "
-                              f"({prefix}num_iterations={iterations}); set {prefix}loss=clip or gspo, "
-                              f"or {prefix}num_iterations=1")
-
-
-def policy_loss_name(algo) -> str:
-    """The policy loss of a group-relative update (core.POLICY_LOSSES): `algo.loss` when set; null
-    picks the one the ratio keys imply: GSPO's sequence ratio at `ratio_level=sequence`, the
-    token-clipped surrogate when a rollout is reused (`num_iterations` > 1), else the plain
-    policy gradient."""
-    if algo.get("loss") is not None:
-        return algo.loss
-    if algo.get("ratio_level", "token") == "sequence":
-        return "gspo"
-    return "clip" if algo.num_iterations > 1 else "reinforce"
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float) -> torch.Tensor:
@@ -128,7 +83,9 @@ class MAGRPO(TeamAlgorithm):
     # -- one training step ----------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
         ep = self.collect(items)
-        keep = self.signal_rows(ep) if self.algo.dynamic_sampling else None
+        keep = None
+        if self.algo.dynamic_sampling:      # DAPO: more batches until B items have signal, then keep those
+            keep = self.signal_rows(ep, self.draw_until_signal(ep, items))
         # A policy's one update runs over the samples of every role it plays, each role's
         # advantages computed within its own groups.
         for p, policy, gen, adv in self.policy_batches(ep, lambda agent: self.role_advantages(agent, ep)):
@@ -174,10 +131,10 @@ class MAGRPO(TeamAlgorithm):
                           for R, items in zip(returns, ep.row_items(agent.index))])
 
     # -- dynamic sampling (DAPO) --------------------------------------------------------------------
-    def collect(self, items: list[dict]) -> Episode:
-        ep = super().collect(items)
-        if not self.algo.dynamic_sampling:
-            return ep
+    def draw_until_signal(self, ep: Episode, items: list[dict]) -> set[int]:
+        """While fewer than B = len(items) of the episode's items have a sibling set whose returns
+        differ, grow up to `dynamic_sampling_rounds` more batches into it (`refill`, else the same
+        items again); the items kept: the first B informative ones, numbered across the batches."""
         B, informative, rounds = len(items), self.informative_items(ep.root), 0
         while len(informative) < B and rounds < self.algo.dynamic_sampling_rounds:
             rounds += 1
@@ -190,13 +147,13 @@ class MAGRPO(TeamAlgorithm):
             ep.stats.feedback_s += stats.feedback_s
         ep.t_gen = ep.t0 + ep.stats.generate_s       # every round's generation; the rest of it is scoring
         ep.t_reward = time.perf_counter()
-        self._kept_items = set(informative[:B])
+        kept = set(informative[:B])
         total = sum(r.num_items for r in ep.roots)
         ep.metrics.update({"train/dynamic_sampling/rounds": float(rounds),
                            "train/dynamic_sampling/items_drawn": float(total),
-                           "train/dynamic_sampling/items_kept": float(len(self._kept_items)),
+                           "train/dynamic_sampling/items_kept": float(len(kept)),
                            "train/dynamic_sampling/dropped_groups": 0.0})
-        return ep
+        return kept
 
     @staticmethod
     def informative_items(root) -> list[int]:
@@ -207,8 +164,8 @@ class MAGRPO(TeamAlgorithm):
             out.update(items[varied].tolist())
         return sorted(out)
 
-    def signal_rows(self, ep: Episode) -> dict[int, torch.Tensor]:
-        """Per agent, [rows] which of its rows train: those of a kept item in a group whose returns differ."""
+    def signal_rows(self, ep: Episode, kept: set[int]) -> dict[int, torch.Tensor]:
+        """Per agent, [rows] which of its rows train: those of a `kept` item in a group whose returns differ."""
         keep, dropped = {}, 0
         for agent in self.agents:
             parts = []
@@ -217,69 +174,15 @@ class MAGRPO(TeamAlgorithm):
                 G = lv.samples[agent.index].num_generations
                 groups = R.reshape(-1, G)
                 varied = (groups.std(-1, unbiased=False) > 1e-8).repeat_interleave(G)
-                kept = torch.tensor([int(b) in self._kept_items for b in items], dtype=torch.bool)
-                parts.append(varied & kept)
-                dropped += int((~(varied & kept)).view(-1, G).all(-1).sum())
+                in_kept = torch.tensor([int(b) in kept for b in items], dtype=torch.bool)
+                parts.append(varied & in_kept)
+                dropped += int((~(varied & in_kept)).view(-1, G).all(-1).sum())
             keep[agent.index] = torch.cat(parts)
         ep.metrics["train/dynamic_sampling/dropped_groups"] = float(dropped)
         return keep
 
-    # -- the update of one policy ------------------------------------------------------------------
+    # -- the update of one policy (group_relative.py, shared with C3) -----------------------------
     @update_phase
     def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
-        """`num_iterations` optimizer steps of policy i on its rows `gen` with advantages `adv`:
-        per micro-batch, the ratio's pi_old, the policy loss (POLICY_LOSSES), a k3 KL to the
-        reference when beta > 0, and the aggregation (LOSS_AGG)."""
-        algo, agent = self.algo, self.policies[i]
-        optimizer, scheduler = self.optimizers[i], self.schedulers[i]
-        agent.activate()
-        agent.model.train()
-        dev = agent.device
-        adv = adv.to(dev)
-        mask = gen.completion_mask.to(dev)
-        ctx = AggContext.of(mask, algo.max_new_tokens)      # whole-batch sizes (all ranks)
-        policy_loss, aggregate = POLICY_LOSSES[policy_loss_name(algo)], LOSS_AGG[algo.loss_agg]
-        chunks = row_chunks(mask.shape[0], algo.micro_batch_size, gen.num_generations)
-        share = shares_prompt(agent.model, algo.share_prompt)
-        temperature = agent.temperature(algo.temperature)
-        ref_logp = None
-        if algo.beta > 0:
-            with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, temperature, dev, share)
-        old_logp = torch.zeros_like(mask)          # log pi_old: the rollout policy's, filled on the first pass
-
-        totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
-                  "grad_norm": 0.0}
-        n_tok = max(ctx.num_tokens, 1)
-        for it in range(algo.num_iterations):
-            optimizer.zero_grad(set_to_none=True)
-            for mb in chunks:
-                logp, entropy = row_logprobs(agent.model, gen, mb, temperature, dev, share, with_entropy=(it == 0))
-                m = mask[mb]
-                if it == 0:                                  # policy == rollout policy before any update
-                    old_logp[mb] = logp.detach()
-                token_loss, clipped = policy_loss(logp, old_logp[mb], adv[mb], m, algo)
-                totals["policy_loss"] += aggregate(token_loss.detach(), m, ctx).item()
-                if it > 0:                                   # the passes that follow an update
-                    totals["clip_frac"] += (clipped * m).sum().item() / n_tok
-                    totals["approx_kl"] += (k3_kl(old_logp[mb], logp.detach()) * m).sum().item() / n_tok
-                if ref_logp is not None:
-                    kl = k3_kl(logp, ref_logp[mb])
-                    token_loss = token_loss + algo.beta * kl
-                    totals["kl"] += (kl.detach() * m).sum().item() / n_tok
-                loss = aggregate(token_loss, m, ctx)
-                loss.backward()
-                totals["loss"] += loss.item()
-                if entropy is not None:
-                    totals["entropy"] += (entropy * m).sum().item() / n_tok
-            totals["grad_norm"] += clip_and_step(agent.trainable_parameters(), optimizer, scheduler,
-                                                 self.cfg.optimizer.max_grad_norm)
-        totals = distributed.sum_dict(totals, skip=("grad_norm",))   # each rank held its share of the batch's
-        k = algo.num_iterations
-        # Iteration 0 never clips (ratio = 1), so the clip fraction averages the later ones;
-        # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.
-        # approx_kl: k3 estimate of KL(pi_old || pi) over the passes that follow an update.
-        return {"loss": totals["loss"] / k, "policy_loss": totals["policy_loss"] / k, "kl": totals["kl"] / k,
-                "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
-                "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
-                "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}
+        return group_relative_update(self.algo, self.policies[i], self.optimizers[i], self.schedulers[i],
+                                     self.cfg.optimizer.max_grad_norm, gen, adv)
