@@ -262,3 +262,26 @@ def test_the_update_phase_is_counted_on_the_clock_of_the_algorithm_that_ran_it(m
     assert a.update(1) == 2 and a.update(2) == 3
     assert a.update_clock.seconds == 3.5 and b.update_clock.seconds == 0.0
     assert a.update_clock.take() == 3.5 and a.update_clock.seconds == 0.0
+
+
+def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
+    """TeamAlgorithm calls build_critics() once the policies are known and before the optimizers
+    (a head's parameters train with its policy); the checkpoint state carries the critics. None by
+    default."""
+    from magrpo.algos.scaffold import TeamAlgorithm
+
+    cfg, agents, task, plain = build_algorithm(make_cfg, ["algo=magrpo", *FAST])
+    assert plain.critics == [] and "critics" not in plain.state_dict()
+
+    class WithHead(TeamAlgorithm):
+        def build_critics(self):
+            return [torch.nn.Linear(len(self.policies), 1)]
+
+        def extra_parameters(self, policy):
+            return list(self.critics[0].parameters())
+
+    algo = WithHead(cfg, agents, task)
+    head = algo.critics[0]
+    assert any(p is head.weight for group in algo.optimizers[0].param_groups for p in group["params"])
+    state = algo.state_dict()
+    assert torch.equal(state["critics"][0]["weight"], head.weight)

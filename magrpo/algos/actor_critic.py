@@ -44,7 +44,7 @@ from magrpo.algos.critics import CriticConfig, TurnCritic
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
 from magrpo.algos.step_metrics import update_phase
-from magrpo.models import Agent, policy_agents
+from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, credit
 from magrpo.schema import ConfigError, at_least, option
 from magrpo.tasks import Task
@@ -106,13 +106,17 @@ class IAC(TeamAlgorithm):
                               f"state already holds earlier answers; use algo=iac, or algo.topology=simultaneous")
 
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        algo = cfg.algo
-        policies = policy_agents(agents)
-        owners = [policies[0]] if self.centralized else policies     # the policy each critic rides on
-        length = algo.max_prompt_length * (len(agents) if self.centralized else 1) + algo.max_new_tokens * len(agents)
-        self.critics = [TurnCritic(algo.critic, p, algo.critic_model, length) for p in owners]
         super().__init__(cfg, agents, task)
-        self.attach_critics(owners, algo.critic_lr)
+        self.attach_critics(self.critic_owners(), self.algo.critic_lr)
+
+    def critic_owners(self) -> list[Agent]:
+        """The policy each critic rides on: maac's one critic on the first policy, iac's one per policy."""
+        return [self.policies[0]] if self.centralized else self.policies
+
+    def build_critics(self) -> list[TurnCritic]:
+        algo, n = self.algo, len(self.agents)
+        length = algo.max_prompt_length * (n if self.centralized else 1) + algo.max_new_tokens * n
+        return [TurnCritic(algo.critic, p, algo.critic_model, length) for p in self.critic_owners()]
 
     def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
         if policy >= len(self.critics) or self.critics[policy].kind != "head":

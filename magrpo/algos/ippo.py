@@ -58,7 +58,7 @@ from magrpo.algos.critics import Critic, CriticConfig
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
 from magrpo.algos.step_metrics import update_phase
-from magrpo.models import Agent, policy_agents
+from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout
 from magrpo.schema import at_least, option, positive, within
 from magrpo.tasks import Task
@@ -184,13 +184,14 @@ class IPPO(TeamAlgorithm):
         check_individual_reward(cfg, task_cls)
 
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        algo = cfg.algo
+        super().__init__(cfg, agents, task)
+        self.attach_critics(self.policies, self.algo.critic_lr)
+        self.kl_ctl = self.make_kl_controller()
+
+    def build_critics(self) -> list[Critic]:
         # One actor, critic and optimizer per policy (a shared policy has one for all its roles);
         # a head critic trains with its actor (and its adapter), a critic model has its own optimizer.
-        self.critics = [Critic(algo.critic, p, algo.critic_model) for p in policy_agents(agents)]
-        super().__init__(cfg, agents, task)
-        self.attach_critics(self.policies, algo.critic_lr)
-        self.kl_ctl = self.make_kl_controller()
+        return [Critic(self.algo.critic, p, self.algo.critic_model) for p in self.policies]
 
     def steps_per_update(self) -> int:
         return self.algo.ppo_epochs * self.algo.num_mini_batches   # optimizer steps over the run

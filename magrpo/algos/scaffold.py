@@ -17,6 +17,7 @@ rows across turns, and the item each row descends from. The config checks the al
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -163,9 +164,10 @@ class TeamAlgorithm:
     """Set-up, collection, per-policy assembly and optimizer state shared by every algorithm.
 
     Subclasses set `config_schema` (and `form = "single"` for one model writing the whole answer),
-    and write `step` as advantages, then update. `steps_per_update` (optimizer steps per training
-    step, for the learning-rate schedule) and `extra_parameters` (what trains with a policy besides
-    its weights, e.g. a value head) are the hooks of the set-up; `extra_state` / `load_extra_state`
+    and write `step` as advantages, then update. `build_critics` (an actor-critic method's
+    critics), `steps_per_update` (optimizer steps per training step, for the learning-rate
+    schedule) and `extra_parameters` (what trains with a policy besides its weights, e.g. a value
+    head) are the hooks of the set-up; `extra_state` / `load_extra_state`
     carry what else a checkpoint must hold.
     """
 
@@ -180,20 +182,26 @@ class TeamAlgorithm:
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
         self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
         self.update_clock = UpdateClock()      # the step's `update` phase (@update_phase methods)
+        self.policies = policy_agents(agents)
+        self.roles = policy_groups(agents)
+        # Critics (actor-critic methods, `build_critics`): modules whose state the checkpoint carries;
+        # a separate critic model has its own optimizer (`attach_critics`), a head trains with its
+        # policy (`extra_parameters`). Built before anything else draws from the random generator.
+        if "critics" in self.__dict__:         # set before this __init__: the way before build_critics
+            warnings.warn(f"{type(self).__name__} sets self.critics before TeamAlgorithm.__init__; override "
+                          f"build_critics() instead (the old way stops working in the next release)",
+                          DeprecationWarning, stacklevel=2)
+        else:
+            self.critics: list[torch.nn.Module] = self.build_critics()
         self.sampling = Sampling.from_algo(cfg.algo)
         self.turns = TurnSpec.from_algo(cfg.algo)
         self.feedback = build_feedback(cfg.get("feedback"), task)
         # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
-        self.policies = policy_agents(agents)
-        self.roles = policy_groups(agents)
         total = cfg.max_steps * self.steps_per_update()
         built = [build_optimizer(p.trainable_parameters() + self.extra_parameters(k), agent_optimizer(cfg, p.index),
                                  total) for k, p in enumerate(self.policies)]
         self.optimizers = [o for o, _ in built]
         self.schedulers = [s for _, s in built]
-        # Critics (actor-critic methods): modules whose state the checkpoint carries; a separate
-        # critic model has its own optimizer (`attach_critics`), a head trains with its policy.
-        self.critics: list[torch.nn.Module] = getattr(self, "critics", [])
         self.critic_optimizers: list[Any] = [None] * len(self.critics)
         self.critic_schedulers: list[Any] = [None] * len(self.critics)
         # Dynamic sampling draws more items through this, when the training loop provides it:
@@ -211,6 +219,11 @@ class TeamAlgorithm:
                     list(critic.parameters()), agent_optimizer(self.cfg, owner.index), total, lr=lr)
 
     # -- hooks of the set-up ------------------------------------------------------------------------
+    def build_critics(self) -> list[torch.nn.Module]:
+        """The algorithm's critics, built once `self.policies` and `self.roles` are known and before
+        the optimizers (a head critic's parameters join its policy's optimizer); none by default."""
+        return []
+
     def steps_per_update(self) -> int:
         return 1
 
