@@ -224,7 +224,7 @@ def test_bad_algorithm_values_fail_at_start(make_cfg, overrides, needles):
 
 
 def test_multi_turn_values_are_accepted_by_every_algorithm(make_cfg):
-    for algo in sorted(set(ALGOS) - {"c3"}):      # c3 replays one turn of a chain (tests/test_credit_methods.py)
+    for algo in sorted(set(ALGOS) - {"c3"}):      # c3 replays one turn of a chain (tests/algos/test_c3.py)
         cfg = validate(make_cfg([f"algo={algo}", "algo.num_turns=2", "algo.discount=0.9", "feedback=plain",
                                  "algo.early_termination_threshold=0.5", "algo.max_branches=2"]))
         assert cfg.algo.num_turns == 2 and cfg.algo.discount == 0.9

@@ -13,7 +13,7 @@ mean and group, i.e. the formula above).
 Where it equals MAGRPO: with the team reward (`reward=team`) in a simultaneous team every agent
 of a joint action has the same return, so each agent's statistics over its G samples of an item
 are the group's, and dr_mas is MAGRPO with `scale=group`, step for step, whether the policies are
-separate or shared (tests/test_credit_methods.py). It differs when the agents' returns differ:
+separate or shared (tests/algos/test_dr_mas.py). It differs when the agents' returns differ:
 `reward=individual` (each agent's own share, for tasks that split the reward), or a sequential
 team, whose later agents' samples of an item span several prefixes.
 """
