@@ -159,7 +159,8 @@ class IAC(TeamAlgorithm):
         return [f"{g.prompts[r // G].strip()}\n{t.strip()}" for r, t in enumerate(g.texts)]
 
     @torch.no_grad()
-    def evaluate(self, c: int, texts: list[str]) -> torch.Tensor:
+    def values(self, c: int, texts: list[str]) -> torch.Tensor:
+        """[len(texts)] critic c's values of `texts` (no gradient), micro-batched."""
         critic, owner = self.critics[c], self.policies[0 if self.centralized else c]
         if critic.kind == "head":
             owner.model.eval()
@@ -184,7 +185,7 @@ class IAC(TeamAlgorithm):
                     values[t, i], inputs[t, i] = values[t, 0], inputs[t, 0]
                     continue
                 inputs[t, i] = self.action_texts(lv, i) if q else self.state_texts(lv, i)
-                values[t, i] = self.evaluate(c, inputs[t, i])
+                values[t, i] = self.values(c, inputs[t, i])
         for t, lv in enumerate(levels):
             child = levels[t + 1] if t + 1 < len(levels) and levels[t + 1].parents is not None else None
             for agent in self.agents:

@@ -1,7 +1,7 @@
 """Pieces shared by the algorithms, each chosen by name from a small registry where there is a choice.
 
 - ADVANTAGES: group-relative baselines over a sibling set of returns (last dim = the group).
-- SCALES: optional division by a standard deviation.
+- ADVANTAGE_SCALES: optional division of the advantages by a standard deviation.
 - LOSS_AGG: how per-token losses become one scalar; each entry is written so that the sum of its
   value over micro-batches equals its value on the whole batch (gradient accumulation is exact).
 - token_logprobs: log pi(token | prefix) over completion tokens; the completion mask from
@@ -72,14 +72,15 @@ def _batch_std(A: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
 
 
 # A scale maps (advantages, returns), both [..., G], to scaled advantages (register_scale).
-SCALES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry("advantage scale", "algo.scale")
+ADVANTAGE_SCALES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "advantage scale", "algo.scale")
 for _name, _fn in {"none": _no_scale, "group": _group_std, "batch": _batch_std}.items():
-    SCALES.register(_name, _fn)
+    ADVANTAGE_SCALES.register(_name, _fn)
 
 
 def advantages(returns: torch.Tensor, estimator: str = "mean", scale: str = "none") -> torch.Tensor:
     """returns: [..., G] sibling groups -> advantages of the same shape."""
-    return SCALES[scale](ADVANTAGES[estimator](returns), returns)
+    return ADVANTAGE_SCALES[scale](ADVANTAGES[estimator](returns), returns)
 
 
 def keyed_advantages(returns: torch.Tensor, keys: torch.Tensor, estimator: str = "mean",
@@ -135,7 +136,7 @@ for _name, _fn in {"seq_sum": _seq_sum, "seq_mean_token_mean": _seq_mean_token_m
                    "dr_grpo": _dr_grpo}.items():
     LOSS_AGG.register(_name, _fn)
 register_advantage = registrar(ADVANTAGES)
-register_scale = registrar(SCALES)
+register_scale = registrar(ADVANTAGE_SCALES)
 register_loss_agg = registrar(LOSS_AGG)
 
 
@@ -437,3 +438,15 @@ class AdaptiveKLController:
 
     def load_state_dict(self, state: dict) -> None:
         self.value = state["value"]
+
+
+def __getattr__(name: str) -> Any:
+    # `SCALES` was ADVANTAGE_SCALES' name (it read like magrpo.paper.SCALES, the paper's run scales);
+    # kept one release, with a DeprecationWarning.
+    if name == "SCALES":
+        import warnings
+
+        warnings.warn("magrpo.algos.core.SCALES is deprecated; use magrpo.algos.core.ADVANTAGE_SCALES",
+                      DeprecationWarning, stacklevel=2)
+        return ADVANTAGE_SCALES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

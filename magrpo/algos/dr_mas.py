@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import SCALES, keyed_advantages
+from magrpo.algos.core import ADVANTAGE_SCALES, keyed_advantages
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode, check_individual_reward
 from magrpo.models import Agent
@@ -37,7 +37,7 @@ from magrpo.tasks import Task
 @dataclass
 class DrMASConfig(MAGRPOConfig):
     name: str = "dr_mas"
-    scale: str = option("group", choices=lambda: sorted(SCALES))   # divide by the agent's own std
+    scale: str = option("group", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide by the agent's own std
     reward: str = option("team", choices=["team", "individual"])   # individual: each agent's own share
     normalization: str = option("agent", choices=["agent", "global"])   # whose samples give mu and sigma
 

@@ -20,10 +20,10 @@ import torch
 from magrpo import distributed
 from magrpo.algos.base import AlgoConfig
 from magrpo.algos.core import (
+    ADVANTAGE_SCALES,
     ADVANTAGES,
     LOSS_AGG,
     POLICY_LOSSES,
-    SCALES,
     AggContext,
     k3_kl,
     rollout_logprobs,
@@ -42,7 +42,7 @@ class GroupRelativeConfig(AlgoConfig):
     """The keys of a group-relative update: its advantage within a group and its loss."""
 
     advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))  # raw = MAREINFORCE, rloo = MARLOO, max = MAReMax
-    scale: str = option("none", choices=lambda: sorted(SCALES))   # divide advantages by (std + 1e-4)
+    scale: str = option("none", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide advantages by (std + 1e-4)
     loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
     num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout with PPO-clipped ratios
     epsilon: float = positive(0.2)

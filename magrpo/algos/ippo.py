@@ -177,7 +177,7 @@ def critic_values(critic: Critic, agent: Agent, gen: Generation, inputs: CriticI
 @register_algo("ippo")
 class IPPO(TeamAlgorithm):
     config_schema = IPPOConfig
-    centralized_critic = False
+    centralized = False
 
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
@@ -293,7 +293,7 @@ class IPPO(TeamAlgorithm):
         # Shuffled rows, not whole groups: mini-batches of whole groups run each prompt once per
         # mini-batch, but they changed what IPPO learns (signal, seed 2: 0.08 instead of 0.98).
         mini = math.ceil(rows / algo.num_mini_batches)
-        shared_forward = critic.kind == "head" and not self.centralized_critic
+        shared_forward = critic.kind == "head" and not self.centralized
         # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`.
         params = agent.trainable_parameters() + (list(critic.parameters()) if copt is None else [])
         sums = {k: 0.0 for k in ("loss", "policy_loss", "value_loss", "entropy", "clip_frac", "value_clip_frac",

@@ -17,7 +17,7 @@ def test_td_targets_on_a_two_turn_tree(make_cfg, monkeypatch, algo):
     gamma = 0.9
     cfg, agents, task, method = build_algorithm(make_cfg, [f"algo={algo}", "algo.num_turns=2", "feedback=plain",
                                                   f"algo.discount={gamma}", *FAST])
-    monkeypatch.setattr(type(method), "evaluate", lambda self, c, texts: torch.full((len(texts),), 0.5))
+    monkeypatch.setattr(type(method), "values", lambda self, c, texts: torch.full((len(texts),), 0.5))
     ep = method.collect(task.load("train")[:2])
     deltas, batches = method.td_errors(ep)
     t1, t2 = ep.levels()
@@ -35,7 +35,7 @@ def test_td_targets_on_a_two_turn_tree(make_cfg, monkeypatch, algo):
 def test_q_critic_baseline_is_the_mean_q_of_the_answers_to_a_prompt(make_cfg, monkeypatch):
     cfg, agents, task, method = build_algorithm(make_cfg, ["algo=iac", "algo.critic_type=q", *FAST])
     q = iter([torch.tensor([1.0, 3.0, 2.0, 2.0]), torch.tensor([0.0, 0.0, 0.0, 0.0])])
-    monkeypatch.setattr(type(method), "evaluate", lambda self, c, texts: next(q))
+    monkeypatch.setattr(type(method), "values", lambda self, c, texts: next(q))
     ep = method.collect(task.load("train")[:2])
     deltas, batches = method.td_errors(ep)
     r = ep.root.rewards.flatten()
