@@ -285,3 +285,14 @@ def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
     assert any(p is head.weight for group in algo.optimizers[0].param_groups for p in group["params"])
     state = algo.state_dict()
     assert torch.equal(state["critics"][0]["weight"], head.weight)
+
+
+def test_the_machinery_that_left_the_contract_module_still_imports_from_it_with_a_warning():
+    from magrpo.algos import base, optim, scaffold, step_metrics
+
+    for name, home in [("check_tree", scaffold), ("agent_optimizer", optim), ("clip_and_step", optim),
+                       ("timing_metrics", step_metrics), ("update_phase", step_metrics)]:
+        with pytest.warns(DeprecationWarning, match=f"import it from {home.__name__}"):
+            assert getattr(base, name) is getattr(home, name)
+    with pytest.raises(AttributeError):
+        _ = base.no_such_name

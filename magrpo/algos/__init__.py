@@ -1,8 +1,13 @@
 """Algorithms, registered by name: `algo.name` (the `algo` config group) picks one.
 
-Each is one file whose math reads top to bottom; the pieces they share (token log-probs, masks,
-advantage estimators, loss aggregation, clipped surrogates, KL estimators, GAE) live in
-`core.py`, and the contract every algorithm keeps in `base.py`.
+Each is one file whose math reads top to bottom. What they share:
+  base.py            the contract every algorithm keeps (ALGOS, register_algo, AlgoConfig, TeamSpec);
+  core.py            the math pieces and their registries (token log-probs, advantage estimators and
+                     scales, policy losses, loss aggregation, KL estimators, GAE);
+  scaffold.py        TeamAlgorithm and Episode: set-up, collection, per-policy batches, checkpoint state;
+  group_relative.py  the update of the group-relative methods (MAGRPO's family and C3);
+  critics.py         value heads and critic models; optim.py the optimizers; step_metrics.py the
+                     step's reward and timing metrics.
 """
 
 from __future__ import annotations
