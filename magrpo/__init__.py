@@ -19,7 +19,7 @@ _PUBLIC = {
     "register_task": "magrpo.tasks", "register_reward": "magrpo.rewards",
     "register_algo": "magrpo.algos.base", "AlgoConfig": "magrpo.algos.base", "TeamSpec": "magrpo.algos.base",
     "register_advantage": "magrpo.algos.core", "register_scale": "magrpo.algos.core",
-    "register_loss_agg": "magrpo.algos.core",
+    "register_loss_agg": "magrpo.algos.core", "register_policy_loss": "magrpo.algos.core",
     "register_feedback": "magrpo.feedback", "Feedback": "magrpo.feedback", "FeedbackConfig": "magrpo.feedback",
     "ConfigError": "magrpo.schema", "SetupError": "magrpo.schema", "option": "magrpo.schema",
 }

@@ -404,7 +404,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     _validate_agents(typed, task_cls)
     if task_cls.uses_sandbox:
         _validate_sandbox(typed.sandbox)
-    from magrpo.algos.base import check_tree
+    from magrpo.algos.scaffold import check_tree
 
     check_tree(typed, ALGOS[algo_name].team(typed).num_agents)
     algo_check = getattr(ALGOS[algo_name], "check_config", None)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
-from magrpo.algos.base import agent_overrides
+from magrpo.algos.optim import agent_overrides
 from magrpo.checkpoint import STATE_FILE
 from magrpo.config import optimized_metric
 from magrpo.diagnostics import DiagnosticsConfig

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from magrpo.algos import ALGOS
-from magrpo.algos.base import agent_optimizer, agent_overrides
+from magrpo.algos.optim import agent_optimizer, agent_overrides
 from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.schema import ConfigError

@@ -224,7 +224,7 @@ def test_bad_algorithm_values_fail_at_start(make_cfg, overrides, needles):
 
 
 def test_multi_turn_values_are_accepted_by_every_algorithm(make_cfg):
-    for algo in sorted(set(ALGOS) - {"c3"}):      # c3 replays one turn of a chain (tests/test_credit_methods.py)
+    for algo in sorted(set(ALGOS) - {"c3"}):      # c3 replays one turn of a chain (tests/algos/test_c3.py)
         cfg = validate(make_cfg([f"algo={algo}", "algo.num_turns=2", "algo.discount=0.9", "feedback=plain",
                                  "algo.early_termination_threshold=0.5", "algo.max_branches=2"]))
         assert cfg.algo.num_turns == 2 and cfg.algo.discount == 0.9
@@ -237,3 +237,62 @@ def test_the_yaml_holds_no_default_twice():
     for path in Path(CONF_DIR, "algo").glob("*.yaml"):
         lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]
         assert lines[:3] == ["defaults:", f"  - /schema/algo@_here_: {path.stem}", "  - _self_"], path
+
+
+def test_the_update_phase_is_counted_on_the_clock_of_the_algorithm_that_ran_it(monkeypatch):
+    """@update_phase adds a method's time to its own object's UpdateClock (no state shared between
+    algorithms); a step's metrics take it and start over."""
+    from types import SimpleNamespace
+
+    from magrpo.algos import step_metrics
+    from magrpo.algos.step_metrics import UpdateClock, update_phase
+
+    ticks = iter([10.0, 12.5, 20.0, 21.0])          # a clock that reads these times, in turn
+    monkeypatch.setattr(step_metrics, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+
+    class Learner:
+        def __init__(self):
+            self.update_clock = UpdateClock()
+
+        @update_phase
+        def update(self, x):
+            return x + 1
+
+    a, b = Learner(), Learner()
+    assert a.update(1) == 2 and a.update(2) == 3
+    assert a.update_clock.seconds == 3.5 and b.update_clock.seconds == 0.0
+    assert a.update_clock.take() == 3.5 and a.update_clock.seconds == 0.0
+
+
+def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
+    """TeamAlgorithm calls build_critics() once the policies are known and before the optimizers
+    (a head's parameters train with its policy); the checkpoint state carries the critics. None by
+    default."""
+    from magrpo.algos.scaffold import TeamAlgorithm
+
+    cfg, agents, task, plain = build_algorithm(make_cfg, ["algo=magrpo", *FAST])
+    assert plain.critics == [] and "critics" not in plain.state_dict()
+
+    class WithHead(TeamAlgorithm):
+        def build_critics(self):
+            return [torch.nn.Linear(len(self.policies), 1)]
+
+        def extra_parameters(self, policy):
+            return list(self.critics[0].parameters())
+
+    algo = WithHead(cfg, agents, task)
+    head = algo.critics[0]
+    assert any(p is head.weight for group in algo.optimizers[0].param_groups for p in group["params"])
+    state = algo.state_dict()
+    assert torch.equal(state["critics"][0]["weight"], head.weight)
+
+
+def test_the_machinery_that_left_the_contract_module_still_imports_from_it_with_a_warning():
+    from magrpo.algos import base, optim, scaffold, step_metrics
+
+    for name, home in [("check_tree", scaffold), ("agent_optimizer", optim), ("clip_and_step", optim),
+                       ("timing_metrics", step_metrics), ("update_phase", step_metrics)]:
+        with pytest.warns(DeprecationWarning, match=f"import it from {home.__name__}"):
+            assert getattr(base, name) is getattr(home, name)
+    with pytest.raises(AttributeError):
+        _ = base.no_such_name

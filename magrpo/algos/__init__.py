@@ -1,13 +1,27 @@
 """Algorithms, registered by name: `algo.name` (the `algo` config group) picks one.
 
-Each is one file whose math reads top to bottom; the pieces they share (token log-probs, masks,
-advantage estimators, loss aggregation, clipped surrogates, KL estimators, GAE) live in
-`core.py`, and the contract every algorithm keeps in `base.py`.
+Each is one file whose math reads top to bottom. What they share:
+  base.py            the contract every algorithm keeps (ALGOS, register_algo, AlgoConfig, TeamSpec);
+  core.py            the math pieces and their registries (token log-probs, advantage estimators and
+                     scales, policy losses, loss aggregation, KL estimators, GAE);
+  scaffold.py        TeamAlgorithm and Episode: set-up, collection, per-policy batches, checkpoint state;
+  group_relative.py  the update of the group-relative methods (MAGRPO's family and C3);
+  critics.py         value heads and critic models; optim.py the optimizers; step_metrics.py the
+                     step's reward and timing metrics.
 """
 
 from __future__ import annotations
 
 from magrpo.algos.base import ALGOS, AlgoConfig, Algorithm, TeamSpec, register_algo
+from magrpo.algos.core import (
+    ADVANTAGES,
+    LOSS_AGG,
+    POLICY_LOSSES,
+    register_advantage,
+    register_loss_agg,
+    register_policy_loss,
+    register_scale,
+)
 
 # Importing a module registers its algorithm.
 from magrpo.algos import magrpo as _magrpo  # noqa: E402,F401  isort: skip
@@ -20,4 +34,5 @@ from magrpo.algos import at_grpo as _at_grpo  # noqa: E402,F401  isort: skip
 from magrpo.algos import actor_critic as _actor_critic  # noqa: E402,F401  isort: skip
 from magrpo.algos import c3 as _c3  # noqa: E402,F401  isort: skip
 
-__all__ = ["ALGOS", "AlgoConfig", "Algorithm", "TeamSpec", "register_algo"]
+__all__ = ["ADVANTAGES", "ALGOS", "LOSS_AGG", "POLICY_LOSSES", "AlgoConfig", "Algorithm", "TeamSpec",
+           "register_advantage", "register_algo", "register_loss_agg", "register_policy_loss", "register_scale"]

@@ -38,15 +38,13 @@ from typing import Any
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import (
-    clip_and_step,
-    register_algo,
-    update_phase,
-)
+from magrpo.algos.base import register_algo
 from magrpo.algos.core import LOSS_AGG, AggContext, row_chunks, row_logprobs, shares_prompt
 from magrpo.algos.critics import CriticConfig, TurnCritic
+from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
-from magrpo.models import Agent, policy_agents
+from magrpo.algos.step_metrics import update_phase
+from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, credit
 from magrpo.schema import ConfigError, at_least, option
 from magrpo.tasks import Task
@@ -108,13 +106,17 @@ class IAC(TeamAlgorithm):
                               f"state already holds earlier answers; use algo=iac, or algo.topology=simultaneous")
 
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        algo = cfg.algo
-        policies = policy_agents(agents)
-        owners = [policies[0]] if self.centralized else policies     # the policy each critic rides on
-        length = algo.max_prompt_length * (len(agents) if self.centralized else 1) + algo.max_new_tokens * len(agents)
-        self.critics = [TurnCritic(algo.critic, p, algo.critic_model, length) for p in owners]
         super().__init__(cfg, agents, task)
-        self.attach_critics(owners, algo.critic_lr)
+        self.attach_critics(self.critic_owners(), self.algo.critic_lr)
+
+    def critic_owners(self) -> list[Agent]:
+        """The policy each critic rides on: maac's one critic on the first policy, iac's one per policy."""
+        return [self.policies[0]] if self.centralized else self.policies
+
+    def build_critics(self) -> list[TurnCritic]:
+        algo, n = self.algo, len(self.agents)
+        length = algo.max_prompt_length * (n if self.centralized else 1) + algo.max_new_tokens * n
+        return [TurnCritic(algo.critic, p, algo.critic_model, length) for p in self.critic_owners()]
 
     def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
         if policy >= len(self.critics) or self.critics[policy].kind != "head":
@@ -157,7 +159,8 @@ class IAC(TeamAlgorithm):
         return [f"{g.prompts[r // G].strip()}\n{t.strip()}" for r, t in enumerate(g.texts)]
 
     @torch.no_grad()
-    def evaluate(self, c: int, texts: list[str]) -> torch.Tensor:
+    def values(self, c: int, texts: list[str]) -> torch.Tensor:
+        """[len(texts)] critic c's values of `texts` (no gradient), micro-batched."""
         critic, owner = self.critics[c], self.policies[0 if self.centralized else c]
         if critic.kind == "head":
             owner.model.eval()
@@ -182,7 +185,7 @@ class IAC(TeamAlgorithm):
                     values[t, i], inputs[t, i] = values[t, 0], inputs[t, 0]
                     continue
                 inputs[t, i] = self.action_texts(lv, i) if q else self.state_texts(lv, i)
-                values[t, i] = self.evaluate(c, inputs[t, i])
+                values[t, i] = self.values(c, inputs[t, i])
         for t, lv in enumerate(levels):
             child = levels[t + 1] if t + 1 < len(levels) and levels[t + 1].parents is not None else None
             for agent in self.agents:

@@ -11,7 +11,8 @@ something else, with everything else held fixed:
   4. leave-one-out baseline, broadcast to the tokens of a_k:
         A_k = R_k - (1 / (K - 1)) * sum_{j != k} R_j            (`advantage=rloo`)
   5. a PPO-style update of agent i on its alternatives: the clipped surrogate over
-     `num_iterations` passes (MAGRPO's update, magrpo.py, with its ratio and loss options).
+     `num_iterations` passes (the group-relative update MAGRPO uses, group_relative.py, with its
+     ratio and loss options).
 The context of agent i + 1's decision is agent i's first alternative (a sample of the policy)
 after the same context, so every context is on-policy.
 
@@ -31,10 +32,11 @@ from typing import Any
 
 import torch
 
-from magrpo.algos.base import register_algo, reward_metrics
+from magrpo.algos.base import register_algo
 from magrpo.algos.core import ADVANTAGES, advantages
-from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
-from magrpo.algos.scaffold import Episode
+from magrpo.algos.group_relative import GroupRelativeConfig, group_relative_update
+from magrpo.algos.scaffold import Episode, TeamAlgorithm
+from magrpo.algos.step_metrics import reward_metrics, update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, Sampling, chain_prompt, generate, team_budget
 from magrpo.schema import ConfigError, at_least, option
@@ -43,7 +45,10 @@ from magrpo.turns import TreeStats, concat_generations, one_per_prompt, select_p
 
 
 @dataclass
-class C3Config(MAGRPOConfig):
+class C3Config(GroupRelativeConfig):
+    """AlgoConfig's keys and the group-relative update's (group_relative.py): C3 draws its own
+    alternatives, so MAGRPO's cross_credit, dynamic sampling and overlong penalty are not its keys."""
+
     name: str = "c3"
     topology: str = option("sequential", choices=["simultaneous", "sequential"])   # C3 needs: sequential
     advantage: str = option("rloo", choices=lambda: sorted(ADVANTAGES))   # leave-one-out
@@ -91,8 +96,11 @@ def counterfactual_rollouts(agents: list[Agent], task: Task, items: list[dict],
 
 
 @register_algo("c3")
-class C3(MAGRPO):
+class C3(TeamAlgorithm):
     config_schema = C3Config
+
+    def steps_per_update(self) -> int:
+        return self.algo.num_iterations          # the schedule spans every optimizer step
 
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
@@ -102,8 +110,7 @@ class C3(MAGRPO):
                                "simultaneous team has no 'after' (set algo.topology=sequential)"),
                               ("num_turns", a.num_turns != 1, "its counterfactuals replay one turn of the chain"),
                               ("branching", a.get("branching") is not None,
-                               "it samples algo.num_generations alternatives per decision"),
-                              ("dynamic_sampling", a.dynamic_sampling, "every decision's alternatives are scored")]:
+                               "it samples algo.num_generations alternatives per decision")]:
             if bad:
                 raise ConfigError(f"algo.{key}={a.get(key)} does not apply to algo=c3: {why}; "
                                   f"leave it at its default")
@@ -115,7 +122,8 @@ class C3(MAGRPO):
         for d in decisions:
             d.score(self.task)
         stats = TreeStats(generate_s=t_gen - t0)
-        ep = Episode(decisions, stats, self.task, len(self.agents), t0, t_gen, time.perf_counter())
+        ep = Episode(decisions, stats, self.task, len(self.agents), t0, t_gen, time.perf_counter(),
+                     clock=self.update_clock)
         ep.cache["generated"] = generated
         ep.metrics.update(reward_metrics(decisions[0]))      # decision 1: the team as a whole
         for i, d in enumerate(decisions):
@@ -147,3 +155,8 @@ class C3(MAGRPO):
                         "train/completions/mean_length": tokens / max(rows, 1),
                         "speed/tokens_per_s": tokens / metrics["time/step_s"]})
         return metrics
+
+    @update_phase
+    def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
+        return group_relative_update(self.algo, self.policies[i], self.optimizers[i], self.schedulers[i],
+                                     self.cfg.optimizer.max_grad_norm, gen, adv)

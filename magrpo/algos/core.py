@@ -1,12 +1,14 @@
 """Pieces shared by the algorithms, each chosen by name from a small registry where there is a choice.
 
 - ADVANTAGES: group-relative baselines over a sibling set of returns (last dim = the group).
-- SCALES: optional division by a standard deviation.
+- ADVANTAGE_SCALES: optional division of the advantages by a standard deviation.
 - LOSS_AGG: how per-token losses become one scalar; each entry is written so that the sum of its
   value over micro-batches equals its value on the whole batch (gradient accumulation is exact).
 - token_logprobs: log pi(token | prefix) over completion tokens; the completion mask from
   magrpo.rollout zeroes padding and everything after the first EOS.
 - clipped_surrogate, k3_kl: the PPO objective and the KL estimator of every algorithm.
+- POLICY_LOSSES: the per-token loss of a group-relative update: the plain policy gradient, PPO's
+  token-clipped surrogate (with DAPO's clip-higher), GSPO's sequence-level ratio.
 - gae, masked_whiten, clipped_value_loss, AdaptiveKLController: the actor-critic pieces (PPO family).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -69,14 +72,15 @@ def _batch_std(A: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
 
 
 # A scale maps (advantages, returns), both [..., G], to scaled advantages (register_scale).
-SCALES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry("advantage scale", "algo.scale")
+ADVANTAGE_SCALES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "advantage scale", "algo.scale")
 for _name, _fn in {"none": _no_scale, "group": _group_std, "batch": _batch_std}.items():
-    SCALES.register(_name, _fn)
+    ADVANTAGE_SCALES.register(_name, _fn)
 
 
 def advantages(returns: torch.Tensor, estimator: str = "mean", scale: str = "none") -> torch.Tensor:
     """returns: [..., G] sibling groups -> advantages of the same shape."""
-    return SCALES[scale](ADVANTAGES[estimator](returns), returns)
+    return ADVANTAGE_SCALES[scale](ADVANTAGES[estimator](returns), returns)
 
 
 def keyed_advantages(returns: torch.Tensor, keys: torch.Tensor, estimator: str = "mean",
@@ -132,7 +136,7 @@ for _name, _fn in {"seq_sum": _seq_sum, "seq_mean_token_mean": _seq_mean_token_m
                    "dr_grpo": _dr_grpo}.items():
     LOSS_AGG.register(_name, _fn)
 register_advantage = registrar(ADVANTAGES)
-register_scale = registrar(SCALES)
+register_scale = registrar(ADVANTAGE_SCALES)
 register_loss_agg = registrar(LOSS_AGG)
 
 
@@ -316,6 +320,53 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     return ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
+# --- policy losses: the per-token loss of a group-relative update ----------------------------------
+#
+# A policy loss maps (logp [n, T] with gradient, old_logp [n, T] of the rollout policy pi_old,
+# adv [n] one advantage per completion, mask [n, T], the `algo` config) to
+# (per-token loss [n, T], where it clipped [n, T] as 0/1), before aggregation (LOSS_AGG) and
+# before any KL term. On the first pass over a rollout old_logp == logp.detach(): ratio 1.
+# `algo.loss` names one (register_policy_loss); null picks the one the ratio keys imply
+# (magrpo.algos.magrpo.policy_loss_name).
+
+
+def _reinforce_loss(logp, old_logp, adv, mask, algo):
+    """The plain policy gradient (REINFORCE with a group baseline, MAGRPO's on-policy loss):
+        L_t = -A * log pi(y_t | x, y_<t),   grad L_t = -A * grad log pi.
+    No ratio: old_logp is not read, nothing clips (so it is for one pass over a rollout)."""
+    return -adv.unsqueeze(-1) * logp, torch.zeros_like(logp)
+
+
+def _clip_loss(logp, old_logp, adv, mask, algo):
+    """PPO's token-level clipped surrogate (Schulman et al., arXiv 1707.06347), with DAPO's
+    clip-higher (Yu et al., arXiv 2503.14476, eq. 8-10: eps_high > eps_low keeps low-probability
+    tokens free to rise):
+        r_t = pi(y_t) / pi_old(y_t),   L_t = -min(r_t A, clip(r_t, 1 - eps_low, 1 + eps_high) A)
+    with eps_low = `algo.epsilon`, eps_high = `algo.epsilon_high`."""
+    return clipped_surrogate(logp, old_logp, adv.unsqueeze(-1), algo.epsilon, algo.epsilon_high)
+
+
+def _gspo_loss(logp, old_logp, adv, mask, algo):
+    """GSPO's sequence-level clipped loss (Zheng et al., arXiv 2507.18071, eq. 5-7): one ratio per
+    completion y, the geometric mean of its token ratios,
+        s(y) = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
+        L(y) = -min(s A, clip(s, 1 - eps_low, 1 + eps_high) A),
+    placed on each of y's tokens (with `loss_agg=seq_mean_token_mean` the batch loss is GSPO's
+    (1/G) sum_i L(y_i)); a completion clips as a whole. Even on-policy (s = 1) its gradient carries
+    the 1/|y| weighting: A * (1/|y|) * sum_t grad log pi(y_t)."""
+    log_s = sequence_log_ratio(logp, old_logp, mask)
+    seq_loss, clipped = clipped_surrogate(log_s, torch.zeros_like(log_s), adv, algo.epsilon, algo.epsilon_high)
+    return seq_loss.unsqueeze(-1).expand_as(logp), clipped.unsqueeze(-1).expand_as(logp)
+
+
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any],
+                      tuple[torch.Tensor, torch.Tensor]]
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "algo.loss")
+for _name, _fn in {"reinforce": _reinforce_loss, "clip": _clip_loss, "gspo": _gspo_loss}.items():
+    POLICY_LOSSES.register(_name, _fn)
+register_policy_loss = registrar(POLICY_LOSSES)
+
+
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1)
 
@@ -387,3 +438,15 @@ class AdaptiveKLController:
 
     def load_state_dict(self, state: dict) -> None:
         self.value = state["value"]
+
+
+def __getattr__(name: str) -> Any:
+    # `SCALES` was ADVANTAGE_SCALES' name (it read like magrpo.paper.SCALES, the paper's run scales);
+    # kept one release, with a DeprecationWarning.
+    if name == "SCALES":
+        import warnings
+
+        warnings.warn("magrpo.algos.core.SCALES is deprecated; use magrpo.algos.core.ADVANTAGE_SCALES",
+                      DeprecationWarning, stacklevel=2)
+        return ADVANTAGE_SCALES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -13,7 +13,7 @@ mean and group, i.e. the formula above).
 Where it equals MAGRPO: with the team reward (`reward=team`) in a simultaneous team every agent
 of a joint action has the same return, so each agent's statistics over its G samples of an item
 are the group's, and dr_mas is MAGRPO with `scale=group`, step for step, whether the policies are
-separate or shared (tests/test_credit_methods.py). It differs when the agents' returns differ:
+separate or shared (tests/algos/test_dr_mas.py). It differs when the agents' returns differ:
 `reward=individual` (each agent's own share, for tasks that split the reward), or a sequential
 team, whose later agents' samples of an item span several prefixes.
 """
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import SCALES, keyed_advantages
+from magrpo.algos.core import ADVANTAGE_SCALES, keyed_advantages
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode, check_individual_reward
 from magrpo.models import Agent
@@ -37,7 +37,7 @@ from magrpo.tasks import Task
 @dataclass
 class DrMASConfig(MAGRPOConfig):
     name: str = "dr_mas"
-    scale: str = option("group", choices=lambda: sorted(SCALES))   # divide by the agent's own std
+    scale: str = option("group", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide by the agent's own std
     reward: str = option("team", choices=["team", "individual"])   # individual: each agent's own share
     normalization: str = option("agent", choices=["agent", "global"])   # whose samples give mu and sigma
 

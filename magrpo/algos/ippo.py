@@ -39,11 +39,7 @@ from typing import Any
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import (
-    clip_and_step,
-    register_algo,
-    update_phase,
-)
+from magrpo.algos.base import register_algo
 from magrpo.algos.core import (
     AdaptiveKLController,
     RowBatch,
@@ -59,8 +55,10 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.algos.critics import Critic, CriticConfig
+from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
-from magrpo.models import Agent, policy_agents
+from magrpo.algos.step_metrics import update_phase
+from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout
 from magrpo.schema import at_least, option, positive, within
 from magrpo.tasks import Task
@@ -179,20 +177,21 @@ def critic_values(critic: Critic, agent: Agent, gen: Generation, inputs: CriticI
 @register_algo("ippo")
 class IPPO(TeamAlgorithm):
     config_schema = IPPOConfig
-    centralized_critic = False
+    centralized = False
 
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
         check_individual_reward(cfg, task_cls)
 
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        algo = cfg.algo
+        super().__init__(cfg, agents, task)
+        self.attach_critics(self.policies, self.algo.critic_lr)
+        self.kl_ctl = self.make_kl_controller()
+
+    def build_critics(self) -> list[Critic]:
         # One actor, critic and optimizer per policy (a shared policy has one for all its roles);
         # a head critic trains with its actor (and its adapter), a critic model has its own optimizer.
-        self.critics = [Critic(algo.critic, p, algo.critic_model) for p in policy_agents(agents)]
-        super().__init__(cfg, agents, task)
-        self.attach_critics(self.policies, algo.critic_lr)
-        self.kl_ctl = self.make_kl_controller()
+        return [Critic(self.algo.critic, p, self.algo.critic_model) for p in self.policies]
 
     def steps_per_update(self) -> int:
         return self.algo.ppo_epochs * self.algo.num_mini_batches   # optimizer steps over the run
@@ -294,7 +293,7 @@ class IPPO(TeamAlgorithm):
         # Shuffled rows, not whole groups: mini-batches of whole groups run each prompt once per
         # mini-batch, but they changed what IPPO learns (signal, seed 2: 0.08 instead of 0.98).
         mini = math.ceil(rows / algo.num_mini_batches)
-        shared_forward = critic.kind == "head" and not self.centralized_critic
+        shared_forward = critic.kind == "head" and not self.centralized
         # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`.
         params = agent.trainable_parameters() + (list(critic.parameters()) if copt is None else [])
         sums = {k: 0.0 for k in ("loss", "policy_loss", "value_loss", "entropy", "clip_frac", "value_clip_frac",

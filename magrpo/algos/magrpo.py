@@ -6,7 +6,8 @@ One step, for a batch of B items and N agents:
   3. each agent's sample k gets a return R_k (its joint reward, or under `cross` the mean over
      the joint actions that contain it) and a group-relative advantage A_k = R_k - b(R);
   4. each agent minimises its own loss  L_i = -E[A * log pi_i(completion | own prompt)]
-     (with PPO clipping when num_iterations > 1, and a k3 KL to a reference when beta > 0).
+     (with PPO clipping when num_iterations > 1, and a k3 KL to a reference when beta > 0): the
+     update every group-relative method shares, group_relative.py.
 The advantage is shared through the joint reward; the gradient of each agent uses only its own
 log-probs (centralised training, decentralised execution).
 
@@ -14,7 +15,8 @@ With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py): every node's 
 R = r + discount * mean(children's R), each sibling set is a group for step 3, and one loss runs
 over the samples of every node of every turn.
 
-Options every group-relative method here shares (grpo, dr_mas, at_grpo, c3 inherit them):
+Options of MAGRPO and the methods that subclass it (grpo, dr_mas, at_grpo; c3 shares only the
+update's: ratio_level, epsilon_high, loss_agg, loss):
   * `ratio_level=sequence` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
     completion, the geometric mean of its token ratios
         s = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
@@ -27,7 +29,12 @@ Options every group-relative method here shares (grpo, dr_mas, at_grpo, c3 inher
     of `overlong_buffer` tokens, a completion of L tokens adds to its agent's return
         overlong_penalty * min(0, max(-1, ((L_max - buffer) - L) / buffer)),
     0 up to L_max - buffer, falling linearly to -overlong_penalty at L_max (a cut-off answer);
-  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`).
+  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`);
+  * `loss`: the policy loss by name (core.POLICY_LOSSES, each with its equation: `reinforce`,
+    `clip`, `gspo`, or a plugin's `register_policy_loss`); left null it follows the keys above:
+    gspo at `ratio_level=sequence`, clip when `num_iterations` > 1, else reinforce.
+The update of one policy (group_relative.py) reads: the ratio's pi_old (the rollout policy, fixed
+on the first pass), the policy loss, then the aggregation (`loss_agg`).
 
 GRPO (magrpo/algos/grpo.py) is the same algorithm with one agent writing the whole joint answer.
 """
@@ -39,41 +46,21 @@ from dataclasses import dataclass
 
 import torch
 
-from magrpo import distributed
-from magrpo.algos.base import AlgoConfig, clip_and_step, register_algo, update_phase
-from magrpo.algos.core import (
-    ADVANTAGES,
-    LOSS_AGG,
-    SCALES,
-    AggContext,
-    advantages,
-    clipped_surrogate,
-    k3_kl,
-    keyed_advantages,
-    rollout_logprobs,
-    row_chunks,
-    row_logprobs,
-    sequence_log_ratio,
-    shares_prompt,
-)
+from magrpo.algos.base import register_algo
+from magrpo.algos.core import advantages, keyed_advantages
+from magrpo.algos.group_relative import GroupRelativeConfig, group_relative_update
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, group_items
+from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation
-from magrpo.schema import at_least, option, positive
+from magrpo.schema import at_least, option
 from magrpo.turns import select_prompts
 
 
 @dataclass
-class MAGRPOConfig(AlgoConfig):
+class MAGRPOConfig(GroupRelativeConfig):
     name: str = "magrpo"
     cross_credit: str = option("mean", choices=["mean", "sum"])   # cross: a sample's return over its joints
-    advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))  # raw = MAREINFORCE, rloo = MARLOO, max = MAReMax
-    scale: str = option("none", choices=lambda: sorted(SCALES))   # divide advantages by (std + 1e-4)
-    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
-    num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout with PPO-clipped ratios
-    epsilon: float = positive(0.2)
-    epsilon_high: float = positive(0.2)
-    ratio_level: str = option("token", choices=["token", "sequence"])   # sequence: GSPO
     dynamic_sampling: bool = False               # DAPO: drop groups without signal, draw more
     dynamic_sampling_rounds: int = at_least(1, 3)   # extra batches drawn at most per step
     overlong_penalty: float = at_least(0, 0.0)   # DAPO soft overlong punishment (0 = off; DAPO: 1.0)
@@ -96,7 +83,9 @@ class MAGRPO(TeamAlgorithm):
     # -- one training step ----------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
         ep = self.collect(items)
-        keep = self.signal_rows(ep) if self.algo.dynamic_sampling else None
+        keep = None
+        if self.algo.dynamic_sampling:      # DAPO: more batches until B items have signal, then keep those
+            keep = self.signal_rows(ep, self.draw_until_signal(ep, items))
         # A policy's one update runs over the samples of every role it plays, each role's
         # advantages computed within its own groups.
         for p, policy, gen, adv in self.policy_batches(ep, lambda agent: self.role_advantages(agent, ep)):
@@ -142,10 +131,10 @@ class MAGRPO(TeamAlgorithm):
                           for R, items in zip(returns, ep.row_items(agent.index))])
 
     # -- dynamic sampling (DAPO) --------------------------------------------------------------------
-    def collect(self, items: list[dict]) -> Episode:
-        ep = super().collect(items)
-        if not self.algo.dynamic_sampling:
-            return ep
+    def draw_until_signal(self, ep: Episode, items: list[dict]) -> set[int]:
+        """While fewer than B = len(items) of the episode's items have a sibling set whose returns
+        differ, grow up to `dynamic_sampling_rounds` more batches into it (`refill`, else the same
+        items again); the items kept: the first B informative ones, numbered across the batches."""
         B, informative, rounds = len(items), self.informative_items(ep.root), 0
         while len(informative) < B and rounds < self.algo.dynamic_sampling_rounds:
             rounds += 1
@@ -158,13 +147,13 @@ class MAGRPO(TeamAlgorithm):
             ep.stats.feedback_s += stats.feedback_s
         ep.t_gen = ep.t0 + ep.stats.generate_s       # every round's generation; the rest of it is scoring
         ep.t_reward = time.perf_counter()
-        self._kept_items = set(informative[:B])
+        kept = set(informative[:B])
         total = sum(r.num_items for r in ep.roots)
         ep.metrics.update({"train/dynamic_sampling/rounds": float(rounds),
                            "train/dynamic_sampling/items_drawn": float(total),
-                           "train/dynamic_sampling/items_kept": float(len(self._kept_items)),
+                           "train/dynamic_sampling/items_kept": float(len(kept)),
                            "train/dynamic_sampling/dropped_groups": 0.0})
-        return ep
+        return kept
 
     @staticmethod
     def informative_items(root) -> list[int]:
@@ -175,8 +164,8 @@ class MAGRPO(TeamAlgorithm):
             out.update(items[varied].tolist())
         return sorted(out)
 
-    def signal_rows(self, ep: Episode) -> dict[int, torch.Tensor]:
-        """Per agent, [rows] which of its rows train: those of a kept item in a group whose returns differ."""
+    def signal_rows(self, ep: Episode, kept: set[int]) -> dict[int, torch.Tensor]:
+        """Per agent, [rows] which of its rows train: those of a `kept` item in a group whose returns differ."""
         keep, dropped = {}, 0
         for agent in self.agents:
             parts = []
@@ -185,79 +174,15 @@ class MAGRPO(TeamAlgorithm):
                 G = lv.samples[agent.index].num_generations
                 groups = R.reshape(-1, G)
                 varied = (groups.std(-1, unbiased=False) > 1e-8).repeat_interleave(G)
-                kept = torch.tensor([int(b) in self._kept_items for b in items], dtype=torch.bool)
-                parts.append(varied & kept)
-                dropped += int((~(varied & kept)).view(-1, G).all(-1).sum())
+                in_kept = torch.tensor([int(b) in kept for b in items], dtype=torch.bool)
+                parts.append(varied & in_kept)
+                dropped += int((~(varied & in_kept)).view(-1, G).all(-1).sum())
             keep[agent.index] = torch.cat(parts)
         ep.metrics["train/dynamic_sampling/dropped_groups"] = float(dropped)
         return keep
 
-    # -- the update of one policy ------------------------------------------------------------------
+    # -- the update of one policy (group_relative.py, shared with C3) -----------------------------
     @update_phase
     def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
-        algo, agent = self.algo, self.policies[i]
-        optimizer, scheduler = self.optimizers[i], self.schedulers[i]
-        agent.activate()
-        agent.model.train()
-        dev = agent.device
-        adv = adv.to(dev)
-        mask = gen.completion_mask.to(dev)
-        rows = mask.shape[0]
-        ctx = AggContext.of(mask, algo.max_new_tokens)      # whole-batch sizes (all ranks)
-        aggregate = LOSS_AGG[algo.loss_agg]
-        chunks = row_chunks(rows, algo.micro_batch_size, gen.num_generations)
-        share = shares_prompt(agent.model, algo.share_prompt)
-        temperature = agent.temperature(algo.temperature)
-        ref_logp = None
-        if algo.beta > 0:
-            with agent.reference_mode() as ref:
-                ref_logp = rollout_logprobs(ref, gen, chunks, temperature, dev, share)
-        sequence = algo.get("ratio_level", "token") == "sequence"
-        # A ratio is needed to reuse a rollout (num_iterations > 1) and, at sequence level, even
-        # on-policy: its gradient carries GSPO's 1/|y| weighting.
-        old_logp = torch.zeros_like(mask) if algo.num_iterations > 1 or sequence else None
-
-        totals = {"loss": 0.0, "policy_loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "approx_kl": 0.0,
-                  "grad_norm": 0.0}
-        for it in range(algo.num_iterations):
-            optimizer.zero_grad(set_to_none=True)
-            for mb in chunks:
-                logp, entropy = row_logprobs(agent.model, gen, mb, temperature, dev, share, with_entropy=(it == 0))
-                A, m = adv[mb].unsqueeze(-1), mask[mb]
-                if old_logp is None:
-                    token_loss = -A * logp                   # REINFORCE: grad = -A * grad log pi
-                else:
-                    if it == 0:                              # policy == rollout policy before any update
-                        old_logp[mb] = logp.detach()
-                    if sequence:                             # GSPO: one ratio per completion, on each of its tokens
-                        log_s = sequence_log_ratio(logp, old_logp[mb], m)
-                        seq_loss, clipped = clipped_surrogate(log_s, torch.zeros_like(log_s), A.squeeze(-1),
-                                                              algo.epsilon, algo.epsilon_high)
-                        token_loss, clipped = seq_loss.unsqueeze(-1).expand_as(logp), clipped.unsqueeze(-1).expand_as(logp)
-                    else:
-                        token_loss, clipped = clipped_surrogate(logp, old_logp[mb], A, algo.epsilon, algo.epsilon_high)
-                    if it > 0:
-                        totals["clip_frac"] += (clipped * m).sum().item() / max(ctx.num_tokens, 1)
-                        totals["approx_kl"] += (k3_kl(old_logp[mb], logp.detach()) * m).sum().item() / max(ctx.num_tokens, 1)
-                totals["policy_loss"] += aggregate(token_loss.detach(), m, ctx).item()
-                if ref_logp is not None:
-                    kl = k3_kl(logp, ref_logp[mb])
-                    token_loss = token_loss + algo.beta * kl
-                    totals["kl"] += (kl.detach() * m).sum().item() / max(ctx.num_tokens, 1)
-                loss = aggregate(token_loss, m, ctx)
-                loss.backward()
-                totals["loss"] += loss.item()
-                if entropy is not None:
-                    totals["entropy"] += (entropy * m).sum().item() / max(ctx.num_tokens, 1)
-            totals["grad_norm"] += clip_and_step(agent.trainable_parameters(), optimizer, scheduler,
-                                                 self.cfg.optimizer.max_grad_norm)
-        totals = distributed.sum_dict(totals, skip=("grad_norm",))   # each rank held its share of the batch's
-        k = algo.num_iterations
-        # Iteration 0 never clips (ratio = 1), so the clip fraction averages the later ones;
-        # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.
-        # approx_kl: k3 estimate of KL(pi_old || pi) over the passes that follow an update.
-        return {"loss": totals["loss"] / k, "policy_loss": totals["policy_loss"] / k, "kl": totals["kl"] / k,
-                "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
-                "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
-                "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}
-
+        return group_relative_update(self.algo, self.policies[i], self.optimizers[i], self.schedulers[i],
+                                     self.cfg.optimizer.max_grad_norm, gen, adv)

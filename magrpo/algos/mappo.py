@@ -49,7 +49,7 @@ def joint_context(prompts: list[str], answers: list[str | list[int]], agent: int
 @register_algo("mappo")
 class MAPPO(IPPO):
     config_schema = MAPPOConfig
-    centralized_critic = True
+    centralized = True
 
     def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]]:
         """One critic input per completion row of agent i: the joint action it is part of (aligned:

@@ -10,32 +10,39 @@ One step of any algorithm is
 `TeamAlgorithm` holds the set-up (sampling, turns, feedback, one optimizer per policy), `collect`,
 the per-policy assembly of generations (`policy_batches`) and the optimizer state; `Episode` is
 the scored tree with the questions every algorithm asks of it: a role's returns per turn, a role's
-rows across turns, and the item each row descends from.
+rows across turns, and the item each row descends from. The config checks the algorithms share
+(`check_tree`, `check_individual_reward`) sit here too.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 
-from magrpo.algos.base import (
-    TeamSpec,
-    agent_optimizer,
-    build_optimizer,
-    reward_metrics,
-    timing_metrics,
-)
+from magrpo.algos.base import TeamSpec
+from magrpo.algos.optim import agent_optimizer, build_optimizer
+from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, policy_agents, policy_groups
 from magrpo.rewards import reward_specs
 from magrpo.rollout import Generation, Rollout, Sampling, credit
 from magrpo.schema import ConfigError
 from magrpo.tasks import Task
-from magrpo.turns import TreeStats, TurnSpec, concat_generations, grow_tree, tree_metrics, tree_returns
+from magrpo.turns import (
+    TreeStats,
+    TurnSpec,
+    concat_generations,
+    grow_tree,
+    sequences_per_item,
+    tree_metrics,
+    tree_returns,
+    tree_size,
+)
 
 
 def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
@@ -47,6 +54,35 @@ def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
     if cfg.algo.get("reward", "team") == "individual" and not task_cls.splits_reward:
         raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
                           f"is one team reward that does not split per agent; choose algo.reward=team")
+
+
+def check_tree(cfg: Any, num_agents: int) -> None:
+    """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
+    a = cfg.algo
+    topology, branching = a.get("topology", "simultaneous"), a.get("branching")
+    branching = list(branching) if branching else None
+    if branching is not None and topology != "sequential":
+        raise ConfigError(f"algo.branching={branching} sets the samples per prefix of a sequential team; "
+                          f"set algo.topology=sequential, or algo.branching=null")
+    if topology == "sequential":
+        if a.joint_mode != "aligned":
+            raise ConfigError(f"algo.joint_mode={a.joint_mode!r} pairs simultaneous samples; a sequential team's "
+                              f"joint actions are the leaves of its chain: set algo.joint_mode=aligned")
+        if branching is not None and num_agents > 1 and len(branching) != num_agents:
+            raise ConfigError(f"algo.branching={branching} gives {len(branching)} level(s) for {num_agents} agents; "
+                              f"give one number (samples per prefix) per agent")
+        if branching is not None and min(branching) < 1:
+            raise ConfigError(f"algo.branching={branching}: every level samples at least 1 answer per prefix")
+    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"), topology, branching)
+    size = tree_size(*shape)
+    if size > a.max_tree_nodes:
+        raise ConfigError(
+            f"algo.num_turns={a.num_turns} with algo.topology={topology!r}, algo.joint_mode={a.joint_mode!r}, "
+            f"algo.num_generations={a.num_generations}, algo.branching={branching}, "
+            f"{num_agents} agent(s) and algo.max_branches={a.get('max_branches')} grows a tree "
+            f"of {size} nodes per item ({sequences_per_item(*shape)} generated sequences), more than "
+            f"algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
+            f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
 
 
 def group_items(root: Rollout) -> list[torch.Tensor]:
@@ -73,6 +109,7 @@ class Episode:
     t_reward: float
     metrics: dict[str, float] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)      # what an algorithm computes once per step
+    clock: UpdateClock | None = None     # the algorithm's update phase, taken by `finish`
 
     @property
     def root(self) -> Rollout:
@@ -117,8 +154,9 @@ class Episode:
 
     def finish(self) -> dict[str, float]:
         """The step's metrics, with the timing of its phases (the update phase measured so far)."""
+        update_s = self.clock.take() if self.clock is not None else 0.0
         self.metrics.update(timing_metrics(self.roots, self.t0, self.t_gen, self.t_reward, time.perf_counter(),
-                                           self.stats.feedback_s))
+                                           self.stats.feedback_s, update_s))
         return self.metrics
 
 
@@ -126,9 +164,10 @@ class TeamAlgorithm:
     """Set-up, collection, per-policy assembly and optimizer state shared by every algorithm.
 
     Subclasses set `config_schema` (and `form = "single"` for one model writing the whole answer),
-    and write `step` as advantages, then update. `steps_per_update` (optimizer steps per training
-    step, for the learning-rate schedule) and `extra_parameters` (what trains with a policy besides
-    its weights, e.g. a value head) are the hooks of the set-up; `extra_state` / `load_extra_state`
+    and write `step` as advantages, then update. `build_critics` (an actor-critic method's
+    critics), `steps_per_update` (optimizer steps per training step, for the learning-rate
+    schedule) and `extra_parameters` (what trains with a policy besides its weights, e.g. a value
+    head) are the hooks of the set-up; `extra_state` / `load_extra_state`
     carry what else a checkpoint must hold.
     """
 
@@ -142,20 +181,27 @@ class TeamAlgorithm:
 
     def __init__(self, cfg: Any, agents: list[Agent], task: Task):
         self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
+        self.update_clock = UpdateClock()      # the step's `update` phase (@update_phase methods)
+        self.policies = policy_agents(agents)
+        self.roles = policy_groups(agents)
+        # Critics (actor-critic methods, `build_critics`): modules whose state the checkpoint carries;
+        # a separate critic model has its own optimizer (`attach_critics`), a head trains with its
+        # policy (`extra_parameters`). Built before anything else draws from the random generator.
+        if "critics" in self.__dict__:         # set before this __init__: the way before build_critics
+            warnings.warn(f"{type(self).__name__} sets self.critics before TeamAlgorithm.__init__; override "
+                          f"build_critics() instead (the old way stops working in the next release)",
+                          DeprecationWarning, stacklevel=2)
+        else:
+            self.critics: list[torch.nn.Module] = self.build_critics()
         self.sampling = Sampling.from_algo(cfg.algo)
         self.turns = TurnSpec.from_algo(cfg.algo)
         self.feedback = build_feedback(cfg.get("feedback"), task)
         # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
-        self.policies = policy_agents(agents)
-        self.roles = policy_groups(agents)
         total = cfg.max_steps * self.steps_per_update()
         built = [build_optimizer(p.trainable_parameters() + self.extra_parameters(k), agent_optimizer(cfg, p.index),
                                  total) for k, p in enumerate(self.policies)]
         self.optimizers = [o for o, _ in built]
         self.schedulers = [s for _, s in built]
-        # Critics (actor-critic methods): modules whose state the checkpoint carries; a separate
-        # critic model has its own optimizer (`attach_critics`), a head trains with its policy.
-        self.critics: list[torch.nn.Module] = getattr(self, "critics", [])
         self.critic_optimizers: list[Any] = [None] * len(self.critics)
         self.critic_schedulers: list[Any] = [None] * len(self.critics)
         # Dynamic sampling draws more items through this, when the training loop provides it:
@@ -173,6 +219,11 @@ class TeamAlgorithm:
                     list(critic.parameters()), agent_optimizer(self.cfg, owner.index), total, lr=lr)
 
     # -- hooks of the set-up ------------------------------------------------------------------------
+    def build_critics(self) -> list[torch.nn.Module]:
+        """The algorithm's critics, built once `self.policies` and `self.roles` are known and before
+        the optimizers (a head critic's parameters join its policy's optimizer); none by default."""
+        return []
+
     def steps_per_update(self) -> int:
         return 1
 
@@ -187,7 +238,8 @@ class TeamAlgorithm:
     def collect(self, items: list[dict]) -> Episode:
         t0 = time.perf_counter()
         root, stats = self.grow(items)
-        ep = Episode([root], stats, self.task, len(self.agents), t0, t0 + stats.generate_s, time.perf_counter())
+        ep = Episode([root], stats, self.task, len(self.agents), t0, t0 + stats.generate_s, time.perf_counter(),
+                     clock=self.update_clock)
         ep.metrics.update(reward_metrics(root))
         if self.turns.num_turns > 1:
             ep.metrics.update(tree_metrics(root, stats))
