@@ -249,7 +249,7 @@ def config_page() -> str:
 def algorithms_page() -> str:
     from magrpo.algos import ALGOS
     from magrpo.algos.base import AlgoConfig
-    from magrpo.algos.core import ADVANTAGES, LOSS_AGG
+    from magrpo.algos.core import ADVANTAGE_SCALES, ADVANTAGES, LOSS_AGG, POLICY_LOSSES
 
     shared = frozenset(f.name for f in dataclasses.fields(AlgoConfig))
     out = [HEADER, "# Algorithms\n",
@@ -271,6 +271,8 @@ def algorithms_page() -> str:
     out += ["## Registries of the group-relative methods\n",
             "| registry | key | names |", "|---|---|---|",
             f"| advantage estimators | `algo.advantage` | {', '.join(f'`{n}`' for n in ADVANTAGES)} |",
+            f"| advantage scales | `algo.scale` | {', '.join(f'`{n}`' for n in ADVANTAGE_SCALES)} |",
+            f"| policy losses | `algo.loss` | {', '.join(f'`{n}`' for n in POLICY_LOSSES)} |",
             f"| loss aggregations | `algo.loss_agg` | {', '.join(f'`{n}`' for n in LOSS_AGG)} |", ""]
     return "\n".join(out)
 
