@@ -68,7 +68,7 @@ def test_grpo_is_single_agent(make_cfg):
     ("algo.num_generations=1", ["algo.num_generations", "1", ">= 2"]),
     ("algo.joint_mode=foo", ["algo.joint_mode", "'foo'", "aligned", "cross"]),
     ("optimizer.lr=-1", ["optimizer.lr", "-1", "> 0"]),
-    ("algo.advantage=median", ["algo.advantage", "'median'", "mean", "rloo", "max", "raw"]),
+    ("algo.advantage=medain", ["algo.advantage", "'medain'", "mean", "rloo", "max", "raw"]),   # not 'median': a plugin test registers it
     ("algo.loss_agg=sum", ["algo.loss_agg", "'sum'", "seq_sum", "token_mean"]),
     ("algo.scale=zscore", ["algo.scale", "none", "group", "batch"]),
     ("algo.top_p=1.5", ["algo.top_p", "1.5", "(0, 1]"]),
