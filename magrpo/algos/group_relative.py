@@ -6,6 +6,10 @@ per micro-batch
     log pi_old     the rollout policy's log-probs, fixed on the first pass (ratio 1 there);
     L_t            the policy loss (core.POLICY_LOSSES: reinforce, clip, gspo; `algo.loss`);
     + beta * KL_t  a k3 KL to the frozen reference when beta > 0;
+    - c_H * H_t    an entropy bonus when `ent_coef` = c_H > 0, H_t = -sum_v pi(v | c_<t) log pi(v | c_<t)
+                   the policy's entropy at completion token t (Williams and Peng, 1991; the term
+                   IPPO carries): it pays the policy for keeping its options open, so a group whose
+                   rewards all favour one answer does not collapse the policy onto it at once;
     aggregate      over tokens and sequences (core.LOSS_AGG, `algo.loss_agg`);
 then one clipped optimizer step per pass.
 """
@@ -51,6 +55,8 @@ class GroupRelativeConfig(AlgoConfig):
     # The policy loss (core.POLICY_LOSSES: reinforce, clip, gspo, or a plugin's); null = the one the
     # keys above imply (policy_loss_name).
     loss: str | None = option(None, choices=lambda: sorted(POLICY_LOSSES))
+    # Entropy bonus c_H: the loss gains -c_H * H_t per completion token (0 = off, the paper's setting)
+    ent_coef: float = at_least(0, 0.0)
 
     @staticmethod
     def check_node(node, prefix: str) -> None:
@@ -102,7 +108,9 @@ def group_relative_update(algo: Any, agent: Agent, optimizer, scheduler, max_gra
     for it in range(algo.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         for mb in chunks:
-            logp, entropy = row_logprobs(agent.model, gen, mb, temperature, dev, share, with_entropy=(it == 0))
+            bonus = algo.get("ent_coef", 0.0)
+            logp, entropy = row_logprobs(agent.model, gen, mb, temperature, dev, share,
+                                         with_entropy=(it == 0 or bonus > 0), entropy_grad=bonus > 0)
             m = mask[mb]
             if it == 0:                                  # policy == rollout policy before any update
                 old_logp[mb] = logp.detach()
@@ -115,11 +123,13 @@ def group_relative_update(algo: Any, agent: Agent, optimizer, scheduler, max_gra
                 kl = k3_kl(logp, ref_logp[mb])
                 token_loss = token_loss + algo.beta * kl
                 totals["kl"] += (kl.detach() * m).sum().item() / n_tok
+            if bonus > 0:
+                token_loss = token_loss - bonus * entropy
             loss = aggregate(token_loss, m, ctx)
             loss.backward()
             totals["loss"] += loss.item()
-            if entropy is not None:
-                totals["entropy"] += (entropy * m).sum().item() / n_tok
+            if it == 0:
+                totals["entropy"] += (entropy.detach() * m).sum().item() / n_tok
         totals["grad_norm"] += clip_and_step(agent.trainable_parameters(), optimizer, scheduler, max_grad_norm)
     totals = distributed.sum_dict(totals, skip=("grad_norm",))   # each rank held its share of the batch's
     k = algo.num_iterations

@@ -95,3 +95,22 @@ def test_select_prompts_keeps_whole_groups(make_cfg):
     assert sub.texts == gen.texts[2:] and torch.equal(sub.prompt_ids, gen.prompt_ids[1:])
     with pytest.raises(ValueError, match="whole groups"):
         select_prompts(gen, torch.tensor([True, False, True, True]))
+
+
+# --- the entropy bonus ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("coef", [0.0, 0.5])
+def test_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy(make_cfg, monkeypatch, coef):
+    """With every advantage 0 the policy loss vanishes, so token_mean's loss is -c_H * mean_t H_t:
+    exactly -coef times the entropy the update reports (0 with the bonus off)."""
+    cfg, agents, task, method = build_algorithm(make_cfg, ["algo=magrpo", "algo.loss_agg=token_mean",
+                                                          f"algo.ent_coef={coef}", *FAST])
+    monkeypatch.setattr(MAGRPO, "group_advantages", lambda self, agent, ep, returns: torch.zeros(
+        sum(r.numel() for r in returns)))
+    before = [p.detach().clone() for p in agents[0].trainable_parameters()]
+    metrics = method.step(task.load("train")[:2])
+    entropy, loss = metrics["train/agent_1/entropy"], metrics["train/agent_1/loss"]
+    assert entropy > 0
+    assert loss == pytest.approx(-coef * entropy, rel=1e-5, abs=1e-7)
+    moved = any(not torch.equal(p, q) for p, q in zip(before, agents[0].trainable_parameters()))
+    assert moved == (coef > 0)        # with A = 0 only the bonus moves the weights
