@@ -1,9 +1,9 @@
 """`magrpo-table --layout paper`: the paper's tables from run directories.
 
-One table per task. Rows are methods: the runs' `label` (set by every paper experiment config,
-conf/experiment/paper/<task>/<row>.yaml; else the algo, or the method of a magrpo-eval run),
-in the paper's order -- prompting baselines, single-model baselines, multi-agent baselines,
-MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled by what it holds:
+One table per task. Rows are methods: the runs' `label` (set by every paper row, conf/method/<row>.yaml;
+else the algo, or the method of a magrpo-eval run), named and ordered as magrpo.paper_grid lists
+them, the one list magrpo-paper runs too -- prompting baselines, single-model baselines,
+multi-agent baselines, MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled by what it holds:
 
   every task     normalized return = the raw reward (shift and scale undone) / the task's
                  `reward_max` (with the reference weights 3.0 for tldr/arxiv; 4.0 for the
@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from magrpo.paper_grid import FAMILY, METHODS, title
 from magrpo.table.render import (
     CI_NOTE,
     STD_NOTE,
@@ -57,9 +58,7 @@ from magrpo.table.render import (
 from magrpo.table.runs import PROG, Run, TableError, num_answers, run_task
 from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, ranks, smooth
 
-FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
-          "mbpp": "coding", "maporl_qa": "maporl", "agree": "coordination", "cover": "coordination",
-          "signal": "coordination"}
+# A task's family is its table in the paper (magrpo.paper_grid.FAMILY).
 # Tables run as matched-budget comparisons of every method (magrpo-paper's coordination table): their
 # cells carry the 95% CI of the mean, and they get the rank overview and the budget curves.
 FAIR_FAMILIES = {"coordination"}
@@ -110,36 +109,14 @@ def extra_column(key: str) -> Column:
 # Components that are not rewards, labelled by what they hold; other components as "<name> (reward part)".
 COMPONENT_HEADERS = {"reward/length_ratio": "length ratio a2/a1 (a ratio, not a reward)"}
 
-# The paper's row order and names; rows of other labels follow in the order they were found.
-ROW_NAMES = {
-    "single": "Single model (prompting)",
-    "naive_concat": "Naive concatenation (prompting)",
-    "sequential": "Sequential (prompting)",
-    "discussion": "One-round discussion (prompting)",
-    "untrained_discussion": "Discussion, untrained",
-    "untrained": "Untrained team",
-    "grpo": "GRPO (single model)",
-    "ppo": "PPO (single model)",
-    "ippo": "IPPO",
-    "ippo_individual": "IPPO, individual reward",
-    "mappo": "MAPPO",
-    "maac": "MAAC",
-    "iac": "IAC",
-    "c3": "C3",
-    "at_grpo": "AT-GRPO",
-    "dr_mas": "Dr. MAS",
-    "magrpo": "MAGRPO",
-    "gspo": "GSPO (MAGRPO, sequence ratio)",
-    "dapo": "DAPO (MAGRPO, dynamic sampling)",
-    **{f"magrpo_2turn_{m}": f"MAGRPO, 2 turns, {m} feedback"
-       for m in ("plain", "diagnostics", "passed", "expert", "discussion")},
-}
-ROW_ORDER = list(ROW_NAMES)
+# The paper's row order (magrpo.paper_grid.METHODS); rows of other labels follow in the order they were found.
+ROW_ORDER = list(METHODS)
 
 
 def row_name(label: str) -> str:
     """A row's name in the paper's tables (its label where the paper has no name for it)."""
-    return ROW_NAMES.get(label, label)
+    return title(label)
+
 
 NORM_NOTE = ("norm. return = the raw reward, (total - reward.shift) / reward.scale, as a fraction of the "
              "task's maximum raw reward (with the reference weights: 3.0 for tldr and arxiv, 4.0 for the two-agent "
@@ -172,6 +149,8 @@ class PaperRow:
 
 @dataclass
 class PaperTable:
+    """One task's table as magrpo-table renders it: its columns, its rows (methods) with their cells."""
+
     task: str
     columns: list[Column]
     rows: list[PaperRow]
