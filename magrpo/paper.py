@@ -54,7 +54,7 @@ from magrpo.paper_grid import METHODS, TABLES
 PROG = "magrpo-paper"
 
 # The scales a table runs at (conf/scale/<name>.yaml): the paper's, or the tiny offline agents.
-SCALES = ("paper", "tiny")
+PAPER_SCALES = ("paper", "tiny")
 # Launchers with a parallel-jobs knob; `basic` runs the jobs one after another in one process.
 JOBS_KEY = {"joblib": "hydra.launcher.n_jobs"}
 
@@ -476,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table", choices=sorted(TABLES), help="which table")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="Hydra overrides for every job, e.g. logger=wandb hardware=multi_gpu")
-    p.add_argument("--scale", choices=SCALES, default="paper", help="paper (default) or tiny (offline, CPU)")
+    p.add_argument("--scale", choices=PAPER_SCALES, default="paper", help="paper (default) or tiny (offline, CPU)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--launcher", default="joblib",
                    help="hydra/launcher option: joblib (default), basic, ray, ray_local, submitit_slurm, ...")

@@ -61,7 +61,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
 
 
 @dataclass(frozen=True)
-class PaperTable:
+class TablePlan:
     """One table of the paper: the recipes (tasks) it runs every row on, and its rows (methods)."""
     tasks: tuple[str, ...]
     rows: tuple[str, ...]
@@ -79,16 +79,16 @@ class PaperTable:
 # and DAPO options, AT-GRPO, Dr. MAS, and the actor-critic baselines MAAC and IAC.
 NEWER = ("maac", "iac", "at_grpo", "dr_mas", "gspo", "dapo")
 
-TABLES: dict[str, PaperTable] = {
-    "writing": PaperTable(("tldr", "arxiv"), (*PROMPTING, "grpo", "ppo", "ippo", "mappo", "magrpo", *NEWER)),
-    "coding": PaperTable(("humaneval", "coophumaneval", "mbpp"),
+TABLES: dict[str, TablePlan] = {
+    "writing": TablePlan(("tldr", "arxiv"), (*PROMPTING, "grpo", "ppo", "ippo", "mappo", "magrpo", *NEWER)),
+    "coding": TablePlan(("humaneval", "coophumaneval", "mbpp"),
                         (*PROMPTING, "grpo", "ppo", "ippo", "magrpo", *NEWER,
                          *(f"magrpo_2turn_{m}" for m in FEEDBACK_MODES))),
-    "maporl": PaperTable(("maporl_qa",), ("untrained_discussion", "magrpo", "ippo")),
+    "maporl": TablePlan(("maporl_qa",), ("untrained_discussion", "magrpo", "ippo")),
     # The coordination suite (magrpo/tasks/coordination): every method at matched budgets (README).
     # signal's reward does not split per agent, so it has no individual-reward IPPO; and it is played
     # by a sequential team, which MAAC's centralized critic of the joint state does not allow.
-    "coordination": PaperTable(("agree", "cover", "signal"),
+    "coordination": TablePlan(("agree", "cover", "signal"),
                               ("untrained", "magrpo", "ippo", "ippo_individual", "mappo", "grpo", *NEWER, "c3"),
                               skip=frozenset({("signal", "ippo_individual"), ("signal", "maac")}), scaled=False),
 }

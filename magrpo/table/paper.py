@@ -148,7 +148,7 @@ class PaperRow:
 
 
 @dataclass
-class PaperTable:
+class RenderedTable:
     """One task's table as magrpo-table renders it: its columns, its rows (methods) with their cells."""
 
     task: str
@@ -265,7 +265,7 @@ def _row_key(label: str, found: int) -> tuple[int, int]:
     return (ROW_ORDER.index(label), 0) if label in ROW_ORDER else (len(ROW_ORDER), found)
 
 
-def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> list[PaperTable]:
+def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> list[RenderedTable]:
     """One table per task. `extra` (--columns) adds columns after the task's (or `metrics`'), empty
     where a run lacks them."""
     by_task: dict[str, list[Run]] = {}
@@ -304,11 +304,11 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
                     missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
         best = {col.key: best_rows([row.cells[col.key].mean for row in rows], col.higher_is_better)
                 for col in columns if col.ranked}
-        tables.append(PaperTable(task, columns, rows, best, missing))
+        tables.append(RenderedTable(task, columns, rows, best, missing))
     return tables
 
 
-def overviews(tables: Sequence[PaperTable]) -> list[Overview]:
+def overviews(tables: Sequence[RenderedTable]) -> list[Overview]:
     """One Overview per FAIR family with tables here: the norm. return of every row on every task,
     each row's place per task (ties share the mean of their places) and its mean rank over the
     tasks it ran."""
@@ -380,18 +380,18 @@ def heading(col: Column) -> str:
     return codebleu_header(col.header) if col.key == "codebleu" else col.header
 
 
-def shows_codebleu(tables: Sequence[PaperTable]) -> bool:
+def shows_codebleu(tables: Sequence[RenderedTable]) -> bool:
     return any(c.key == "codebleu" for t in tables for c in t.columns)
 
 
-def row_cells(t: PaperTable, i: int, digits: int, pm: str, dash: str, bold: Callable[[str], str]) -> list[str]:
+def row_cells(t: RenderedTable, i: int, digits: int, pm: str, dash: str, bold: Callable[[str], str]) -> list[str]:
     """Row i's cells as text (mean ± std or CI, `dash` where empty), those best in their column through `bold`."""
     row = t.rows[i]
     texts = [cell_text(row.cells[c.key], len(row.runs), digits, pm, dash, t.interval) for c in t.columns]
     return [bold(x) if i in t.best.get(c.key, ()) else x for c, x in zip(t.columns, texts)]
 
 
-def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()) -> str:
+def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] = ()) -> str:
     out = []
     for t in tables:
         family = t.family
@@ -428,7 +428,7 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
     return "\n".join(out) + "\n"
 
 
-def write_csv(tables: list[PaperTable], path: Path) -> None:
+def write_csv(tables: list[RenderedTable], path: Path) -> None:
     """One row per (task, method): mean, std and 95% CI half-width per metric key, the columns where
     it is best, and (FAIR_FAMILIES) its rank on the task and mean rank across the family's tasks."""
     keys: list[str] = []
@@ -454,7 +454,7 @@ def write_csv(tables: list[PaperTable], path: Path) -> None:
                             "" if mean_rank is None else repr(mean_rank)])
 
 
-def to_latex(tables: list[PaperTable], digits: int) -> str:
+def to_latex(tables: list[RenderedTable], digits: int) -> str:
     out = [f"% written by {PROG} --layout paper; needs \\usepackage{{booktabs}}"]
     for t in tables:
         ncols = 2 + len(t.columns)
@@ -524,7 +524,7 @@ def budget_series(row: PaperRow, key: str) -> tuple[list[float], list[float], in
     return xs, ys, used
 
 
-def plot_budget_curves(tables: list[PaperTable], out: Path) -> list[Path]:
+def plot_budget_curves(tables: list[RenderedTable], out: Path) -> list[Path]:
     """Per task of a FAIR family, two PNGs: norm. return against the cumulative generated tokens
     (`train/completions/tokens`) and against the cumulative update time (`time/step_s`), one line
     per trained row (mean over seeds), evaluation-only rows as dashed levels. What a method reaches
@@ -558,7 +558,7 @@ def plot_budget_curves(tables: list[PaperTable], out: Path) -> list[Path]:
     return written
 
 
-def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> list[Path]:
+def plot_curves(tables: list[RenderedTable], out: Path, smooth_window: int = 1) -> list[Path]:
     """One PNG per (task, metric): trained rows as mean over seeds vs step with ± std shaded;
     evaluation-only rows (prompting baselines) as a dashed level with its band. Then the budget
     curves of the FAIR families (plot_budget_curves)."""
