@@ -258,6 +258,7 @@ def register_schemas() -> None:
 
     from magrpo.algos import ALGOS
     from magrpo.feedback import FEEDBACKS
+    from magrpo.paper_grid import register_aliases
     from magrpo.tasks import TASKS, RewardConfig
 
     store = ConfigStore.instance()
@@ -278,6 +279,7 @@ def register_schemas() -> None:
         reward = OmegaConf.to_container(OmegaConf.structured(cls.reward_schema)) if cls.reward_schema else {}
         _offer(store, "task", name, {**task, "name": name})
         _offer(store, "reward", name, reward)
+    register_aliases(store)            # experiment=paper/<task>/<row>: the deprecated form of recipe= method=
 
 
 def _offer(store: Any, group: str, name: str, node: dict) -> None:

@@ -7,7 +7,7 @@
 
     Experiment(task=MyTask, reward_fn=my_reward, max_steps=20).run()   # a Task class, a reward callable
 
-Overrides are the command line's (`"algo=ippo"`, `"+experiment=paper/agree/magrpo"`); keyword keys are
+Overrides are the command line's (`"algo=ippo"`, `"recipe=agree", "method=magrpo"`); keyword keys are
 the same as `key=value` (dotted keys through `**{...}`; Python values are written as Hydra reads them:
 True -> true, None -> null, lists and dicts as lists and dicts). Every error is the command line's
 one-line config error, raised as `magrpo.ConfigError`.

@@ -4,8 +4,9 @@
     magrpo-paper writing --scale tiny          # the same recipes with the tiny offline agents (CPU)
     magrpo-paper coding --seeds 0,1 logger=wandb logger.mode=online
 
-A table is a set of tasks times a set of rows. Each row is one experiment config,
-`conf/experiment/paper/<task>/<row>.yaml`, holding the paper's settings (`scale=tiny` shrinks it).
+A table is a set of tasks times a set of rows (magrpo.paper_grid, the one list of them). Each row
+is one run config, `recipe=<task> method=<row>` (conf/recipe/<task>.yaml, conf/method/<row>.yaml),
+holding the paper's settings (`scale=tiny` shrinks it).
 Untrained prompting rows are evaluations and go through `magrpo-eval`; trained rows go through
 `magrpo-train`. Both run as Hydra multiruns (rows x seeds) into one sweep directory, and every
 job there leaves the same run-directory layout (summary.json, metrics.jsonl, .hydra/):
@@ -33,9 +34,6 @@ normalized return; then the seeds run at each row's best values:
     tuning/<task>_<row>/                 the Optuna sweep: trial runs, optimization_results.yaml
     tuning/<task>_<row>.json             its record: space, trials, best (magrpo-table --tuning reads it)
     tuning/conf/experiment/tuned/<task>/<row>.yaml   the row at its best values (what the seeds run)
-
-A row whose algorithm this version does not register (magrpo.algos.ALGOS) is left out of the
-sweeps with a warning, so a table whose newest rows are still being written runs the rest.
 """
 
 from __future__ import annotations
@@ -48,57 +46,15 @@ import shlex
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magrpo.paper_grid import METHODS, TABLES
+
 PROG = "magrpo-paper"
 
-PROMPTING = ("single", "naive_concat", "sequential", "discussion")
-# Feedback modes of the two-turn MAGRPO rows (conf/feedback/<mode>.yaml); `none` is the one-turn row.
-FEEDBACK_MODES = ("plain", "diagnostics", "passed", "expert", "discussion")
-
-
-@dataclass(frozen=True)
-class Row:
-    name: str       # conf/experiment/paper/<task>/<name>.yaml; also the runs' `label`
-    entry: str      # "eval": magrpo-eval (untrained); "train": magrpo-train
-
-
-@dataclass(frozen=True)
-class PaperTable:
-    tasks: tuple[str, ...]
-    rows: tuple[Row, ...]
-    skip: frozenset[tuple[str, str]] = frozenset()   # (task, row) pairs that do not exist
-    # False: the recipes are written for the tiny agents already (the coordination suite), so
-    # every --scale runs them as they are.
-    scaled: bool = True
-
-
-def _rows(evals: tuple[str, ...], trains: tuple[str, ...]) -> tuple[Row, ...]:
-    return tuple(Row(n, "eval") for n in evals) + tuple(Row(n, "train") for n in trains)
-
-
-# The methods added to every table of trained rows besides the paper's own baselines: MAGRPO's GSPO
-# and DAPO options, AT-GRPO, Dr. MAS, and the actor-critic baselines MAAC and IAC.
-NEWER = ("maac", "iac", "at_grpo", "dr_mas", "gspo", "dapo")
-
-TABLES: dict[str, PaperTable] = {
-    "writing": PaperTable(("tldr", "arxiv"),
-                          _rows(PROMPTING, ("grpo", "ppo", "ippo", "mappo", "magrpo", *NEWER))),
-    "coding": PaperTable(("humaneval", "coophumaneval", "mbpp"),
-                         _rows(PROMPTING, ("grpo", "ppo", "ippo", "magrpo", *NEWER,
-                                           *(f"magrpo_2turn_{m}" for m in FEEDBACK_MODES)))),
-    "maporl": PaperTable(("maporl_qa",), _rows(("untrained_discussion",), ("magrpo", "ippo"))),
-    # The coordination suite (magrpo/tasks/coordination): every method at matched budgets (README).
-    # signal's reward does not split per agent, so it has no individual-reward IPPO; and it is played
-    # by a sequential team, which MAAC's centralized critic of the joint state does not allow.
-    "coordination": PaperTable(("agree", "cover", "signal"),
-                               _rows(("untrained",), ("magrpo", "ippo", "ippo_individual", "mappo", "grpo",
-                                                      *NEWER, "c3")),
-                               skip=frozenset({("signal", "ippo_individual"), ("signal", "maac")}), scaled=False),
-}
-SCALES = ("paper", "tiny")
+# The scales a table runs at (conf/scale/<name>.yaml): the paper's, or the tiny offline agents.
+PAPER_SCALES = ("paper", "tiny")
 # Launchers with a parallel-jobs knob; `basic` runs the jobs one after another in one process.
 JOBS_KEY = {"joblib": "hydra.launcher.n_jobs"}
 
@@ -110,60 +66,78 @@ OBJECTIVE = "normalized_return"
 def cells(table: str, entry: str, tasks: list[str] | None = None, rows: list[str] | None = None) -> list[tuple[str, str]]:
     """(task, row) of one table's rows that run through `entry` (eval or train), optionally only
     those of `tasks` and `rows`."""
-    t = TABLES[table]
-    return [(task, row.name) for task in t.tasks for row in t.rows
-            if row.entry == entry and (task, row.name) not in t.skip
-            and (tasks is None or task in tasks) and (rows is None or row.name in rows)]
+    return [(task, row) for task, row in TABLES[table].cells()
+            if METHODS[row].entry == entry and (tasks is None or task in tasks) and (rows is None or row in rows)]
 
 
-def experiments(table: str, entry: str, tasks: list[str] | None = None, rows: list[str] | None = None) -> list[str]:
-    """The `experiment=` options of one table's rows that run through `entry` (eval or train)."""
-    return [f"paper/{task}/{row}" for task, row in cells(table, entry, tasks, rows)]
+def choices(found: list[tuple[str, str]]) -> list[list[str]]:
+    """The `recipe=... method=...` overrides that sweep exactly the cells `found`: Hydra sweeps the
+    product of the two lists, so the cells go in blocks of tasks that share their rows (one block
+    for a full table; the coordination table's signal, which lacks two rows, is a block of its own)."""
+    rows_of: dict[str, list[str]] = {}
+    for task, row in found:
+        rows_of.setdefault(task, []).append(row)
+    blocks: dict[tuple[str, ...], list[str]] = {}
+    for task, rows in rows_of.items():
+        blocks.setdefault(tuple(rows), []).append(task)
+    return [[f"recipe={','.join(tasks)}", f"method={','.join(rows)}"] for rows, tasks in blocks.items()]
+
+
+def _yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
 
 @functools.cache
-def row_config(task: str, row: str) -> dict[str, Any]:
-    """A row's own file, conf/experiment/paper/<task>/<row>.yaml, as written (not composed)."""
-    import yaml
-
+def row_files(task: str, row: str) -> tuple[Path, ...]:
+    """The files that hold a row's own keys on a task: conf/method/<row>.yaml, and the parts of it
+    that the task's recipe takes up for that method (`- optional /method/<group>@_here_:
+    <folder>/${method}`: conf/method/<group>/<folder>/<row>.yaml), in the order they compose."""
     from magrpo.launch import CONF_DIR
 
-    return yaml.safe_load((Path(CONF_DIR) / "experiment" / "paper" / task / f"{row}.yaml").read_text()) or {}
+    conf = Path(CONF_DIR)
+    parts = []
+    for entry in _yaml(conf / "recipe" / f"{task}.yaml").get("defaults") or []:
+        if not isinstance(entry, dict):
+            continue
+        ((key, value),) = entry.items()
+        group = str(key).removeprefix("optional ").split("@")[0].strip("/")
+        if group.startswith("method/") and isinstance(value, str) and "${method}" in value:
+            part = conf / group / f"{value.replace('${method}', row)}.yaml"
+            if part.is_file():
+                parts.append(part)
+    return (*parts, conf / "method" / f"{row}.yaml")
 
 
-def row_algo(task: str, row: str) -> str:
-    """The algorithm a trained row runs: its `override /algo:` (train.yaml's default otherwise)."""
-    for entry in row_config(task, row).get("defaults") or []:
+def row_algo(row: str) -> str:
+    """The algorithm a trained row runs: its method's `override /algo:` (train.yaml's default otherwise)."""
+    from magrpo.launch import CONF_DIR
+
+    for entry in _yaml(Path(CONF_DIR) / "method" / f"{row}.yaml").get("defaults") or []:
         if isinstance(entry, dict) and "override /algo" in entry:
             return str(entry["override /algo"])
     return "magrpo"
 
 
-def registered(algo: str) -> bool:
-    from magrpo.algos import ALGOS
-
-    return algo in ALGOS
-
-
 def tune_space(task: str, row: str) -> dict[str, str]:
-    """A row's search space (`tune:` in its config): override key -> Optuna sweeper spec."""
-    return {str(k): str(v) for k, v in (row_config(task, row).get("tune") or {}).items()}
+    """A row's search space on a task (`tune:` in its config, from the files that hold the row's
+    keys there): override key -> Optuna sweeper spec."""
+    space: dict[str, str] = {}
+    for path in row_files(task, row):
+        space.update({str(k): str(v) for k, v in (_yaml(path).get("tune") or {}).items()})
+    return space
 
 
-def runnable(table: str, entry: str, args: argparse.Namespace) -> tuple[list[tuple[str, str]], list[str]]:
-    """The (task, row) cells that run, and the experiments left out because this version does not
-    register their algorithm (yet: a row may be written before its algorithm lands)."""
-    found = cells(table, entry, args.tasks, args.rows)
-    if entry == "eval":
-        return found, []
-    ok = [(task, row) for task, row in found if registered(row_algo(task, row))]
-    return ok, [f"paper/{task}/{row} (algo={row_algo(task, row)})" for task, row in found if (task, row) not in ok]
+def runnable(table: str, entry: str, args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The (task, row) cells of `entry` that this call runs (--tasks, --rows)."""
+    return cells(table, entry, args.tasks, args.rows)
 
 
 def for_every_job(overrides: list[str]) -> list[str]:
     """The overrides with each plain key forced (`++key=value`): a key that only the swept
-    experiments define (a recipe's `max_steps` under magrpo-eval, whose own config has none) is
-    refused by Hydra when it composes the sweep, before any experiment is chosen. Config groups
+    rows define (a recipe's `max_steps` under magrpo-eval, whose own config has none) is
+    refused by Hydra when it composes the sweep, before any row is chosen. Config groups
     (`logger=wandb`), `hydra.*` keys and overrides that already carry a +/~ stay as they are."""
     from magrpo.launch import group_options
 
@@ -175,14 +149,15 @@ def for_every_job(overrides: list[str]) -> list[str]:
     return out
 
 
-def sweep_command(entry: str, exps: list[str], seeds: str, scale: str, group: str, sweep_dir: Path,
+def sweep_command(entry: str, rows: list[str], seeds: str, scale: str, group: str, sweep_dir: Path,
                   launcher: str, jobs: int, overrides: list[str], extra: list[str] | None = None) -> list[str]:
-    """One Hydra multirun: `exps` x `seeds` through magrpo-eval or magrpo-train. `extra`: Hydra
-    overrides of the driver's own (the tuned configs' search path), before the user's."""
+    """One Hydra multirun: the rows that `rows` chooses (`recipe=A,B method=x,y`, one block of
+    choices(); or `experiment=tuned/...`) x `seeds` through magrpo-eval or magrpo-train. `extra`:
+    Hydra overrides of the driver's own (the tuned configs' search path), before the user's."""
     module = {"eval": "magrpo.evaluate", "train": "magrpo.train"}[entry]
-    cmd = [sys.executable, "-m", module, "-m", f"experiment={','.join(exps)}", f"seed={seeds}",
+    cmd = [sys.executable, "-m", module, "-m", *rows, f"seed={seeds}",
            f"scale={scale}", f"logger.group={group}", f"hydra.sweep.dir={sweep_dir}",
-           # `experiment=paper/x/y` holds slashes: name job directories by what they hold instead
+           # name job directories by what they hold (not by the overrides: `experiment=tuned/x/y` holds slashes)
            "hydra.sweep.subdir=${hydra.job.num}_${task.name}_${label}_s${seed}",
            f"hydra/launcher={launcher}"]
     if launcher in JOBS_KEY:
@@ -211,7 +186,7 @@ def tune_command(task: str, row: str, trials: int, scale: str, group: str, sweep
     a sweep override (`key=interval(...)`, `key=choice(...)`, `tag(log, ...)`) as a distribution; the
     value each trial returns is optimized_metric of its final evaluation (magrpo.train.sweep_value)."""
     parallel = jobs if launcher in JOBS_KEY else 1     # trials asked per batch = trials run at once
-    cmd = [sys.executable, "-m", "magrpo.train", "-m", f"experiment=paper/{task}/{row}", "seed=0",
+    cmd = [sys.executable, "-m", "magrpo.train", "-m", f"recipe={task}", f"method={row}", "seed=0",
            f"scale={scale}", f"logger.group={group}", f"hydra.sweep.dir={sweep_dir}",
            "hydra.sweep.subdir=${hydra.job.num}", f"hydra/launcher={launcher}"]
     if launcher in JOBS_KEY:
@@ -252,7 +227,7 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
     the tuning sweeps and their record; the sweeps; then the table."""
     steps = []
     scale = args.scale if TABLES[args.table].scaled else "paper"     # "paper" changes nothing
-    trained, _ = runnable(args.table, "train", args)
+    trained = runnable(args.table, "train", args)
     tune = args.tune_trials > 0 and args.only != "eval" and bool(trained)
     if tune:
         for task, row in trained:
@@ -264,22 +239,22 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
                                        args.launcher, args.jobs, args.overrides)))
         # The row's own values are a candidate too: a trial that draws a worse learning rate than
         # the recipe's never leaves a method below its untuned self.
-        steps.append(("tune", f"tune: every row at its own values on seed 0 (a candidate of each tuning) -> "
-                              f"{tuning_dir(root) / 'defaults'}",
-                      sweep_command("train", [f"paper/{task}/{row}" for task, row in trained], "0", scale,
-                                    f"{root.name}-tuning", tuning_dir(root) / "defaults", args.launcher, args.jobs,
-                                    args.overrides, ["save_final=false"])))
+        for rows in choices(trained):
+            steps.append(("tune", f"tune: every row at its own values on seed 0 (a candidate of each tuning): "
+                                  f"{' '.join(rows)} -> {tuning_dir(root) / 'defaults'}",
+                          sweep_command("train", rows, "0", scale, f"{root.name}-tuning", tuning_dir(root) / "defaults",
+                                        args.launcher, args.jobs, args.overrides, ["save_final=false"])))
         steps.append(("record", f"record: each tuning's best values (its optimization_results.yaml) -> "
                                 f"{tuning_dir(root)}/<task>_<row>.json and the rows at those values, "
                                 f"{tuned_conf_dir(root)}/experiment/tuned/<task>/<row>.yaml",
                       record_command(args, root)))
     for entry in ("eval", "train"):
-        found = runnable(args.table, entry, args)[0]
+        found = runnable(args.table, entry, args)
         if not found or args.only not in (None, entry):
             continue
         extra, seeds = [], args.seeds
         if entry == "train" and tune:      # the seeds run each row at its tuned values
-            exps = [f"tuned/{task}/{row}" for task, row in found]
+            blocks = [[f"experiment={','.join(f'tuned/{task}/{row}' for task, row in found)}"]]
             extra = [f"hydra.searchpath=[{hydra_quoted('file://' + str(tuned_conf_dir(root).resolve()))}]"]
             # seed 0 at the best values already ran as the tuning's best candidate: the record
             # step copied it into train/, so only the other seeds run
@@ -287,11 +262,13 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
             if not seeds:
                 continue
         else:
-            exps = [f"paper/{task}/{row}" for task, row in found]
-        cmd = sweep_command(entry, exps, seeds, scale, root.name, root / entry, args.launcher, args.jobs,
-                            args.overrides, extra)
-        what = f"{entry}: {len(exps)} row(s) x seeds {seeds}" + (" at their tuned values" if extra else "")
-        steps.append((entry, f"{what} -> {root / entry}", cmd))
+            blocks = choices(found)
+        for rows in blocks:
+            cmd = sweep_command(entry, rows, seeds, scale, root.name, root / entry, args.launcher, args.jobs,
+                                args.overrides, extra)
+            what = (f"{entry}: {len(sweep_rows(cmd))} row(s) x seeds {seeds}" + (" at their tuned values" if extra else "")
+                    + ("" if extra else f": {' '.join(rows)}"))
+            steps.append((entry, f"{what} -> {root / entry}", cmd))
     steps.append(("table", f"table: magrpo-table --layout paper -> {root / 'table'}",
                   table_command(root, tuning_dir(root) if tune else None)))
     return steps
@@ -354,25 +331,38 @@ def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any]) ->
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"# @package _global_\n# {task}/{row} {what} (tuning/{task}_{row}.json), written by {PROG}:\n"
                     f"# the configuration every seed of this row runs.\n"
-                    + yaml.safe_dump({"defaults": [f"/experiment/paper/{task}/{row}@_here_", "_self_"], **values},
-                                     sort_keys=False))
+                    + yaml.safe_dump({"defaults": [{"override /recipe": task}, {"override /method": row}, "_self_"],
+                                      **values}, sort_keys=False))
+
+
+def _values(cmd: list[str], key: str) -> list[str]:
+    return next((c.split("=", 1)[1].split(",") for c in cmd if c.startswith(f"{key}=")), [])
+
+
+def sweep_rows(cmd: list[str]) -> list[tuple[str, str]]:
+    """The (task, row) cells a sweep command runs: its recipe x method, or its tuned experiments."""
+    tuned = [tuple(e.split("/")[1:3]) for e in _values(cmd, "experiment")]
+    return tuned or [(task, row) for task in _values(cmd, "recipe") for row in _values(cmd, "method")]
 
 
 def sweep_done(cmd: list[str]) -> bool:
     """Whether a step's sweep finished in an earlier call with the same --out: an Optuna sweep left
-    optimization_results.yaml; any other sweep, a finished summary per job (rows x seeds)."""
+    optimization_results.yaml; any other sweep, a finished summary for each of its jobs (rows x
+    seeds; a sweep directory may hold another block's jobs too)."""
     sweep_dir = Path(next(c for c in cmd if c.startswith("hydra.sweep.dir=")).split("=", 1)[1])
     if "hydra/sweeper=optuna" in cmd:
         return (sweep_dir / "optimization_results.yaml").exists()
-    exps = next(c for c in cmd if c.startswith("experiment=")).split("=", 1)[1].split(",")
-    seeds = next(c for c in cmd if c.startswith("seed=")).split("=", 1)[1].split(",")
-    finished = 0
+    wanted = {(task, row, seed.strip()) for task, row in sweep_rows(cmd) for seed in _values(cmd, "seed")}
+    finished = set()
     for f in sweep_dir.glob("*/summary.json"):
         try:
-            finished += json.loads(f.read_text()).get("status") == "finished"
+            data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError):
-            pass
-    return finished >= len(exps) * len(seeds)
+            continue
+        cfg = data.get("config") or {}
+        if data.get("status") == "finished":
+            finished.add((cfg.get("task"), cfg.get("label"), str(cfg.get("seed"))))
+    return wanted <= finished
 
 
 def own_run(root: Path, task: str, row: str) -> Path | None:
@@ -441,7 +431,7 @@ def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: 
             error = (f"no {results}: the tuning sweep did not finish (a trial that fails stops the Optuna sweeper); "
                      "the seeds run at the row's own values")
             problems.append(f"tuning {task}/{row}: {error}")
-        record = {"task": task, "row": row, "experiment": f"paper/{task}/{row}", "objective": OBJECTIVE,
+        record = {"task": task, "row": row, "experiment": f"recipe={task} method={row}", "objective": OBJECTIVE,
                   "direction": "maximize", "seed": 0, "n_trials": trials, "space": space,
                   "trials": read_trials(sweep_dir, space), "own_values_value": own, "best": best, "error": error,
                   "sweep_dir": str(sweep_dir)}
@@ -486,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("table", choices=sorted(TABLES), help="which table")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="Hydra overrides for every job, e.g. logger=wandb hardware=multi_gpu")
-    p.add_argument("--scale", choices=SCALES, default="paper", help="paper (default) or tiny (offline, CPU)")
+    p.add_argument("--scale", choices=PAPER_SCALES, default="paper", help="paper (default) or tiny (offline, CPU)")
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--launcher", default="joblib",
                    help="hydra/launcher option: joblib (default), basic, ray, ray_local, submitit_slurm, ...")
@@ -510,8 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
 def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse, naming the bad value and what is allowed, what the parser alone cannot check."""
     t = TABLES[args.table]
-    for option, given, allowed in (("--tasks", args.tasks, list(t.tasks)),
-                                   ("--rows", args.rows, list(dict.fromkeys(r.name for r in t.rows)))):
+    for option, given, allowed in (("--tasks", args.tasks, list(t.tasks)), ("--rows", args.rows, list(t.rows))):
         bad = [x for x in given or [] if x not in allowed]
         if bad:
             p.error(f"{option} {','.join(bad)}: not in the {args.table} table; it has: {', '.join(allowed)}")
@@ -524,8 +513,8 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if not args.dry_run and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
         p.error(f"--tune-trials {args.tune_trials} runs Hydra's Optuna sweeper, which is not installed here: "
                 "pip install -e '.[optuna]'")
-    trained, _ = runnable(args.table, "train", args)
-    bare = [f"paper/{task}/{row}" for task, row in trained if not tune_space(task, row)]
+    trained = runnable(args.table, "train", args)
+    bare = [f"recipe={task} method={row}" for task, row in trained if not tune_space(task, row)]
     if bare:
         tunable = [name for name in TABLES if all(tune_space(task, row) for task, row in cells(name, "train"))]
         p.error(f"--tune-trials {args.tune_trials}: these rows have no search space (`tune:` in their config): "
@@ -547,17 +536,11 @@ def main(argv: list[str] | None = None) -> int:
     check(parser, args)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     if args.record_tuning:
-        problems = record_tuning(args.table, runnable(args.table, "train", args)[0], root, args.tune_trials)
+        problems = record_tuning(args.table, runnable(args.table, "train", args), root, args.tune_trials)
         for msg in problems:
             print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 1 if problems else 0
     steps = plan(args, root)
-    left_out = runnable(args.table, "train", args)[1] if args.only != "eval" else []
-    if left_out:
-        why = (f"left out, their algorithm is not registered in this version (magrpo.algos.ALGOS): "
-               f"{', '.join(left_out)}")
-        print(f"# {PROG}: {why}" if args.dry_run else f"{PROG}: warning: {why}", file=sys.stdout if args.dry_run
-              else sys.stderr)
     if args.dry_run:
         for _, what, cmd in steps:
             # a newline in a path would end the comment and run the rest of the line

@@ -88,16 +88,14 @@ def test_individual_reward_is_refused_where_the_reward_does_not_split(make_cfg):
 
 
 def test_the_suite_recipes_compose_for_every_row(make_cfg):
-    from magrpo.paper import experiments
+    from magrpo.paper import cells
 
-    for entry in ("train", "eval"):
-        for exp in experiments("coordination", entry):
-            if entry == "train":
-                cfg = validate(make_cfg([f"experiment={exp}"]))
-                assert (cfg.max_steps, cfg.algo.max_new_tokens) == ((100, 2) if "signal" in exp else (200, 4))
-                # signal is a chain; c3 needs one, so its agree and cover rows are chains too
-                assert cfg.algo.topology == ("sequential" if "signal" in exp or exp.endswith("/c3") else "simultaneous")
-    assert "paper/signal/ippo_individual" not in experiments("coordination", "train")
+    for task, row in cells("coordination", "train"):
+        cfg = validate(make_cfg([f"recipe={task}", f"method={row}"]))
+        assert (cfg.max_steps, cfg.algo.max_new_tokens) == ((100, 2) if task == "signal" else (200, 4))
+        # signal is a chain; c3 needs one, so its agree and cover rows are chains too
+        assert cfg.algo.topology == ("sequential" if task == "signal" or row == "c3" else "simultaneous")
+    assert ("signal", "ippo_individual") not in cells("coordination", "train")
 
 
 def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):
@@ -110,9 +108,9 @@ def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):
     from tests.test_paper import md_table
 
     sweep = tmp_path / "sweep"
-    run(compose_cfg([f"output_dir={sweep / 'train' / '0'}", "experiment=paper/cover/magrpo", "max_steps=2",
+    run(compose_cfg([f"output_dir={sweep / 'train' / '0'}", "recipe=cover", "method=magrpo", "max_steps=2",
                      "algo.eval_every=0", "eval.num_items=2"]))
-    run_eval(compose_cfg([f"output_dir={sweep / 'eval' / '0'}", "experiment=paper/cover/untrained",
+    run_eval(compose_cfg([f"output_dir={sweep / 'eval' / '0'}", "recipe=cover", "method=untrained",
                           "eval.num_items=2"], config_name="eval"))
     assert table_main([str(sweep), "--layout", "paper", "--no-plots"]) == 0
     header, rows = md_table(sweep / "table" / "table.md", "### cover (coordination)")

@@ -27,7 +27,7 @@ def cover_seeds(tmp_path_factory) -> list[Path]:
     """Two seeds of MAGRPO on `cover` (the recipe, 100 updates, ~20 s each): the team learns which
     agent takes which needed part, a convention each seed settles on its own."""
     root = tmp_path_factory.mktemp("cover")
-    return [_train(root / f"s{s}", ["experiment=paper/cover/magrpo", f"seed={s}", "max_steps=100",
+    return [_train(root / f"s{s}", ["recipe=cover", "method=magrpo", f"seed={s}", "max_steps=100",
                                     "algo.eval_every=0", "eval.num_items=8", "eval.num_samples=1"])
             for s in (0, 1)]
 

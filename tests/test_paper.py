@@ -17,13 +17,13 @@ from omegaconf import OmegaConf
 from magrpo.algos import ALGOS
 from magrpo.config import ConfigError, EvalRunSchema, TrainSchema, validate
 from magrpo.metrics import codebleu
-from magrpo.paper import TABLES, experiments, registered, row_algo, sweep_command, tune_space
+from magrpo.paper import cells, choices, row_algo, sweep_command, tune_space
+from magrpo.paper_grid import METHODS, TABLES
 from magrpo.table import main as table_main
 from tests.conftest import compose_cfg
 from tests.test_table import tex_problems
 
-PAPER_ROWS = [(table, task, row) for table, t in TABLES.items() for task in t.tasks for row in t.rows
-              if (task, row.name) not in t.skip]
+PAPER_ROWS = [(table, task, row) for table, t in TABLES.items() for task, row in t.cells()]
 PAPER_MODELS = {"tldr": "Qwen/Qwen3-1.7B", "arxiv": "Qwen/Qwen3-1.7B", "maporl_qa": "Qwen/Qwen3-1.7B",
                 "humaneval": "Qwen/Qwen2.5-Coder-3B-Instruct", "coophumaneval": "Qwen/Qwen2.5-Coder-3B-Instruct",
                 "mbpp": "Qwen/Qwen2.5-Coder-3B-Instruct"}
@@ -34,44 +34,46 @@ PAPER_MODELS = {"tldr": "Qwen/Qwen3-1.7B", "arxiv": "Qwen/Qwen3-1.7B", "maporl_q
 BUDGET = {"agree": (8, 8, 4, 200), "cover": (8, 8, 4, 200), "signal": (8, 8, 2, 100)}
 
 
-def runnable_rows(table: str, entry: str) -> list[str]:
-    """The table's experiments whose algorithm this version registers (magrpo-paper runs those)."""
-    return [e for e in experiments(table, entry)
-            if entry == "eval" or registered(row_algo(*e.split("/")[1:]))]
+def sweeps(table: str, entry: str) -> list[list[str]]:
+    """The `recipe=... method=...` choices of the table's sweeps through `entry` (eval or train)."""
+    return choices(cells(table, entry))
 
 
 # -- every row of every table composes and validates at both scales ---------------------------------
 
 
 @pytest.mark.parametrize("scale", ["paper", "tiny"])
-@pytest.mark.parametrize("table,task,row", PAPER_ROWS, ids=[f"{t}-{task}-{r.name}" for t, task, r in PAPER_ROWS])
+@pytest.mark.parametrize("table,task,row", PAPER_ROWS, ids=[f"{t}-{task}-{r}" for t, task, r in PAPER_ROWS])
 def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp_path):
     if not TABLES[table].scaled:       # the coordination suite: tiny recipes, which magrpo-paper runs as they are
         scale = "paper"
-    algo = row_algo(task, row.name) if row.entry == "train" else None
-    if algo is not None and algo not in ALGOS:
-        # written ahead of its algorithm (magrpo-paper leaves it out with a warning until then)
-        pytest.skip(f"algo {algo!r} is not registered in this version")
-    config_name = "eval" if row.entry == "eval" else "train"
-    cfg = compose_cfg([f"experiment=paper/{task}/{row.name}", f"scale={scale}", f"output_dir={tmp_path}"],
+    entry = METHODS[row].entry
+    algo = row_algo(row) if entry == "train" else None
+    config_name = "eval" if entry == "eval" else "train"
+    cfg = compose_cfg([f"recipe={task}", f"method={row}", f"scale={scale}", f"output_dir={tmp_path}"],
                       config_name=config_name)
+    if scale == "tiny" or not TABLES[table].scaled:
+        # the deprecated form of the same row, experiment=paper/<task>/<row>: the same config
+        alias = compose_cfg([f"experiment=paper/{task}/{row}", f"scale={scale}", f"output_dir={tmp_path}"],
+                            config_name=config_name)
+        assert OmegaConf.to_yaml(alias) == OmegaConf.to_yaml(cfg)
     if scale == "paper" and TABLES[table].scaled and not torch.cuda.is_available():
         # The paper's recipes run on a GPU; here every other key is still checked.
         assert cfg.hardware.device == "cuda"
         cfg.hardware.device = "auto"
-    cfg = validate(cfg, EvalRunSchema if row.entry == "eval" else TrainSchema)
-    assert cfg.task.name == task and cfg.label == row.name
-    if row.entry == "eval":
-        assert list(cfg.methods) == (["team"] if row.name.startswith("untrained") else [row.name])
+    cfg = validate(cfg, EvalRunSchema if entry == "eval" else TrainSchema)
+    assert cfg.task.name == task and cfg.label == row
+    if entry == "eval":
+        assert list(cfg.methods) == (["team"] if row.startswith("untrained") else [row])
     else:
         assert cfg.algo.name == algo
         if algo == "ppo":     # the paper's PPO baseline carries a KL penalty to its reference
             assert cfg.algo.beta > 0
-        if row.name.startswith("magrpo_2turn_"):
-            assert cfg.algo.num_turns == 2 and cfg.feedback.mode == row.name.removeprefix("magrpo_2turn_")
-        if row.name == "gspo":
+        if row.startswith("magrpo_2turn_"):
+            assert cfg.algo.num_turns == 2 and cfg.feedback.mode == row.removeprefix("magrpo_2turn_")
+        if row == "gspo":
             assert (cfg.algo.ratio_level, cfg.algo.loss_agg) == ("sequence", "seq_mean_token_mean")
-        if row.name == "dapo":
+        if row == "dapo":
             assert cfg.algo.dynamic_sampling and cfg.algo.overlong_penalty == 1.0 and cfg.algo.overlong_buffer == 1
             assert cfg.algo.loss_agg == "token_mean" and cfg.algo.epsilon_high == 0.28 and cfg.algo.num_iterations == 1
     if table == "maporl":
@@ -82,18 +84,18 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
         a = cfg.algo
         assert (a.batch_size, a.num_generations, a.max_new_tokens, cfg.max_steps) == BUDGET[task]
         assert cfg.eval.temperature == 1.0 and cfg.eval.num_samples == 8
-        assert (a.topology == "sequential") is (task == "signal" or row.name == "c3")
-        individual = row.name == "ippo_individual" or (row.name == "dr_mas" and task != "signal")
+        assert (a.topology == "sequential") is (task == "signal" or row == "c3")
+        individual = row == "ippo_individual" or (row == "dr_mas" and task != "signal")
         assert a.get("reward", "team") == ("individual" if individual else "team")
         # the same tuning budget: every trained row searches its learning rate and one key of its own
-        space = tune_space(task, row.name)
-        if row.entry == "eval":
+        space = tune_space(task, row)
+        if entry == "eval":
             assert space == {}
         else:
             assert list(space)[0] == "optimizer.lr" and len(space) == 2, space
             assert (OmegaConf.select(cfg, list(space)[1], default="absent") != "absent"), space
-    elif row.entry == "train" and table != "maporl":
-        assert tune_space(task, row.name) == {}     # tuning is the coordination table's (--tune-trials)
+    elif entry == "train" and table != "maporl":
+        assert tune_space(task, row) == {}     # tuning is the coordination table's (--tune-trials)
     elif scale == "paper":
         assert cfg.agents.models[0].name_or_path == PAPER_MODELS[task] and cfg.hardware.name == "gpu"
         assert cfg.max_steps >= 100 and cfg.algo.max_new_tokens == 256
@@ -108,27 +110,102 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
         assert cfg.optimized_metric == "normalized_return"
 
 
-def test_every_paper_row_has_its_config_file_and_nothing_else_is_there():
+def test_every_paper_row_is_a_recipe_and_a_method_and_nothing_else_is_there():
     from magrpo.train import CONF_DIR
 
-    files = {str(p.relative_to(Path(CONF_DIR) / "experiment")).removesuffix(".yaml")
-             for p in (Path(CONF_DIR) / "experiment" / "paper").glob("*/*.yaml")}
-    listed = {e for table in TABLES for entry in ("eval", "train") for e in experiments(table, entry)}
+    conf = Path(CONF_DIR)
+    listed = {cell for table in TABLES for entry in ("eval", "train") for cell in cells(table, entry)}
     # writing: 9 rows + 6 newer methods; coding: 13 + 6; maporl: 3; coordination: untrained + 12 trained
     # rows, on signal neither individual-reward IPPO nor MAAC (a sequential team)
-    assert files == listed and len(listed) == 2 * 15 + 3 * 19 + 3 + (3 * 13 - 2)
+    assert len(listed) == 2 * 15 + 3 * 19 + 3 + (3 * 13 - 2)
+    # one method file per row of any table, one recipe per task; no row files per task any more
+    assert {p.stem for p in (conf / "method").glob("*.yaml")} == {row for _, row in listed} == set(METHODS)
+    assert {task for task, _ in listed} <= {p.stem for p in (conf / "recipe").glob("*.yaml")}
+    assert not (conf / "experiment" / "paper").exists()
+    # a trained row runs a registered algorithm (magrpo-paper runs every row of a table)
+    assert all(row_algo(row) in ALGOS for _, row in listed if METHODS[row].entry == "train")
+
+
+def test_the_rows_are_listed_once_for_the_driver_and_the_renderer():
+    """magrpo-paper (what runs) and magrpo-table --layout paper (names, order, families) read one grid."""
+    import magrpo.paper as driver
+    import magrpo.paper_grid as grid
+    import magrpo.table.paper as renderer
+
+    assert driver.TABLES is grid.TABLES and renderer.FAMILY is grid.FAMILY
+    assert renderer.ROW_ORDER == list(grid.METHODS)
+    assert all(renderer.row_name(m.name) == m.title for m in grid.METHODS.values())
+    assert renderer.row_name("my_label") == "my_label"        # a label the paper does not name is shown as is
+    # every row of every table is a known method, every method a row of some table, every task in one table
+    rows = [row for t in grid.TABLES.values() for row in t.rows]
+    assert set(rows) == set(grid.METHODS) and all(len(set(t.rows)) == len(t.rows) for t in grid.TABLES.values())
+    assert sorted(grid.FAMILY) == sorted(task for t in grid.TABLES.values() for task in t.tasks)
+    for t in grid.TABLES.values():
+        assert t.skip <= {(task, row) for task in t.tasks for row in t.rows}
+
+
+def test_the_deprecated_form_warns_once_per_job_naming_the_new_one(caplog):
+    """experiment=paper/<task>/<row> composes through a node made from the grid, whose callback says,
+    when a job starts, which recipe= method= it is."""
+    from hydra.utils import instantiate
+
+    cfg = compose_hydra(["experiment=paper/cover/magrpo"])
+    callback = instantiate(cfg.hydra.callbacks.deprecated_paper_experiment)
+    with caplog.at_level("WARNING"):
+        callback.on_job_start(config=cfg)
+    assert [r.getMessage() for r in caplog.records] == [
+        "experiment=paper/cover/magrpo is deprecated and goes in the next release: use recipe=cover method=magrpo "
+        "(the same config)"]
+    assert "deprecated_paper_experiment" not in compose_hydra(["recipe=cover", "method=magrpo"]).hydra.callbacks
+
+
+def compose_hydra(overrides: list[str]):
+    """The train config with its hydra node (callbacks)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from magrpo.launch import CONF_DIR
+
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            return compose(config_name="train", overrides=overrides, return_hydra_config=True)
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def test_the_paper_rows_do_not_flood_help():
+    """--help lists the recipes and the methods once each, not the deprecated per-task paths."""
+    from magrpo.launch import help_groups
+
+    for config_name in ("train", "eval"):
+        groups = help_groups(config_name)
+        assert "paper/" not in groups and "family" not in groups
+        (methods,) = [line for line in groups.splitlines() if line.startswith("method: ")]
+        assert methods.removeprefix("method: ").split(", ") == sorted(METHODS)
+        assert any(line.startswith("recipe: ") and "tldr" in line for line in groups.splitlines())
 
 
 def test_sweep_commands_name_one_group_and_one_dir_per_entry(tmp_path):
-    cmd = sweep_command("eval", experiments("writing", "eval"), "0,1", "tiny", "grp", tmp_path / "eval",
-                        "joblib", 2, ["logger=wandb"])
-    assert cmd[1:4] == ["-m", "magrpo.evaluate", "-m"]
-    assert "experiment=paper/tldr/single,paper/tldr/naive_concat,paper/tldr/sequential,paper/tldr/discussion," \
-           "paper/arxiv/single,paper/arxiv/naive_concat,paper/arxiv/sequential,paper/arxiv/discussion" in cmd
+    (rows,) = sweeps("writing", "eval")
+    cmd = sweep_command("eval", rows, "0,1", "tiny", "grp", tmp_path / "eval", "joblib", 2, ["logger=wandb"])
+    assert cmd[1:6] == ["-m", "magrpo.evaluate", "-m", "recipe=tldr,arxiv", "method=single,naive_concat,sequential,discussion"]
     assert {"seed=0,1", "scale=tiny", "logger.group=grp", f"hydra.sweep.dir={tmp_path / 'eval'}",
             "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "logger=wandb"} <= set(cmd)
-    assert "hydra.launcher.n_jobs=2" not in sweep_command("train", ["paper/tldr/magrpo"], "0", "tiny", "g",
+    assert "hydra.launcher.n_jobs=2" not in sweep_command("train", ["recipe=tldr", "method=magrpo"], "0", "tiny", "g",
                                                          tmp_path, "basic", 2, [])
+
+
+def test_a_table_whose_tasks_lack_some_rows_sweeps_them_in_blocks_of_exactly_its_cells():
+    """Hydra sweeps recipe x method as a product: signal, without two of the coordination rows, is a
+    sweep of its own, and the blocks together run each cell once."""
+    from magrpo.paper import sweep_rows
+
+    blocks = sweeps("coordination", "train")
+    assert [b[0] for b in blocks] == ["recipe=agree,cover", "recipe=signal"]
+    ran = [cell for b in blocks for cell in sweep_rows(sweep_command("train", b, "0", "paper", "g", Path("x"), "basic",
+                                                                      1, []))]
+    assert sorted(ran) == sorted(cells("coordination", "train")) and len(ran) == len(set(ran))
 
 
 # -- the paper layout on hand-made run directories -------------------------------------------------
@@ -557,9 +634,9 @@ def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsy
     assert not root.exists()            # a dry run makes nothing
     commands = [line for line in out.splitlines() if not line.startswith("#")]
     scale = "tiny" if TABLES[table].scaled else "paper"     # the coordination recipes run as they are
-    expected = [sweep_command(entry, runnable_rows(table, entry), "0,1", scale, root.name, root / entry, "joblib", 2,
-                              overrides) for entry in ("eval", "train")] + [table_command(root)]
-    assert len(commands) == len(expected) == 3
+    expected = [sweep_command(entry, rows, "0,1", scale, root.name, root / entry, "joblib", 2, overrides)
+                for entry in ("eval", "train") for rows in sweeps(table, entry)] + [table_command(root)]
+    assert len(commands) == len(expected) == (4 if table == "coordination" else 3)
     for line, argv in zip(commands, expected):
         assert argv[0] == sys.executable and argv[1] == "-m"
         assert shlex.split(line) == argv
@@ -608,45 +685,34 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     out = capsys.readouterr().out
     assert not root.exists()
     commands = [shlex.split(line) for line in out.splitlines() if not line.startswith("#")]
-    trained = runnable_rows("coordination", "train")
-    assert {e.split("/")[2] for e in trained} >= {"magrpo", "gspo", "dapo", "at_grpo", "dr_mas", "ippo", "mappo"}
+    trained = cells("coordination", "train")
+    assert {row for _, row in trained} >= {"magrpo", "gspo", "dapo", "at_grpo", "dr_mas", "ippo", "mappo"}
     # 1. one Optuna sweep per trained (task, row): K trials on seed 0 over the row's own space
     tunes = commands[:len(trained)]
-    for exp, cmd in zip(trained, tunes):
-        task, row = exp.split("/")[1:]
-        assert cmd[1:5] == ["-m", "magrpo.train", "-m", f"experiment={exp}"]
+    for (task, row), cmd in zip(trained, tunes):
+        assert cmd[1:6] == ["-m", "magrpo.train", "-m", f"recipe={task}", f"method={row}"]
         assert {"seed=0", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.sampler.seed=0",
                 "hydra.sweeper.direction=maximize", "optimized_metric=normalized_return", "++max_steps=3",
                 f"hydra.sweep.dir={root / 'tuning' / f'{task}_{row}'}", f"hydra.sweeper.study_name={task}_{row}"} <= set(cmd)
         assert cmd[-2:] == [f"{k}={v}" for k, v in tune_space(task, row).items()]
-    assert out.count("# magrpo-paper: tune: ") == len(trained) + 1 and "4 Optuna trial(s) on seed 0" in out
-    # 2. every row at its own values on seed 0 (a candidate of its tuning), 3. the record, 4. the
-    # untrained rows, 5. the seeds at the tuned values, 6. the table with tuning.md
-    own, record, evals, seeds, table = commands[len(trained):]
-    assert f"experiment={','.join(trained)}" in own and "seed=0" in own and f"hydra.sweep.dir={root / 'tuning' / 'defaults'}" in own
+    # (one Optuna sweep per row, then the rows at their own values: one sweep per block of choices())
+    assert out.count("# magrpo-paper: tune: ") == len(trained) + len(sweeps("coordination", "train"))
+    assert "4 Optuna trial(s) on seed 0" in out
+    # 2. every row at its own values on seed 0 (a candidate of its tuning; signal's rows a block of
+    # their own), 3. the record, 4. the untrained rows, 5. the seeds at the tuned values, 6. the table
+    # with tuning.md
+    *own, record, evals, seeds, table = commands[len(trained):]
+    assert [cmd[4:6] for cmd in own] == sweeps("coordination", "train")
+    assert all("seed=0" in cmd and f"hydra.sweep.dir={root / 'tuning' / 'defaults'}" in cmd for cmd in own)
     assert record[1:4] == ["-m", "magrpo.paper", "coordination"] and record[-1] == "--record-tuning"
-    assert "experiment=paper/agree/untrained,paper/cover/untrained,paper/signal/untrained" in evals
-    assert f"experiment={','.join(e.replace('paper/', 'tuned/', 1) for e in trained)}" in seeds
+    assert evals[4:6] == ["recipe=agree,cover,signal", "method=untrained"]
+    assert f"experiment={','.join(f'tuned/{task}/{row}' for task, row in trained)}" in seeds
     assert f"hydra.searchpath=['file://{(root / 'tuning' / 'conf').resolve()}']" in seeds and "seed=1" in seeds      # seed 0 is the tuning's best run, reused
     assert table[-2:] == ["--tuning", str(root / "tuning")]
-    unregistered = [e for e in experiments("coordination", "train") if e not in trained]
-    assert ("left out, their algorithm is not registered" in out) is bool(unregistered)
-    assert all(e in out for e in unregistered)
     # without --tune-trials (the default 0), nothing is tuned
     assert paper_main(["coordination", "--out", str(root), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "optuna" not in out and "--record-tuning" not in out and "tuned/" not in out
-
-
-def test_a_row_whose_algorithm_is_not_registered_is_left_out_with_a_warning(tmp_path, capsys, monkeypatch):
-    import magrpo.paper as paper
-
-    monkeypatch.setattr(paper, "registered", lambda algo: algo != "c3")     # as before C3 landed
-    assert paper.main(["coordination", "--tune-trials", "2", "--out", str(tmp_path), "--dry-run"]) == 0
-    out = capsys.readouterr().out
-    left = "# magrpo-paper: left out, their algorithm is not registered in this version (magrpo.algos.ALGOS): "
-    assert left + "paper/agree/c3 (algo=c3), paper/cover/c3 (algo=c3), paper/signal/c3 (algo=c3)" in out
-    assert not [line for line in out.splitlines() if "c3" in line and not line.startswith("#")]   # in no command
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -672,7 +738,7 @@ def test_a_table_whose_rows_have_no_search_space_is_not_tuned(capsys):
     with pytest.raises(SystemExit) as e:
         paper_main(["writing", "--tune-trials", "2", "--dry-run"])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and "paper/tldr/magrpo" in err and "tables whose rows all have one: coordination" in err
+    assert e.value.code == 2 and "recipe=tldr method=magrpo" in err and "tables whose rows all have one: coordination" in err
 
 
 def test_a_tuning_that_did_not_finish_is_recorded_and_its_row_runs_at_its_own_values(tmp_path, capsys):
@@ -684,7 +750,7 @@ def test_a_tuning_that_did_not_finish_is_recorded_and_its_row_runs_at_its_own_va
     trial = write_job(root / "tuning" / "agree_magrpo" / "0", task="agree", label="magrpo", seed=0,
                       final={"normalized_return": 0.5})
     (trial / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
-        ["optimizer.lr=0.002", "algo.temperature=1.1", "experiment=paper/agree/magrpo", "seed=0"]))
+        ["optimizer.lr=0.002", "algo.temperature=1.1", "recipe=agree", "method=magrpo", "seed=0"]))
     argv = ["coordination", "--out", str(root), "--tune-trials", "3", "--tasks", "agree", "--rows", "magrpo"]
     assert paper_main([*argv, "--record-tuning"]) == 1
     assert "the tuning sweep did not finish" in capsys.readouterr().err
@@ -693,7 +759,7 @@ def test_a_tuning_that_did_not_finish_is_recorded_and_its_row_runs_at_its_own_va
     assert record["trials"] == [{"number": 0, "params": {"optimizer.lr": 0.002, "algo.temperature": 1.1},
                                  "value": 0.5, "status": "finished", "dir": "0"}]
     tuned = yaml.safe_load((root / "tuning" / "conf" / "experiment" / "tuned" / "agree" / "magrpo.yaml").read_text())
-    assert tuned == {"defaults": ["/experiment/paper/agree/magrpo@_here_", "_self_"]}
+    assert tuned == {"defaults": [{"override /recipe": "agree"}, {"override /method": "magrpo"}, "_self_"]}
     # with the sweeper's result there, its best values are the row's
     (root / "tuning" / "agree_magrpo" / "optimization_results.yaml").write_text(
         "name: optuna\nbest_params:\n  optimizer.lr: 0.002\n  algo.temperature: 1.1\nbest_value: 0.5\n")

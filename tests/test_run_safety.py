@@ -53,13 +53,15 @@ def finished_run(tmp_path_factory) -> Path:
     # a sweep value without -m, on the command line as in a saved overrides.yaml
     ("save_every=1,2", ["'save_every=1,2' gives several values", "-m save_every=1,2", "save_every=[1,2]"]),
     ("seed=0,1", ["'seed=0,1' gives several values", "sweep"]),
-    # a group --help lists that is not in the defaults, and the GROUP=OPTION form of a nested option
-    ("recipe=cover", ["config group 'recipe' is not in the defaults", "+recipe=OPTION", "cover"]),
-    ("experiment/paper/agree=magrpo", ["'experiment/paper/agree' is no config group", "experiment=paper/agree/"]),
+    # a paper row's recipe and method
+    ("recipe=covr", ["recipe='covr' is not an option of the config group 'recipe'", "did you mean 'cover'?"]),
+    ("method=magrp", ["method='magrp' is not an option of the config group 'method'", "did you mean 'magrpo'?"]),
+    # the GROUP=OPTION form of a nested option
+    ("experiment/compare=tldr", ["'experiment/compare' is no config group", "experiment=compare/"]),
     # a typo in a nested experiment: the options of its folder and the nearest path, not the top level's
-    ("experiment=paper/cover/magrp", ["experiment='paper/cover/magrp' is not an option", "paper/cover/{",
-                                      "did you mean 'paper/cover/magrpo'?"]),
-    ("experiment=paper/covr/magrpo", ["experiment='paper/covr/magrpo'", "did you mean 'paper/cover/magrpo'?"]),
+    ("experiment=compare/tldrx", ["experiment='compare/tldrx' is not an option", "choose one of: compare/{",
+                                  "did you mean 'compare/tldr'?"]),
+    ("experiment=comapre/tldr", ["experiment='comapre/tldr'", "did you mean 'compare/tldr'?"]),
     ("experiment=compare/tdlr", ["compare/{arxiv", "did you mean 'compare/tldr'?"]),
 ])
 def test_a_bad_override_gets_one_line_of_ours_and_exit_2(override, expected, tmp_path, monkeypatch, capsys):
@@ -184,7 +186,8 @@ def test_help_lists_the_users_groups_not_the_internal_ones(module, prog, tmp_pat
     assert "schema/" not in groups and "hydra/" not in groups
     for algo in ("magrpo", "ippo", "c3", "dr_mas", "at_grpo"):     # every registered algorithm
         assert algo in groups.split("\nalgo: ", 1)[1].splitlines()[0]
-    assert "paper/agree/{" in groups and "experiment/paper/agree:" not in groups
+    assert "compare/{" in groups and "experiment/compare:" not in groups
+    # a paper row is recipe=<task> method=<row>: each listed once, not a path per task and row
+    assert "\nrecipe: " in groups and "\nmethod: " in groups and "paper/" not in groups
     if prog == "magrpo-train":
-        assert "\n+recipe: " in groups             # not in the defaults: added with +recipe=
         assert "(or GRPO)" not in done.stdout

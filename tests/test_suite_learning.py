@@ -19,7 +19,7 @@ RUNS = [(task, method) for task in ("agree", "cover") for method in ("magrpo", "
 @pytest.mark.parametrize("task,method", RUNS, ids=[f"{t}-{m}" for t, m in RUNS])
 def test_the_default_run_learns_the_game(make_cfg, tmp_path, task, method, seed):
     out = tmp_path / "run"
-    run(make_cfg([f"experiment=paper/{task}/{method}", f"seed={seed}", "save_final=false"], out=str(out)))
+    run(make_cfg([f"recipe={task}", f"method={method}", f"seed={seed}", "save_final=false"], out=str(out)))
     summary = json.loads((out / "summary.json").read_text())
     assert summary["initial_eval"]["normalized_return"] <= 0.3
     assert summary["final_eval"]["normalized_return"] >= 0.8, summary["final_eval"]

@@ -1,9 +1,9 @@
 """`magrpo-table --layout paper`: the paper's tables from run directories.
 
-One table per task. Rows are methods: the runs' `label` (set by every paper experiment config,
-conf/experiment/paper/<task>/<row>.yaml; else the algo, or the method of a magrpo-eval run),
-in the paper's order -- prompting baselines, single-model baselines, multi-agent baselines,
-MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled by what it holds:
+One table per task. Rows are methods: the runs' `label` (set by every paper row, conf/method/<row>.yaml;
+else the algo, or the method of a magrpo-eval run), named and ordered as magrpo.paper_grid lists
+them, the one list magrpo-paper runs too -- prompting baselines, single-model baselines,
+multi-agent baselines, MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled by what it holds:
 
   every task     normalized return = the raw reward (shift and scale undone) / the task's
                  `reward_max` (with the reference weights 3.0 for tldr/arxiv; 4.0 for the
@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from magrpo.paper_grid import FAMILY, METHODS, title
 from magrpo.table.render import (
     CI_NOTE,
     STD_NOTE,
@@ -57,9 +58,7 @@ from magrpo.table.render import (
 from magrpo.table.runs import PROG, Run, TableError, num_answers, run_task
 from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, ranks, smooth
 
-FAMILY = {"tldr": "writing", "arxiv": "writing", "humaneval": "coding", "coophumaneval": "coding",
-          "mbpp": "coding", "maporl_qa": "maporl", "agree": "coordination", "cover": "coordination",
-          "signal": "coordination"}
+# A task's family is its table in the paper (magrpo.paper_grid.FAMILY).
 # Tables run as matched-budget comparisons of every method (magrpo-paper's coordination table): their
 # cells carry the 95% CI of the mean, and they get the rank overview and the budget curves.
 FAIR_FAMILIES = {"coordination"}
@@ -110,36 +109,14 @@ def extra_column(key: str) -> Column:
 # Components that are not rewards, labelled by what they hold; other components as "<name> (reward part)".
 COMPONENT_HEADERS = {"reward/length_ratio": "length ratio a2/a1 (a ratio, not a reward)"}
 
-# The paper's row order and names; rows of other labels follow in the order they were found.
-ROW_NAMES = {
-    "single": "Single model (prompting)",
-    "naive_concat": "Naive concatenation (prompting)",
-    "sequential": "Sequential (prompting)",
-    "discussion": "One-round discussion (prompting)",
-    "untrained_discussion": "Discussion, untrained",
-    "untrained": "Untrained team",
-    "grpo": "GRPO (single model)",
-    "ppo": "PPO (single model)",
-    "ippo": "IPPO",
-    "ippo_individual": "IPPO, individual reward",
-    "mappo": "MAPPO",
-    "maac": "MAAC",
-    "iac": "IAC",
-    "c3": "C3",
-    "at_grpo": "AT-GRPO",
-    "dr_mas": "Dr. MAS",
-    "magrpo": "MAGRPO",
-    "gspo": "GSPO (MAGRPO, sequence ratio)",
-    "dapo": "DAPO (MAGRPO, dynamic sampling)",
-    **{f"magrpo_2turn_{m}": f"MAGRPO, 2 turns, {m} feedback"
-       for m in ("plain", "diagnostics", "passed", "expert", "discussion")},
-}
-ROW_ORDER = list(ROW_NAMES)
+# The paper's row order (magrpo.paper_grid.METHODS); rows of other labels follow in the order they were found.
+ROW_ORDER = list(METHODS)
 
 
 def row_name(label: str) -> str:
     """A row's name in the paper's tables (its label where the paper has no name for it)."""
-    return ROW_NAMES.get(label, label)
+    return title(label)
+
 
 NORM_NOTE = ("norm. return = the raw reward, (total - reward.shift) / reward.scale, as a fraction of the "
              "task's maximum raw reward (with the reference weights: 3.0 for tldr and arxiv, 4.0 for the two-agent "
@@ -171,7 +148,9 @@ class PaperRow:
 
 
 @dataclass
-class PaperTable:
+class RenderedTable:
+    """One task's table as magrpo-table renders it: its columns, its rows (methods) with their cells."""
+
     task: str
     columns: list[Column]
     rows: list[PaperRow]
@@ -286,7 +265,7 @@ def _row_key(label: str, found: int) -> tuple[int, int]:
     return (ROW_ORDER.index(label), 0) if label in ROW_ORDER else (len(ROW_ORDER), found)
 
 
-def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> list[PaperTable]:
+def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> list[RenderedTable]:
     """One table per task. `extra` (--columns) adds columns after the task's (or `metrics`'), empty
     where a run lacks them."""
     by_task: dict[str, list[Run]] = {}
@@ -325,11 +304,11 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
                     missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
         best = {col.key: best_rows([row.cells[col.key].mean for row in rows], col.higher_is_better)
                 for col in columns if col.ranked}
-        tables.append(PaperTable(task, columns, rows, best, missing))
+        tables.append(RenderedTable(task, columns, rows, best, missing))
     return tables
 
 
-def overviews(tables: Sequence[PaperTable]) -> list[Overview]:
+def overviews(tables: Sequence[RenderedTable]) -> list[Overview]:
     """One Overview per FAIR family with tables here: the norm. return of every row on every task,
     each row's place per task (ties share the mean of their places) and its mean rank over the
     tasks it ran."""
@@ -401,18 +380,18 @@ def heading(col: Column) -> str:
     return codebleu_header(col.header) if col.key == "codebleu" else col.header
 
 
-def shows_codebleu(tables: Sequence[PaperTable]) -> bool:
+def shows_codebleu(tables: Sequence[RenderedTable]) -> bool:
     return any(c.key == "codebleu" for t in tables for c in t.columns)
 
 
-def row_cells(t: PaperTable, i: int, digits: int, pm: str, dash: str, bold: Callable[[str], str]) -> list[str]:
+def row_cells(t: RenderedTable, i: int, digits: int, pm: str, dash: str, bold: Callable[[str], str]) -> list[str]:
     """Row i's cells as text (mean ± std or CI, `dash` where empty), those best in their column through `bold`."""
     row = t.rows[i]
     texts = [cell_text(row.cells[c.key], len(row.runs), digits, pm, dash, t.interval) for c in t.columns]
     return [bold(x) if i in t.best.get(c.key, ()) else x for c, x in zip(t.columns, texts)]
 
 
-def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()) -> str:
+def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] = ()) -> str:
     out = []
     for t in tables:
         family = t.family
@@ -449,7 +428,7 @@ def to_markdown(tables: list[PaperTable], digits: int, notes: Sequence[str] = ()
     return "\n".join(out) + "\n"
 
 
-def write_csv(tables: list[PaperTable], path: Path) -> None:
+def write_csv(tables: list[RenderedTable], path: Path) -> None:
     """One row per (task, method): mean, std and 95% CI half-width per metric key, the columns where
     it is best, and (FAIR_FAMILIES) its rank on the task and mean rank across the family's tasks."""
     keys: list[str] = []
@@ -475,7 +454,7 @@ def write_csv(tables: list[PaperTable], path: Path) -> None:
                             "" if mean_rank is None else repr(mean_rank)])
 
 
-def to_latex(tables: list[PaperTable], digits: int) -> str:
+def to_latex(tables: list[RenderedTable], digits: int) -> str:
     out = [f"% written by {PROG} --layout paper; needs \\usepackage{{booktabs}}"]
     for t in tables:
         ncols = 2 + len(t.columns)
@@ -545,7 +524,7 @@ def budget_series(row: PaperRow, key: str) -> tuple[list[float], list[float], in
     return xs, ys, used
 
 
-def plot_budget_curves(tables: list[PaperTable], out: Path) -> list[Path]:
+def plot_budget_curves(tables: list[RenderedTable], out: Path) -> list[Path]:
     """Per task of a FAIR family, two PNGs: norm. return against the cumulative generated tokens
     (`train/completions/tokens`) and against the cumulative update time (`time/step_s`), one line
     per trained row (mean over seeds), evaluation-only rows as dashed levels. What a method reaches
@@ -579,7 +558,7 @@ def plot_budget_curves(tables: list[PaperTable], out: Path) -> list[Path]:
     return written
 
 
-def plot_curves(tables: list[PaperTable], out: Path, smooth_window: int = 1) -> list[Path]:
+def plot_curves(tables: list[RenderedTable], out: Path, smooth_window: int = 1) -> list[Path]:
     """One PNG per (task, metric): trained rows as mean over seeds vs step with ± std shaded;
     evaluation-only rows (prompting baselines) as a dashed level with its band. Then the budget
     curves of the FAIR families (plot_budget_curves)."""
