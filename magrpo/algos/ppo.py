@@ -20,7 +20,7 @@ from magrpo.schema import at_least, option
 class PPOConfig(IPPOConfig):
     name: str = "ppo"
     # Initial KL coefficient; > 0 loads the frozen reference and turns the penalty on (RLHF recipes
-    # use 0.05 with kl_target 6, as the paper rows under conf/experiment/paper/ do). Off by default:
+    # use 0.05 with kl_target 6, as the paper rows (conf/method/ppo.yaml) do). Off by default:
     # on the tiny embedded default any penalty held some seeds at their start.
     beta: float = at_least(0, 0.0)
     kl_target: float | None = option(6.0, check=lambda v: v is None or v > 0,
