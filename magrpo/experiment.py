@@ -158,10 +158,10 @@ class Experiment:
         finally:
             GlobalHydra.instance().clear()
         if not given_dir:
-            from magrpo.launch import _stamp
+            from magrpo.launch import stamp
 
             OmegaConf.set_struct(cfg, False)
-            cfg.output_dir = (f"outputs/experiment/{_stamp()}_{cfg.task.name}_"
+            cfg.output_dir = (f"outputs/experiment/{stamp()}_{cfg.task.name}_"
                               f"{cfg.algo.get('name', 'algo')}_s{cfg.seed}")
             OmegaConf.set_struct(cfg, True)
         self._composed = cfg
