@@ -35,7 +35,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo.overrides import check_saved_line
+from magrpo.overrides import check_saved_line, override_key
 from magrpo.overrides import parse_override as _parse
 from magrpo.schema import ConfigError
 
@@ -59,13 +59,6 @@ _ROOT_RE = re.compile(r"[./@\[]")
 
 
 # -- overrides as text ------------------------------------------------------------------------------
-
-
-def override_key(line: str) -> str:
-    """The key (or group) an override sets: `task` of `task=tldr`, `task.data.path` of
-    `+task.data.path=x` or `~task.data.path`."""
-    key = line.lstrip("+~").partition("=")[0]
-    return key.partition("@")[0].strip()
 
 
 def override_value(line: str) -> Any:

@@ -16,6 +16,7 @@ from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
 from magrpo.launch.override_errors import explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, run_dir_follows_output_dir, stamp
+from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
 
 # A Hydra command's job: `job(cfg, taken)`, `taken` being what the command line took up from the run
@@ -128,7 +129,7 @@ def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = Non
     load_plugins(plugins_in_argv(argv))
     paths += [f"file://{d}" for d in conf_dirs()]
     paths = list(dict.fromkeys(paths))
-    if not paths or any(a.lstrip("+").startswith("hydra.searchpath=") for a in argv):
+    if not paths or any(override_key(a) == "hydra.searchpath" for a in argv):
         return None
     return "hydra.searchpath=[" + ",".join(paths) + "]"
 

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from magrpo.overrides import override_key
 from magrpo.schema import ConfigError, SetupError
 
 log = logging.getLogger("magrpo")
@@ -138,6 +139,6 @@ def interrupt_report(prog: str, run_dir: Path | None, argv: list[str]) -> str:
         given = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or []
     except (OSError, ValueError):
         given = [a for a in argv if not a.startswith("-")]
-    keep = [o for o in given if o.partition("=")[0].lstrip("+~") not in ("resume", "hydra.run.dir", "output_dir")]
+    keep = [o for o in given if override_key(o) not in ("resume", "hydra.run.dir", "output_dir")]
     cmd = shlex.join([prog, *keep, f"resume={run_dir}", f"hydra.run.dir={run_dir}"])
     return f"{where} (checkpoint {Path(ckpt).name}); resume with: {cmd}"

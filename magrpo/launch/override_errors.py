@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from magrpo.config import CONF_DIR
 from magrpo.launch.groups import all_options, config_groups, fold, group_options
+from magrpo.overrides import override_key
 from magrpo.schema import did_you_mean
 
 
@@ -55,7 +56,7 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
         m = re.match(r"Could not override '([^']+)'", str(exc))
         typed = m.group(1) if m else key
         parent, _, leaf = typed.rpartition(".")
-        allowed = _keys_at(config_name, [a for a in _overrides(argv) if a.lstrip("+~").partition("=")[0] != typed],
+        allowed = _keys_at(config_name, [a for a in _overrides(argv) if override_key(a) != typed],
                            parent)
         if leaf in allowed:     # defined only by an option the sweep chooses per job (an experiment's key)
             return (f"{typed!r} is not in conf/{config_name}.yaml: only an option chosen per job of this sweep "

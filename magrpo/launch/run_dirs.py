@@ -18,6 +18,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from magrpo.launch.job import report
 from magrpo.launch.sweep import job_dirs
+from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
 
 log = logging.getLogger("magrpo")
@@ -41,8 +42,8 @@ def run_dir_follows_output_dir(argv: list[str]) -> list[str]:
     given), so the run's .hydra/ and log are in DIR and no empty outputs/<cmd>/<stamp>/ is left."""
     if any(a in ("-m", "--multirun") for a in argv):
         return argv
-    given = [a for a in argv if a.lstrip("+").partition("=")[0] == "output_dir"]
-    if not given or any(a.lstrip("+").partition("=")[0] == "hydra.run.dir" for a in argv):
+    given = [a for a in argv if override_key(a) == "output_dir"]
+    if not given or any(override_key(a) == "hydra.run.dir" for a in argv):
         return argv
     value = given[-1].partition("=")[2]
     if not value or value.startswith("${"):
