@@ -23,13 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config import ConfigError, EvalRunSchema, validate
 from magrpo.launch import (
-    CONF_DIR,
     as_setup_error,
     check_run_dir,
     cli_main,
@@ -76,16 +74,17 @@ def eval_summary(status: str, results: dict[str, dict[str, float]], identity: di
             "best": None, "steps": 0, "wall_seconds": wall_seconds, "evals": [], "config": identity}
 
 
-def run_eval(cfg: DictConfig) -> dict[str, Any]:
+def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, Any]:
     """Validate, load, evaluate every method; returns {"results": {method: metrics}, ...}.
-    A failure leaves summary.json (status failed, phase, reason); success leaves eval.json."""
+    A failure leaves summary.json (status failed, phase, reason); success leaves eval.json.
+    `taken`: what the command line took up from the run `checkpoint=`/`team=` names (magrpo.run_config)."""
     from magrpo.tracking import RunStatus
 
     out = output_dir(cfg)
     check_run_dir(out)
     keep_saved_config(out)
     with RunStatus(out, kind="eval", heartbeat=False) as status:
-        origin = from_run(cfg, "eval")        # what checkpoint=RUN took from the run's config
+        origin = from_run(cfg, "eval", taken)  # what checkpoint=RUN took from the run's config
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
         if cfg.get("team"):
             from magrpo.team import check_team_option
@@ -178,13 +177,13 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
         logger.close(0 if outcome == "finished" else 1)
 
 
-@hydra.main(config_path=CONF_DIR, config_name="eval", version_base="1.3")
-def _hydra_main(cfg: DictConfig) -> None:
-    run_job(run_eval, cfg, "magrpo-eval")
+def eval_job(cfg: DictConfig, taken: dict[str, Any] | None) -> None:
+    """magrpo-eval's Hydra job (launch.cli_main)."""
+    run_job(lambda c: run_eval(c, taken), cfg, "magrpo-eval")
 
 
 def main() -> None:
-    cli_main(_hydra_main, "magrpo-eval", "eval")
+    cli_main(eval_job, "magrpo-eval", "eval")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
 
 log = logging.getLogger("magrpo")
@@ -96,7 +97,7 @@ class Experiment:
         for module in plugins:
             import_plugin(module, "Experiment")
         if plugins:
-            given = [x for x in lines if x.lstrip("+").partition("=")[0] == "plugins"]
+            given = [x for x in lines if override_key(x) == "plugins"]
             if not given:
                 lines.append(f"plugins={hydra_value(plugins)}")
         self.overrides = lines
@@ -145,9 +146,9 @@ class Experiment:
         load_plugins(plugins_in_argv(self.overrides))
         register_schemas()
         lines = list(self.overrides)
-        if conf_dirs() and not any(x.lstrip("+").startswith("hydra.searchpath=") for x in lines):
+        if conf_dirs() and not any(override_key(x) == "hydra.searchpath" for x in lines):
             lines.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in conf_dirs()) + "]")
-        given_dir = any(x.lstrip("+").partition("=")[0] == "output_dir" for x in lines)
+        given_dir = any(override_key(x) == "output_dir" for x in lines)
         GlobalHydra.instance().clear()
         try:
             with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -158,10 +159,10 @@ class Experiment:
         finally:
             GlobalHydra.instance().clear()
         if not given_dir:
-            from magrpo.launch import _stamp
+            from magrpo.launch import stamp
 
             OmegaConf.set_struct(cfg, False)
-            cfg.output_dir = (f"outputs/experiment/{_stamp()}_{cfg.task.name}_"
+            cfg.output_dir = (f"outputs/experiment/{stamp()}_{cfg.task.name}_"
                               f"{cfg.algo.get('name', 'algo')}_s{cfg.seed}")
             OmegaConf.set_struct(cfg, True)
         self._composed = cfg
@@ -174,7 +175,7 @@ class Experiment:
 
         hydra_dir = self.run_dir / ".hydra"
         hydra_dir.mkdir(parents=True, exist_ok=True)
-        saved = [x for x in self.overrides if x.lstrip("+").partition("=")[0] not in ("output_dir", "hydra.searchpath")]
+        saved = [x for x in self.overrides if override_key(x) not in ("output_dir", "hydra.searchpath")]
         (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(saved, default_flow_style=False))
         (hydra_dir / "config.yaml").write_text(OmegaConf.to_yaml(self._composed, resolve=True))
 

@@ -9,6 +9,13 @@ from typing import Any
 from magrpo.schema import ConfigError
 
 
+def override_key(line: str) -> str:
+    """The key (or group) an override sets: `task` of `task=tldr`, `task.data.path` of
+    `+task.data.path=x` or `~task.data.path`, `hydra.run.dir` of `hydra.run.dir=DIR`."""
+    key = line.lstrip("+~").partition("=")[0]
+    return key.partition("@")[0].strip()
+
+
 def parse_override(line: str):
     """Hydra's parse of one override line (raises on a line that is none)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser

@@ -29,6 +29,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
 
 log = logging.getLogger("magrpo")
@@ -128,8 +129,7 @@ def plugins_in_argv(argv: list[str]) -> list[str]:
     """The modules a command line names with `plugins=[a,b]` (or `+plugins=`, `++plugins=`, `plugins=a`)."""
     out: list[str] = []
     for arg in argv:
-        key, eq, value = arg.lstrip("+").partition("=")
-        if not eq or key != "plugins":
+        if arg.startswith("~") or "=" not in arg or override_key(arg) != "plugins":
             continue
         from hydra.core.override_parser.overrides_parser import OverridesParser
 

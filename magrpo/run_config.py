@@ -35,14 +35,13 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo.overrides import check_saved_line
+from magrpo.overrides import check_saved_line, override_key
 from magrpo.overrides import parse_override as _parse
 from magrpo.schema import ConfigError
 
 log = logging.getLogger("magrpo")
 
 SAVED = Path(".hydra") / "overrides.yaml"
-TAKEN_ENV = "MAGRPO_TAKEN_UP"       # inherit_argv -> the job (json), for as long as the command runs
 # config name -> the keys naming a run: magrpo-eval's team= names an exported team (magrpo.team), which
 # keeps the run's overrides in its overrides.yaml.
 RUN_KEYS = {"train": ("resume",), "eval": ("checkpoint", "team")}
@@ -60,13 +59,6 @@ _ROOT_RE = re.compile(r"[./@\[]")
 
 
 # -- overrides as text ------------------------------------------------------------------------------
-
-
-def override_key(line: str) -> str:
-    """The key (or group) an override sets: `task` of `task=tldr`, `task.data.path` of
-    `+task.data.path=x` or `~task.data.path`."""
-    key = line.lstrip("+~").partition("=")[0]
-    return key.partition("@")[0].strip()
 
 
 def override_value(line: str) -> Any:
@@ -310,17 +302,6 @@ def recorded_searchpath(path: str | Path) -> list[str]:
 # -- inside the job: what was taken, and the runs with nothing to take ------------------------------
 
 
-def _taken() -> dict[str, Any]:
-    """What inherit_argv read from the runs, handed to the job (TAKEN_ENV; {} without one)."""
-    import json
-    import os
-
-    try:
-        return json.loads(os.environ.get(TAKEN_ENV) or "{}")
-    except ValueError:
-        return {}
-
-
 def _job_overrides() -> list[str] | None:
     from hydra.core.hydra_config import HydraConfig
 
@@ -349,10 +330,12 @@ def _saved_value(run_dir: Path, key: str) -> Any:
     return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
 
 
-def from_run(cfg: Any, kind: str) -> dict[str, Any] | None:
+def from_run(cfg: Any, kind: str, taken: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """For a job started from the command line with `resume=`/`checkpoint=`: the record of what it
-    took from the run (None otherwise). A run without saved overrides: nothing was taken, and the
-    command line is checked against the checkpoint's config (module docstring)."""
+    took from the run (None otherwise). `taken`: what inherit_argv read from the runs before Hydra
+    started (a resume in place has Hydra rewrite the run's .hydra/ before the job); without it the
+    run's files are read now. A run without saved overrides: nothing was taken, and the command
+    line is checked against the checkpoint's config (module docstring)."""
     key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
     value = cfg.get(key)
     job = _job_overrides()
@@ -362,7 +345,7 @@ def from_run(cfg: Any, kind: str) -> dict[str, Any] | None:
     if run is None:
         _check_unsaved(cfg, kind, value, job)
         return {"run_dir": None, "saved_overrides": None, "inherited": {}, "overridden": {}}
-    stash = _taken().get(str(run), {})
+    stash = (taken or {}).get(str(run), {})
     run_lines = stash.get("lines", None)
     run_lines = inheritable(kind, run) if run_lines is None else run_lines
     last = {override_key(g): override_value(g) for g in job}       # the job's overrides: the run's it kept,

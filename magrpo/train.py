@@ -18,7 +18,6 @@ import os
 import sys
 from pathlib import Path
 
-import hydra
 from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
@@ -40,8 +39,9 @@ log = logging.getLogger("magrpo")
 __all__ = ["CONF_DIR", "main", "run", "sweep_value"]
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     """Validate, build and train; returns the final summary. Usable without Hydra (tests).
+    `taken`: what the command line took up from the run `resume=` names (magrpo.run_config).
 
     The run directory is checked (it must not hold another run, unless this run resumes it in
     place) and claimed (no other live run may write it); whatever stops the run after that is
@@ -58,7 +58,7 @@ def run(cfg: DictConfig) -> dict:
     keep_saved_config(out)
     before = read_status(out)[0]          # a run resumed in place: its status before this one claims it
     with RunStatus(out, kind="train") as status:
-        origin = from_run(cfg, "train")   # what resume=RUN took from the run's config
+        origin = from_run(cfg, "train", taken)   # what resume=RUN took from the run's config
         cfg = validate(cfg)
         if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):
             from magrpo.checkpoint import checkpoint_step
@@ -100,9 +100,9 @@ def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origi
     return result
 
 
-def _run_and_score(cfg: DictConfig) -> float:
+def _run_and_score(cfg: DictConfig, taken: dict | None = None) -> float:
     quiet_progress_bars()   # again: joblib workers do not run main()
-    return run(cfg)["sweep_value"]
+    return run(cfg, taken)["sweep_value"]
 
 
 def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
@@ -120,27 +120,28 @@ def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
     return float(final_eval[name])
 
 
-@hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
-def _hydra_main(cfg: DictConfig) -> float:
-    score = run_job(_run_and_score, cfg, "magrpo-train")
+def train_job(cfg: DictConfig, taken: dict | None) -> float:
+    """magrpo-train's Hydra job (launch.cli_main): the value a sweeper optimises."""
+    score = run_job(lambda c: _run_and_score(c, taken), cfg, "magrpo-train")
     return float("nan") if score is None else score   # a failed job of a sweep: nan, as sweepers expect
 
 
-def quiet_other_ranks() -> None:
+def quiet_other_ranks(argv: list[str]) -> list[str]:
     """Under torchrun, ranks other than 0 log to stdout only and write no .hydra/ copy: rank 0
     owns the run directory."""
-    if int(os.environ.get("RANK", "0")) > 0:
-        given = " ".join(sys.argv[1:])
-        if "hydra.output_subdir" not in given:
-            sys.argv.append("hydra.output_subdir=null")
-        if "hydra/job_logging" not in given:
-            sys.argv.append("hydra/job_logging=stdout")
+    if int(os.environ.get("RANK", "0")) == 0:
+        return argv
+    given, argv = " ".join(argv), list(argv)
+    if "hydra.output_subdir" not in given:
+        argv.append("hydra.output_subdir=null")
+    if "hydra/job_logging" not in given:
+        argv.append("hydra/job_logging=stdout")
+    return argv
 
 
 @record        # under torchrun, a failing rank's traceback is what the launcher reports
 def main() -> None:
-    quiet_other_ranks()
-    cli_main(_hydra_main, "magrpo-train", "train")
+    cli_main(train_job, "magrpo-train", "train", quiet_other_ranks(sys.argv[1:]))
 
 
 if __name__ == "__main__":

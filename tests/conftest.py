@@ -27,6 +27,27 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def library_log_handlers_outlive_capsys():
+    """A library that sets up its logging when first imported (transformers, datasets: cli_main
+    imports transformers) binds its stderr handler to the sys.stderr of that moment. Inside a test
+    that uses capsys that stream is closed when the test ends, and the library's next warning, in
+    a later test, becomes a '--- Logging error --- Traceback' on that test's stderr: a test that
+    asserts no traceback (a sweep's report) then fails by test order. After each test (and after
+    capsys has put sys.stderr back), such a handler writes to the current stderr again."""
+    yield
+    import logging
+    import sys
+
+    loggers = [logging.getLogger(), *(lg for lg in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(lg, logging.Logger))]
+    for handler in {h for lg in loggers for h in lg.handlers}:
+        if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler) \
+                and getattr(handler.stream, "closed", False):
+            handler.stream = sys.stderr           # (setStream would flush the closed one first)
+            vars(handler).pop("flush", None)      # transformers binds flush to that stream's own
+
+
 _COMPOSED: dict[tuple[str, tuple[str, ...]], object] = {}
 
 

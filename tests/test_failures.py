@@ -198,7 +198,7 @@ def test_data_with_wrong_columns_is_a_setup_error(make_cfg, tmp_path):
 
 
 def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, capsys):
-    """The basic launcher; tests/test_sweep.py runs a sweep as a process, under joblib."""
+    """The basic launcher; tests/test_sweeps.py runs a sweep as a process, under joblib."""
     sweep = tmp_path / "sweep"
     code, err = _train_here(["-m", "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
                              f"hydra.sweep.dir={sweep}"], capsys)

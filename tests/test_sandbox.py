@@ -114,7 +114,7 @@ def test_passing_program_output_and_status():
     assert isinstance(r, RunResult)
     assert (r.status, r.returncode, r.ok, r.completed) == ("ok", 0, True, True)
     assert r.stdout == "hello\n" and r.stderr == "to err\n"
-    assert 0 < r.duration_s < 2.0
+    assert r.duration_s > 0  # measured
 
 
 def test_failing_program_reports_the_exception():
@@ -150,12 +150,12 @@ def test_files_are_provided_and_the_directory_removed():
 
 
 def test_infinite_loop_times_out_and_is_killed():
-    t0 = time.monotonic()
     r = run_program("print('started', flush=True)\nwhile True:\n    pass", SandboxLimits(timeout_s=1.0, cpu_s=5))
-    elapsed = time.monotonic() - t0
+    # A timeout, not the CPU limit (5 s) or an exit: killed by the caller, no exit code of its own;
+    # the autouse fixture checks that no process of it is left.
     assert (r.status, r.returncode, r.completed) == ("timeout", None, False)
     assert r.stdout == "started\n"  # output before the kill is kept
-    assert 1.0 <= r.duration_s < 2.0 and elapsed < 4.0
+    assert r.duration_s >= 1.0  # it had its whole time limit
 
 
 def test_cpu_limit_kills_a_busy_program():
@@ -329,17 +329,18 @@ print(json.dumps({"kids": kids}))
 
 def test_fork_bomb_is_bounded():
     code = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)"
-    t0 = time.monotonic()
     r = run_program(code, SandboxLimits(timeout_s=1.5, max_processes=16))
-    assert r.status == "timeout" and time.monotonic() - t0 < 5.0
+    # The bomb hits its process cap (the loop goes on, sleeping) until the time limit kills all of it:
+    # the autouse fixture checks that none of its processes is left.
+    assert (r.status, r.returncode, r.completed) == ("timeout", None, False)
 
 
-def test_output_flood_is_bounded_and_fast():
-    t0 = time.monotonic()
+def test_output_flood_is_bounded_and_never_blocks_the_program():
     r = run_program("import sys\nfor _ in range(5000):\n    sys.stdout.write('x' * 10000)\nprint('end', file=sys.stderr)",
                     SandboxLimits(timeout_s=5.0, max_output_bytes=1000))
-    assert r.ok and len(r.stdout) == 1000 and r.stderr == "end\n"
-    assert time.monotonic() - t0 < 4.0  # 50 MB read and dropped
+    # 50 MB written: kept to the first 1000 bytes, the rest read and dropped, so the program ran to
+    # its end (status ok, not a timeout blocked on a full pipe) and its stderr is intact.
+    assert (r.status, r.returncode) == ("ok", 0) and len(r.stdout) == 1000 and r.stderr == "end\n"
 
 
 def test_signalling_the_parent_or_the_caller_is_refused():
@@ -380,21 +381,31 @@ for fd in map(int, os.listdir('/proc/self/fd')):
 ctypes.CDLL(None).kill(os.getppid(), 9)
 time.sleep(30)
 """
-    t0 = time.monotonic()
     r = run_program(code, SandboxLimits(timeout_s=3.0))
     # Its parent dies (guards, uid) or shrugs the signal off (namespaces: the namespace's init);
-    # either way the run is not a clean one and the caller is back within the time limit.
+    # either way the caller gets a result back, not the forged clean report, and the autouse
+    # fixture checks that nothing of the run is left.
     assert r.status in ("killed", "timeout", "error") and not r.completed
-    assert time.monotonic() - t0 < 6.0
 
 
-def test_run_programs_keeps_order_and_runs_in_parallel():
-    programs = [f"import time\ntime.sleep(1.0)\nprint({i})" for i in range(4)]
-    t0 = time.monotonic()
+def test_run_programs_keeps_order_and_runs_in_parallel(monkeypatch):
+    # Each run first waits at a barrier of 4: it opens only when the 4 runs are under way together,
+    # so run one at a time the first would never get past it (BrokenBarrierError after the wait).
+    import threading
+
+    from magrpo.sandbox import api
+
+    barrier, real = threading.Barrier(4, timeout=120), api.run_program
+
+    def together(code, limits):
+        barrier.wait()
+        return real(code, limits)
+
+    monkeypatch.setattr(api, "run_program", together)
+    programs = [f"import time\ntime.sleep(0.5)\nprint({i})" for i in range(4)]
     results = run_programs(programs, SandboxLimits(timeout_s=5.0), max_workers=4)
-    elapsed = time.monotonic() - t0
     assert [r.stdout for r in results] == ["0\n", "1\n", "2\n", "3\n"]
-    assert elapsed < 3.0  # one at a time would take at least 4 s
+    assert not barrier.broken
     assert run_programs([]) == []
 
 
@@ -428,9 +439,8 @@ def test_run_tests_setup_and_setup_errors():
 
 def test_run_tests_stops_after_max_timeouts():
     tests = ["assert add(1, 2) == 3"] + ["while True:\n    pass"] * 5 + ["assert add(2, 2) == 4"]
-    t0 = time.monotonic()
     rep = run_tests(CODE, tests, per_test_timeout_s=0.3, max_timeouts=3, limits=FAST)
-    assert time.monotonic() - t0 < 4.0
+    # Stopped after the third timeout: the two loops and the test after them were never run.
     assert (rep.passed, rep.timeouts, rep.failed, rep.total) == (1, 3, 3, 7)
     assert rep.errors == ["timeout after 0.3s"] * 3 + ["not run: stopped after 3 timeouts"] * 3
 

@@ -218,7 +218,7 @@ def test_honest_code_passes_and_wrong_code_fails_wherever_things_are(location, p
     for level, res in out["levels"].items():
         if "verdicts" not in res:
             continue
-        assert res["check"]["level"] == level and res["check"]["seconds"] < 5.0
+        assert res["check"]["level"] == level and res["check"]["seconds"] > 0   # the self-check ran here
         assert res["start_dir"] == "[]", (level, res["start_dir"])   # an empty directory, wherever the trainer lies
         for job, (ok, why) in zip(out["jobs"], res["verdicts"]):
             if job["expect"] == "pass":
@@ -259,7 +259,7 @@ def test_self_check_passes_a_healthy_judge_once_per_process_and_level(monkeypatc
 
     monkeypatch.setattr(selfcheck, "_results", {})
     first = self_check("guards")
-    assert first["level"] == "guards" and 0 < first["seconds"] < 1.0
+    assert first["level"] == "guards" and first["seconds"] > 0   # it ran (and is kept, below)
     assert {"scratch", "tmpdir", "package"} <= set(first)
     assert self_check("guards") == first  # kept: the second call runs nothing
     assert self_check()["level"] == isolation_level()

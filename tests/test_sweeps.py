@@ -1,6 +1,7 @@
 """Sweeps end to end: a real multirun's table matches its runs, a failed job is named and never
-loses the others, W&B groups and names the jobs of a sweep and marks a failed run, the dashboard
-spec built offline, the Optuna example, and the Ray launcher (slow)."""
+loses the others (in this process, and as a process under the joblib launcher), W&B groups and
+names the jobs of a sweep and marks a failed run, the dashboard spec built offline, the Optuna
+example, and the Ray launcher (slow)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def multirun(tmp_path: Path, *overrides: str, timeout: int = 600):
 
 def multirun_here(tmp_path: Path, capsys, *overrides: str):
     """The same sweep run by magrpo-train's main in this process: (exit code, stderr, sweep dir).
-    tests/test_sweep.py and tests/test_failures.py run sweeps as processes."""
+    The joblib test below and tests/test_failures.py run sweeps as processes."""
     from magrpo.train import main
 
     sweep = tmp_path / "sweep"
@@ -93,6 +94,24 @@ def test_a_failing_job_is_named_under_the_table_of_the_others_and_wandb_groups_t
     assert top["models"] == ["builtin:tiny"] and top["cfg"]["algo"]["name"] == "magrpo"
     assert info["exit_code"] == 0
     assert info["metrics"]["eval/*"]["step_metric"] == "step" and info["metrics"]["eval/*"]["max"]
+
+
+def test_multirun_sweep_with_the_joblib_launcher_outlives_a_bad_job(tmp_path):
+    # Two jobs in the launcher's two worker processes, each into its own directory; seed=-1 is a
+    # config error, so that job fails alone (its worker never loads a model), is named at the end,
+    # and the command exits 1.
+    proc, sweep = multirun(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,-1")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "1 of 2 job(s) failed" in proc.stderr and "job 1 (" in proc.stderr
+    assert "seed=-1 is out of range" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    runs = sorted(p.parent for p in Path(sweep).glob("*/summary.json"))
+    assert [(r.name[:2], r.name.rsplit(",", 1)[-1]) for r in runs] == [("0_", "seed=0"), ("1_", "seed=-1")]
+    assert f"  {runs[1].name}: status failed" in proc.stderr         # the report names the failed job's directory
+    good, bad = (json.loads((r / "summary.json").read_text()) for r in runs)
+    assert good["status"] == "finished" and good["config"]["seed"] == 0 and good["steps"] == 2
+    assert bad["status"] == "failed" and "seed=-1" in bad["reason"]
+    assert (sweep / "multirun.yaml").exists()
 
 
 def test_a_run_that_raises_finishes_its_wandb_run_as_failed(make_cfg, tmp_path, monkeypatch):

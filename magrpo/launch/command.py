@@ -1,0 +1,147 @@
+"""The command-line front of every entry point: what a Hydra command (magrpo-train, magrpo-eval) does
+around Hydra, and what a plain argparse command (magrpo-export, magrpo-crossplay) does first."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from magrpo.config import CONF_DIR
+from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
+from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
+from magrpo.launch.override_errors import explain_override_error
+from magrpo.launch.run_dirs import STAMP_RESOLVER, run_dir_follows_output_dir, stamp
+from magrpo.overrides import override_key
+from magrpo.schema import ConfigError
+
+# A Hydra command's job: `job(cfg, taken)`, `taken` being what the command line took up from the run
+# it names (magrpo.run_config.inherit_argv; None when it names none).
+Job = Callable[[DictConfig, Any], Any]
+
+
+def register_resolvers() -> None:
+    """The resolvers conf/ uses: `${magrpo.stamp:}` in the run and sweep directory names and
+    `${magrpo.groups:CONFIG}` in --help. Registering again is harmless."""
+    if not OmegaConf.has_resolver(STAMP_RESOLVER):
+        OmegaConf.register_new_resolver(STAMP_RESOLVER, stamp, use_cache=True)
+    if not OmegaConf.has_resolver(GROUPS_RESOLVER):
+        OmegaConf.register_new_resolver(GROUPS_RESOLVER, help_groups)
+
+
+class HydraJob:
+    """The task function Hydra runs: `job(cfg, taken)`. A launcher that runs jobs in worker processes
+    (joblib, ray, submitit) pickles it and rebuilds it there (`__reduce__`), registering the resolvers
+    in the worker, which resolves the sweep directory before the job starts. Hydra names the job
+    (`hydra.job.name`, in the run directory's path) after the module of `job` (`__wrapped__`)."""
+
+    def __init__(self, job: Job, taken: dict[str, Any] | None = None) -> None:
+        register_resolvers()
+        self.job, self.taken = job, taken
+        self.__wrapped__ = job
+
+    def __call__(self, cfg: DictConfig) -> Any:
+        return self.job(cfg, self.taken)
+
+    def __reduce__(self) -> tuple:
+        return HydraJob, (self.job, self.taken)
+
+
+def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[str]) -> None:
+    """Run `task` as the Hydra app over conf/<config_name>.yaml with the command line `argv`. The one
+    place the process's state is changed for Hydra, and put back after: Hydra reads its command line
+    from sys.argv only (@hydra.main parses sys.argv[1:]), and raises a composition error as an
+    exception (which cli_main words) only with HYDRA_FULL_ERROR=1."""
+    import hydra
+
+    app = hydra.main(config_path=CONF_DIR, config_name=config_name, version_base="1.3")(task)
+    saved_argv, saved_full_error = sys.argv[:], os.environ.get("HYDRA_FULL_ERROR")
+    sys.argv[1:] = argv
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        app()
+    finally:
+        sys.argv[:] = saved_argv
+        if saved_full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full_error
+
+
+def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = None) -> None:
+    """What every Hydra entry point runs on its command line `argv` (default: sys.argv[1:]): register
+    the schemas and resolvers, put the overrides of the run that `resume=`/`checkpoint=` names before
+    the command line's (magrpo.run_config), import the plugins, run `job` as a Hydra app, and turn
+    what Hydra would report with its own words (a mistyped key, an unknown group option) or a
+    traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
+    from magrpo.config import register_schemas
+    from magrpo.run_config import inherit_argv
+
+    quiet_progress_bars()
+    register_resolvers()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
+        argv, taken = inherit_argv(config_name, argv)
+        search = load_cli_plugins(config_name, argv, taken)   # before anything is composed or looked up
+    except ConfigError as e:
+        report(prog, f"config error: {e}")
+        sys.exit(2)
+    register_schemas()
+    argv = run_dir_follows_output_dir([*argv, search] if search else argv)
+    user_full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
+    try:
+        run_hydra(HydraJob(job, taken), config_name, argv)
+    except KeyboardInterrupt as e:
+        run_dir = e.run_dir if isinstance(e, Interrupted) else None
+        print(f"{prog}: {interrupt_report(prog, run_dir, argv)}", file=sys.stderr, flush=True)
+        sys.exit(130)
+    except Exception as e:
+        msg = explain_override_error(e, config_name, argv)
+        if msg is None or user_full_error:
+            raise
+        if taken:
+            runs = ", ".join(f"{d}/.hydra/overrides.yaml" for d in taken)
+            lines = " ".join(next(iter(taken.values()))["lines"])
+            msg += f" (the command line took up the overrides of {runs}: {lines})"
+        report(prog, f"config error: {msg}")
+        sys.exit(2)
+
+
+def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = None) -> str | None:
+    """Import the plugins of a command line (magrpo.plugins): `plugins=[...]` (its own, or taken up
+    from a run), MAGRPO_PLUGINS, the entry points, and the plugins recorded by the run, checkpoint
+    or team that `resume=`/`checkpoint=`/`team=` names. Returns the `hydra.searchpath=[...]`
+    override that adds the plugins' conf directories (None when they name none, or the command
+    line sets the search path itself)."""
+    from magrpo.plugins import conf_dirs, load_plugins, load_recorded, plugins_in_argv
+    from magrpo.run_config import named_runs, recorded_plugins, recorded_searchpath
+
+    paths: list[str] = []
+    for run in named_runs(config_name, argv):      # first: a missing one is named with the run that needs it
+        load_recorded(recorded_plugins(run), run)
+        paths += recorded_searchpath(run)
+    for run, record in (taken or {}).items():       # plugins=[...] taken up from a run's saved overrides
+        load_recorded(plugins_in_argv(record.get("lines", [])), run)
+    load_plugins(plugins_in_argv(argv))
+    paths += [f"file://{d}" for d in conf_dirs()]
+    paths = list(dict.fromkeys(paths))
+    if not paths or any(override_key(a) == "hydra.searchpath" for a in argv):
+        return None
+    return "hydra.searchpath=[" + ",".join(paths) + "]"
+
+
+def parse_plain_cli(parser: Any, argv: list[str] | None) -> Any:
+    """The arguments of a command that is not a Hydra app (magrpo-export, magrpo-crossplay), with
+    the console set up as the Hydra commands set it: INFO lines, no download progress bars."""
+    from magrpo.plugins import add_option, load_option
+
+    add_option(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
+    quiet_progress_bars()
+    load_option(args, parser.prog)
+    return args

@@ -1,0 +1,73 @@
+"""The config groups a user picks from, and their options: --help's list (`${magrpo.groups:CONFIG}`
+in conf/hydra/help/) and the messages for an option that is none."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+from magrpo.config import CONF_DIR
+
+GROUPS_RESOLVER = "magrpo.groups"
+INTERNAL_GROUPS = ("hydra", "schema")      # Hydra's own, and the algorithms' and modes' schema defaults
+# The groups whose options also come from a registry (an entry composes from its schema alone).
+REGISTRIES = {"algo": "magrpo.algos.base:ALGOS", "task": "magrpo.tasks:TASKS", "reward": "magrpo.tasks:TASKS",
+              "feedback": "magrpo.feedback:FEEDBACKS"}
+
+
+def config_groups() -> list[str]:
+    """The user-facing config groups under conf/ (not Hydra's own or the internal schema groups)."""
+    return sorted(p.name for p in Path(CONF_DIR).iterdir() if p.is_dir() and p.name not in INTERNAL_GROUPS)
+
+
+def group_options(group: str) -> list[str]:
+    """The options of config group `group` (its conf/<group>/*.yaml), [] for a key that is no group."""
+    root = Path(CONF_DIR) / group
+    return sorted(p.stem for p in root.glob("*.yaml")) if root.is_dir() else []
+
+
+def all_options(group: str) -> list[str]:
+    """A group's options: its YAML (conf/ and the plugins' conf directories; an experiment's nested
+    ones as paths) and the registered entries that compose from their schema alone."""
+    from magrpo.plugins import conf_dirs
+
+    names: set[str] = set()
+    for root in [Path(CONF_DIR), *map(Path, conf_dirs())]:
+        d = root / group
+        files = d.rglob("*.yaml") if group == "experiment" else d.glob("*.yaml")
+        names |= {f.relative_to(d).with_suffix("").as_posix() for f in files}
+    if group in REGISTRIES:
+        module, _, attr = REGISTRIES[group].partition(":")
+        names |= set(getattr(importlib.import_module(module), attr))
+    return sorted(names)
+
+
+def fold(options: list[str]) -> str:
+    """`paper/agree/{at_grpo, c3}`: nested options under their folder, one entry per folder."""
+    flat = [o for o in options if "/" not in o]
+    nested: dict[str, list[str]] = {}
+    for o in options:
+        if "/" in o:
+            folder, _, leaf = o.rpartition("/")
+            nested.setdefault(folder, []).append(leaf)
+    return ", ".join([*flat, *(f"{folder}/{{{', '.join(leaves)}}}" for folder, leaves in sorted(nested.items()))])
+
+
+def help_groups(config_name: str) -> str:
+    """--help's list of config groups: the user's groups and their options, not the internal ones;
+    a group outside the defaults list is shown with the `+` it needs."""
+    import yaml
+
+    try:
+        defaults = yaml.safe_load((Path(CONF_DIR) / f"{config_name}.yaml").read_text()).get("defaults") or []
+    except (OSError, ValueError, AttributeError):
+        defaults = []
+    in_defaults = {str(next(iter(d))).split("@")[0].removeprefix("override ") for d in defaults if isinstance(d, dict)}
+    lines = []
+    for group in config_groups():
+        options = all_options(group)
+        if not options:
+            continue
+        name = group if group in in_defaults else f"+{group}"
+        lines.append(f"{name}: {fold(options)}")
+    return "\n".join(lines)

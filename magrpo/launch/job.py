@@ -1,0 +1,144 @@
+"""Inside a job: how a failure is reported and what exit code it gets (magrpo.launch), and the one
+line an interrupt (Ctrl-C) ends with."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from magrpo.overrides import override_key
+from magrpo.schema import ConfigError, SetupError
+
+log = logging.getLogger("magrpo")
+
+
+def output_dir(cfg: DictConfig) -> Path:
+    try:
+        return Path(str(cfg.output_dir))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"output_dir cannot be resolved: {str(e).splitlines()[0]}") from None
+
+
+def quiet_progress_bars() -> None:
+    """HF's per-file progress bars (every checkpoint save and load) drown the training log."""
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+
+
+# -- reporting -----------------------------------------------------------------------------------
+
+
+def _file_log(level: int, msg: str) -> None:
+    """Into the run's log file only: the console already got the message on stderr."""
+    record = log.makeRecord(log.name, level, __file__, 0, msg, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(record)
+
+
+def report(prog: str, msg: str) -> None:
+    print(f"{prog}: {msg}", file=sys.stderr, flush=True)
+    _file_log(logging.ERROR, msg)
+
+
+def _job() -> tuple[bool, str]:
+    """(in a multirun, a name for this job)."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    if not HydraConfig.initialized():
+        return False, ""
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN:
+        return False, ""
+    overrides = OmegaConf.select(hc, "job.override_dirname", default="")
+    return True, f"job {OmegaConf.select(hc, 'job.num', default='?')}" + (f" ({overrides})" if overrides else "")
+
+
+def as_setup_error(fn: Callable[[], Any]) -> Any:
+    """Run a set-up step; an unexpected exception becomes a SetupError that says what it was (the
+    traceback is kept in summary.json)."""
+    try:
+        return fn()
+    except (ConfigError, SetupError):
+        raise
+    except Exception as e:
+        raise SetupError(f"{type(e).__name__}: {e}") from e
+
+
+def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
+    """`fn(cfg)` as a Hydra job, failing as magrpo.launch says. Returns fn's result, or None for a
+    failed job of a multirun. An interrupt leaves as `Interrupted`, naming the job's run directory."""
+    multirun, name = _job()
+    where = f"{name}: " if multirun else ""
+    try:
+        run_dir: Path | None = output_dir(cfg)
+    except ConfigError:
+        run_dir = None
+    try:
+        return fn(cfg)
+    except KeyboardInterrupt:
+        raise Interrupted(run_dir) from None
+    except ConfigError as e:
+        report(prog, f"{where}config error: {e}")
+        code = 2
+    except SetupError as e:
+        report(prog, f"{where}setup error: {e}")
+        code = 1
+    except Exception as e:
+        if not multirun:
+            raise
+        _file_log(logging.ERROR, "".join(traceback.format_exception(e)))
+        report(prog, f"{where}failed: {type(e).__name__}: {e}")
+        return None
+    if multirun:
+        return None
+    sys.exit(code)
+
+
+# -- interrupts ----------------------------------------------------------------------------------
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a job, carrying the job's run directory out to the command (cli_main), which
+    ends with interrupt_report's line."""
+
+    def __init__(self, run_dir: Path | None = None) -> None:
+        super().__init__(run_dir)
+        self.run_dir = run_dir
+
+
+def interrupt_report(prog: str, run_dir: Path | None, argv: list[str]) -> str:
+    """One line for Ctrl-C: the step reached, the status recorded and the exact resume command
+    (the run's saved overrides, else the command line's `argv`)."""
+    import shlex
+
+    from magrpo.tracking import read_status
+
+    if run_dir is None:
+        return "interrupted before a run started; nothing was written"
+    status, summary = read_status(run_dir)
+    where = f"interrupted at step {summary.get('steps', 0)}; {run_dir}/summary.json says {status}"
+    try:
+        from magrpo.checkpoint import resolve
+
+        ckpt = resolve(run_dir, "resume")
+    except Exception:
+        return f"{where}; no checkpoint was saved, so it cannot be resumed (save_every=N saves one every N steps)"
+    try:
+        import yaml
+
+        given = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, ValueError):
+        given = [a for a in argv if not a.startswith("-")]
+    keep = [o for o in given if override_key(o) not in ("resume", "hydra.run.dir", "output_dir")]
+    cmd = shlex.join([prog, *keep, f"resume={run_dir}", f"hydra.run.dir={run_dir}"])
+    return f"{where} (checkpoint {Path(ckpt).name}); resume with: {cmd}"

@@ -1,0 +1,114 @@
+"""Our one line for an override Hydra cannot apply (a mistyped key, an unknown group option, a sweep
+value in a single run...), in place of Hydra's own words: cli_main and magrpo.experiment report it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from magrpo.config import CONF_DIR
+from magrpo.launch.groups import all_options, config_groups, fold, group_options
+from magrpo.overrides import override_key
+from magrpo.schema import did_you_mean
+
+
+def _overrides(argv: list[str]) -> list[str]:
+    return [a for a in argv if not a.startswith("-")]
+
+
+def explain_override_error(exc: BaseException, config_name: str, argv: list[str]) -> str | None:
+    """Our message for an override Hydra could not apply, or None for anything else."""
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+
+    if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
+        group, _, bad = exc.missing_cfg_file.rpartition("/")
+        top = group.split("/")[0]
+        if "/" in group and (Path(CONF_DIR) / top).is_dir():       # a nested option: experiment=paper/covr/magrpo
+            value = exc.missing_cfg_file[len(top) + 1:]
+            options = all_options(top)
+            folder = value.rpartition("/")[0]
+            while folder and not any(o.startswith(folder + "/") for o in options):
+                folder = folder.rpartition("/")[0]
+            shown = [o for o in options if o.startswith(folder + "/")] if folder else options
+            return (f"{top}={value!r} is not an option of the config group {top!r}; choose one of: {fold(shown)}"
+                    f"{did_you_mean(value, options)}")
+        return (f"{group}={bad!r} is not an option of the config group {group!r}; choose one of: "
+                f"{', '.join(exc.options)}{did_you_mean(bad, exc.options)}")
+    if isinstance(exc, OverrideParseException):
+        return (f"cannot parse the overrides ({str(exc).splitlines()[0]}); quote values with brackets, "
+                f"commas or spaces, e.g. task.data.eval_split='test[:32]'")
+    if isinstance(exc, ValueError) and str(exc).startswith("Config group override must be"):
+        for arg in _overrides(argv):
+            group, _, value = arg.lstrip("+~").partition("=")
+            options = group_options(group)
+            if options and value not in options:
+                return (f"{group}={value!r} is not an option of the config group {group!r}; choose one of: "
+                        f"{', '.join(options)}{did_you_mean(value, options)}")
+        return None
+    if isinstance(exc, ConfigCompositionException):
+        msg = _composition_message(str(exc))
+        if msg is not None:
+            return msg
+    key = getattr(exc.__cause__, "full_key", None)
+    if isinstance(exc, ConfigCompositionException) and key:
+        m = re.match(r"Could not override '([^']+)'", str(exc))
+        typed = m.group(1) if m else key
+        parent, _, leaf = typed.rpartition(".")
+        allowed = _keys_at(config_name, [a for a in _overrides(argv) if override_key(a) != typed],
+                           parent)
+        if leaf in allowed:     # defined only by an option the sweep chooses per job (an experiment's key)
+            return (f"{typed!r} is not in conf/{config_name}.yaml: only an option chosen per job of this sweep "
+                    f"defines it, and Hydra checks command-line keys before it chooses; write ++{typed}=VALUE "
+                    f"to set it in every job")
+        where = f"in {parent}" if parent else "at the top level"
+        listing = f"; keys allowed {where}: {', '.join(allowed)}" if allowed else ""
+        return f"unknown config key {typed!r}{listing}{did_you_mean(leaf, allowed)}"
+    return None
+
+
+def _composition_message(text: str) -> str | None:
+    """Our line for the composition errors Hydra words as advice: a sweep value in a single run, and
+    a group that is not in the defaults list (`recipe=cover`, `experiment/paper/agree=magrpo`)."""
+    m = re.match(r"Ambiguous value for argument '([^']*)'", text)
+    if m:
+        line = m.group(1)
+        key, _, value = line.partition("=")
+        return (f"{line!r} gives several values, which is a sweep; a single run takes one value: run "
+                f"`-m {line}` to sweep over them, write {key}=[{value}] for a list or {key}='{value}' for a string")
+    m = re.match(r"Could not override '([^']*)'\. No match in the defaults list", text)
+    if m:
+        group = m.group(1)
+        root, _, rest = group.partition("/")
+        options = group_options(group)
+        if rest and (Path(CONF_DIR) / root).is_dir():
+            return (f"{group!r} is no config group of its own: the options under conf/{group}/ belong to the group "
+                    f"{root!r}; write {root}={rest}/OPTION (e.g. {root}={rest}/{options[0] if options else '...'})")
+        if options:
+            return (f"the config group {group!r} is not in the defaults, so it cannot be replaced; add it with "
+                    f"+{group}=OPTION (one of: {', '.join(options)})")
+        return f"{group!r} is not a config group; the groups are: {', '.join(config_groups())}"
+    return None
+
+
+def _keys_at(config_name: str, overrides: list[str], dotted: str) -> list[str]:
+    """Keys of the node `dotted` of the config composed with `overrides` (sweep values: the first);
+    [] when that cannot be composed."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        single = [o.input_line if not o.is_sweep_override() else
+                  f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" for o in parsed]
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+            cfg = compose(config_name=config_name, overrides=single)
+        node = OmegaConf.select(cfg, dotted) if dotted else cfg
+    except Exception:
+        return []
+    finally:
+        GlobalHydra.instance().clear()
+    return sorted(str(k) for k in node.keys()) if OmegaConf.is_dict(node) else []
