@@ -70,7 +70,7 @@ def test_the_listener_hears_only_a_symbol_of_the_speakers_first_letter():
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["task=agree", "task.num_options=9"], "task.num_options=9"),
+    (["task=agree", "task.num_options=17"], "task.num_options=17"),
     (["task=cover", "task.needed=bz"], "task.needed='bz'"),
     (["task=cover", "agents.num_agents=5"], "accepts 1 to 4"),
     (["task=signal", "agents.num_agents=3"], "accepts 1 or 2"),
