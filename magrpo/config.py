@@ -17,7 +17,16 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from magrpo.sandbox.limits import ISOLATION_CHOICES
-from magrpo.schema import ConfigError, at_least, check_values, did_you_mean, option, positive, within
+from magrpo.schema import (
+    ConfigError,
+    at_least,
+    check_values,
+    did_you_mean,
+    option,
+    positive,
+    warn_renamed,
+    within,
+)
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
 DEVICES = "cpu, cuda, cuda:N, mps"
@@ -432,6 +441,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         typed.algo = algo_node
         typed.feedback = feedback_node
 
+    _fold_renamed_keys(typed)
     check_values(typed, schema)
     check_values(algo_node, algo_schema, "algo.")
     check_values(feedback_node, feedback_schema, "feedback.")
@@ -455,6 +465,17 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     elif typed.resume:
         _validate_resume(typed)
     return typed
+
+
+def _fold_renamed_keys(cfg: DictConfig) -> None:
+    """Deprecated aliases, honoured for one release: each warns, naming the old key and the new one,
+    and its value moves to the new key (which the rest of the code reads)."""
+    alias = cfg.algo.get("eval_every")
+    if alias is not None:                 # the evaluation cadence of a training run is eval.every
+        warn_renamed("algo.eval_every", "eval.every",
+                     f" (algo.eval_every={alias} overrides eval.every={cfg.eval.every})"
+                     if cfg.eval.every != alias and cfg.eval.every != EvalSchema.every else "")
+        cfg.eval.every = alias
 
 
 def _resolved(node: DictConfig) -> dict:

@@ -121,3 +121,14 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
     cross_check = getattr(schema, "check_node", None)
     if cross_check is not None:
         cross_check(node, prefix)
+
+
+def warn_renamed(old: str, new: str, why: str = "") -> None:
+    """A renamed config key or public name, still honoured for one release: a DeprecationWarning and
+    a log line, both naming the old and the new name."""
+    import logging
+    import warnings
+
+    message = f"{old} is deprecated (removed in the next release): use {new} instead{why}"
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    logging.getLogger("magrpo").warning(message)

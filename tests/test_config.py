@@ -202,7 +202,7 @@ def test_an_override_bundle_names_only_schema_keys(path):
                 merged[k] = {**merged.get(k, {}), **v} if isinstance(v, dict) else v
         return merged
 
-    defaults = {**entry_defaults("train"), **entry_defaults("eval"), "tune": {}, "experiment": None,
+    defaults = {**entry_defaults("eval"), **entry_defaults("train"), "tune": {}, "experiment": None,
                 **{g: defaults_of(s) for g, s in GROUP_SCHEMAS.items()},
                 "algo": union("algo", ALGOS), "feedback": union("feedback", FEEDBACKS),
                 "task": union("task", TASKS), "reward": {**union("reward", TASKS), **_schema_node("reward_functions",
@@ -227,3 +227,18 @@ def test_comparison_recipes_sweep_every_algorithm_with_one_budget(make_cfg, task
         assert cfg.task.name == task and cfg.algo.name == algo
         budgets.add((cfg.algo.batch_size, cfg.algo.num_generations))
     assert len(budgets) == 1
+
+
+def test_eval_every_is_the_evaluation_cadence(make_cfg, recwarn):
+    cfg = validate(make_cfg(["eval.every=3"]))
+    assert cfg.eval.every == 3 and not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+    assert validate(make_cfg()).eval.every == 20           # EvalSchema's default
+
+
+@pytest.mark.parametrize("extra", [[], ["experiment=paper/tldr/magrpo", "scale=tiny"]])
+def test_algo_eval_every_is_a_deprecated_alias_of_eval_every(make_cfg, extra):
+    """algo.eval_every (the old key) still sets the cadence, over a recipe's eval.every too, and warns
+    naming both keys."""
+    with pytest.warns(DeprecationWarning, match=r"algo\.eval_every is deprecated.*use eval\.every"):
+        cfg = validate(make_cfg([*extra, "algo.eval_every=0"]))
+    assert cfg.eval.every == 0

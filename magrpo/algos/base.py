@@ -56,7 +56,7 @@ class AlgoConfig:
     # that cannot continue a shared key/value cache falls back with one log line).
     share_prompt: bool = True
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
-    eval_every: int = at_least(0, 20, " (0 = only before and after training)")
+    eval_every: int | None = option(None, check=lambda v: v is None or v >= 0, allowed=">= 0")  # deprecated: eval.every
     # The turn tree (magrpo/turns.py): T turns with feedback between them (the `feedback` group).
     num_turns: int = at_least(1, 1)
     discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
