@@ -457,6 +457,9 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     from magrpo.algos.base import check_tree
 
     check_tree(typed, ALGOS[algo_name].team(typed).num_agents)
+    # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
+    # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
+    # whole typed config across groups (this algorithm with that task, topology, team).
     algo_check = getattr(ALGOS[algo_name], "check_config", None)
     if algo_check is not None:
         algo_check(typed, task_cls)

@@ -5,6 +5,8 @@ An algorithm is a class registered by name (`@register_algo("ippo")`) that decla
     (the YAML under conf/algo/ holds only what differs from them);
   * `team(cfg)`: the team it needs -- how many policies, whether each needs a frozen reference,
     and whether the task is posed in its multi-agent or single-agent form;
+  * optionally `check_config(cfg, task_cls)`, a classmethod: checks ACROSS groups of the typed config
+    (this algorithm with that task, topology or team); one node's own keys: its schema's `check_node`;
 and, once built from (cfg, agents, task), offers
   * `step(items) -> metrics` for one update on a batch of items, and
   * `state_dict()` / `load_state_dict()` covering every optimizer, scheduler, critic and
