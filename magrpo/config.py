@@ -98,7 +98,7 @@ class AgentsSchema:
     num_agents: int = at_least(1, 2)
     share_base: bool = False             # one base model, one LoRA adapter per agent (a LoRA per role)
     share_policy: bool = False           # one model and one optimizer play every role (a shared policy)
-    gradient_checkpointing: bool = False  # alias of hardware.gradient_checkpointing (either turns it on)
+    gradient_checkpointing: bool | None = None   # deprecated alias of hardware.gradient_checkpointing
     models: list[ModelSchema] = field(default_factory=list)
 
 
@@ -479,6 +479,10 @@ def _fold_renamed_keys(cfg: DictConfig) -> None:
                      f" (algo.eval_every={alias} overrides eval.every={cfg.eval.every})"
                      if cfg.eval.every != alias and cfg.eval.every != EvalSchema.every else "")
         cfg.eval.every = alias
+    alias = cfg.agents.get("gradient_checkpointing")
+    if alias is not None:                 # a memory choice: hardware.gradient_checkpointing
+        warn_renamed("agents.gradient_checkpointing", "hardware.gradient_checkpointing")
+        cfg.hardware.gradient_checkpointing = alias
 
 
 def _resolved(node: DictConfig) -> dict:

@@ -146,12 +146,19 @@ def _drift(data: dict, defaults: dict, prefix: str, duplicates: bool = True) -> 
     return problems
 
 
+def _is_global(path: Path) -> bool:
+    return path.read_text().startswith("# @package _global_")
+
+
 def _schema_entry(group: str, path: Path) -> str:
-    """The schema option an option of `group` starts from (its `/schema/<group>@_here_: NAME`)."""
+    """The schema option an option of `group` starts from (its `/schema/<group>@_here_: NAME`, or
+    `@<group>` in a `_global_` option, such as a large model's agents preset that also sets
+    hardware.gradient_checkpointing)."""
+    package = group if _is_global(path) else "_here_"
     for entry in _yaml(path).get("defaults") or []:
-        if isinstance(entry, dict) and f"/schema/{group}@_here_" in entry:
-            return entry[f"/schema/{group}@_here_"]
-    raise AssertionError(f"{path}: its defaults list does not start from `/schema/{group}@_here_: ...`, so its "
+        if isinstance(entry, dict) and f"/schema/{group}@{package}" in entry:
+            return entry[f"/schema/{group}@{package}"]
+    raise AssertionError(f"{path}: its defaults list does not start from `/schema/{group}@{package}: ...`, so its "
                          f"defaults would not come from the schema dataclass")
 
 
@@ -160,9 +167,13 @@ def test_a_group_option_holds_only_what_differs_from_its_schema(group, option):
     """Each default lives in one place, the schema dataclass: an option under conf/<group>/ starts
     from the schema's defaults (`/schema/<group>@_here_`) and holds only what differs. A value equal
     to the schema's default is a duplicate that could drift; a key the schema lacks is a typo."""
+    from magrpo.config import GROUP_SCHEMAS, defaults_of
+
     path = Path(CONF_DIR) / group / f"{option}.yaml"
     defaults = _schema_node(group, _schema_entry(group, path))
     data = {k: v for k, v in _yaml(path).items() if k != "defaults"}
+    if _is_global(path):          # its own node under `group`, and other groups' nodes it sets
+        defaults = {**{g: defaults_of(s) for g, s in GROUP_SCHEMAS.items()}, group: defaults}
     assert not _drift(data, defaults, f"{group}/{option}.yaml: "), _drift(data, defaults, f"{group}/{option}.yaml: ")
 
 
@@ -242,3 +253,37 @@ def test_algo_eval_every_is_a_deprecated_alias_of_eval_every(make_cfg, extra):
     with pytest.warns(DeprecationWarning, match=r"algo\.eval_every is deprecated.*use eval\.every"):
         cfg = validate(make_cfg([*extra, "algo.eval_every=0"]))
     assert cfg.eval.every == 0
+
+
+def test_gradient_checkpointing_is_a_hardware_key(make_cfg, recwarn):
+    assert validate(make_cfg(["hardware.gradient_checkpointing=true"])).hardware.gradient_checkpointing
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+    # a large model's preset turns it on under the canonical key, whichever hardware option comes with it
+    full = make_cfg(["agents=qwen3_1.7b", "hardware=gpu"])
+    assert full.hardware.gradient_checkpointing is True and full.agents.gradient_checkpointing is None
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_agents_gradient_checkpointing_is_a_deprecated_alias(make_cfg, value):
+    """The old key still decides, as a preset's value did (false turns a preset's checkpointing
+    off), and warns naming both keys."""
+    preset = [] if value else ["agents=qwen3_1.7b", "agents.models.0.name_or_path=builtin:tiny"]
+    with pytest.warns(DeprecationWarning, match=r"agents\.gradient_checkpointing is deprecated.*"
+                                                r"use hardware\.gradient_checkpointing"):
+        cfg = validate(make_cfg([*preset, f"agents.gradient_checkpointing={str(value).lower()}"]))
+    assert cfg.hardware.gradient_checkpointing is value
+
+
+def test_a_checkpoint_saved_with_agents_gradient_checkpointing_resumes_and_evaluates(make_cfg):
+    """A run saved before the key moved (agents.gradient_checkpointing: true, the hardware key false)
+    matches today's config of the same run (hardware.gradient_checkpointing: true, the alias null):
+    neither the resume check nor magrpo-eval's agents check sees a change."""
+    from omegaconf import OmegaConf
+
+    from magrpo.checkpoint import AGENT_KEYS, AGENT_KEYS_FREE, config_changes
+
+    now = OmegaConf.to_container(validate(make_cfg(["hardware.gradient_checkpointing=true"])), resolve=True)
+    saved = OmegaConf.to_container(validate(make_cfg()), resolve=True)
+    saved["agents"]["gradient_checkpointing"], saved["hardware"]["gradient_checkpointing"] = True, False
+    assert config_changes(saved, now) == []
+    assert config_changes(saved, now, only=AGENT_KEYS, free=AGENT_KEYS_FREE) == []
