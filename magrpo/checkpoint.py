@@ -44,7 +44,8 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 MAY_CHANGE_ON_RESUME = ("max_steps", "resume", "output_dir", "save_every", "save_final", "logger", "eval", "plugins",
                         "algo.eval_every", "algo.micro_batch_size", "hardware", "agents.gradient_checkpointing",
                         "sandbox")
-# What magrpo-eval checks of a checkpoint it loads into the agents it builds.
+# What magrpo-eval checks of a checkpoint it loads into the agents it builds (agents.gradient_checkpointing:
+# the deprecated alias of hardware.gradient_checkpointing, which checkpoints saved before it moved hold).
 AGENT_KEYS = ("agents",)
 AGENT_KEYS_FREE = ("agents.gradient_checkpointing",)
 

@@ -17,7 +17,16 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from magrpo.sandbox.limits import ISOLATION_CHOICES
-from magrpo.schema import ConfigError, at_least, check_values, did_you_mean, option, positive, within
+from magrpo.schema import (
+    ConfigError,
+    at_least,
+    check_values,
+    did_you_mean,
+    option,
+    positive,
+    warn_renamed,
+    within,
+)
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
 DEVICES = "cpu, cuda, cuda:N, mps"
@@ -87,10 +96,10 @@ class ModelSchema:
 @dataclass
 class AgentsSchema:
     num_agents: int = at_least(1, 2)
-    models: list[ModelSchema] = field(default_factory=list)
     share_base: bool = False             # one base model, one LoRA adapter per agent (a LoRA per role)
     share_policy: bool = False           # one model and one optimizer play every role (a shared policy)
-    gradient_checkpointing: bool = False  # alias of hardware.gradient_checkpointing (either turns it on)
+    gradient_checkpointing: bool | None = None   # deprecated alias of hardware.gradient_checkpointing
+    models: list[ModelSchema] = field(default_factory=list)
 
 
 @dataclass
@@ -244,14 +253,44 @@ class EvalRunSchema(TrainSchema):
     split: str = option("eval", choices=["eval", "train"])
 
 
-def register_schemas() -> None:
-    """Give Hydra every algorithm's defaults, from its schema, as `schema/algo/<name>`. Every entry
-    point calls it first (launch.cli_main), and so must code that composes `conf/` with Hydra's
-    compose API (the tests' conftest does); calling it again is harmless.
+# The top-level keys of each entry point's own config (conf/train.yaml, conf/eval.yaml): the rest of
+# its schema are the config groups, or keys the other entry point reads (magrpo-eval does not train).
+ENTRY_KEYS = {
+    "train": ("seed", "plugins", "max_steps", "resume", "save_every", "save_final", "output_dir", "label",
+              "optimized_metric", "eval", "sandbox"),
+    "eval": ("seed", "plugins", "methods", "checkpoint", "team", "split", "output_dir", "label", "eval", "sandbox"),
+}
 
-    Each conf/algo/<name>.yaml starts from them (`defaults: [/schema/algo@_here_: <name>]`) and
-    holds only what differs, so the dataclass stays the one source of defaults while
-    `algo.KEY=VALUE` overrides work on the command line. Stored untyped: values are checked by
+# The config groups whose every option has one schema (the others' schema is the option's entry:
+# an algorithm's, a feedback mode's, a task's and its reward's, stored under schema/<group>/<name>).
+GROUP_SCHEMAS = {"agents": AgentsSchema, "optimizer": OptimizerSchema, "hardware": HardwareSchema,
+                 "logger": LoggerSchema}
+
+
+def defaults_of(schema: type) -> dict:
+    """A schema's defaults as plain data (nested schemas as dicts, MISSING as '???')."""
+    return OmegaConf.to_container(OmegaConf.structured(schema))
+
+
+def entry_defaults(entry: str) -> dict:
+    """The defaults conf/<entry>.yaml starts from (`schema/entry@_here_: <entry>`): its top-level keys,
+    eval.* and sandbox.*, from TrainSchema / EvalRunSchema."""
+    full = defaults_of(EvalRunSchema if entry == "eval" else TrainSchema)
+    node = {k: full[k] for k in ENTRY_KEYS[entry]}
+    if entry == "eval":
+        node["eval"].pop("every")         # a training run's evaluation cadence: magrpo-eval does not train
+    return node
+
+
+def register_schemas() -> None:
+    """Give Hydra every config node's defaults, from its schema dataclass, as `schema/<group>/<name>`.
+    Every entry point calls it first (launch.cli_main), and so must code that composes `conf/` with
+    Hydra's compose API (the tests' conftest does); calling it again is harmless.
+
+    Each option under conf/<group>/ starts from them (`defaults: [/schema/<group>@_here_: <name>]`,
+    e.g. conf/algo/magrpo.yaml) and holds only what differs, so the dataclass stays the one source of
+    defaults while `group.KEY=VALUE` overrides work on the command line; conf/train.yaml and
+    conf/eval.yaml start from `schema/entry` the same way. Stored untyped: values are checked by
     `validate`, whose messages name the key, the value and what is allowed.
     """
     from hydra.core.config_store import ConfigStore
@@ -259,25 +298,35 @@ def register_schemas() -> None:
     from magrpo.algos import ALGOS
     from magrpo.feedback import FEEDBACKS
     from magrpo.paper_grid import register_aliases
-    from magrpo.tasks import TASKS, RewardConfig
+    from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
 
     store = ConfigStore.instance()
+    for entry in ENTRY_KEYS:
+        store.store(group="schema/entry", name=entry, node=entry_defaults(entry))
+    for group, schema in GROUP_SCHEMAS.items():
+        store.store(group=f"schema/{group}", name="default", node=defaults_of(schema))
     for name, cls in ALGOS.items():
-        node = {**OmegaConf.to_container(OmegaConf.structured(cls.config_schema)), "name": name}
+        node = {**defaults_of(cls.config_schema), "name": name}
         store.store(group="schema/algo", name=name, node=node)
         _offer(store, "algo", name, node)         # algo=NAME works without a conf/algo/NAME.yaml (a plugin's)
     for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
-        node = {**OmegaConf.to_container(OmegaConf.structured(cls.config_schema)), "mode": name}
+        node = {**defaults_of(cls.config_schema), "mode": name}
         store.store(group="schema/feedback", name=name, node=node)
         _offer(store, "feedback", name, node)
     # The keys every task's reward node has (reward.fn, fns, weights, max: magrpo.rewards), under
-    # whichever conf/reward/<task>.yaml the run picks: train.yaml and eval.yaml compose it first.
-    store.store(group="schema/reward", name="functions",
-                node=OmegaConf.to_container(OmegaConf.structured(RewardConfig)))
+    # whichever conf/reward/<task>.yaml the run picks (a plugin's too, if it does not start from its
+    # schema/reward/<task>): train.yaml and eval.yaml compose it first.
+    store.store(group="schema/reward_functions", name="default", node=defaults_of(RewardConfig))
     for name, cls in TASKS.items():        # task=NAME from its schema dataclasses alone (a plugin's task)
-        task = OmegaConf.to_container(OmegaConf.structured(cls.config_schema)) if cls.config_schema else {}
-        reward = OmegaConf.to_container(OmegaConf.structured(cls.reward_schema)) if cls.reward_schema else {}
-        _offer(store, "task", name, {**task, "name": name})
+        task = {"name": name, **(defaults_of(cls.config_schema) if cls.config_schema else {})}
+        task["name"] = name               # first, and the registered name (coophumaneval shares humaneval's schema)
+        reward_schema = reward_schema_of(cls)
+        reward = defaults_of(reward_schema) if reward_schema else {}
+        if "name" in reward:
+            reward["name"] = name
+        store.store(group="schema/task", name=name, node=task)
+        store.store(group="schema/reward", name=name, node=reward)
+        _offer(store, "task", name, task)
         _offer(store, "reward", name, reward)
     register_aliases(store)            # experiment=paper/<task>/<row>: the deprecated form of recipe= method=
 
@@ -394,6 +443,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         typed.algo = algo_node
         typed.feedback = feedback_node
 
+    _fold_renamed_keys(typed)
     check_values(typed, schema)
     check_values(algo_node, algo_schema, "algo.")
     check_values(feedback_node, feedback_schema, "feedback.")
@@ -409,6 +459,9 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     from magrpo.algos.scaffold import check_tree
 
     check_tree(typed, ALGOS[algo_name].team(typed).num_agents)
+    # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
+    # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
+    # whole typed config across groups (this algorithm with that task, topology, team).
     algo_check = getattr(ALGOS[algo_name], "check_config", None)
     if algo_check is not None:
         algo_check(typed, task_cls)
@@ -417,6 +470,21 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     elif typed.resume:
         _validate_resume(typed)
     return typed
+
+
+def _fold_renamed_keys(cfg: DictConfig) -> None:
+    """Deprecated aliases, honoured for one release: each warns, naming the old key and the new one,
+    and its value moves to the new key (which the rest of the code reads)."""
+    alias = cfg.algo.get("eval_every")
+    if alias is not None:                 # the evaluation cadence of a training run is eval.every
+        warn_renamed("algo.eval_every", "eval.every",
+                     f" (algo.eval_every={alias} overrides eval.every={cfg.eval.every})"
+                     if cfg.eval.every != alias and cfg.eval.every != EvalSchema.every else "")
+        cfg.eval.every = alias
+    alias = cfg.agents.get("gradient_checkpointing")
+    if alias is not None:                 # a memory choice: hardware.gradient_checkpointing
+        warn_renamed("agents.gradient_checkpointing", "hardware.gradient_checkpointing")
+        cfg.hardware.gradient_checkpointing = alias
 
 
 def _resolved(node: DictConfig) -> dict:

@@ -10,8 +10,10 @@ defines a key also defines its range:
 
 `check_values` walks a typed config against its schema and raises `ConfigError` naming the key,
 the bad value and what is allowed. Floats must be finite unless a field says otherwise. A schema
-may also define `check_node(node, prefix)` (a staticmethod) for checks across keys, such as a
-band whose lower bound must stay below its upper bound. A subclass that only changes a default
+may also define `check_node(node, prefix)` (a staticmethod) for checks across the keys of that one
+node, such as a band whose lower bound must stay below its upper bound. (Checks across config
+groups, e.g. an algorithm that needs a task's per-agent rewards, are not a schema's: they are an
+algorithm's classmethod `check_config(cfg, task_cls)`, called by config.validate.) A subclass that only changes a default
 (`min_tokens: int = 128`) keeps the check its parent declared for that field.
 """
 
@@ -117,7 +119,21 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
         check = meta.get("check")
         if check is not None and (value is None or not check(value)):
             raise ConfigError(f"{key}={value!r} is out of range; it must be {meta.get('allowed') or 'valid'}")
-    # Checks that involve several keys (an inverted band, min > max) live on the schema itself.
+    # Checks that involve several keys of this one node (an inverted band, min > max) live on the
+    # schema itself: a static `check_node(node, prefix)`. Checks across groups (an algorithm that
+    # needs a task's per-agent rewards) are the algorithm's classmethod `check_config(cfg, task_cls)`,
+    # which config.validate calls once the whole config is typed.
     cross_check = getattr(schema, "check_node", None)
     if cross_check is not None:
         cross_check(node, prefix)
+
+
+def warn_renamed(old: str, new: str, why: str = "") -> None:
+    """A renamed config key or public name, still honoured for one release: a DeprecationWarning and
+    a log line, both naming the old and the new name."""
+    import logging
+    import warnings
+
+    message = f"{old} is deprecated (removed in the next release): use {new} instead{why}"
+    warnings.warn(message, DeprecationWarning, stacklevel=3)
+    logging.getLogger("magrpo").warning(message)

@@ -40,8 +40,8 @@ SHORT = ["task=length_ratio", "algo.max_new_tokens=32", "algo.batch_size=2", "al
 # qwen2.5_coder_3b preset with the base replaced by a builtin shape. The preset turns gradient
 # checkpointing on; the plain cases turn it off so that the checkpointing case differs by it alone.
 LORA = ["agents=qwen2.5_coder_3b"]
-NO_CKPT = ["agents.gradient_checkpointing=false", "hardware.gradient_checkpointing=false"]
-CKPT = ["agents.gradient_checkpointing=true", "hardware.gradient_checkpointing=true", "algo.micro_batch_size=1"]
+NO_CKPT = ["hardware.gradient_checkpointing=false"]
+CKPT = ["hardware.gradient_checkpointing=true", "algo.micro_batch_size=1"]
 CASES: dict[str, list[str]] = {
     "1.7b-lora": [*LORA, "agents.models.0.name_or_path=builtin:qwen3-1.7b-shape", *NO_CKPT],
     "1.7b-lora-beta": [*LORA, "agents.models.0.name_or_path=builtin:qwen3-1.7b-shape", *NO_CKPT, "algo.beta=0.04"],

@@ -11,20 +11,19 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from magrpo.tasks import RewardConfig
 from magrpo.tasks.coding import CodingRewardConfig, CodingTask, CodingTaskConfig, HumanEvalTask, MBPPTask
 from magrpo.tasks.coding.data import normalize, source_segments, split_check, split_prompt
+from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_task(cls, name: str, **data):
-    cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), OmegaConf.load(ROOT / f"conf/task/{name}.yaml"))
+    composed = compose_cfg([f"task={name}"])      # conf/task/<name>.yaml and conf/reward/<name>.yaml
+    cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), composed.task)
     for k, v in data.items():
         cfg.data[k] = v
-    reward_yaml = OmegaConf.load(ROOT / f"conf/reward/{name}.yaml")
-    base = [OmegaConf.load(ROOT / f"conf/reward/{d}.yaml") for d in reward_yaml.pop("defaults", []) if d != "_self_"]
-    rcfg = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), *base, reward_yaml)
+    rcfg = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), composed.reward)
     return cls(cfg, rcfg)
 
 
@@ -200,7 +199,8 @@ def test_coophumaneval_offline_stops_with_data_unavailable(tmp_path):
         "from omegaconf import OmegaConf\n"
         "from magrpo.tasks.coding import CoopHumanEvalTask, CodingTaskConfig, CodingRewardConfig\n"
         "from magrpo.tasks.data import DataUnavailableError\n"
-        "cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), OmegaConf.load('conf/task/coophumaneval.yaml'))\n"
+        "from tests.conftest import compose_cfg\n"
+        "cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), compose_cfg(['task=coophumaneval']).task)\n"
         "task = CoopHumanEvalTask(cfg, OmegaConf.structured(CodingRewardConfig))\n"
         "try:\n    task.load('train')\nexcept DataUnavailableError as e:\n    print('UNAVAILABLE', e)\n"
     )
@@ -213,15 +213,13 @@ def test_coophumaneval_offline_stops_with_data_unavailable(tmp_path):
 
 
 def test_yaml_files_match_the_schemas():
-    # the reward-function keys every task shares (RewardConfig) come from train.yaml/eval.yaml, not this file
-    shared = set(OmegaConf.structured(RewardConfig))
-    assert set(OmegaConf.load(ROOT / "conf/reward/humaneval.yaml")) == set(OmegaConf.structured(CodingRewardConfig)) - shared
+    # every coding reward is the schema's defaults, under the task's name (conf/reward/<task>.yaml
+    # repeats nothing: it starts from /schema/reward/<task>)
     for name in ("humaneval", "coophumaneval", "mbpp"):
         task = make_task(CodingTask, name)
         assert task.cfg.name == name and task.reward_cfg.name == name
-    # the other coding rewards repeat nothing: they start from humaneval's and rename it
-    for name in ("coophumaneval", "mbpp"):
-        assert set(OmegaConf.load(ROOT / f"conf/reward/{name}.yaml")) == {"defaults", "name"}
+        assert task.reward_cfg == OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), {"name": name})
+        assert set(OmegaConf.load(ROOT / f"conf/reward/{name}.yaml")) == {"defaults"}
 
 
 def test_source_segments_equal_the_standard_librarys_on_every_node():

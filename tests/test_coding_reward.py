@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from magrpo.tasks.base import Scores
 from magrpo.tasks.coding import CodingRewardConfig, CodingTaskConfig, HumanEvalTask
+from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,8 +24,9 @@ MAIN_ALONE = "def sum_sq(xs):\n    return sum(x * x for x in xs)\n"
 
 
 def make_task(**reward):
-    cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), OmegaConf.load(ROOT / "conf/task/humaneval.yaml"))
-    rcfg = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), OmegaConf.load(ROOT / "conf/reward/humaneval.yaml"))
+    composed = compose_cfg(["task=humaneval"])
+    cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), composed.task)
+    rcfg = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), composed.reward)
     rcfg.per_test_timeout_s = 0.5
     for k, v in reward.items():
         rcfg[k] = v

@@ -26,7 +26,7 @@ def _needs_missing_cuda(group: str, option: str) -> bool:
     if group != "hardware" or torch.cuda.is_available():
         return False
     node = OmegaConf.load(Path(CONF_DIR) / group / f"{option}.yaml")
-    return "cuda" in str(node.device) or any("cuda" in str(d) for d in node.agent_devices or [])
+    return "cuda" in str(node.get("device")) or any("cuda" in str(d) for d in node.get("agent_devices") or [])
 
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS if g != "reward" for o in _options(g)])
@@ -115,22 +115,112 @@ def test_unknown_task_lists_the_known_ones(make_cfg):
         validate(cfg)
 
 
-@pytest.mark.parametrize("group,option,schema", [("optimizer", "adamw", "OptimizerSchema"),
-                                                 ("logger", "none", "LoggerSchema"),
-                                                 ("agents", "tiny", "AgentsSchema")])
-def test_default_yaml_and_schema_agree(group, option, schema):
-    """A default lives in one place: where a group's YAML repeats a schema default, they agree."""
-    import dataclasses
+SCHEMA_GROUPS = ["agents", "algo", "optimizer", "hardware", "logger", "task", "reward", "feedback"]
+BUNDLES = ["experiment", "recipe", "scale", "debug", "hparams_search"]   # `# @package _global_` overrides
 
+
+def _yaml(path: Path) -> dict:
     import yaml
 
-    from magrpo import config
+    return yaml.safe_load(path.read_text()) or {}
 
-    cls = getattr(config, schema)
-    data = yaml.safe_load((Path(CONF_DIR) / group / f"{option}.yaml").read_text())
-    for f in dataclasses.fields(cls):
-        if f.name in data and f.default is not dataclasses.MISSING:
-            assert data[f.name] == f.default, (group, f.name, data[f.name], f.default)
+
+def _schema_node(group: str, name: str) -> dict:
+    """What `/schema/<group>@_here_: <name>` puts under an option (magrpo.config.register_schemas)."""
+    from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(ConfigStore.instance().load(f"schema/{group}/{name}.yaml").node)
+
+
+def _drift(data: dict, defaults: dict, prefix: str, duplicates: bool = True) -> list[str]:
+    """Keys of `data` its schema lacks, and (with `duplicates`) values equal to the schema's default."""
+    problems = []
+    for key, value in data.items():
+        if key not in defaults:
+            problems.append(f"{prefix}{key}: not a key of its schema (allowed: {', '.join(defaults)})")
+        elif isinstance(value, dict) and isinstance(defaults[key], dict):
+            problems += _drift(value, defaults[key], f"{prefix}{key}.", duplicates)
+        elif duplicates and value == defaults[key]:
+            problems.append(f"{prefix}{key}: {value!r} repeats the schema's default")
+    return problems
+
+
+def _is_global(path: Path) -> bool:
+    return path.read_text().startswith("# @package _global_")
+
+
+def _schema_entry(group: str, path: Path) -> str:
+    """The schema option an option of `group` starts from (its `/schema/<group>@_here_: NAME`, or
+    `@<group>` in a `_global_` option, such as a large model's agents preset that also sets
+    hardware.gradient_checkpointing)."""
+    package = group if _is_global(path) else "_here_"
+    for entry in _yaml(path).get("defaults") or []:
+        if isinstance(entry, dict) and f"/schema/{group}@{package}" in entry:
+            return entry[f"/schema/{group}@{package}"]
+    raise AssertionError(f"{path}: its defaults list does not start from `/schema/{group}@{package}: ...`, so its "
+                         f"defaults would not come from the schema dataclass")
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g in SCHEMA_GROUPS for o in _options(g)])
+def test_a_group_option_holds_only_what_differs_from_its_schema(group, option):
+    """Each default lives in one place, the schema dataclass: an option under conf/<group>/ starts
+    from the schema's defaults (`/schema/<group>@_here_`) and holds only what differs. A value equal
+    to the schema's default is a duplicate that could drift; a key the schema lacks is a typo."""
+    from magrpo.config import GROUP_SCHEMAS, defaults_of
+
+    path = Path(CONF_DIR) / group / f"{option}.yaml"
+    defaults = _schema_node(group, _schema_entry(group, path))
+    data = {k: v for k, v in _yaml(path).items() if k != "defaults"}
+    if _is_global(path):          # its own node under `group`, and other groups' nodes it sets
+        defaults = {**{g: defaults_of(s) for g, s in GROUP_SCHEMAS.items()}, group: defaults}
+    assert not _drift(data, defaults, f"{group}/{option}.yaml: "), _drift(data, defaults, f"{group}/{option}.yaml: ")
+
+
+@pytest.mark.parametrize("entry", ["train", "eval"])
+def test_an_entry_config_holds_only_what_differs_from_its_schema(entry):
+    """conf/train.yaml and conf/eval.yaml start from `schema/entry` (TrainSchema / EvalRunSchema):
+    their top-level keys, eval.* and sandbox.* hold only what differs; a group node they set
+    (eval.yaml's logger) is checked against that group's schema."""
+    from magrpo.config import GROUP_SCHEMAS, defaults_of
+
+    data = _yaml(Path(CONF_DIR) / f"{entry}.yaml")
+    assert "schema/entry@_here_" in str(data["defaults"][0]) and data["defaults"][1] == "_self_"
+    defaults = {**_schema_node("entry", entry), **{g: defaults_of(s) for g, s in GROUP_SCHEMAS.items()}}
+    data = {k: v for k, v in data.items() if k not in ("defaults", "hydra")}
+    assert not _drift(data, defaults, f"{entry}.yaml: "), _drift(data, defaults, f"{entry}.yaml: ")
+
+
+def _bundle_files() -> list[Path]:
+    return sorted(p for b in BUNDLES for p in (Path(CONF_DIR) / b).rglob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", _bundle_files(), ids=lambda p: str(p.relative_to(CONF_DIR)))
+def test_an_override_bundle_names_only_schema_keys(path):
+    """Experiments, recipes, scales, debug and sweeper recipes override keys of the groups picked
+    before them, so a value equal to a schema default may be deliberate (scale=tiny's lr 1e-3 over a
+    recipe's 5e-6); but every key they set is a key of its schema (an algo.* key of some algorithm's,
+    a task.* key of some task's...)."""
+    from magrpo.algos import ALGOS
+    from magrpo.config import GROUP_SCHEMAS, defaults_of, entry_defaults
+    from magrpo.feedback import FEEDBACKS
+    from magrpo.tasks import TASKS
+
+    def union(group, names):
+        merged: dict = {}
+        for name in names:
+            for k, v in _schema_node(group, name).items():
+                merged[k] = {**merged.get(k, {}), **v} if isinstance(v, dict) else v
+        return merged
+
+    defaults = {**entry_defaults("eval"), **entry_defaults("train"), "tune": {}, "experiment": None,
+                **{g: defaults_of(s) for g, s in GROUP_SCHEMAS.items()},
+                "algo": union("algo", ALGOS), "feedback": union("feedback", FEEDBACKS),
+                "task": union("task", TASKS), "reward": {**union("reward", TASKS), **_schema_node("reward_functions",
+                                                                                                  "default")}}
+    data = {k: v for k, v in _yaml(path).items() if k not in ("defaults", "hydra", "tune")}
+    problems = _drift(data, defaults, f"{path.relative_to(CONF_DIR)}: ", duplicates=False)
+    assert not problems, problems
 
 
 @pytest.mark.parametrize("task", ["length_ratio", "tldr", "arxiv", "humaneval", "coophumaneval", "mbpp"])
@@ -148,3 +238,52 @@ def test_comparison_recipes_sweep_every_algorithm_with_one_budget(make_cfg, task
         assert cfg.task.name == task and cfg.algo.name == algo
         budgets.add((cfg.algo.batch_size, cfg.algo.num_generations))
     assert len(budgets) == 1
+
+
+def test_eval_every_is_the_evaluation_cadence(make_cfg, recwarn):
+    cfg = validate(make_cfg(["eval.every=3"]))
+    assert cfg.eval.every == 3 and not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+    assert validate(make_cfg()).eval.every == 20           # EvalSchema's default
+
+
+@pytest.mark.parametrize("extra", [[], ["experiment=paper/tldr/magrpo", "scale=tiny"]])
+def test_algo_eval_every_is_a_deprecated_alias_of_eval_every(make_cfg, extra):
+    """algo.eval_every (the old key) still sets the cadence, over a recipe's eval.every too, and warns
+    naming both keys."""
+    with pytest.warns(DeprecationWarning, match=r"algo\.eval_every is deprecated.*use eval\.every"):
+        cfg = validate(make_cfg([*extra, "algo.eval_every=0"]))
+    assert cfg.eval.every == 0
+
+
+def test_gradient_checkpointing_is_a_hardware_key(make_cfg, recwarn):
+    assert validate(make_cfg(["hardware.gradient_checkpointing=true"])).hardware.gradient_checkpointing
+    assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
+    # a large model's preset turns it on under the canonical key, whichever hardware option comes with it
+    full = make_cfg(["agents=qwen3_1.7b", "hardware=gpu"])
+    assert full.hardware.gradient_checkpointing is True and full.agents.gradient_checkpointing is None
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_agents_gradient_checkpointing_is_a_deprecated_alias(make_cfg, value):
+    """The old key still decides, as a preset's value did (false turns a preset's checkpointing
+    off), and warns naming both keys."""
+    preset = [] if value else ["agents=qwen3_1.7b", "agents.models.0.name_or_path=builtin:tiny"]
+    with pytest.warns(DeprecationWarning, match=r"agents\.gradient_checkpointing is deprecated.*"
+                                                r"use hardware\.gradient_checkpointing"):
+        cfg = validate(make_cfg([*preset, f"agents.gradient_checkpointing={str(value).lower()}"]))
+    assert cfg.hardware.gradient_checkpointing is value
+
+
+def test_a_checkpoint_saved_with_agents_gradient_checkpointing_resumes_and_evaluates(make_cfg):
+    """A run saved before the key moved (agents.gradient_checkpointing: true, the hardware key false)
+    matches today's config of the same run (hardware.gradient_checkpointing: true, the alias null):
+    neither the resume check nor magrpo-eval's agents check sees a change."""
+    from omegaconf import OmegaConf
+
+    from magrpo.checkpoint import AGENT_KEYS, AGENT_KEYS_FREE, config_changes
+
+    now = OmegaConf.to_container(validate(make_cfg(["hardware.gradient_checkpointing=true"])), resolve=True)
+    saved = OmegaConf.to_container(validate(make_cfg()), resolve=True)
+    saved["agents"]["gradient_checkpointing"], saved["hardware"]["gradient_checkpointing"] = True, False
+    assert config_changes(saved, now) == []
+    assert config_changes(saved, now, only=AGENT_KEYS, free=AGENT_KEYS_FREE) == []

@@ -225,7 +225,7 @@ def test_memory_archs_match_the_shapes():
 def test_presets_take_a_builtin_model_override(make_cfg, preset):
     # One preset, one meaning: a shape (here tiny, for speed) replaces the hub model by an override;
     # chat_template_kwargs are harmless with the builtin tokenizer, which has no chat template.
-    overrides = [f"agents={preset}", "agents.gradient_checkpointing=false"]
+    overrides = [f"agents={preset}", "hardware.gradient_checkpointing=false"]
     overrides += [f"agents.models.{k}.name_or_path=builtin:tiny" for k in range(2 if preset == "heterogeneous" else 1)]
     overrides += [f"agents.models.{k}.dtype=float32" for k in range(2 if preset == "heterogeneous" else 1)]
     cfg = validate(make_cfg(overrides))

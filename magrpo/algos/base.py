@@ -5,6 +5,8 @@ An algorithm is a class registered by name (`@register_algo("ippo")`) that decla
     (the YAML under conf/algo/ holds only what differs from them);
   * `team(cfg)`: the team it needs -- how many policies, whether each needs a frozen reference,
     and whether the task is posed in its multi-agent or single-agent form;
+  * optionally `check_config(cfg, task_cls)`, a classmethod: checks ACROSS groups of the typed config
+    (this algorithm with that task, topology or team); one node's own keys: its schema's `check_node`;
 and, once built from (cfg, agents, task), offers
   * `step(items) -> metrics` for one update on a batch of items, and
   * `state_dict()` / `load_state_dict()` covering every optimizer, scheduler, critic and
@@ -53,7 +55,7 @@ class AlgoConfig:
     # that cannot continue a shared key/value cache falls back with one log line).
     share_prompt: bool = True
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
-    eval_every: int = at_least(0, 20, " (0 = only before and after training)")
+    eval_every: int | None = option(None, check=lambda v: v is None or v >= 0, allowed=">= 0")  # deprecated: eval.every
     # The turn tree (magrpo/turns.py): T turns with feedback between them (the `feedback` group).
     num_turns: int = at_least(1, 1)
     discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
