@@ -47,10 +47,11 @@ DTYPE_CHOICES = ["float32", "bfloat16", "float16", "auto"]
 
 @dataclass
 class LoraSchema:
-    r: int = positive(16)
-    lora_alpha: int = positive(32)
-    lora_dropout: float = within(0.0, 1.0, 0.05)
-    target_modules: Any = "all-linear"
+    r: int = positive(16)                # the rank of each LoRA update matrix
+    lora_alpha: int = positive(32)       # LoRA scaling numerator: updates are scaled by lora_alpha / r
+    lora_dropout: float = within(0.0, 1.0, 0.05)  # dropout probability on the LoRA input
+    target_modules: Any = "all-linear"   # modules that get an adapter: a list of names, or all-linear
+    # which biases train: none, all, or only those of LoRA layers
     bias: str = option("none", choices=["none", "all", "lora_only"])
 
 
@@ -60,11 +61,14 @@ SCHEDULES = ["constant", "linear", "cosine"]
 @dataclass
 class AgentOptimizerSchema:
     """One agent's overrides of the `optimizer` group (agents.models.K.optimizer); null = the shared value."""
+    # this agent's learning rate
     lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null for optimizer.lr")
-    weight_decay: float | None = option(None, check=lambda v: v is None or v >= 0,
+    weight_decay: float | None = option(None, check=lambda v: v is None or v >= 0,  # this agent's AdamW weight decay
                                         allowed=">= 0, or null for optimizer.weight_decay")
+    # this agent's learning-rate schedule after warmup
     schedule: str | None = option(None, check=lambda v: v is None or v in SCHEDULES,
                                   allowed=", ".join(SCHEDULES) + ", or null for optimizer.schedule")
+    # this agent's linear warmup, in optimizer steps
     warmup_steps: int | None = option(None, check=lambda v: v is None or v >= 0,
                                       allowed=">= 0, or null for optimizer.warmup_steps")
 
@@ -72,9 +76,11 @@ class AgentOptimizerSchema:
 @dataclass
 class AgentSamplingSchema:
     """One agent's overrides of the shared sampling keys (agents.models.K.sampling); null = algo.*."""
-    temperature: float | None = option(None, check=lambda v: v is None or v > 0,
+    temperature: float | None = option(None, check=lambda v: v is None or v > 0,  # this agent's sampling temperature
                                        allowed="> 0, or null for algo.temperature")
+    # this agent's nucleus-sampling mass
     top_p: float | None = option(None, check=lambda v: v is None or 0 < v <= 1, allowed="in (0, 1], or null for algo.top_p")
+    # this agent's cap on tokens per answer
     max_new_tokens: int | None = option(None, check=lambda v: v is None or v >= 1,
                                         allowed=">= 1, or null for algo.max_new_tokens")
 
@@ -83,11 +89,13 @@ class AgentSamplingSchema:
 class ModelSchema:
     name_or_path: str = MISSING          # hub id, local directory, or builtin:NAME
     tokenizer: str | None = None         # defaults to name_or_path
-    revision: str | None = None
-    dtype: str = option("float32", choices=DTYPE_CHOICES)
-    trust_remote_code: bool = False
+    revision: str | None = None          # hub branch, tag or commit to load; null = the default branch
+    dtype: str = option("float32", choices=DTYPE_CHOICES)  # weight dtype; auto = the checkpoint's own
+    trust_remote_code: bool = False      # run Python code shipped with the model (a warning is logged)
+    # transformers' attention kernel (e.g. sdpa, flash_attention_2); null = its default
     attn_implementation: str | None = None
     lora: LoraSchema | None = None
+    # extra arguments to the chat template (e.g. enable_thinking: false)
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     optimizer: AgentOptimizerSchema = field(default_factory=AgentOptimizerSchema)   # this agent's lr, schedule...
     sampling: AgentSamplingSchema = field(default_factory=AgentSamplingSchema)      # its temperature, top_p...
@@ -95,7 +103,7 @@ class ModelSchema:
 
 @dataclass
 class AgentsSchema:
-    num_agents: int = at_least(1, 2)
+    num_agents: int = at_least(1, 2)     # agents in the team (one role each)
     share_base: bool = False             # one base model, one LoRA adapter per agent (a LoRA per role)
     share_policy: bool = False           # one model and one optimizer play every role (a shared policy)
     gradient_checkpointing: bool | None = None   # deprecated alias of hardware.gradient_checkpointing
@@ -104,30 +112,36 @@ class AgentsSchema:
 
 @dataclass
 class OptimizerSchema:
-    name: str = option("adamw", choices=["adamw"])
+    name: str = option("adamw", choices=["adamw"])  # the optimizer (AdamW)
     lr: float = positive(1e-3)            # suits the tiny default agents; real models want ~1e-5
-    weight_decay: float = at_least(0, 0.0)
+    weight_decay: float = at_least(0, 0.0)  # AdamW's decoupled weight decay
+    # AdamW's (beta1, beta2) moment decays
     betas: list[float] = option(default_factory=lambda: [0.9, 0.999], allowed="two numbers in [0, 1)",
                                 check=lambda v: len(v) == 2 and all(0 <= b < 1 for b in v))
-    eps: float = positive(1e-8)
-    schedule: str = option("constant", choices=SCHEDULES)
-    warmup_steps: int = at_least(0, 0)
+    eps: float = positive(1e-8)           # AdamW's denominator epsilon
+    schedule: str = option("constant", choices=SCHEDULES)  # learning-rate schedule after warmup
+    warmup_steps: int = at_least(0, 0)    # optimizer steps of linear warmup from 0 to lr
+    # clip each policy's gradient to this global L2 norm
     max_grad_norm: float | None = option(1.0, check=lambda v: v is None or v > 0,
                                          allowed="> 0, or null to turn clipping off")
 
 
 @dataclass
 class HardwareSchema:
-    name: str = "cpu"
+    name: str = "cpu"                    # the preset's name (cpu, gpu, multi_gpu); a label only
+    # the device of every agent; auto = a GPU when there is one
     device: str = option("cpu", check=lambda v: v == "auto" or bool(_DEVICE_RE.match(v)),
                          allowed=f"one of {DEVICES}, auto")
+    # agent i runs on agent_devices[i % len]; null = all on device
     agent_devices: list[str] | None = option(None, check=lambda v: v is None or all(_DEVICE_RE.match(d) for d in v),
                                              allowed=f"null, or a list of {DEVICES}")
+    # torch CPU threads; null = torch's default
     num_threads: int | None = option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null")
-    deterministic: bool = False
+    deterministic: bool = False          # torch deterministic algorithms (warns where none exists)
     # Memory: recompute activations in backward instead of storing them; bf16 autocast of every
     # forward (weights stay in their dtype); algo.micro_batch_size bounds the rows per forward.
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # recompute activations in backward (less memory, more time)
+    # bf16 = every forward under bf16 autocast (weights keep their dtype)
     autocast: str = option("none", choices=["none", "bf16"])
     # bf16 on a CPU (bf16 weights or autocast): auto = linear products widened to float32 where the
     # CPU has no bf16 unit (AVX512-BF16, AMX), widen = on any CPU, native = torch's own bf16 kernels
@@ -136,6 +150,7 @@ class HardwareSchema:
     # Data-parallel training (torchrun): ddp = a full copy of each agent per rank; fsdp = parameters,
     # gradients and optimizer state sharded over the ranks (magrpo/distributed.py).
     strategy: str = option("ddp", choices=["ddp", "fsdp"])
+    # how long a collective waits for the other ranks (seconds)
     dist_timeout_s: int = at_least(1, 1800, " (seconds a collective waits for the other ranks)")
 
     @staticmethod
@@ -173,30 +188,33 @@ def _check_device_available(key: str, dev: str) -> None:
 
 @dataclass
 class LoggerSchema:
-    name: str = option("none", choices=["none", "wandb"])
-    project: str = "magrpo"
-    entity: str | None = None
-    group: str | None = None
-    run_name: str | None = None
-    tags: list[str] = field(default_factory=list)
-    job_type: str = "train"
+    name: str = option("none", choices=["none", "wandb"])  # where metrics also go: none (metrics.jsonl only) or W&B
+    project: str = "magrpo"              # the W&B project
+    entity: str | None = None            # the W&B team or user; null = your default entity
+    group: str | None = None             # W&B group; null = one per sweep, or <task>-<label> for a single run
+    run_name: str | None = None          # W&B run name; null = <label>-<task>-<seed>
+    tags: list[str] = field(default_factory=list)  # W&B tags of the run
+    job_type: str = "train"              # W&B job type (magrpo-eval always logs eval)
+    # offline = files under <run_dir>/wandb to sync later; online streams
     mode: str = option("offline", choices=["offline", "online", "disabled"])
-    log_every: int = at_least(1, 1)
+    log_every: int = at_least(1, 1)      # steps between console lines and logged train metrics
 
 
 @dataclass
 class EvalSchema:
-    every: int = at_least(0, 20, " (0 = only before and after training)")
-    num_items: int | None = option(None, check=lambda v: v is None or v >= 1,
+    every: int = at_least(0, 20, " (0 = only before and after training)")  # steps between evaluations during training
+    num_items: int | None = option(None, check=lambda v: v is None or v >= 1,  # eval items evaluated
                                    allowed=">= 1, or null for the whole split")
+    # samples per item; pass@k reports every k <= num_samples
     num_samples: int = at_least(1, 2)
-    do_sample: bool = True
-    temperature: float = positive(1.0)
-    batch_size: int = at_least(1, 64)
-    log_completions: int = at_least(0, 8)
+    do_sample: bool = True                                       # sample answers; false = greedy decoding
+    temperature: float = positive(1.0)                           # sampling temperature of the evaluation
+    batch_size: int = at_least(1, 64)                            # items per generate call
+    log_completions: int = at_least(0, 8)                        # sample completions shown in the log and the W&B table
     # Collaboration diagnostics (magrpo.diagnostics; README, "Collaboration diagnostics"): off by default.
-    diagnostics: bool = False
+    diagnostics: bool = False                                    # contribution, lazy agents, similarity, influence
     ablation: str = option("empty", choices=["empty", "base"])   # what replaces an agent's answer
+    # an agent is lazy when its reward drop is at most this (reward units)
     lazy_threshold: float = at_least(0, 1e-6, " (an absolute reward difference)")
 
     @staticmethod
@@ -217,15 +235,17 @@ class SandboxSchema:
 
 @dataclass
 class TrainSchema:
-    seed: int = at_least(0, 0)
+    seed: int = at_least(0, 0)           # seeds torch, the data order and sampling
     # Modules imported before anything is composed (magrpo.plugins); a run records every plugin it
     # imported here, and the commands that take the run up import them again.
     plugins: list[str] = field(default_factory=list)
-    max_steps: int = at_least(0, 120)
+    max_steps: int = at_least(0, 120)    # optimizer steps (one step = one batch of algo.batch_size items)
+    # a checkpoint (.../checkpoints/step_N) or a run directory (its newest); null = fresh
     resume: str | None = None
+    # steps between checkpoints; 0 = only the final one
     save_every: int = at_least(0, 0, " (0 = final checkpoint only)")
-    save_final: bool = True
-    output_dir: str = "outputs/run"
+    save_final: bool = True              # write a checkpoint at the end of training
+    output_dir: str = "outputs/run"      # the run directory (metrics, checkpoints, summary.json)
     label: str | None = None             # the method's name in tables and W&B (a paper row); null = the algo
     optimized_metric: str | None = None  # final-eval metric returned to a sweeper; null = the task's primary metric
     # A paper row's search space for `magrpo-paper --tune-trials K` (override key -> Optuna sweeper
@@ -247,10 +267,10 @@ class TrainSchema:
 class EvalRunSchema(TrainSchema):
     """magrpo-eval: the training groups plus what to evaluate."""
 
-    methods: list[str] | None = None
-    checkpoint: str | None = None
+    methods: list[str] | None = None  # methods to evaluate; null = [team] with a checkpoint, else the four baselines
+    checkpoint: str | None = None    # a training checkpoint (.../checkpoints/step_N) or a run directory
     team: str | None = None          # an exported team (magrpo-export) or its hub repo id
-    split: str = option("eval", choices=["eval", "train"])
+    split: str = option("eval", choices=["eval", "train"])  # the task split evaluated
 
 
 # The top-level keys of each entry point's own config (conf/train.yaml, conf/eval.yaml): the rest of

@@ -56,11 +56,14 @@ class IACConfig(CriticConfig):
 
     name: str = "iac"
     critic_type: str = option("v", choices=["v", "q"])             # V(h_t) or Q(h_t, a_t)
+    # team reward, or each agent's own share (tasks that split it)
     reward: str = option("team", choices=["team", "individual"])
+    # joint_mode=cross: a sample's return is the mean or sum of its joints'
     cross_credit: str = option("mean", choices=["mean", "sum"])
+    # how the actor's token losses become one scalar (core.LOSS_AGG)
     loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
-    vf_coef: float = at_least(0, 0.5)
-    ent_coef: float = at_least(0, 0.0)
+    vf_coef: float = at_least(0, 0.5)                              # weight of the critic loss
+    ent_coef: float = at_least(0, 0.0)                             # entropy bonus of the actor
 
 
 @dataclass

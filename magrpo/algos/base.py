@@ -43,11 +43,13 @@ class AlgoConfig:
 
     name: str = option("magrpo", choices=lambda: sorted(ALGOS))
     num_generations: int = at_least(2, 4, " (a group needs at least two samples)")  # G per agent per item
+    # aligned: sample k of each agent forms joint k; cross: every combination (G^N)
     joint_mode: str = option("aligned", choices=["aligned", "cross"])
+    # sampling temperature of every agent (agents.models.K.sampling overrides)
     temperature: float = positive(1.0)
-    top_p: float = within(0, 1, 1.0, lo_open=True)
-    top_k: int = at_least(0, 0, " (0 = off)")
-    max_new_tokens: int = at_least(1, 24)
+    top_p: float = within(0, 1, 1.0, lo_open=True)  # nucleus-sampling mass; 1 = off
+    top_k: int = at_least(0, 0, " (0 = off)")    # sample from the k most likely tokens
+    max_new_tokens: int = at_least(1, 24)        # cap on tokens per answer per turn
     max_prompt_length: int = at_least(1, 1024)   # longer prompts (multi-turn histories) lose their beginning
     batch_size: int = at_least(1, 8)             # items per update
     micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
@@ -60,6 +62,7 @@ class AlgoConfig:
     num_turns: int = at_least(1, 1)
     discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
     early_termination_threshold: float | None = None   # a sibling set whose mean reward reaches it stops
+    # nodes expanded per sibling set, picked at random
     max_branches: int | None = option(None, check=lambda v: v >= 1, allowed=">= 1, or null = expand every node")
     max_tree_nodes: int = at_least(1, 2048)      # nodes of one item's tree; a bigger config stops at start
     # simultaneous: every agent answers at once; sequential: agent i sees the answers of 1..i-1 (a chain)

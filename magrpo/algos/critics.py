@@ -26,6 +26,7 @@ class CriticConfig(AlgoConfig):
 
     critic: str = option("head", choices=["head", "model"])   # head: on a policy's backbone; model: separate LM
     critic_model: str = "builtin:tiny"     # critic=model: the causal LM that carries its value head
+    # the critic's learning rate
     critic_lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = optimizer.lr")
 
 

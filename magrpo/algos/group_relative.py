@@ -47,9 +47,12 @@ class GroupRelativeConfig(AlgoConfig):
 
     advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))  # raw = MAREINFORCE, rloo = MARLOO, max = MAReMax
     scale: str = option("none", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide advantages by (std + 1e-4)
+    # how token losses become one scalar (core.LOSS_AGG)
     loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
     num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout with PPO-clipped ratios
+    # lower clip range of the ratio: 1 - epsilon (num_iterations > 1 or gspo)
     epsilon: float = positive(0.2)
+    # upper clip range of the ratio: 1 + epsilon_high
     epsilon_high: float = positive(0.2)
     ratio_level: str = option("token", choices=["token", "sequence"])   # sequence: GSPO
     # The policy loss (core.POLICY_LOSSES: reinforce, clip, gspo, or a plugin's); null = the one the

@@ -69,22 +69,25 @@ class IPPOConfig(CriticConfig):
     """critic_model (critic=model) must share the actor's tokenizer: it values the actor's tokens."""
 
     name: str = "ippo"
+    # team reward, or each agent's own share (tasks that split it)
     reward: str = option("team", choices=["team", "individual"])
+    # joint_mode=cross: a sample's return is the mean or sum of its joints'
     cross_credit: str = option("mean", choices=["mean", "sum"])
-    gamma: float = within(0, 1, 1.0)
+    gamma: float = within(0, 1, 1.0)     # per-token discount of GAE
     # 1 (Monte-Carlo) by default. The reward comes once, at the last token, and the critic starts
     # as a zero head; with lam < 1 token t gets lam^(T-t) of the return's signal and the rest from
     # the critic's guesses. At lam = 0.95 the opening tokens of a 48-token answer (the ones that
     # shape it) got 1/7 of the tail's advantage, and single-agent PPO stalled on the embedded
     # default. lam < 1 pays off once a critic predicts the return (explained_variance well above 0).
     lam: float = within(0, 1, 1.0)
-    epsilon: float = positive(0.2)
-    cliprange_value: float = positive(0.2)
-    vf_coef: float = at_least(0, 0.5)
-    ent_coef: float = at_least(0, 0.0)
-    whiten_advantages: bool = True
-    ppo_epochs: int = at_least(1, 2)
-    num_mini_batches: int = at_least(1, 2)
+    epsilon: float = positive(0.2)       # clip range of the ratio: [1 - epsilon, 1 + epsilon]
+    cliprange_value: float = positive(0.2)  # clip range of the value update around V_old
+    vf_coef: float = at_least(0, 0.5)    # weight of the value loss
+    ent_coef: float = at_least(0, 0.0)   # entropy bonus
+    whiten_advantages: bool = True       # normalise advantages over the batch's tokens
+    ppo_epochs: int = at_least(1, 2)     # passes over each rollout
+    num_mini_batches: int = at_least(1, 2)  # shuffled mini-batches per pass
+    # stop the epochs once an epoch's mean approx KL exceeds it
     target_kl: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = no early stop")
     # beta (AlgoConfig): per-token KL penalty to the agent's frozen reference in the reward.
 

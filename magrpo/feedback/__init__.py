@@ -36,6 +36,7 @@ register_feedback = registrar(FEEDBACKS)
 class FeedbackConfig:
     """`feedback.*` keys every mode reads; a mode's schema adds its own."""
 
+    # what each agent is shown between turns (a registered feedback mode)
     mode: str = option("none", choices=lambda: sorted(FEEDBACKS))
 
 

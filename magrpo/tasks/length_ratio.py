@@ -57,8 +57,8 @@ TOPICS = [
 @dataclass
 class LengthRatioTaskConfig:
     name: str = "length_ratio"
-    num_train: int = at_least(1, 32)
-    num_eval: int = at_least(1, 16)
+    num_train: int = at_least(1, 32)     # training topics from the built-in list
+    num_eval: int = at_least(1, 16)      # eval topics from the built-in list
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -70,10 +70,10 @@ class LengthRatioTaskConfig:
 
 @dataclass
 class LengthRatioRewardConfig(RewardConfig):
-    name: str = "length_ratio"
-    min_ratio: float = at_least(0, 2.0)
-    max_ratio: float = positive(3.0)
-    shift: float = 0.0
+    name: str = "length_ratio"           # the reward variant (its task's name)
+    min_ratio: float = at_least(0, 2.0)  # low edge of the paid band of chars(a2) / chars(a1)
+    max_ratio: float = positive(3.0)     # high edge of that band
+    shift: float = 0.0                   # added to the reward: total = raw * scale + shift
     # A zero scale pays every answer the same; a negative one rewards missing the band.
     scale: float = positive(1.0)
 

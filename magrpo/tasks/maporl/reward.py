@@ -41,16 +41,17 @@ _NUMBER = re.compile(r"-?\d[\d,]*\.?\d*|-?\.\d+")
 
 @dataclass
 class MaporlRewardConfig(RewardConfig):
-    name: str = "maporl_qa"
+    name: str = "maporl_qa"                # the reward variant (its task's name)
+    # exact = compare the final number; model = a local reward model
     verifier: str = option("exact", choices=["exact", "model"])
     verifier_model: str | None = None      # verifier=model: a local AutoModelForSequenceClassification
     tolerance: float = at_least(0, 1e-6)   # relative tolerance of the exact numeric match
     correct: float = 1.0                   # weight of the verifier score
-    persuasion: float = 0.5
-    correction: float = 0.5
+    persuasion: float = 0.5                # weight of moving peers to one's right answer
+    correction: float = 0.5                # weight of turning wrong to right after a right peer
     regression: float = 0.5                # penalty for right -> wrong
-    shift: float = 0.0
-    scale: float = 1.0
+    shift: float = 0.0                     # added to the reward: total = raw * scale + shift
+    scale: float = 1.0                     # multiplies the mean of the agents' raw rewards
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

@@ -43,17 +43,17 @@ REFERENCE_COLUMNS = {"tldr": ("completion", "summary", "tldr", "reference"),
 
 @dataclass
 class WritingDataConfig:
-    builtin: bool = True
-    builtin_train_split: str = split_option("train[:32]")
-    builtin_eval_split: str = split_option("train[32:]")
-    hub_id: str | None = "trl-lib/tldr"
-    config_name: str | None = None
-    path: str | None = None
-    train_split: str = split_option("train[:1000]")
-    eval_split: str = split_option("test[:1000]")
-    limit: int | None = limit_option()
-    text_column: str | None = None
-    reference_column: str | None = None
+    builtin: bool = True                 # the package's own offline set (no download)
+    builtin_train_split: str = split_option("train[:32]")  # the built-in file's training rows
+    builtin_eval_split: str = split_option("train[32:]")  # the built-in file's eval rows
+    hub_id: str | None = "trl-lib/tldr"  # the hub dataset read when builtin is false
+    config_name: str | None = None       # the hub dataset's configuration
+    path: str | None = None              # a local file or saved dataset: wins over builtin and hub
+    train_split: str = split_option("train[:1000]")  # the paper's training split of the hub id or local copy
+    eval_split: str = split_option("test[:1000]")  # the paper's eval split of the hub id or local copy
+    limit: int | None = limit_option()   # keep at most this many items per split (quick runs)
+    text_column: str | None = None       # column of the text; null = the first present of the task's usual names
+    reference_column: str | None = None  # column of the reference; null = the first present of the usual names
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

@@ -82,37 +82,38 @@ _weight = lambda default: at_least(0, default)  # noqa: E731
 class WritingRewardConfig(RewardConfig):
     """The `reward` node of the writing tasks; defaults are the reference tldr values."""
 
-    name: str = "tldr"
+    name: str = "tldr"                       # the reward variant (its task's name)
     # level 1: whitespace-token count of EACH answer must lie in [min_tokens, max_tokens]
     min_tokens: int = at_least(0, 8)
-    max_tokens: int = at_least(1, 256)
-    structure_reward: float = _weight(0.5)
+    max_tokens: int = at_least(1, 256)       # level 1: most whitespace tokens per answer
+    structure_reward: float = _weight(0.5)   # level 1's weight
     # level 2: rho = chars(a2) / chars(a1)
     length_reward: float = _weight(1.0)
-    length_ramp_low: float = at_least(0, 1.1)
-    length_band_low: float = at_least(0, 1.6)
-    length_band_high: float = at_least(0, 3.2)
-    length_ramp_high: float | None = 5.0
+    length_ramp_low: float = at_least(0, 1.1)  # rho where level 2's lower ramp starts (below: stop)
+    length_band_low: float = at_least(0, 1.6)  # rho where level 2 starts paying in full
+    length_band_high: float = at_least(0, 3.2)  # rho where level 2 stops paying in full
+    length_ramp_high: float | None = 5.0     # rho where the upper ramp ends (above: stop); null = no limit
     # level 3: u = unique words(a2) / unique words(a1)
     unique_reward: float = _weight(0.5)
-    unique_ramp_low: float = at_least(0, 1.3)
-    unique_band_low: float = at_least(0, 2.0)
+    unique_ramp_low: float = at_least(0, 1.3)  # u where level 3's lower ramp starts (below: stop)
+    unique_band_low: float = at_least(0, 2.0)  # u where level 3 starts paying in full
     unique_band_high: float | None = None   # null: no upper limit
-    unique_ramp_high: float | None = None
+    unique_ramp_high: float | None = None    # u where the upper ramp ends (above: stop); null = no limit
     unique_without_stopwords: bool = False   # false = reference quirk (stopwords counted)
     # level 4: transition_weight * T + jaccard_weight * J
     transition_weight: float = _weight(0.4)
-    transition_base: float = at_least(0, 0.4)
-    transition_step: float = at_least(0, 0.05)
-    transition_cap: float = at_least(0, 1.0)
+    transition_base: float = at_least(0, 0.4)  # T with one transition category found
+    transition_step: float = at_least(0, 0.05)  # T added per further category
+    transition_cap: float = at_least(0, 1.0)  # T's maximum
+    # where transitions are looked for: a2 = agent 2's answer, both
     transition_source: TransitionSource = TransitionSource.a2
     transition_whole_words: bool = False     # false = reference quirk (substring match)
-    jaccard_weight: float = _weight(0.6)
-    jaccard_cap: float = positive(0.03)
+    jaccard_weight: float = _weight(0.6)     # weight of the style term J
+    jaccard_cap: float = positive(0.03)      # content-word Jaccard that pays in full: J = min(Jaccard, cap) / cap
     lexicon: str | None = None               # null = the shipped lexicon.json
     # total = raw * scale + shift; a zero scale pays every answer the same
     shift: float = 0.0
-    scale: float = positive(1.0)
+    scale: float = positive(1.0)             # multiplies the raw total
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
