@@ -59,6 +59,24 @@ def test_generated_tables_name_every_registered_algorithm_task_and_group_option(
             assert f"`{f.stem}`" in config, (group, f.stem)
 
 
+def test_every_key_in_the_reference_has_a_meaning():
+    """Each key's meaning is the comment beside its dataclass field: a key added without one fails here."""
+    tables = _load_script("docs_tables").render()
+    bare = []
+    for name in ("config.md", "algorithms.md", "tasks.md"):
+        in_keys, section = False, ""
+        for line in tables[name].splitlines():
+            if line.startswith("#"):
+                section = line
+            if line == "| key | default | allowed | meaning |":
+                in_keys = True
+            elif not line.startswith("|"):
+                in_keys = False
+            elif in_keys and line.startswith("| `") and re.split(r"(?<!\\)\|", line)[-2].strip() == "":
+                bare.append(f"{name} {section}: {line.split('|')[1].strip()}")
+    assert not bare, "keys without a comment beside their dataclass field:\n" + "\n".join(bare)
+
+
 def test_the_stale_check_names_the_file(tmp_path):
     out = tmp_path / "reference"
     script = _load_script("docs_tables")
