@@ -345,24 +345,132 @@ def sweep_rows(cmd: list[str]) -> list[tuple[str, str]]:
     return tuned or [(task, row) for task in _values(cmd, "recipe") for row in _values(cmd, "method")]
 
 
-def sweep_done(cmd: list[str]) -> bool:
-    """Whether a step's sweep finished in an earlier call with the same --out: an Optuna sweep left
-    optimization_results.yaml; any other sweep, a finished summary for each of its jobs (rows x
-    seeds; a sweep directory may hold another block's jobs too)."""
-    sweep_dir = Path(next(c for c in cmd if c.startswith("hydra.sweep.dir=")).split("=", 1)[1])
-    if "hydra/sweeper=optuna" in cmd:
-        return (sweep_dir / "optimization_results.yaml").exists()
-    wanted = {(task, row, seed.strip()) for task, row in sweep_rows(cmd) for seed in _values(cmd, "seed")}
-    finished = set()
-    for f in sweep_dir.glob("*/summary.json"):
+def _sweep_dir(cmd: list[str]) -> Path:
+    return Path(next(c for c in cmd if c.startswith("hydra.sweep.dir=")).split("=", 1)[1])
+
+
+def wanted_cells(cmd: list[str]) -> set[tuple[str, str, str]]:
+    """(task, row, seed) of every job a sweep command runs."""
+    return {(task, row, seed.strip()) for task, row in sweep_rows(cmd) for seed in _values(cmd, "seed")}
+
+
+# A job directory set aside when its cell runs again (an interrupted or failed job): kept, never read
+# by magrpo-table (magrpo.table.runs prunes it).
+SUPERSEDED = ".superseded"
+
+
+def job_dirs(sweep_dir: Path) -> dict[tuple[str, str, str], list[tuple[Path, str]]]:
+    """(task, label, seed) -> [(job directory, its status)] of the jobs a sweep directory holds."""
+    out: dict[tuple[str, str, str], list[tuple[Path, str]]] = {}
+    for f in sorted(sweep_dir.glob("*/summary.json")):
         try:
             data = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError):
             continue
         cfg = data.get("config") or {}
-        if data.get("status") == "finished":
-            finished.add((cfg.get("task"), cfg.get("label"), str(cfg.get("seed"))))
-    return wanted <= finished
+        cell = (cfg.get("task"), cfg.get("label"), str(cfg.get("seed")))
+        out.setdefault(cell, []).append((f.parent, str(data.get("status"))))
+    return out
+
+
+def finished_cells(sweep_dir: Path) -> set[tuple[str, str, str]]:
+    return {cell for cell, jobs in job_dirs(sweep_dir).items() if any(s == "finished" for _, s in jobs)}
+
+
+def sweep_done(cmd: list[str]) -> bool:
+    """Whether a step's sweep finished in an earlier call with the same --out: an Optuna sweep left
+    optimization_results.yaml; any other sweep, a finished summary for each of its jobs (rows x
+    seeds; a sweep directory may hold another block's jobs too)."""
+    if "hydra/sweeper=optuna" in cmd:
+        return (_sweep_dir(cmd) / "optimization_results.yaml").exists()
+    return wanted_cells(cmd) <= finished_cells(_sweep_dir(cmd))
+
+
+def cell_command(cmd: list[str], task: str, row: str, seed: str, run_dir: Path) -> list[str]:
+    """One job of a sweep command as a single run into `run_dir`: the same module and overrides,
+    the one (task, row, seed), no launcher."""
+    tuned = bool(_values(cmd, "experiment"))
+    drop = ("recipe=", "method=", "experiment=", "seed=", "hydra.sweep.", "hydra/launcher=",
+            *(f"{k}=" for k in JOBS_KEY.values()))
+    head, rest = cmd[:3], cmd[3:]               # python -m magrpo.<entry>, then the sweep's arguments
+    rest = [c for c in rest if c != "-m" and not c.startswith(drop)]
+    cell = [f"experiment=tuned/{task}/{row}"] if tuned else [f"recipe={task}", f"method={row}"]
+    return head + cell + [f"seed={seed}", f"hydra.run.dir={run_dir}"] + rest
+
+
+def continue_sweep(cmd: list[str]) -> tuple[list[list[str]], list[str]]:
+    """The single-run commands that complete a sweep an earlier call left part done (Ctrl-C, a
+    crash): every cell without a finished job runs again into a directory of its own; a job
+    directory of such a cell (interrupted, failed) is moved into `.superseded/`, kept but no longer
+    read. Also the lines saying what moved."""
+    sweep_dir = _sweep_dir(cmd)
+    jobs, done = job_dirs(sweep_dir), finished_cells(sweep_dir)
+    commands, notes = [], []
+    for task, row, seed in sorted(wanted_cells(cmd) - done):
+        name = f"{task}_{row}_s{seed}"
+        for old, status in jobs.get((task, row, seed), []):
+            aside = sweep_dir / SUPERSEDED / old.name
+            aside.parent.mkdir(parents=True, exist_ok=True)
+            old.rename(aside if not aside.exists() else aside.with_name(f"{old.name}.{time.time_ns()}"))
+            notes.append(f"{old.name} ({status}) set aside in {sweep_dir / SUPERSEDED}")
+            name = old.name
+        commands.append(cell_command(cmd, task, row, seed, sweep_dir / name))
+    return commands, notes
+
+
+class Progress:
+    """One line per finished job: jobs done / total, elapsed, and an estimate of the time left from
+    the jobs this call finished. `poll()` reads the sweep directories; `watch()` polls every few
+    seconds while a sweep runs in another process."""
+
+    def __init__(self, steps: list[tuple[str, str, list[str]]]):
+        self.cells = {(_sweep_dir(cmd), cell) for step, _, cmd in steps if step in ("eval", "train")
+                      for cell in wanted_cells(cmd)}
+        self.started = time.time()
+        self.at_start = self.count()
+        self.last = self.at_start
+
+    def count(self) -> int:
+        dirs = {d for d, _ in self.cells}
+        done = {d: finished_cells(d) if d.is_dir() else set() for d in dirs}
+        return sum(cell in done[d] for d, cell in self.cells)
+
+    def line(self, done: int) -> str:
+        total, elapsed = len(self.cells), time.time() - self.started
+        new = done - self.at_start
+        eta = f", eta {_clock(elapsed / new * (total - done))}" if 0 < new and done < total else ""
+        return f"{PROG}: {done}/{total} jobs done, {_clock(elapsed)} elapsed{eta}"
+
+    def poll(self) -> None:
+        """A line for each job finished since the last poll (two that finished between polls: two lines)."""
+        done = self.count()
+        for k in range(self.last + 1, done + 1):
+            print(self.line(k), flush=True)
+        self.last = max(self.last, done)
+
+    def watch(self, proc: subprocess.Popen) -> int:
+        """Wait for a sweep's process, printing a line whenever a job finishes. On Ctrl-C (which the
+        process gets too) give it time to record its jobs as interrupted, then stop it."""
+        try:
+            while True:
+                try:
+                    rc = proc.wait(timeout=5)
+                    self.poll()
+                    return rc
+                except subprocess.TimeoutExpired:
+                    self.poll()
+        except KeyboardInterrupt:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            raise
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
 
 
 def own_run(root: Path, task: str, row: str) -> Path | None:
@@ -553,31 +661,56 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     failed: list[str] = []
     started = time.time()
-    for step, what, cmd in steps:
-        print(f"{PROG}: {what}\n  {shlex.join(cmd)}", flush=True)
-        if step == "table":
-            print(f"{PROG}: sweeps done in {time.time() - started:.0f} s; W&B group (with logger=wandb): "
-                  f"{root.name}", flush=True)
-            rc = table_cli.main(cmd[3:])
+    progress = Progress(steps)
+    try:
+        for step, what, cmd in steps:
+            print(f"{PROG}: {what}\n  {shlex.join(cmd)}", flush=True)
+            if step == "table":
+                print(f"{PROG}: sweeps done in {time.time() - started:.0f} s; W&B group (with logger=wandb): "
+                      f"{root.name}", flush=True)
+                rc = table_cli.main(cmd[3:])
+                if rc != 0:
+                    failed.append(f"magrpo-table exited with {rc}")
+                continue
+            if step in ("tune", "eval", "train") and sweep_done(cmd):
+                print(f"{PROG}: already done in {root}, not run again", flush=True)
+                continue
+            if step == "record":    # in this process; a row whose tuning failed runs at its own values
+                rc = main(cmd[3:])
+                if rc != 0:
+                    failed.append("a tuning found no best value (above); those rows ran at their own values")
+                continue
+            if step in ("eval", "train") and _sweep_dir(cmd).is_dir() and any(_sweep_dir(cmd).glob("*/summary.json")):
+                # An earlier call stopped inside this sweep: its finished jobs stay, the rest run one by one.
+                commands, notes = continue_sweep(cmd)
+                for note in notes:
+                    print(f"{PROG}: {note}", flush=True)
+                print(f"{PROG}: continuing the {step} sweep: {len(commands)} job(s) left", flush=True)
+                for single in commands:
+                    rc = progress.watch(subprocess.Popen(single))
+                    if rc != 0:
+                        failed.append(f"the {step} job {Path(_run_dir(single)).name} exited with {rc}")
+                continue
+            rc = progress.watch(subprocess.Popen(cmd))
             if rc != 0:
-                failed.append(f"magrpo-table exited with {rc}")
-            continue
-        if step in ("tune", "eval", "train") and sweep_done(cmd):
-            print(f"{PROG}: already done in {root}, not run again", flush=True)
-            continue
-        if step == "record":    # in this process; a row whose tuning failed runs at its own values
-            rc = main(cmd[3:])
-            if rc != 0:
-                failed.append("a tuning found no best value (above); those rows ran at their own values")
-            continue
-        rc = subprocess.run(cmd).returncode
-        if rc != 0:
-            # Hydra runs every job of the sweep before it reports a failed one: the others are there.
-            failed.append(f"the {step} sweep {what.split(':')[1].strip() + ' ' if step == 'tune' else ''}"
-                          f"exited with {rc}")
+                # Hydra runs every job of the sweep before it reports a failed one: the others are there.
+                failed.append(f"the {step} sweep {what.split(':')[1].strip() + ' ' if step == 'tune' else ''}"
+                              f"exited with {rc}")
+    except KeyboardInterrupt:
+        done = progress.count()
+        again = [a for a in (argv if argv is not None else sys.argv[1:])]
+        if args.out is None:
+            again += ["--out", str(root)]
+        print(f"{PROG}: interrupted: {done} of {len(progress.cells)} jobs finished in {root}; continue with: "
+              f"magrpo-paper {shlex.join(again)}", file=sys.stderr, flush=True)
+        return 130
     for msg in failed:
         print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _run_dir(cmd: list[str]) -> str:
+    return next(c for c in cmd if c.startswith("hydra.run.dir=")).split("=", 1)[1]
 
 
 if __name__ == "__main__":

@@ -177,6 +177,7 @@ GROUP_MEANING = {
     "debug": "caps a run's size (smoke: 2 steps, a tiny eval)",
     "scale": "a paper recipe at the paper's or the tiny scale",
     "recipe": "a task's shared recipe (the paper's models, data, budget)",
+    "default_run": "picked by `task=`: the task's default run where it has one (the coordination suite)",
     "recipe/data/arxiv": "arxiv's data source per scale",
     "recipe/data/tldr": "tldr's data source per scale",
     "method": "a paper table's row: its algorithm, label and keys (`recipe=<task> method=<row>`)",

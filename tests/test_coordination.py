@@ -3,6 +3,8 @@ individual shares that add up to the team reward, and config checks that name th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
@@ -116,3 +118,43 @@ def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):
     header, rows = md_table(sweep / "table" / "table.md", "### cover (coordination)")
     assert list(rows) == ["Untrained team", "MAGRPO"]
     assert "covered" in header and "collisions" in header and "agreement (pairs)" not in header
+
+
+# -- every suite task runs its default run (conf/default_run/<task>.yaml) --------------------------
+
+SUITE = ["agree", "cover", "signal", "convention", "stag_hunt", "budget_signal", "invest", "crowd"]
+
+
+@pytest.mark.parametrize("task", SUITE)
+def test_task_alone_runs_its_default_run_and_smoke_caps_it(make_cfg, task):
+    import yaml
+
+    from magrpo.config import CONF_DIR
+
+    run = yaml.safe_load((Path(CONF_DIR) / "default_run" / f"{task}.yaml").read_text())
+    cfg = validate(make_cfg([f"task={task}"]))
+    assert cfg.max_steps == run["max_steps"] and cfg.optimizer.lr == run["optimizer"]["lr"]
+    assert cfg.algo.num_generations == run["algo"]["num_generations"] and cfg.eval.every == run["eval"]["every"]
+    smoke = validate(make_cfg([f"task={task}", "debug=smoke"]))
+    assert smoke.max_steps == 2 and smoke.algo.batch_size == 2
+    mine = validate(make_cfg([f"task={task}", "max_steps=7", "optimizer.lr=0.01"]))
+    assert mine.max_steps == 7 and mine.optimizer.lr == 0.01          # the command line wins
+
+
+def test_every_default_run_belongs_to_a_registered_task_and_the_others_keep_the_generic_defaults(make_cfg):
+    from magrpo.config import CONF_DIR
+    from magrpo.tasks import TASKS
+
+    assert sorted(p.stem for p in (Path(CONF_DIR) / "default_run").glob("*.yaml")) == sorted(SUITE)
+    assert set(SUITE) <= set(TASKS)
+    generic = validate(make_cfg(["task=length_ratio"]))
+    assert generic.max_steps == 120 and generic.algo.num_generations == 4
+    assert validate(make_cfg(["task=tldr"])).max_steps == 120      # the paper tasks: recipe=tldr is their run
+
+
+def test_recipe_runs_the_same_values_as_the_default_run(make_cfg):
+    a = validate(make_cfg(["task=cover"]))
+    b = validate(make_cfg(["recipe=cover", "method=magrpo"]))
+    for key in ("max_steps", "optimizer.lr", "algo.num_generations", "algo.max_new_tokens", "eval.every",
+                "eval.num_samples"):
+        assert OmegaConf.select(a, key) == OmegaConf.select(b, key), key

@@ -621,3 +621,15 @@ def test_a_full_disk_while_writing_the_table_is_one_line_and_leaves_out_as_it_wa
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and err[0].startswith(f"magrpo-table: setup error: the disk is full at {out}: "), err
     assert tree_digest(out) == before
+
+
+def test_plot_styles_tell_thirteen_and_more_methods_apart_and_labels_stay_short():
+    from magrpo.table.render import line_style, short_label
+
+    styles = [line_style(k) for k in range(40)]
+    keys = {(s["color"], s["marker"], s["linestyle"]) for s in styles}
+    assert len(keys) == 40                                  # no two lines share colour, marker and style
+    assert len({s["color"] for s in styles[:13]}) == 13      # a 13-method table: 13 colours
+    long = "algo=magrpo " + "algo.advantage=rloo " * 20
+    assert len(short_label(long)) == 40 and short_label(long).endswith("…")
+    assert short_label("MAGRPO") == "MAGRPO"

@@ -17,9 +17,11 @@ from magrpo.table.render import (
     cell_text,
     codebleu_header,
     codebleu_note,
+    line_style,
     md_escape,
     save_and_report,
     save_curve_plot,
+    short_label,
     tex_escape,
     tex_note_row,
 )
@@ -293,12 +295,12 @@ def plot_curves(tables: list[Table], out: Path, smooth_window: int = 1) -> list[
             if not lines:
                 continue
             fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
-            for method, series in lines:
+            for k, (method, series) in enumerate(lines):
                 steps, means, stds, _ = aggregate(series)
                 lo = [m - s for m, s in zip(means, stds)]
                 hi = [m + s for m, s in zip(means, stds)]
-                (line,) = ax.plot(steps, means, marker="o" if len(steps) <= 25 else None, markersize=3,
-                                  linewidth=1.6, label=f"{method.label} (n={len(series)})")
+                (line,) = ax.plot(steps, means, linewidth=1.6, label=f"{short_label(method.label)} (n={len(series)})",
+                                  **line_style(k, len(steps)))
                 ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
             ylabel = metric + (f" (moving avg, {smooth_window})" if smooth_window > 1 else "")
             written.append(save_curve_plot(fig, ax, t.task, metric, ylabel, out, legend_size=8))

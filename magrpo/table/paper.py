@@ -49,9 +49,11 @@ from magrpo.table.render import (
     cell_text,
     codebleu_header,
     codebleu_note,
+    line_style,
     md_escape,
     save_and_report,
     save_curve_plot,
+    short_label,
     tex_escape,
     tex_note_row,
 )
@@ -544,14 +546,13 @@ def plot_budget_curves(tables: list[RenderedTable], out: Path) -> list[Path]:
             if not lines:
                 continue
             fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=120)
-            for row, xs, ys, used in lines:
-                ax.plot(xs, ys, marker="o" if len(xs) <= 25 else None, markersize=3, linewidth=1.6,
-                        label=f"{row.name} (n={used})")
+            for k, (row, xs, ys, used) in enumerate(lines):
+                ax.plot(xs, ys, linewidth=1.6, label=f"{short_label(row.name)} (n={used})", **line_style(k, len(xs)))
             for j, row in enumerate(r for r in t.rows if r.eval_only):
                 cell = row.cells.get(NORM.key)
                 if cell is not None and cell.mean is not None:
-                    ax.axhline(cell.mean, color=f"C{(len(lines) + j) % 10}", linestyle="--", linewidth=1.2,
-                               label=f"{row.name} (n={cell.count})")
+                    ax.axhline(cell.mean, color=line_style(len(lines) + j)["color"], linestyle="--", linewidth=1.2,
+                               label=f"{short_label(row.name)} (n={cell.count})")
             written.append(save_curve_plot(fig, ax, t.task, f"{NORM.key}_vs_{suffix}", NORM.header, out,
                                            legend_size=7, xlabel=xlabel, spread="mean over seeds",
                                            title=f"{NORM.header} vs {what}"))
@@ -581,16 +582,17 @@ def plot_curves(tables: list[RenderedTable], out: Path, smooth_window: int = 1) 
                 continue
             fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=120)
             x_max = 0
-            for row, series in lines:
+            for k, (row, series) in enumerate(lines):
                 steps, means, stds, _ = aggregate(series)
                 x_max = max(x_max, steps[-1])
-                (line,) = ax.plot(steps, means, marker="o" if len(steps) <= 25 else None, markersize=3,
-                                  linewidth=1.6, label=f"{row.name} (n={len(series)})")
+                (line,) = ax.plot(steps, means, linewidth=1.6, label=f"{short_label(row.name)} (n={len(series)})",
+                                  **line_style(k, len(steps)))
                 ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                                 color=line.get_color(), alpha=0.2, linewidth=0)
             for j, (row, cell) in enumerate(levels):   # colours after the trained rows' (axhline does not cycle)
-                color = f"C{(len(lines) + j) % 10}"
-                ax.axhline(cell.mean, color=color, linestyle="--", linewidth=1.2, label=f"{row.name} (n={cell.count})")
+                color = line_style(len(lines) + j)["color"]
+                ax.axhline(cell.mean, color=color, linestyle="--", linewidth=1.2,
+                           label=f"{short_label(row.name)} (n={cell.count})")
                 if cell.std:
                     ax.axhspan(cell.mean - cell.std, cell.mean + cell.std, color=color, alpha=0.08)
             ax.set_xlim(0, max(x_max, 1))

@@ -110,6 +110,28 @@ def _filename(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9@.=+-]+", "_", text).strip("_")
 
 
+MARKERS = "osD^vP*Xph<>"
+LINESTYLES = ["-", "--", "-.", ":"]
+LABEL_CHARS = 40
+
+
+def line_style(k: int, points: int = 0) -> dict:
+    """Matplotlib keywords that tell line k apart from every other of a figure: one of 20 colours
+    (tab20), a marker cycling with another period (11) and a line style, so no two of the first
+    220 lines share all three. `points`: the line's length, to place about 10 markers on it."""
+    import matplotlib
+
+    color = matplotlib.colormaps["tab20"](k % 20)
+    return {"color": color, "marker": MARKERS[k % len(MARKERS)], "linestyle": LINESTYLES[k // 20 % len(LINESTYLES)],
+            "markersize": 4, "markevery": max(1, points // 10) if points else None}
+
+
+def short_label(text: str, limit: int = LABEL_CHARS) -> str:
+    """A legend label cut to `limit` characters (a long config diff ends in '…')."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
 def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, legend_size: int = 8,
                     xlabel: str = "optimizer step", spread: str = "mean ± sample std over seeds",
                     title: str | None = None) -> Path:
@@ -125,10 +147,10 @@ def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, leg
     ax.set_ylabel(ylabel)
     ax.set_title(f"{task}: {title or metric}  ({spread})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=legend_size, loc="best")
-    fig.tight_layout()
+    # outside the axes, so no curve is hidden however many methods there are
+    ax.legend(fontsize=legend_size, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, frameon=False)
     path = out / f"{_filename(task)}_{_filename(metric.replace('/', '_'))}.png"
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 

@@ -18,7 +18,7 @@ from typing import Any
 PROG = "magrpo-table"
 
 # Directories that never contain runs of their own; skipping them keeps the walk fast.
-PRUNE_DIRS = {"checkpoints", "wandb", ".hydra", "__pycache__"}
+PRUNE_DIRS = {"checkpoints", "wandb", ".hydra", "__pycache__", ".superseded"}   # .superseded: magrpo-paper's set-aside jobs
 
 
 class TableError(Exception):

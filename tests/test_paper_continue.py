@@ -1,0 +1,86 @@
+"""magrpo-paper after Ctrl-C or a crash: the second call with the same --out keeps the finished jobs,
+runs the rest, renders the whole table; progress lines; Ctrl-C is one line with the command to continue."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from magrpo import paper
+
+ARGS = ["coordination", "--tasks", "agree", "--rows", "magrpo", "--seeds", "0,1", "--only", "train",
+        "--launcher", "basic", "--jobs", "1", "max_steps=2", "eval.num_items=2", "eval.num_samples=1",
+        "algo.batch_size=2", "algo.num_generations=2"]
+
+
+def _paper(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "magrpo.paper", *ARGS, "--out", str(out)], capture_output=True,
+                          text=True, timeout=900)
+
+
+def _summaries(sweep: Path) -> dict[str, dict]:
+    return {f.parent.name: json.loads(f.read_text()) for f in sweep.glob("*/summary.json")}
+
+
+def test_an_interrupted_table_continues_to_a_complete_table(tmp_path):
+    out = tmp_path / "paper"
+    first = _paper(out)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "1/2 jobs done" in first.stdout and "2/2 jobs done" in first.stdout        # a progress line per job
+    jobs = _summaries(out / "train")
+    assert sorted(s["status"] for s in jobs.values()) == ["finished", "finished"]
+    # as a Ctrl-C or a crash leaves it: one job unfinished, no table yet
+    lost, kept = sorted(jobs)
+    summary = out / "train" / lost / "summary.json"
+    summary.write_text(json.dumps({**jobs[lost], "status": "interrupted"}))
+    kept_mtime = (out / "train" / kept / "summary.json").stat().st_mtime_ns
+    for f in (out / "table").iterdir():
+        f.unlink()
+
+    second = _paper(out)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "continuing the train sweep: 1 job(s) left" in second.stdout
+    assert (out / "train" / kept / "summary.json").stat().st_mtime_ns == kept_mtime     # kept, not run again
+    assert json.loads(summary.read_text())["status"] == "finished"                        # its cell ran again
+    assert (out / "train" / ".superseded" / lost / "summary.json").is_file()              # the old attempt kept
+    table = (out / "table" / "table.md").read_text()
+    assert "| MAGRPO" in table and "(n=2)" not in table and "left out" not in table.lower()
+    rows = list((out / "table").glob("table.csv"))
+    assert rows and "magrpo" in rows[0].read_text()
+
+    third = _paper(out)                          # everything there: nothing runs
+    assert third.returncode == 0 and "already done" in third.stdout
+
+
+def test_ctrl_c_is_one_line_naming_what_finished_and_the_command_to_continue(tmp_path, monkeypatch, capsys):
+    class Interrupted:
+        def __init__(self, cmd):
+            self.returncode = None
+
+        def wait(self, timeout=None):
+            raise KeyboardInterrupt
+
+        def kill(self):
+            pass
+
+    monkeypatch.setattr(paper.subprocess, "Popen", Interrupted)
+    out = tmp_path / "paper"
+    assert paper.main([*ARGS, "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    assert "interrupted: 0 of 2 jobs finished" in err[0] and f"--out {out}" in err[0]
+
+
+def test_a_job_is_rerun_as_a_single_run_of_its_cell():
+    cmd = paper.sweep_command("train", ["recipe=agree,cover", "method=magrpo,ippo"], "0,1", "tiny", "g",
+                              Path("/s"), "joblib", 2, ["max_steps=5"])
+    single = paper.cell_command(cmd, "cover", "ippo", "1", Path("/s/3_cover_ippo_s1"))
+    assert single[1:3] == ["-m", "magrpo.train"]
+    assert "recipe=cover" in single and "method=ippo" in single and "seed=1" in single
+    assert "hydra.run.dir=/s/3_cover_ippo_s1" in single and "++max_steps=5" in single
+    assert not any(a.startswith(("hydra.sweep.", "hydra/launcher=", "hydra.launcher.")) for a in single)
+    assert single.count("-m") == 1                       # python -m magrpo.train, no multirun
