@@ -206,6 +206,16 @@ def _check_chat_template(tok: Any, spec: Any) -> None:
                          f"agents.models.N.tokenizer to one") from None
 
 
+def _peft(wrap, model, *args, **kwargs):
+    """peft's `get_peft_model`, without the FutureWarning it triggers itself: peft reads the model's
+    `is_gradient_checkpointing`, which transformers 5 renamed (nothing the user can act on)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        return wrap(model, *args, **kwargs)
+
+
 def _enable_checkpointing(model) -> None:
     """Recompute each layer's activations in backward (transformers' non-reentrant checkpointing,
     which also serves frozen bases under a LoRA adapter)."""
@@ -349,7 +359,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             base = _with_autocast(_load_model(spec, path, devices[0], safetensors_only), autocast)
         if checkpointing:
             _enable_checkpointing(base)
-        model = get_peft_model(base, _lora_config(spec.lora), adapter_name="agent_1")
+        model = _peft(get_peft_model, base, _lora_config(spec.lora), adapter_name="agent_1")
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
         _widen_cpu_bf16(model, devices[0], autocast, cpu_bf16, "the shared base")
@@ -371,7 +381,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         if spec.lora is not None:
             from peft import get_peft_model
 
-            model = get_peft_model(model, _lora_config(spec.lora))
+            model = _peft(get_peft_model, model, _lora_config(spec.lora))
         elif need_reference:
             reference = _with_autocast(_load_model(spec, path, devices[i], safetensors_only), autocast).eval().requires_grad_(False)
             _widen_cpu_bf16(reference, devices[i], autocast, cpu_bf16, f"agent_{i + 1}'s reference")

@@ -72,3 +72,14 @@ def test_bf16_on_a_cpu_is_widened_as_hardware_cpu_bf16_says(monkeypatch):
             assert not models.widens_bf16(bf16, gpu, "bf16", mode)
     with pytest.raises(ValueError, match=r"hardware\.cpu_bf16='fast'; choose one of auto, native, widen"):
         models.widens_bf16(bf16, cpu, "none", "fast")
+
+
+@pytest.mark.parametrize("overrides", [["agents=tiny_lora"], ["agents=tiny_lora", "agents.share_base=false"]])
+def test_lora_agents_load_without_a_deprecation_warning(make_cfg, overrides):
+    import warnings
+
+    cfg = validate(make_cfg(overrides))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)      # peft's own use of a renamed transformers name
+        agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
+    assert len(agents) == 2
