@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from magrpo import paper
 
 ARGS = ["coordination", "--tasks", "agree", "--rows", "magrpo", "--seeds", "0,1", "--only", "train",
