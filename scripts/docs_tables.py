@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import inspect
 import re
 import sys
@@ -326,6 +327,7 @@ PAGES = {"config.md": config_page, "algorithms.md": algorithms_page, "tasks.md":
          "metrics.md": metrics_page}
 
 
+@functools.cache
 def render() -> dict[str, str]:
     from magrpo.config import register_schemas
 

@@ -4,6 +4,7 @@ README's tour, as printed) or is at least composed and validated."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -28,7 +29,9 @@ DOCS = sorted((ROOT / "docs").rglob("*.md")) + [ROOT / "README.md"]
 BIN = Path(sys.executable).parent
 
 
+@functools.cache
 def _load_script(name: str):
+    """The script as a module, loaded once per process (its render() is cached)."""
     spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
