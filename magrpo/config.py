@@ -302,7 +302,7 @@ def entry_defaults(entry: str) -> dict:
     return node
 
 
-def register_schemas() -> None:
+def register_schemas(paper_aliases: bool = False) -> None:
     """Give Hydra every config node's defaults, from its schema dataclass, as `schema/<group>/<name>`.
     Every entry point calls it first (launch.cli_main), and so must code that composes `conf/` with
     Hydra's compose API (the tests' conftest does); calling it again is harmless.
@@ -348,7 +348,10 @@ def register_schemas() -> None:
         store.store(group="schema/reward", name=name, node=reward)
         _offer(store, "task", name, task)
         _offer(store, "reward", name, reward)
-    register_aliases(store)            # experiment=paper/<task>/<row>: the deprecated form of recipe= method=
+    # experiment=paper/<task>/<row>, the deprecated form of recipe= method=: 127 nodes that Hydra copies
+    # on every composition, so only for a command (or a run taken up) that names one
+    if paper_aliases:
+        register_aliases(store)
 
 
 def _offer(store: Any, group: str, name: str, node: dict) -> None:

@@ -141,10 +141,11 @@ class Experiment:
 
         from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema, register_schemas, validate
         from magrpo.launch import explain_override_error
+        from magrpo.paper_grid import names_paper_alias
         from magrpo.plugins import conf_dirs, load_plugins, plugins_in_argv
 
         load_plugins(plugins_in_argv(self.overrides))
-        register_schemas()
+        register_schemas(paper_aliases=names_paper_alias(self.overrides))
         lines = list(self.overrides)
         if conf_dirs() and not any(override_key(x) == "hydra.searchpath" for x in lines):
             lines.append("hydra.searchpath=[" + ",".join(f"file://{d}" for d in conf_dirs()) + "]")

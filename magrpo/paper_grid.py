@@ -115,6 +115,11 @@ def alias_node(task: str, row: str) -> dict[str, Any]:
                 "new": f"recipe={task} method={row}"}}}}
 
 
+def names_paper_alias(overrides: list[str]) -> bool:
+    """Whether overrides use the deprecated experiment=paper/<task>/<row> form."""
+    return any(str(o).lstrip("+~").startswith(f"experiment={ALIAS_GROUP.split('/', 1)[1]}/") for o in overrides)
+
+
 def register_aliases(store: Any) -> None:
     """Every (task, row) of every table as the Hydra node experiment=paper/<task>/<row>."""
     for t in TABLES.values():

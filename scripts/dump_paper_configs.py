@@ -32,7 +32,7 @@ def main(out: Path, form: str) -> int:
 
     from magrpo.config import CONF_DIR, register_schemas
 
-    register_schemas()
+    register_schemas(paper_aliases=True)
     out.mkdir(parents=True, exist_ok=True)
     found = rows()
     GlobalHydra.instance().clear()

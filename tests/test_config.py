@@ -247,7 +247,7 @@ def test_eval_every_is_the_evaluation_cadence(make_cfg, recwarn):
 
 
 @pytest.mark.parametrize("extra", [[], ["experiment=paper/tldr/magrpo", "scale=tiny"]])
-def test_algo_eval_every_is_a_deprecated_alias_of_eval_every(make_cfg, extra):
+def test_algo_eval_every_is_a_deprecated_alias_of_eval_every(make_cfg, extra, paper_aliases):
     """algo.eval_every (the old key) still sets the cadence, over a recipe's eval.every too, and warns
     naming both keys."""
     with pytest.warns(DeprecationWarning, match=r"algo\.eval_every is deprecated.*use eval\.every"):

@@ -51,7 +51,7 @@ FIRST_TASKS = {t.tasks[0] for t in TABLES.values()}
 
 
 @pytest.mark.parametrize("table,task,row,scale", SCALED_ROWS, ids=[f"{t}-{task}-{r}-{s}" for t, task, r, s in SCALED_ROWS])
-def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp_path):
+def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp_path, request):
     entry = METHODS[row].entry
     algo = row_algo(row) if entry == "train" else None
     config_name = "eval" if entry == "eval" else "train"
@@ -59,6 +59,7 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
                       config_name=config_name)
     if (scale == "tiny" or not TABLES[table].scaled) and task in FIRST_TASKS:
         # the deprecated form of the same row, experiment=paper/<task>/<row>: the same config
+        request.getfixturevalue("paper_aliases")
         alias = compose_cfg([f"experiment=paper/{task}/{row}", f"scale={scale}", f"output_dir={tmp_path}"],
                             config_name=config_name)
         assert OmegaConf.to_yaml(alias) == OmegaConf.to_yaml(cfg)
@@ -118,7 +119,7 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("table,task,row", PAPER_ROWS, ids=[f"{t}-{task}-{r}" for t, task, r in PAPER_ROWS])
-def test_every_deprecated_row_composes_as_its_recipe_and_method(table, task, row, tmp_path):
+def test_every_deprecated_row_composes_as_its_recipe_and_method(table, task, row, tmp_path, paper_aliases):
     config_name = "eval" if METHODS[row].entry == "eval" else "train"
     scale = "tiny" if TABLES[table].scaled else "paper"
     new = compose_cfg([f"recipe={task}", f"method={row}", f"scale={scale}", f"output_dir={tmp_path}"],
@@ -161,7 +162,7 @@ def test_the_rows_are_listed_once_for_the_driver_and_the_renderer():
         assert t.skip <= {(task, row) for task in t.tasks for row in t.rows}
 
 
-def test_the_deprecated_form_warns_once_per_job_naming_the_new_one(caplog):
+def test_the_deprecated_form_warns_once_per_job_naming_the_new_one(caplog, paper_aliases):
     """experiment=paper/<task>/<row> composes through a node made from the grid, whose callback says,
     when a job starts, which recipe= method= it is."""
     from hydra.utils import instantiate

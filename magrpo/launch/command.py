@@ -79,6 +79,7 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     what Hydra would report with its own words (a mistyped key, an unknown group option) or a
     traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
     from magrpo.config import register_schemas
+    from magrpo.paper_grid import names_paper_alias
     from magrpo.run_config import inherit_argv
 
     quiet_progress_bars()
@@ -90,7 +91,7 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     except ConfigError as e:
         report(prog, f"config error: {e}")
         sys.exit(2)
-    register_schemas()
+    register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
     user_full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
