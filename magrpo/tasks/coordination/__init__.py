@@ -60,6 +60,17 @@ def team_moves(completions: list[list[str]], labels: str, n: int) -> list[list[s
             for joint in completions]
 
 
+def pair_agreement(moves: Sequence[Any]) -> tuple[float, list[float]]:
+    """(share of ordered agent pairs with the same move, each agent's share of them); None never matches."""
+    n = len(moves)
+    counts = Counter(x for x in moves if x is not None)
+    same = [counts[x] - 1 if x is not None else 0 for x in moves]
+    pairs = n * (n - 1)
+    if not pairs:
+        return float(moves[0] is not None), [float(moves[0] is not None)]
+    return sum(same) / pairs, [s / pairs for s in same]
+
+
 @dataclass
 class CoordinationTaskConfig:
     name: str = "agree"
@@ -113,6 +124,11 @@ class _Game(Task):
     def compose(self, raw: Sequence[float]) -> list[float]:
         return [r * self.reward_cfg.scale + self.reward_cfg.shift for r in raw]
 
+    def compose_shares(self, shares: Sequence[Sequence[float]]) -> list[list[float]]:
+        """Each agent's raw share of a joint reward on the reward's scale: share * scale + shift / N,
+        so the N shares of a joint answer add up to its composed team reward."""
+        return [[s * self.reward_cfg.scale + self.reward_cfg.shift / len(row) for s in row] for row in shares]
+
     # the metric (beside the reward) each game reports: the share of joint answers at the optimum
     passed_metric = "accuracy"
 
@@ -156,19 +172,13 @@ class AgreeTask(_Game):
         moves = team_moves(completions, self.labels, self.cfg.num_team)
         raw, shares, agreed, valid = [], [], [], []
         for m in moves:
-            n = len(m)
-            counts = Counter(x for x in m if x is not None)
-            pairs = n * (n - 1)
-            # ordered pairs (i, j), i != j, that picked the same option; one agent agrees with itself
-            same = [counts[x] - 1 if x is not None else 0 for x in m]
-            raw.append(sum(same) / pairs if pairs else float(m[0] is not None))
-            shares.append([s / pairs if pairs else raw[-1] for s in same])
-            agreed.append(len(counts) == 1 and None not in m)
-            valid.append(sum(x is not None for x in m) / n)
-        scale = self.reward_cfg.scale
+            r, s = pair_agreement(m)
+            raw.append(r)
+            shares.append(s)
+            agreed.append(len(set(m)) == 1 and None not in m)
+            valid.append(sum(x is not None for x in m) / len(m))
         return Scores(self.compose(raw), {"agreement": raw, "valid": valid},
-                      {"passed": agreed, "individual": [[s * scale + self.reward_cfg.shift / len(row) for s in row]
-                                                        for row in shares]})
+                      {"passed": agreed, "individual": self.compose_shares(shares)})
 
 
 @dataclass
@@ -233,10 +243,8 @@ class CoverTask(_Game):
             shares.append([1 / (n * counts[x]) if x in need else 0.0 for x in m])
             collided.append(sum(c - 1 for x, c in counts.items() if x in need) / n)
             covered_all.append(need <= set(counts))
-        scale, shift = self.reward_cfg.scale, self.reward_cfg.shift
         return Scores(self.compose(raw), {"covered": raw, "collisions": collided},
-                      {"passed": covered_all,
-                       "individual": [[s * scale + shift / len(row) for s in row] for row in shares]})
+                      {"passed": covered_all, "individual": self.compose_shares(shares)})
 
 
 OBJECTS = ["moon", "tree", "bread", "star", "coffee", "glass", "chess", "honey"]
@@ -350,4 +358,4 @@ class SignalTask(_Game):
         return Scores(self.compose(raw), {"correct": right, "leaked": leaked}, {"passed": [r > 0 for r in raw]})
 
 
-__all__ = ["AgreeTask", "CoverTask", "SignalTask", "pick", "picks"]
+__all__ = ["AgreeTask", "CoverTask", "SignalTask", "pair_agreement", "pick", "picks"]

@@ -35,6 +35,7 @@ from magrpo.tasks.coordination import (
     SignalTask,
     SignalTaskConfig,
     _Game,
+    pair_agreement,
     pick,
     team_moves,
 )
@@ -46,17 +47,6 @@ def first_letter_run(text: str, runs: int) -> int | None:
     """Which of `runs` equal runs of the alphabet the answer's first letter is in (None: no letter)."""
     m = re.search("[a-z]", text.lower())
     return None if m is None else (ord(m.group(0)) - ord("a")) * runs // 26
-
-
-def pair_agreement(moves: Sequence[Any]) -> tuple[float, list[float]]:
-    """(share of ordered agent pairs with the same move, each agent's share of them); None never matches."""
-    n = len(moves)
-    counts = Counter(x for x in moves if x is not None)
-    same = [counts[x] - 1 if x is not None else 0 for x in moves]
-    pairs = n * (n - 1)
-    if not pairs:
-        return float(moves[0] is not None), [float(moves[0] is not None)]
-    return sum(same) / pairs, [s / pairs for s in same]
 
 
 # -- convention -----------------------------------------------------------------------------------
@@ -121,9 +111,8 @@ class ConventionTask(_Game):
             raw.append(r)
             shares.append(s)
             agreed.append(None not in names and len(set(names)) == 1)
-        scale, shift = self.reward_cfg.scale, self.reward_cfg.shift
         return Scores(self.compose(raw), {"agreement": raw},
-                      {"passed": agreed, "individual": [[x * scale + shift / len(row) for x in row] for row in shares]})
+                      {"passed": agreed, "individual": self.compose_shares(shares)})
 
 
 # -- stag hunt ------------------------------------------------------------------------------------
@@ -176,19 +165,17 @@ class StagHuntTask(_Game):
         return [None if r is None else r == 1 for r in runs]
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
-        raw, pays, stag = [], [], []
+        raw, shares, stag, share_of_stag = [], [], [], []
         for joint in completions:
             m = self.moves(joint)
             all_stag = all(x is True for x in m)
             pay = [1.0 if (x is True and all_stag) else self.cfg.hare if x is False else 0.0 for x in m]
             raw.append(sum(pay) / len(pay))
-            pays.append(pay)
+            shares.append([p / len(pay) for p in pay])          # the team reward is the mean pay
             stag.append(all_stag)
-        scale, shift = self.reward_cfg.scale, self.reward_cfg.shift
-        return Scores(self.compose(raw), {"stag_share": [sum(x is True for x in self.moves(j)) / len(self.moves(j))
-                                                         for j in completions]},
-                      {"passed": stag, "individual": [[p / len(row) * scale + shift / len(row) for p in row]
-                                                      for row in pays]})
+            share_of_stag.append(sum(x is True for x in m) / len(m))
+        return Scores(self.compose(raw), {"stag_share": share_of_stag},
+                      {"passed": stag, "individual": self.compose_shares(shares)})
 
 
 # -- communication under a budget -----------------------------------------------------------------
@@ -303,9 +290,8 @@ class InvestTask(_Game):
             raw.append(cap * r)
             shares.append([cap * x for x in s])
             passed.append(cap == 1.0 and r == 1.0)
-        scale, shift = self.reward_cfg.scale, self.reward_cfg.shift
         return Scores(self.compose(raw), {"paid": raw},
-                      {"passed": passed, "individual": [[x * scale + shift / len(row) for x in row] for row in shares]})
+                      {"passed": passed, "individual": self.compose_shares(shares)})
 
 
 # -- a large team ---------------------------------------------------------------------------------
