@@ -287,3 +287,23 @@ def test_a_checkpoint_saved_with_agents_gradient_checkpointing_resumes_and_evalu
     saved["agents"]["gradient_checkpointing"], saved["hardware"]["gradient_checkpointing"] = True, False
     assert config_changes(saved, now) == []
     assert config_changes(saved, now, only=AGENT_KEYS, free=AGENT_KEYS_FREE) == []
+
+
+def test_compositions_share_the_config_store_and_see_what_is_registered_later(make_cfg):
+    """Hydra's per-composition repository copy no longer copies the ConfigStore (register_schemas
+    shares it): a node stored after an earlier composition still composes, and a composition never
+    changes what the store holds."""
+    import copy
+
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    assert copy.deepcopy(store) is store
+    before = make_cfg(["task=agree"])
+    store.store(group="experiment", name="_shared_store_probe", package="_global_", node={"max_steps": 7})
+    try:
+        assert make_cfg(["experiment=_shared_store_probe"]).max_steps == 7
+        assert make_cfg(["task=agree"]) == before
+        assert store.load("experiment/_shared_store_probe.yaml").node == {"max_steps": 7}
+    finally:
+        del store.repo["experiment"]["_shared_store_probe.yaml"]

@@ -796,17 +796,18 @@ def test_a_tuning_that_did_not_finish_is_recorded_and_its_row_runs_at_its_own_va
 
 
 def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, capsys):
-    """One task, two rows, two trials each, end to end (tiny: 2 steps, 2 eval items)."""
+    """One task, one row, two trials, end to end (tiny: 2 steps, 2 eval items). The row is IPPO, whose search
+    space differs from the group-relative rows' (algo.ent_coef beside optimizer.lr)."""
     from magrpo.paper import main as paper_main
 
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")     # the `optuna` extra (in `dev`)
 
     root = tmp_path / "sweep"
-    rc = paper_main(["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--tune-trials", "2",
+    rc = paper_main(["coordination", "--tasks", "agree", "--rows", "ippo", "--tune-trials", "2",
                      "--seeds", "0,1", "--launcher", "basic", "--out", str(root),
                      "max_steps=2", "eval.num_items=2", "eval.num_samples=2", "eval.log_completions=0"])
     assert rc == 0, capsys.readouterr().err
-    for row, key in (("magrpo", "algo.temperature"), ("ippo", "algo.ent_coef")):
+    for row, key in (("ippo", "algo.ent_coef"),):
         record = json.loads((root / "tuning" / f"agree_{row}.json").read_text())
         assert record["space"] == tune_space("agree", row) and record["n_trials"] == 2 and record["error"] is None
         assert [t["number"] for t in record["trials"]] == [0, 1]
@@ -830,19 +831,17 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
         assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     # the table: the seeds' rows only (not the trials), and tuning.md with what each row searched and chose
     _, rows = md_table(root / "table" / "table.md", "### agree (coordination)")
-    assert list(rows) == ["IPPO", "MAGRPO"] and all(r[0] == "2" for r in rows.values())
+    assert list(rows) == ["IPPO"] and all(r[0] == "2" for r in rows.values())
     # seed 0 is the best candidate's own run, copied (not run again); a second call with the same
     # --out finds every tuning done and runs none of it again
-    assert sorted(p.name for p in (root / "train-seed0").iterdir()) == ["tuning-best_agree_ippo_s0",
-                                                                        "tuning-best_agree_magrpo_s0"]
-    assert sorted(p.name.split("_", 1)[1] for p in (root / "train").iterdir() if p.is_dir()) == ["agree_ippo_s1",
-                                                                                             "agree_magrpo_s1"]
+    assert sorted(p.name for p in (root / "train-seed0").iterdir()) == ["tuning-best_agree_ippo_s0"]
+    assert sorted(p.name.split("_", 1)[1] for p in (root / "train").iterdir() if p.is_dir()) == ["agree_ippo_s1"]
     capsys.readouterr()
-    assert paper_main(["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--tune-trials", "2",
+    assert paper_main(["coordination", "--tasks", "agree", "--rows", "ippo", "--tune-trials", "2",
                        "--seeds", "0,1", "--launcher", "basic", "--out", str(root),
                        "max_steps=2", "eval.num_items=2", "eval.num_samples=2", "eval.log_completions=0"]) == 0
-    # the two Optuna sweeps, the own-values runs and the seeds' sweep
-    assert capsys.readouterr().out.count("already done") == 4
+    # the Optuna sweep, the own-values run and the seeds' sweep
+    assert capsys.readouterr().out.count("already done") == 3
     tuning_md = (root / "table" / "tuning.md").read_text()
-    assert "| agree | MAGRPO | 2/2 | `optimizer.lr`: tag(log, interval(1e-4, 3e-2)); `algo.temperature`" in tuning_md
-    assert "| agree | IPPO | 2/2 |" in tuning_md and "Tuned: each trained row" in (root / "table" / "table.md").read_text()
+    assert "| agree | IPPO | 2/2 | `optimizer.lr`: tag(log, interval(1e-4, 3e-2)); `algo.ent_coef`" in tuning_md
+    assert "Tuned: each trained row" in (root / "table" / "table.md").read_text()
