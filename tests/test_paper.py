@@ -465,12 +465,22 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
     assert table_main([str(root), "--layout", "paper", "--out", str(out)]) == 0
     md = out / "table.md"
     header, rows = md_table(md, "### agree (coordination)")
-    assert header == ["method", "n", "norm. return", "agreement (pairs)", "cost (sequences/item/update)",
-                      "response time (s/item)"]
+    assert header == ["method", "n", "norm. return", "AUC over tokens (0-1)", "k tokens to 90%", "agreement (pairs)",
+                      "cost (sequences/item/update)", "response time (s/item)"]
     # [0.6, 0.7, 0.8]: mean 0.7, s = 0.1, t_{0.975, 2} = 4.3027 -> 4.3027 * 0.1 / sqrt(3) = 0.248
     assert rows["MAGRPO"][:2] == ["3", "0.700 ± 0.248"]
-    assert rows["Untrained team"][:2] == ["1", "0.100"] and rows["Untrained team"][3] == "–"
-    assert rows["IPPO"][1] == "**0.900 ± 0.000**" and rows["IPPO"][3] == "24.000 ± 0.000"   # cost: never bold
+    assert rows["Untrained team"][:2] == ["1", "0.100"] and rows["Untrained team"][2:4] == ["–"] * 2 \
+        and rows["Untrained team"][5] == "–"
+    assert rows["IPPO"][1] == "**0.900 ± 0.000**" and rows["IPPO"][5] == "24.000 ± 0.000"   # cost: never bold
+    # AUC over B = 200 tokens (the fewest any run spent: 2 steps x 100). IPPO: (0, 0.45) -> (200, 0.9),
+    # mean height 0.675. MAGRPO's seeds (0.6, 0.7, 0.8 over 200, 400, 600 tokens), cut at 200:
+    # (0.3 + 0.6) / 2 = 0.45, (0.35 + 0.525) / 2 = 0.4375, (0.4 + 0.5333) / 2 = 0.4667 -> 0.4514
+    assert rows["IPPO"][2] == "**0.675 ± 0.000**"
+    assert rows["MAGRPO"][2].startswith("0.451 ± ")
+    # 90% of the optimum: IPPO reaches 0.9 at its second eval, 200 tokens; MAGRPO never does
+    assert rows["IPPO"][3] == "0.200 ± 0.000" and rows["MAGRPO"][3] == "–"
+    assert "AUC over tokens = the mean eval norm. return over the first B generated tokens" in md.read_text()
+    assert "B: agree 200, cover 200, signal 200." in md.read_text()
     text = md.read_text()
     assert "95% confidence interval of the mean" in text and "mean ± sample standard deviation" not in text
     assert "no `sequences_per_item`" not in text     # an evaluation spends no training budget: no gap to report
@@ -484,8 +494,20 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
     assert rows["agree"] == ["0.100", "**0.900 ± 0.000**", "0.700 ± 0.000", "0.700 ± 0.248"]
     assert rows["signal"][2] == "–"
     assert rows["mean rank (1 = best)"] == ["3.67", "**1.33**", "2.75 (2/3)", "1.83"]
+    # Does each task separate the methods? agree: IPPO 0.9 ± 0 is apart from IPPO-individual 0.7 ± 0 (MAGRPO's
+    # 0.7 ± 0.248 reaches 0.9); on AUC every pair is apart (0.675, 0.525, 0.451 ± 0.017). Kendall's W over
+    # seeds 0-2 of (ippo, individual, magrpo): places (1, 2, 3), (1, 2.5, 2.5), (1, 3, 2) -> R = (3, 7.5, 7.5),
+    # S = 9 + 2.25 + 2.25 = 13.5, one tie of 2 (T = 6): W = 12 * 13.5 / (9 * 24 - 3 * 6) = 0.818
+    header, rows = md_table(md, "### Does each task separate the methods?")
+    assert rows["agree"] == ["3", "no", "no", "1", "3", "IPPO > IPPO, individual reward", "0.82 (3)", "yes"]
+    assert rows["signal"] == ["2", "no", "no", "1", "1", "IPPO > MAGRPO", "1.00 (3)", "yes"]
+    checks = {c["task"]: c for c in json.loads((out / "discrimination.json").read_text())}
+    assert checks["agree"]["kendall_w"] == pytest.approx(162 / 198) and checks["agree"]["separates"] is True
+    assert checks["agree"]["apart"]["auc_tokens"] == [["ippo", "ippo_individual"], ["ippo", "magrpo"],
+                                                      ["ippo_individual", "magrpo"]]
     with open(out / "table.csv", newline="") as f:
         csv_rows = {(r["task"], r["label"]): r for r in csv.DictReader(f)}
+    assert float(csv_rows[("agree", "magrpo")]["auc_tokens_mean"]) == pytest.approx((0.45 + 0.4375 + 0.7 / 1.5) / 3)
     m = csv_rows[("agree", "magrpo")]
     assert float(m["normalized_return_ci95"]) == pytest.approx(4.302652729749464 * 0.1 / math.sqrt(3))
     assert float(m["rank"]) == 2.5 and float(m["mean_rank"]) == pytest.approx(5.5 / 3)

@@ -633,3 +633,35 @@ def test_plot_styles_tell_thirteen_and_more_methods_apart_and_labels_stay_short(
     long = "algo=magrpo " + "algo.advantage=rloo " * 20
     assert len(short_label(long)) == 40 and short_label(long).endswith("…")
     assert short_label("MAGRPO") == "MAGRPO"
+
+
+def test_kendalls_w_against_hand_computed_cases():
+    from magrpo.table.stats import kendall_w
+
+    # three seeds rank three methods (1, 2, 3), (1, 3, 2), (2, 1, 3): R = (4, 6, 8), mean 6, S = 8,
+    # W = 12 * 8 / (3^2 * (27 - 3)) = 96 / 216
+    assert kendall_w([[0.9, 0.5, 0.1], [0.9, 0.1, 0.5], [0.5, 0.9, 0.1]]) == pytest.approx(96 / 216)
+    assert kendall_w([[3, 2, 1]] * 4) == pytest.approx(1.0)
+    # two seeds in opposite orders of two methods: R = (3, 3), S = 0
+    assert kendall_w([[1, 0], [0, 1]]) == 0.0
+    # lower is better: the same places as the negated scores
+    assert kendall_w([[1, 2, 3], [1, 3, 2]], higher_is_better=False) == kendall_w([[-1, -2, -3], [-1, -3, -2]])
+    assert kendall_w([[1.0, 1.0]] * 3) is None and kendall_w([[1, 2]]) is None
+    with pytest.raises(ValueError):
+        kendall_w([[1, 2], [1]])
+
+
+def test_area_under_a_curve_and_the_first_reach_of_a_level():
+    from magrpo.table.stats import area_under, first_reach
+
+    pts = [(0, 0.2), (100, 0.6), (300, 1.0)]
+    # trapezoids: 100 * 0.4 + 200 * 0.8 = 200 over 300 tokens
+    assert area_under(pts, 300) == pytest.approx(200 / 300)
+    # cut at 200: y(200) = 0.8, 100 * 0.4 + 100 * 0.7 = 110
+    assert area_under(pts, 200) == pytest.approx(110 / 200)
+    # held: the first value back to 0, the last on to the budget
+    assert area_under([(100, 0.5), (200, 1.0)], 400) == pytest.approx((50 + 75 + 200) / 400)
+    assert area_under([], 10) is None and area_under(pts, 0) is None
+    # 0.9 is crossed between (100, 0.6) and (300, 1.0): 100 + 200 * 0.3 / 0.4 = 250
+    assert first_reach(pts, 0.9) == pytest.approx(250) and first_reach(pts, 0.1) == 0
+    assert first_reach(pts, 1.01) is None

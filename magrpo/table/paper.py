@@ -36,6 +36,7 @@ never dropped silently.
 from __future__ import annotations
 
 import csv
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,7 +59,18 @@ from magrpo.table.render import (
     tex_note_row,
 )
 from magrpo.table.runs import PROG, Run, TableError, num_answers, run_task
-from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, ranks, smooth
+from magrpo.table.stats import (
+    Cell,
+    aggregate,
+    area_under,
+    best_rows,
+    first_reach,
+    intervals_overlap,
+    kendall_w,
+    mean_std,
+    ranks,
+    smooth,
+)
 
 # A task's family is its table in the paper (magrpo.paper_grid.FAMILY).
 # Tables run as matched-budget comparisons of every method (magrpo-paper's coordination table): their
@@ -73,6 +85,7 @@ class Column:
     higher_is_better: bool = True
     ranked: bool = True         # False: a quantity with no better direction (no bold)
     trained_only: bool = False  # a training quantity: evaluation-only rows have none, and that is no gap
+    censored: bool = False      # a run may lack it by design (a level it never reached): no gap either
 
 
 NORM = Column("normalized_return", "norm. return")
@@ -82,6 +95,11 @@ TIME = Column("response_time_s", "response time (s/item)", higher_is_better=Fals
 # and C3's counterfactual samples included (the budget's one exception, so the table says it).
 COST = Column("sequences_per_item", "cost (sequences/item/update)", higher_is_better=False, ranked=False,
               trained_only=True)
+# Sample efficiency (FAIR_FAMILIES): the eval curve against the generated tokens (sample_efficiency).
+AUC = Column("auc_tokens", "AUC over tokens (0-1)", trained_only=True)
+TO_90 = Column("ktokens_to_90", "k tokens to 90%", higher_is_better=False, trained_only=True, censored=True)
+REACH = 0.9        # "90% of the optimum": norm. return is 1 at the task's optimum
+TOKENS = "train/completions/tokens"
 FAMILY_COLUMNS: dict[str, list[Column]] = {
     "writing": [NORM, Column("reward/structure", "structure (levels 1-3)"), Column("reward/style", "style (Jaccard term)"),
                 Column("reward/coherence", "coherence (transitions)"), Column("rouge_l", "ROUGE-L")],
@@ -92,7 +110,7 @@ FAMILY_COLUMNS: dict[str, list[Column]] = {
                Column("acc/level_4_cooperates", "L4 acc (main uses helper)")],
     "maporl": [NORM, REWARD],
     # the suite's games: normalized return is the game score (1 = the team optimum)
-    "coordination": [NORM, Column("reward/agreement", "agreement (pairs)"), Column("reward/covered", "covered"),
+    "coordination": [NORM, AUC, TO_90, Column("reward/agreement", "agreement (pairs)"), Column("reward/covered", "covered"),
                      Column("reward/collisions", "collisions", higher_is_better=False),
                      Column("reward/correct", "listener right"), Column("reward/leaked", "object named",
                                                                         higher_is_better=False)],
@@ -129,6 +147,12 @@ BOLD_NOTE = ("Bold: the best mean of its column (the lowest for response time); 
 COST_NOTE = ("cost = generated sequences per item per update (the mean over a run's steps of "
              "`train/sequences_per_item`): every row draws num_generations answers per agent per item (a sequential "
              "team: per prefix), unless its sampling differs: DAPO's refills, C3's counterfactual alternatives.")
+AUC_NOTE = ("AUC over tokens = the mean eval norm. return over the first B generated tokens, (1/B) ∫ return "
+            "d(tokens), linear between evaluations, from the untrained evaluation at 0 tokens; B is the fewest tokens "
+            "any trained run of the task spent, so every row is measured over the same budget (1 = at the optimum "
+            "from the start). k tokens to 90% = thousands of generated tokens until the eval norm. return first "
+            "reached 0.9 (linear between evaluations); a cell marked (n=k) reached it in k seeds, its mean is over "
+            "those, and an empty one never did.")
 RANK_NOTE = ("Mean rank: a method's place on each task by mean norm. return among the rows of that task (1 = best; "
              "ties share the mean of their places), averaged over the tasks it ran; (k/m) marks one that ran k of "
              "the m tasks.")
@@ -139,6 +163,7 @@ class PaperRow:
     label: str
     runs: list[Run]
     cells: dict[str, Cell] = field(default_factory=dict)
+    finals: list[dict[str, float]] = field(default_factory=list)   # per run (as `runs`): what its cells hold
 
     @property
     def name(self) -> str:
@@ -158,6 +183,7 @@ class RenderedTable:
     rows: list[PaperRow]
     best: dict[str, set[int]]          # column key -> indices of the rows in bold
     missing: list[str]                 # notes on metrics that runs lack
+    token_budget: float | None = None  # the tokens the AUC column integrates over (FAIR_FAMILIES), if any
 
     @property
     def family(self) -> str:
@@ -237,6 +263,59 @@ def with_derived(run: Run, notes: list[str] | None = None) -> dict[str, float]:
     return final
 
 
+def cumulative(run: Run, key: str) -> dict[int, float]:
+    """Step -> the sum of `key` (a per-step training quantity) over the steps up to it; the eval
+    logged at step s came after s updates, so its budget is the sum over steps 1..s (0 at step 0)."""
+    per_step = run.curves.get(key) or {}
+    total, out = 0.0, {0: 0.0}
+    for step in sorted(per_step):
+        total += per_step[step]
+        out[step] = total
+    return out
+
+
+def token_curve(run: Run) -> list[tuple[float, float]]:
+    """A trained run's eval norm. return against the generated tokens spent before each evaluation:
+    (tokens, return) per eval step, the untrained evaluation at 0 tokens. Empty when the run logged
+    no eval norm. return or no token counts."""
+    returns = run.curves.get(f"eval/{NORM.key}")
+    if not returns or not run.curves.get(TOKENS):
+        return []
+    spent = cumulative(run, TOKENS)
+    done = sorted(spent)
+    points = [(spent[[s for s in done if s <= step][-1]], value) for step, value in sorted(returns.items())]
+    initial = run.initial.get(NORM.key)
+    if initial is not None and points[0][0] > 0:
+        points.insert(0, (0.0, initial))
+    return points
+
+
+def sample_efficiency(runs: Sequence[Run], finals: dict[int, dict[str, float]]) -> float | None:
+    """Add each trained run's sample efficiency to its final metrics, and return the token budget B:
+
+      auc_tokens     (1 / B) * integral_0^B of the eval norm. return over the generated tokens
+                     (stats.area_under), B the fewest tokens any trained run of the task spent, so
+                     every run is measured over the same budget; 1 = at the optimum from the start
+      ktokens_to_90  thousands of generated tokens until the eval norm. return first reached 0.9
+                     (90% of the optimum; linear between evaluations); absent where a run never did
+
+    Returns None (and adds nothing) when no run logged both curves."""
+    curves = {id(r): token_curve(r) for r in runs}
+    ends = [c[-1][0] for c in curves.values() if c and c[-1][0] > 0]
+    if not ends:
+        return None
+    budget = min(ends)
+    for r in runs:
+        points = curves[id(r)]
+        if not points:
+            continue
+        finals[id(r)][AUC.key] = area_under(points, budget)
+        reach = first_reach(points, REACH)
+        if reach is not None:
+            finals[id(r)][TO_90.key] = reach / 1000
+    return budget
+
+
 def columns_for(task: str, finals: list[dict[str, float]]) -> list[Column]:
     family = FAMILY.get(task)
     present = {k for f in finals for k in f}
@@ -246,8 +325,8 @@ def columns_for(task: str, finals: list[dict[str, float]]) -> list[Column]:
         comps = sorted(k for k in present if k.startswith("reward/"))
         cols = [NORM, *(Column(c, COMPONENT_HEADERS[c], ranked=False) if c in COMPONENT_HEADERS
                         else Column(c, f"{c[len('reward/'):]} (reward part)") for c in comps)]
-    if family == "coordination":       # one family, three games: the columns of this game's reward
-        cols = [c for c in cols if c is NORM or c.key in present]
+    if family == "coordination":       # one family, many games: the columns of this game's reward
+        cols = [c for c in cols if c is NORM or c.key in present or (c is TO_90 and AUC.key in present)]
     if family == "maporl":
         cols += [Column(k, k.replace("_", " ")) for k in sorted(present)
                  if re.search(r"acc", k) and not k.startswith(("acc/level_", "turn_", "final_turn/"))]
@@ -277,6 +356,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
     for task, task_runs in by_task.items():
         derived_notes: list[str] = []
         finals = {id(r): with_derived(r, derived_notes) for r in task_runs}
+        budget = sample_efficiency(task_runs, finals) if FAMILY.get(task) in FAIR_FAMILIES else None
         columns = columns_for(task, list(finals.values()))
         if metrics:
             known = {c.key: c for c in columns}
@@ -286,7 +366,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
         for r in task_runs:
             groups.setdefault(r.label, []).append(r)
         labels = sorted(groups, key=lambda lab: _row_key(lab, list(groups).index(lab)))
-        rows = [PaperRow(label, groups[label]) for label in labels]
+        rows = [PaperRow(label, groups[label], finals=[finals[id(r)] for r in groups[label]]) for label in labels]
         missing = list(dict.fromkeys(derived_notes))   # an eval run split per method would say it twice
         for col in columns:
             if not any(col.key in finals[id(r)] for r in task_runs):
@@ -296,7 +376,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
             for col in columns:
                 have = [finals[id(r)][col.key] for r in row.runs if col.key in finals[id(r)]]
                 row.cells[col.key] = mean_std(have)
-                if col.trained_only and row.eval_only:
+                if (col.trained_only and row.eval_only) or col.censored:
                     continue
                 if have and len(have) < len(row.runs):
                     lacking = [str(r.path) for r in row.runs if col.key not in finals[id(r)]]
@@ -306,7 +386,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
                     missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
         best = {col.key: best_rows([row.cells[col.key].mean for row in rows], col.higher_is_better)
                 for col in columns if col.ranked}
-        tables.append(RenderedTable(task, columns, rows, best, missing))
+        tables.append(RenderedTable(task, columns, rows, best, missing, budget))
     return tables
 
 
@@ -337,6 +417,93 @@ def overviews(tables: Sequence[RenderedTable]) -> list[Overview]:
                 mean_rank[lab] = (sum(got) / len(got), len(got))
         out.append(Overview(family, [t.task for t in mine], labels, cells, seeds, place, mean_rank))
     return out
+
+
+HIGH, LOW = 0.95, 0.05      # a task every method ends at or above HIGH (or at or below LOW) separates nothing
+
+
+@dataclass
+class Discrimination:
+    """Whether one task of a FAIR family separates its trained methods (`discrimination`)."""
+    task: str
+    methods: int                                   # trained rows
+    all_high: bool                                 # every trained row's mean final norm. return >= HIGH
+    all_low: bool                                  # every one <= LOW
+    apart: dict[str, list[tuple[str, str]]]        # column key -> (better, worse) labels whose 95% intervals
+                                                   # (mean ± CI over seeds) do not overlap
+    kendall_w: float | None                        # how alike the seeds rank the methods (final norm. return)
+    w_seeds: int                                   # the seeds every trained row ran: W's raters
+    widest: tuple[str, str] | None = None          # the pair apart with the largest gap of means (final, else AUC)
+
+    @property
+    def separates(self) -> bool:
+        return self.methods >= 2 and not self.all_high and not self.all_low and any(self.apart.values())
+
+    def as_dict(self) -> dict:
+        return {"task": self.task, "methods": self.methods, "all_high": self.all_high, "all_low": self.all_low,
+                "apart": {k: [list(p) for p in v] for k, v in self.apart.items()}, "kendall_w": self.kendall_w,
+                "w_seeds": self.w_seeds, "widest": None if self.widest is None else list(self.widest),
+                "separates": self.separates}
+
+
+def discrimination(t: RenderedTable) -> Discrimination:
+    """The checks a benchmark table must pass to compare methods at all, on one task: not every
+    method at the ceiling (>= HIGH) or the floor (<= LOW); at least one pair of methods whose 95%
+    intervals do not overlap, on the final norm. return or on the AUC over tokens; and Kendall's W
+    (stats.kendall_w) of the seeds as raters of the methods' final norm. return, over the seeds every
+    trained method ran (a method's repeated seed counts once, its mean)."""
+    trained = [row for row in t.rows if not row.eval_only]
+    means = [row.cells[NORM.key].mean for row in trained if NORM.key in row.cells]
+    means = [m for m in means if m is not None]
+    apart: dict[str, list[tuple[str, str]]] = {}
+    for col in (NORM, AUC):
+        have = [row for row in trained if col.key in row.cells and row.cells[col.key].mean is not None]
+        have.sort(key=lambda row: -row.cells[col.key].mean)
+        apart[col.key] = [(a.label, b.label) for i, a in enumerate(have) for b in have[i + 1:]
+                          if a.cells[col.key].mean > b.cells[col.key].mean
+                          and not intervals_overlap(a.cells[col.key], b.cells[col.key])]
+    widest = None
+    for col in (NORM, AUC):
+        cells = {row.label: row.cells.get(col.key) for row in trained}
+        if apart[col.key]:
+            widest = max(apart[col.key], key=lambda p: cells[p[0]].mean - cells[p[1]].mean)
+            break
+    per_seed: list[dict[object, float]] = []
+    for row in trained:
+        values: dict[object, list[float]] = {}
+        for run, final in zip(row.runs, row.finals):
+            if NORM.key in final:
+                values.setdefault(run.seed, []).append(final[NORM.key])
+        per_seed.append({seed: sum(v) / len(v) for seed, v in values.items()})
+    seeds = sorted(set.intersection(*(set(d) for d in per_seed)), key=str) if per_seed else []
+    w = kendall_w([[d[seed] for d in per_seed] for seed in seeds]) if len(trained) >= 2 else None
+    return Discrimination(t.task, len(trained), bool(means) and min(means) >= HIGH,
+                          bool(means) and max(means) <= LOW, apart, w, len(seeds), widest)
+
+
+DISCRIMINATION_NOTE = ("Pairs apart: method pairs whose 95% intervals (mean ± CI over seeds) do not overlap. Kendall's W: "
+                       "how alike the seeds rank the trained methods by final norm. return (1 = every seed the same "
+                       "order, 0 = no agreement; ties share places), over the seeds every method ran. Separates: not "
+                       f"every method >= {HIGH}, not every method <= {LOW}, and at least one pair apart on the final "
+                       "value or the AUC.")
+
+
+def discrimination_lines(tables: Sequence[RenderedTable]) -> list[str]:
+    """The markdown section under a FAIR family's overview: one row per task (`discrimination`)."""
+    checks = [discrimination(t) for t in tables if t.family in FAIR_FAMILIES]
+    if not checks:
+        return []
+    out = ["### Does each task separate the methods?\n",
+           "| task | trained methods | all >= 0.95 | all <= 0.05 | pairs apart (final) | pairs apart (AUC) "
+           "| widest pair apart | Kendall's W (seeds) | separates |",
+           "|:---|---:|:---:|:---:|---:|---:|:---|---:|:---:|"]
+    for d in checks:
+        widest = "–" if d.widest is None else f"{row_name(d.widest[0])} > {row_name(d.widest[1])}"
+        w = "–" if d.kendall_w is None else f"{d.kendall_w:.2f} ({d.w_seeds})"
+        out.append(f"| {md_escape(d.task)} | {d.methods} | {'yes' if d.all_high else 'no'} | "
+                   f"{'yes' if d.all_low else 'no'} | {len(d.apart.get(NORM.key, []))} | "
+                   f"{len(d.apart.get(AUC.key, []))} | {md_escape(widest)} | {w} | {'yes' if d.separates else 'no'} |")
+    return out + ["", DISCRIMINATION_NOTE, ""]
 
 
 def rank_text(o: Overview, label: str) -> str:
@@ -414,6 +581,7 @@ def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] =
         for cells in overview_cells(o, digits, "±", "–", lambda text: f"**{text}**"):
             out.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
         out += ["", RANK_NOTE, ""]
+    out += discrimination_lines(tables)
     std = [t.task for t in tables if t.interval == "std"]
     ci = [t.task for t in tables if t.interval == "ci95"]
     if std and ci:
@@ -424,6 +592,9 @@ def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] =
                "evaluations of the base models; the others are trained.")
     if any(COST in t.columns for t in tables):
         out.append(COST_NOTE)
+    budgets = [(t.task, t.token_budget) for t in tables if AUC in t.columns and t.token_budget]
+    if budgets:
+        out.append(AUC_NOTE + " B: " + ", ".join(f"{task} {b:,.0f}" for task, b in budgets) + ".")
     if shows_codebleu(tables):
         out.append(codebleu_note())
     out += list(notes)
@@ -485,17 +656,6 @@ def to_latex(tables: list[RenderedTable], digits: int) -> str:
         out += ["\\bottomrule", tex_note_row(ncols, "Norm. return, mean $\\pm$ 95\\% CI; mean rank over the tasks "
                                                     "(1 = best; (k/m): ran k of m tasks)."), "\\end{tabular}", ""]
     return "\n".join(out)
-
-
-def cumulative(run: Run, key: str) -> dict[int, float]:
-    """Step -> the sum of `key` (a per-step training quantity) over the steps up to it; the eval
-    logged at step s came after s updates, so its budget is the sum over steps 1..s (0 at step 0)."""
-    per_step = run.curves.get(key) or {}
-    total, out = 0.0, {0: 0.0}
-    for step in sorted(per_step):
-        total += per_step[step]
-        out[step] = total
-    return out
 
 
 # (per-step key, x-axis label, file-name suffix, what the title calls it)
@@ -605,6 +765,10 @@ def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digit
           metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> int:
     """Write table.md, table.csv, table.tex and the curves into `out`; print the markdown."""
     tables = build(runs, metrics, extra)
+    checks = [discrimination(t).as_dict() for t in tables if t.family in FAIR_FAMILIES]
+    if checks:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "discrimination.json").write_text(json.dumps(checks, indent=1) + "\n")
     save_and_report(out, to_markdown(tables, digits, notes), skipped, lambda path: write_csv(tables, path),
                     to_latex(tables, digits), lambda: plot_curves(tables, out, smooth_window) if plots else [],
                     f"{len(runs)} run(s), {sum(len(t.rows) for t in tables)} row(s), {len(tables)} task(s)"

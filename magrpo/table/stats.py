@@ -1,10 +1,12 @@
 """The statistics of `magrpo-table`: mean ± sample std over seeds, the 95% confidence interval
-of the mean, per-step curve aggregates, smoothing, which rows of a column are best, and ranks."""
+of the mean, per-step curve aggregates, smoothing, which rows of a column are best, ranks, the area
+under a curve, and how well seeds agree on a ranking (Kendall's W)."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -107,3 +109,71 @@ def ranks(means: Sequence[float | None], higher_is_better: bool = True) -> list[
             out[i] = (j + k) / 2 + 1
         j = k + 1
     return out
+
+
+def kendall_w(scores: Sequence[Sequence[float]], higher_is_better: bool = True) -> float | None:
+    """Kendall's coefficient of concordance W of m raters (here: seeds) ranking n objects (methods).
+
+    `scores[j][i]` is rater j's score of object i. Each rater's scores become ranks (ties share the
+    mean of their places, as `ranks`); with R_i the sum of object i's ranks and S = sum_i (R_i - m(n+1)/2)^2,
+
+        W = 12 S / (m^2 (n^3 - n) - m sum_j T_j),   T_j = sum over rater j's tie groups of (t^3 - t)
+
+    (Kendall & Babington Smith 1939, with the tie correction). 1: every seed orders the methods the
+    same way; 0: no agreement. None with fewer than two raters or objects, or when every rater ties
+    every object (W is undefined)."""
+    m = len(scores)
+    n = len(scores[0]) if m else 0
+    if m < 2 or n < 2:
+        return None
+    if any(len(row) != n for row in scores):
+        raise ValueError("every rater must score every object")
+    rank_rows = [ranks(list(row), higher_is_better) for row in scores]
+    totals = [sum(r[i] for r in rank_rows) for i in range(n)]
+    s = sum((t - m * (n + 1) / 2) ** 2 for t in totals)
+    ties = sum(t ** 3 - t for r in rank_rows for t in Counter(r).values())
+    denominator = m * m * (n ** 3 - n) - m * ties
+    return None if denominator <= 0 else 12 * s / denominator
+
+
+def intervals_overlap(a: Cell, b: Cell) -> bool:
+    """Whether two cells' 95% intervals, mean ± ci95, share a point (a cell without an interval
+    overlaps everything: one seed says nothing about separation)."""
+    if a.mean is None or b.mean is None or a.ci95 is None or b.ci95 is None:
+        return True
+    return a.mean - a.ci95 <= b.mean + b.ci95 and b.mean - b.ci95 <= a.mean + a.ci95
+
+
+def area_under(points: Sequence[tuple[float, float]], budget: float) -> float | None:
+    """The mean height of a curve over x in [0, budget]: (1 / budget) * integral_0^budget y dx, with y
+    linear between the points (trapezoids), the first point's y held back to x = 0 and the last one's
+    held on to `budget`. For a return in [0, 1] it is in [0, 1]. None without points or budget."""
+    if not points or budget <= 0:
+        return None
+    pts = sorted(points)
+    if pts[0][0] > 0:
+        pts.insert(0, (0.0, pts[0][1]))
+    if pts[-1][0] < budget:
+        pts.append((budget, pts[-1][1]))
+    area = 0.0
+    for (x0, y0), (x1, y1) in zip(pts, pts[1:]):
+        if x0 >= budget:
+            break
+        if x1 > budget:                       # cut the last trapezoid at the budget
+            y1 = y0 + (y1 - y0) * (budget - x0) / (x1 - x0)
+            x1 = budget
+        area += (x1 - x0) * (y0 + y1) / 2
+    return area / budget
+
+
+def first_reach(points: Sequence[tuple[float, float]], level: float) -> float | None:
+    """The x at which a curve first reaches `level`: linear between the last point below it and the
+    first at or above it (the first point itself when it is already there); None if it never does."""
+    pts = sorted(points)
+    for k, (x, y) in enumerate(pts):
+        if y >= level:
+            if k == 0:
+                return x
+            x0, y0 = pts[k - 1]
+            return x0 + (x - x0) * (level - y0) / (y - y0)
+    return None
