@@ -75,6 +75,9 @@ class TablePlan:
         return [(task, row) for task in self.tasks for row in self.rows if (task, row) not in self.skip]
 
 
+# The suite's games that measure what a credit-assignment method claims (magrpo/tasks/coordination/games.py).
+HARDER_GAMES = ("convention", "stag_hunt", "budget_signal", "invest", "crowd")
+
 # The methods added to every table of trained rows besides the paper's own baselines: MAGRPO's GSPO
 # and DAPO options, AT-GRPO, Dr. MAS, and the actor-critic baselines MAAC and IAC.
 NEWER = ("maac", "iac", "at_grpo", "dr_mas", "gspo", "dapo")
@@ -86,11 +89,15 @@ TABLES: dict[str, TablePlan] = {
                          *(f"magrpo_2turn_{m}" for m in FEEDBACK_MODES))),
     "maporl": TablePlan(("maporl_qa",), ("untrained_discussion", "magrpo", "ippo")),
     # The coordination suite (magrpo/tasks/coordination): every method at matched budgets (README).
-    # signal's reward does not split per agent, so it has no individual-reward IPPO; and it is played
-    # by a sequential team, which MAAC's centralized critic of the joint state does not allow.
-    "coordination": TablePlan(("agree", "cover", "signal"),
+    # signal's rewards (and budget_signal's) do not split per agent, so they have no individual-reward IPPO;
+    # and they are played by a sequential team, which MAAC's centralized critic of the joint state does not allow.
+    # C3's counterfactual tree does not fit two turns (invest: 4,160 nodes per item) or 8 agents (crowd: 16.7M)
+    # under algo.max_tree_nodes.
+    "coordination": TablePlan(("agree", "cover", "signal", *HARDER_GAMES),
                               ("untrained", "magrpo", "ippo", "ippo_individual", "mappo", "grpo", *NEWER, "c3"),
-                              skip=frozenset({("signal", "ippo_individual"), ("signal", "maac")}), scaled=False),
+                              skip=frozenset({(game, row) for game in ("signal", "budget_signal")
+                                              for row in ("ippo_individual", "maac")}
+                                             | {("invest", "c3"), ("crowd", "c3")}), scaled=False),
 }
 
 # Each task's table (magrpo-table names a task's family by it: its columns, its cells' interval).

@@ -89,15 +89,17 @@ def test_individual_reward_is_refused_where_the_reward_does_not_split(make_cfg):
     validate(make_cfg(["task=cover", "algo=ippo", "algo.reward=individual"]))
 
 
-def test_the_suite_recipes_compose_for_every_row(make_cfg):
+def test_the_coordination_table_plays_every_game_and_skips_what_a_game_does_not_allow():
+    """Each (game, row) composes and runs the game's default run: tests/test_paper.py
+    (test_every_paper_config_composes_at_both_scales)."""
     from magrpo.paper import cells
 
-    for task, row in cells("coordination", "train"):
-        cfg = validate(make_cfg([f"recipe={task}", f"method={row}"]))
-        assert (cfg.max_steps, cfg.algo.max_new_tokens) == ((100, 2) if task == "signal" else (200, 4))
-        # signal is a chain; c3 needs one, so its agree and cover rows are chains too
-        assert cfg.algo.topology == ("sequential" if task == "signal" or row == "c3" else "simultaneous")
-    assert ("signal", "ippo_individual") not in cells("coordination", "train")
+    have = cells("coordination", "train")
+    assert {task for task, _ in have} == {"agree", "cover", "signal", "convention", "stag_hunt", "budget_signal",
+                                          "invest", "crowd"}
+    for skipped in (("signal", "ippo_individual"), ("budget_signal", "maac"), ("crowd", "c3"), ("invest", "c3")):
+        assert skipped not in have
+    assert ("crowd", "maac") in have and ("invest", "iac") in have
 
 
 def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):

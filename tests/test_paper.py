@@ -15,10 +15,10 @@ import yaml
 from omegaconf import OmegaConf
 
 from magrpo.algos import ALGOS
-from magrpo.config import ConfigError, EvalRunSchema, TrainSchema, validate
+from magrpo.config import CONF_DIR, ConfigError, EvalRunSchema, TrainSchema, validate
 from magrpo.metrics import codebleu
 from magrpo.paper import cells, choices, row_algo, sweep_command, tune_space
-from magrpo.paper_grid import METHODS, TABLES
+from magrpo.paper_grid import HARDER_GAMES, METHODS, TABLES
 from magrpo.table import main as table_main
 from tests.conftest import compose_cfg
 from tests.test_table import tex_problems
@@ -29,9 +29,21 @@ PAPER_MODELS = {"tldr": "Qwen/Qwen3-1.7B", "arxiv": "Qwen/Qwen3-1.7B", "maporl_q
                 "mbpp": "Qwen/Qwen2.5-Coder-3B-Instruct"}
 
 
-# The coordination recipes' matched budget: every row draws batch_size x num_generations answers of at
-# most max_new_tokens per agent, for max_steps updates.
-BUDGET = {"agree": (8, 8, 4, 200), "cover": (8, 8, 4, 200), "signal": (8, 8, 2, 100)}
+def default_run(task: str) -> dict:
+    """The coordination game's default run, conf/default_run/<task>.yaml, which its recipe runs."""
+    return yaml.safe_load((Path(CONF_DIR) / "default_run" / f"{task}.yaml").read_text())
+
+
+def budget(task: str) -> tuple[int, int, int, int]:
+    """A coordination recipe's matched budget: every row draws batch_size x num_generations answers of at
+    most max_new_tokens per agent, for max_steps updates."""
+    run = default_run(task)
+    return (run["algo"]["batch_size"], run["algo"]["num_generations"], run["algo"]["max_new_tokens"], run["max_steps"])
+
+
+def test_the_coordination_budgets_are_the_measured_ones():
+    assert {t: budget(t) for t in ("agree", "cover", "signal")} == {
+        "agree": (8, 8, 4, 200), "cover": (8, 8, 4, 200), "signal": (8, 8, 2, 100)}
 
 
 def sweeps(table: str, entry: str) -> list[list[str]]:
@@ -45,12 +57,20 @@ def sweeps(table: str, entry: str) -> list[list[str]]:
 # Each row at both scales; the coordination suite's recipes are tiny already (magrpo-paper runs them
 # as they are), so its rows compose once.
 SCALED_ROWS = [(t, task, r, s) for t, task, r in PAPER_ROWS for s in (("paper", "tiny") if TABLES[t].scaled else ("paper",))]
+# The harder coordination games compose with two rows here and with every row in the slow suite.
+FAST_GAME_ROWS = {"untrained", "magrpo", "ippo"}
+
+
+def scaled_row_params() -> list:
+    return [pytest.param(t, task, r, s, id=f"{t}-{task}-{r}-{s}",
+                         marks=[pytest.mark.slow] if task in HARDER_GAMES and r not in FAST_GAME_ROWS else [])
+            for t, task, r, s in SCALED_ROWS]
 # The deprecated experiment=paper/<task>/<row> form is compared on the first task of each table here,
 # on every row in the slow suite (test_every_deprecated_row_composes_as_its_recipe_and_method).
 FIRST_TASKS = {t.tasks[0] for t in TABLES.values()}
 
 
-@pytest.mark.parametrize("table,task,row,scale", SCALED_ROWS, ids=[f"{t}-{task}-{r}-{s}" for t, task, r, s in SCALED_ROWS])
+@pytest.mark.parametrize("table,task,row,scale", scaled_row_params())
 def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp_path, request):
     entry = METHODS[row].entry
     algo = row_algo(row) if entry == "train" else None
@@ -88,10 +108,15 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
         assert cfg.agents.models[0].name_or_path == "builtin:tiny"
         # matched budgets by construction: no row changes the recipe's sizes, nor the evaluation's sampling
         a = cfg.algo
-        assert (a.batch_size, a.num_generations, a.max_new_tokens, cfg.max_steps) == BUDGET[task]
+        assert (a.batch_size, a.num_generations, a.max_new_tokens, cfg.max_steps) == budget(task)
         assert cfg.eval.temperature == 1.0 and cfg.eval.num_samples == 8
-        assert (a.topology == "sequential") is (task == "signal" or row == "c3")
-        individual = row == "ippo_individual" or (row == "dr_mas" and task != "signal")
+        run = default_run(task)
+        assert a.num_turns == run["algo"].get("num_turns", 1)
+        assert cfg.agents.num_agents == run.get("agents", {}).get("num_agents", 2)
+        # signal's games are chains; c3 needs one, so its rows of the other games are chains too
+        assert (a.topology == "sequential") is (run["algo"].get("topology") == "sequential" or row == "c3")
+        signal_like = task in ("signal", "budget_signal")       # one team reward: no individual shares
+        individual = row == "ippo_individual" or (row == "dr_mas" and not signal_like)
         assert a.get("reward", "team") == ("individual" if individual else "team")
         # the same tuning budget: every trained row searches its learning rate and one key of its own
         space = tune_space(task, row)

@@ -49,6 +49,23 @@ def test_convention_pays_for_the_same_colour_not_the_same_letter():
     assert 0.0 < sum(fixed) / len(items) < 0.6
 
 
+@pytest.mark.parametrize("order", ["rotation", "shuffle"])
+def test_convention_deals_every_colour_under_every_letter(order):
+    task = make("convention", order=order)
+    items = task.load("train")
+    firsts = {task.order(it, agent)[0] for it in items for agent in range(2)}
+    assert firsts == set(WORDS[:4])               # letter a names every colour: no focal letter
+    for it in items[:20]:
+        listed = task.order(it, 0)
+        assert sorted(listed) == sorted(WORDS[:4])
+        if order == "rotation":                   # the wheel turned: red's neighbours stay its neighbours
+            k = WORDS.index(listed[0])
+            assert listed == WORDS[k:4] + WORDS[:k]
+    if order == "shuffle":                        # any order: some listings are no rotation of the wheel
+        rotations = [WORDS[k:4] + WORDS[:k] for k in range(4)]
+        assert any(task.order(it, 0) not in rotations for it in items)
+
+
 def test_stag_hunt_pays_the_stag_only_together_and_splits_per_hunter():
     task = make("stag_hunt")
     item = task.load("train")[0]

@@ -55,6 +55,9 @@ def first_letter_run(text: str, runs: int) -> int | None:
 class ConventionTaskConfig(CoordinationTaskConfig):
     name: str = "convention"
     num_options: int = at_least(2, 4)      # K named options (at most 8), each under a letter shuffled per agent
+    # how each agent's letters are dealt: rotation = the colour wheel turned by a random step per item and
+    # agent (learnable by the tiny agents); shuffle = any order (harder: the colour must be found anywhere)
+    order: str = option("rotation", choices=("rotation", "shuffle"))
 
 
 @register_task("convention")
@@ -64,6 +67,12 @@ class ConventionTask(_Game):
     Each item lists K colours; each agent reads them in an order of its own (drawn per item and
     agent) with the letters a, b, ... in that order, and picks a letter. The team is paid, as in
     `agree`, the share of agent pairs whose letters name the same colour.
+
+    The order is the colour wheel turned by a random step (`order: rotation`, the default), or any
+    permutation (`order: shuffle`). Either way each letter names each colour equally often, so no
+    letter is a focal point. Under a rotation an agent can tell its step from the first colour it
+    reads, which the tiny agents can learn to use; under a shuffle the chosen colour must be found
+    wherever it is listed, a copy the tiny agents do not learn at the default budget.
 
     What it measures: whether the team can learn a convention that lives in what each agent reads.
     In `agree` a tiny model's favourite letter is a focal point that every seed converges to; here
@@ -85,7 +94,10 @@ class ConventionTask(_Game):
         """The colours in the order agent `agent` reads them (its letter k names order[k])."""
         words = WORDS[:self.cfg.num_options]
         rng = random.Random(f"{item['order_seed']}/{agent}")
-        return rng.sample(words, len(words))
+        if self.cfg.order == "shuffle":
+            return rng.sample(words, len(words))
+        step = rng.randrange(len(words))
+        return words[step:] + words[:step]
 
     def listing(self, item: Item, agent: int) -> str:
         return " ".join(f"{LABELS[k]}={w}" for k, w in enumerate(self.order(item, agent)))
