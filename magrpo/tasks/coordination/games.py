@@ -102,14 +102,17 @@ class ConventionTask(_Game):
     def listing(self, item: Item, agent: int) -> str:
         return " ".join(f"{LABELS[k]}={w}" for k, w in enumerate(self.order(item, agent)))
 
+    # Each prompt ends with its listing, what the agent's move depends on (as signal's prompts end with
+    # the object): under a rotation its last colour tells the step.
     def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         return [f"Team of {num_agents}. Every agent picks one colour; the team scores when all pick the same "
-                f"colour. Your letters: {self.listing(item, i)}. Your letter:" for i in range(num_agents)]
+                f"colour. Answer with your letter for it. Your letters: {self.listing(item, i)}"
+                for i in range(num_agents)]
 
     def single_prompt(self, item: Item) -> str:
         n = self.cfg.num_team
         return (f"Team of {n}. Write one letter per agent, {n} letters; the team scores when they name the same "
-                f"colour. Letters: {self.listing(item, 0)}. Letters:")
+                f"colour. Letters: {self.listing(item, 0)}")
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
         moves = team_moves(completions, self.labels, self.cfg.num_team)
