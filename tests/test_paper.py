@@ -57,13 +57,20 @@ def sweeps(table: str, entry: str) -> list[list[str]]:
 # Each row at both scales; the coordination suite's recipes are tiny already (magrpo-paper runs them
 # as they are), so its rows compose once.
 SCALED_ROWS = [(t, task, r, s) for t, task, r in PAPER_ROWS for s in (("paper", "tiny") if TABLES[t].scaled else ("paper",))]
-# The harder coordination games compose with two rows here and with every row in the slow suite.
+# The harder coordination games compose with three rows here and with every row in the slow suite.
 FAST_GAME_ROWS = {"untrained", "magrpo", "ippo"}
 
 
 def scaled_row_params() -> list:
-    return [pytest.param(t, task, r, s, id=f"{t}-{task}-{r}-{s}",
-                         marks=[pytest.mark.slow] if task in HARDER_GAMES and r not in FAST_GAME_ROWS else [])
+    """Every row of every table at both scales; in the fast suite, the paper scale of a scaled table
+    on its first task only (a row's paper-scale keys come from the scale group and its method file,
+    the same on each task of the table; the tiny scale still composes every task) and the harder
+    coordination games with FAST_GAME_ROWS. The slow suite composes them all."""
+    def slow(t: str, task: str, r: str, s: str) -> bool:
+        return ((task in HARDER_GAMES and r not in FAST_GAME_ROWS)
+                or (s == "paper" and TABLES[t].scaled and task != TABLES[t].tasks[0]))
+
+    return [pytest.param(t, task, r, s, id=f"{t}-{task}-{r}-{s}", marks=[pytest.mark.slow] if slow(t, task, r, s) else [])
             for t, task, r, s in SCALED_ROWS]
 # The deprecated experiment=paper/<task>/<row> form is compared on the first task of each table here,
 # on every row in the slow suite (test_every_deprecated_row_composes_as_its_recipe_and_method).
@@ -159,8 +166,9 @@ def test_every_paper_row_is_a_recipe_and_a_method_and_nothing_else_is_there():
     conf = Path(CONF_DIR)
     listed = {cell for table in TABLES for entry in ("eval", "train") for cell in cells(table, entry)}
     # writing: 9 rows + 6 newer methods; coding: 13 + 6; maporl: 3; coordination: untrained + 12 trained
-    # rows, on signal neither individual-reward IPPO nor MAAC (a sequential team)
-    assert len(listed) == 2 * 15 + 3 * 19 + 3 + (3 * 13 - 2)
+    # rows on 8 games, on signal and budget_signal neither individual-reward IPPO nor MAAC (a sequential
+    # team), on invest and crowd no C3 (its tree does not fit)
+    assert len(listed) == 2 * 15 + 3 * 19 + 3 + (8 * 13 - 2 * 2 - 2)
     # one method file per row of any table, one recipe per task; no row files per task any more
     assert {p.stem for p in (conf / "method").glob("*.yaml")} == {row for _, row in listed} == set(METHODS)
     assert {task for task, _ in listed} <= {p.stem for p in (conf / "recipe").glob("*.yaml")}
@@ -240,12 +248,14 @@ def test_sweep_commands_name_one_group_and_one_dir_per_entry(tmp_path):
 
 
 def test_a_table_whose_tasks_lack_some_rows_sweeps_them_in_blocks_of_exactly_its_cells():
-    """Hydra sweeps recipe x method as a product: signal, without two of the coordination rows, is a
-    sweep of its own, and the blocks together run each cell once."""
+    """Hydra sweeps recipe x method as a product: the signalling games, without two of the coordination
+    rows, are a sweep of their own, invest and crowd (no C3) another, and the blocks together run each
+    cell once."""
     from magrpo.paper import sweep_rows
 
     blocks = sweeps("coordination", "train")
-    assert [b[0] for b in blocks] == ["recipe=agree,cover", "recipe=signal"]
+    assert [b[0] for b in blocks] == ["recipe=agree,cover,convention,stag_hunt", "recipe=signal,budget_signal",
+                                      "recipe=invest,crowd"]
     ran = [cell for b in blocks for cell in sweep_rows(sweep_command("train", b, "0", "paper", "g", Path("x"), "basic",
                                                                       1, []))]
     assert sorted(ran) == sorted(cells("coordination", "train")) and len(ran) == len(set(ran))
@@ -701,7 +711,7 @@ def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsy
     scale = "tiny" if TABLES[table].scaled else "paper"     # the coordination recipes run as they are
     expected = [sweep_command(entry, rows, "0,1", scale, root.name, root / entry, "joblib", 2, overrides)
                 for entry in ("eval", "train") for rows in sweeps(table, entry)] + [table_command(root)]
-    assert len(commands) == len(expected) == (4 if table == "coordination" else 3)
+    assert len(commands) == len(expected) == (5 if table == "coordination" else 3)
     for line, argv in zip(commands, expected):
         assert argv[0] == sys.executable and argv[1] == "-m"
         assert shlex.split(line) == argv
@@ -779,7 +789,8 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     assert [cmd[4:6] for cmd in own] == sweeps("coordination", "train")
     assert all("seed=0" in cmd and f"hydra.sweep.dir={root / 'tuning' / 'defaults'}" in cmd for cmd in own)
     assert record[1:4] == ["-m", "magrpo.paper", "coordination"] and record[-1] == "--record-tuning"
-    assert evals[4:6] == ["recipe=agree,cover,signal", "method=untrained"]
+    assert evals[4:6] == ["recipe=agree,cover,signal,convention,stag_hunt,budget_signal,invest,crowd",
+                          "method=untrained"]
     assert f"experiment={','.join(f'tuned/{task}/{row}' for task, row in trained)}" in seeds
     assert f"hydra.searchpath=['file://{(root / 'tuning' / 'conf').resolve()}']" in seeds and "seed=1" in seeds      # seed 0 is the tuning's best run, reused
     assert table[-2:] == ["--tuning", str(root / "tuning")]
@@ -842,6 +853,7 @@ def test_a_tuning_that_did_not_finish_is_recorded_and_its_row_runs_at_its_own_va
     assert tuned["optimizer"] == {"lr": 0.002} and tuned["algo"] == {"temperature": 1.1}
 
 
+@pytest.mark.slow
 def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, capsys):
     """One task, one row, two trials, end to end (tiny: 2 steps, 2 eval items). The row is IPPO, whose search
     space differs from the group-relative rows' (algo.ent_coef beside optimizer.lr)."""

@@ -4,6 +4,7 @@ line an interrupt (Ctrl-C) ends with."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -27,10 +28,17 @@ def output_dir(cfg: DictConfig) -> Path:
 
 
 def quiet_progress_bars() -> None:
-    """HF's per-file progress bars (every checkpoint save and load) drown the training log."""
-    import transformers
-
-    transformers.utils.logging.disable_progress_bar()
+    """HF's per-file progress bars (every checkpoint save and load) drown the training log. Said
+    through HF_HUB_DISABLE_PROGRESS_BARS (unless the user set it), which huggingface_hub reads when it
+    is imported and transformers follows, so a command that stops at a config error never imports
+    transformers (1.4 s); where either library is imported already, it is told directly."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] != "1":
+        return
+    if "transformers" in sys.modules:
+        sys.modules["transformers"].utils.logging.disable_progress_bar()
+    elif "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
 
 
 # -- reporting -----------------------------------------------------------------------------------
