@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -650,9 +651,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     steps = plan(args, root)
     if args.dry_run:
-        for _, what, cmd in steps:
-            # a newline in a path would end the comment and run the rest of the line
-            print(f"# {PROG}: {what.replace(chr(10), ' ')}\n{shlex.join(cmd)}")
+        try:
+            for _, what, cmd in steps:
+                # a newline in a path would end the comment and run the rest of the line
+                print(f"# {PROG}: {what.replace(chr(10), ' ')}\n{shlex.join(cmd)}", flush=True)
+        except BrokenPipeError:     # `--dry-run | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     try:  # a folder that cannot be made stops the table before any job runs
         root.mkdir(parents=True, exist_ok=True)

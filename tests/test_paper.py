@@ -904,3 +904,19 @@ def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, 
     tuning_md = (root / "table" / "tuning.md").read_text()
     assert "| agree | IPPO | 2/2 | `optimizer.lr`: tag(log, interval(1e-4, 3e-2)); `algo.ent_coef`" in tuning_md
     assert "Tuned: each trained row" in (root / "table" / "table.md").read_text()
+
+
+def test_a_dry_run_piped_into_head_stops_quietly(tmp_path):
+    """`magrpo-paper ... --dry-run | head`: the reader closes the pipe early; no traceback, exit 0.
+    The reader takes one line and closes before the writer is done (the plan is ~80 KB, more than
+    a pipe's 64 KB buffer), so the writer meets the closed pipe."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "magrpo.paper", "coordination", "--tune-trials", "2", "--dry-run",
+                             "--out", str(tmp_path / "sweep")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert first.startswith(b"# magrpo-paper: tune: ") and "Traceback" not in err and err == ""
