@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -472,7 +473,7 @@ def discrimination(t: RenderedTable) -> Discrimination:
     for row in trained:
         values: dict[object, list[float]] = {}
         for run, final in zip(row.runs, row.finals):
-            if NORM.key in final:
+            if math.isfinite(final.get(NORM.key, math.nan)):      # a broken run's NaN ranks nowhere
                 values.setdefault(run.seed, []).append(final[NORM.key])
         per_seed.append({seed: sum(v) / len(v) for seed, v in values.items()})
     seeds = sorted(set.intersection(*(set(d) for d in per_seed)), key=str) if per_seed else []
