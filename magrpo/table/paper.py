@@ -275,16 +275,24 @@ def cumulative(run: Run, key: str) -> dict[int, float]:
     return out
 
 
+def spent_at_evals(run: Run, key: str) -> dict[int, tuple[float, float]]:
+    """Eval step -> (the budget `key` spent by then, the eval norm. return there): the budget at the
+    last logged step at or before the eval. Empty when the run logged no eval norm. return or no `key`."""
+    returns = run.curves.get(f"eval/{NORM.key}")
+    if not returns or not run.curves.get(key):
+        return {}
+    spent = cumulative(run, key)
+    done = sorted(spent)
+    return {step: (spent[[s for s in done if s <= step][-1]], value) for step, value in sorted(returns.items())}
+
+
 def token_curve(run: Run) -> list[tuple[float, float]]:
     """A trained run's eval norm. return against the generated tokens spent before each evaluation:
     (tokens, return) per eval step, the untrained evaluation at 0 tokens. Empty when the run logged
     no eval norm. return or no token counts."""
-    returns = run.curves.get(f"eval/{NORM.key}")
-    if not returns or not run.curves.get(TOKENS):
+    points = list(spent_at_evals(run, TOKENS).values())
+    if not points:
         return []
-    spent = cumulative(run, TOKENS)
-    done = sorted(spent)
-    points = [(spent[[s for s in done if s <= step][-1]], value) for step, value in sorted(returns.items())]
     initial = run.initial.get(NORM.key)
     if initial is not None and points[0][0] > 0:
         points.insert(0, (0.0, initial))
@@ -672,15 +680,10 @@ def budget_series(row: PaperRow, key: str) -> tuple[list[float], list[float], in
     points: dict[int, list[tuple[float, float]]] = {}
     used = 0
     for r in row.runs:
-        returns = r.curves.get(f"eval/{NORM.key}")
-        if not returns or not r.curves.get(key):
-            continue
-        used += 1
-        spent = cumulative(r, key)
-        done = sorted(spent)
-        for step, value in returns.items():
-            upto = [s for s in done if s <= step]       # the last logged step at or before the eval
-            points.setdefault(step, []).append((spent[upto[-1]], value))
+        evals = spent_at_evals(r, key)
+        used += bool(evals)
+        for step, point in evals.items():
+            points.setdefault(step, []).append(point)
     steps = sorted(points)
     xs = [sum(x for x, _ in points[s]) / len(points[s]) for s in steps]
     ys = [sum(y for _, y in points[s]) / len(points[s]) for s in steps]
