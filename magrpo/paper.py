@@ -44,6 +44,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -450,23 +451,58 @@ class Progress:
         self.last = max(self.last, done)
 
     def watch(self, proc: subprocess.Popen) -> int:
-        """Wait for a sweep's process, printing a line whenever a job finishes. On Ctrl-C (which the
-        process gets too) give it time to record its jobs as interrupted, then stop it."""
+        """Wait for a sweep's process, printing a line whenever a job finishes."""
+        return self.run_all([proc], 1)[0]
+
+    def run_all(self, commands: list, parallel: int) -> list[int]:
+        """Run `commands` (argument lists, or processes already started), at most `parallel` at once,
+        printing a line whenever a job finishes; their exit statuses, in order. On Ctrl-C (or a
+        SIGTERM, see `main`) the running ones are stopped as a Ctrl-C stops them (`stop`)."""
+        pending = list(enumerate(commands))
+        running: dict[int, subprocess.Popen] = {}
+        status: dict[int, int] = {}
         try:
-            while True:
+            while pending or running:
+                while pending and len(running) < max(1, parallel):
+                    k, cmd = pending.pop(0)
+                    running[k] = cmd if isinstance(cmd, subprocess.Popen) else subprocess.Popen(cmd)
+                first = next(iter(running.values()))
                 try:
-                    rc = proc.wait(timeout=5)
-                    self.poll()
-                    return rc
+                    first.wait(timeout=5 if len(running) == 1 else 1)
                 except subprocess.TimeoutExpired:
-                    self.poll()
+                    pass
+                for k, proc in list(running.items()):
+                    if proc.poll() is not None:
+                        status[k] = proc.returncode
+                        del running[k]
+                self.poll()
         except KeyboardInterrupt:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(list(running.values()))
             raise
+        return [status[k] for k in range(len(commands))]
+
+
+def stop(procs: list[subprocess.Popen], grace: float = 5.0, patience: float = 30.0) -> None:
+    """Stop running jobs after a Ctrl-C. A Ctrl-C at the terminal reaches them too, and they record
+    themselves as interrupted; one that is still running after `grace` seconds did not get it (a
+    SIGINT or SIGTERM sent to magrpo-paper alone) and is sent a SIGINT; one still running after
+    `patience` more seconds is killed."""
+    deadline = time.time() + grace
+    for i, proc in enumerate(procs):
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            for late in procs[i:]:
+                if late.poll() is None:
+                    late.send_signal(signal.SIGINT)
+            break
+    deadline = time.time() + patience
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _clock(seconds: float) -> str:
@@ -666,6 +702,7 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     started = time.time()
     progress = Progress(steps)
+    on_term = _term_as_interrupt()
     try:
         for step, what, cmd in steps:
             print(f"{PROG}: {what}\n  {shlex.join(cmd)}", flush=True)
@@ -689,9 +726,10 @@ def main(argv: list[str] | None = None) -> int:
                 commands, notes = continue_sweep(cmd)
                 for note in notes:
                     print(f"{PROG}: {note}", flush=True)
-                print(f"{PROG}: continuing the {step} sweep: {len(commands)} job(s) left", flush=True)
-                for single in commands:
-                    rc = progress.watch(subprocess.Popen(single))
+                parallel = args.jobs if args.launcher in JOBS_KEY else 1
+                print(f"{PROG}: continuing the {step} sweep: {len(commands)} job(s) left, {parallel} at a time",
+                      flush=True)
+                for single, rc in zip(commands, progress.run_all(commands, parallel)):
                     if rc != 0:
                         failed.append(f"the {step} job {Path(_run_dir(single)).name} exited with {rc}")
                 continue
@@ -708,9 +746,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: interrupted: {done} of {len(progress.cells)} jobs finished in {root}; continue with: "
               f"magrpo-paper {shlex.join(again)}", file=sys.stderr, flush=True)
         return 130
+    finally:
+        if on_term is not None:
+            signal.signal(signal.SIGTERM, on_term)
     for msg in failed:
         print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _term_as_interrupt():
+    """A SIGTERM (a scheduler's stop, `kill`) ends the call as a Ctrl-C does: the jobs are stopped
+    and recorded, and the line says how to continue. The handler it replaced (None off the main thread)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    try:
+        return signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:          # not the main thread: signals are not ours to handle
+        return None
 
 
 def _run_dir(cmd: list[str]) -> str:

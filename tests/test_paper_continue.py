@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from magrpo import paper
@@ -82,3 +83,53 @@ def test_a_job_is_rerun_as_a_single_run_of_its_cell():
     assert "hydra.run.dir=/s/3_cover_ippo_s1" in single and "++max_steps=5" in single
     assert not any(a.startswith(("hydra.sweep.", "hydra/launcher=", "hydra.launcher.")) for a in single)
     assert single.count("-m") == 1                       # python -m magrpo.train, no multirun
+
+
+def _waiter(marks: Path, me: str, other: str, patience: float) -> list[str]:
+    """A job that marks its start, then waits up to `patience` s for `other` to start: exit 0 if it did."""
+    code = (f"import pathlib, sys, time; d = pathlib.Path({str(marks)!r}); (d / {me!r}).touch(); "
+            f"end = time.time() + {patience}\n"
+            f"while time.time() < end:\n    if (d / {other!r}).exists(): sys.exit(0)\n    time.sleep(0.05)\n"
+            f"sys.exit(1)")
+    return [sys.executable, "-c", code]
+
+
+def test_a_continued_sweep_runs_as_many_jobs_at_once_as_asked(tmp_path, capsys):
+    together, alone = tmp_path / "together", tmp_path / "alone"
+    together.mkdir()
+    alone.mkdir()
+    progress = paper.Progress([])
+    # two at a time: each job sees the other start
+    assert progress.run_all([_waiter(together, "a", "b", 60), _waiter(together, "b", "a", 60)], 2) == [0, 0]
+    # one at a time: the first gives up waiting for the second, which then finds the first's mark
+    assert progress.run_all([_waiter(alone, "a", "b", 1), _waiter(alone, "b", "a", 1)], 1) == [1, 0]
+
+
+def test_a_stop_reaches_jobs_the_ctrl_c_did_not(tmp_path):
+    mark = tmp_path / "stopped"
+    code = (f"import pathlib, signal, sys, time\n"
+            f"def bye(*a):\n    pathlib.Path({str(mark)!r}).write_text('interrupted'); sys.exit(130)\n"
+            f"signal.signal(signal.SIGINT, bye)\nprint('ready', flush=True)\ntime.sleep(120)")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    paper.stop([proc], grace=0.2, patience=30)
+    assert proc.returncode == 130 and mark.read_text() == "interrupted"     # sent a SIGINT, recorded itself
+
+
+def test_a_sigterm_stops_the_table_as_a_ctrl_c_does(tmp_path):
+    out = tmp_path / "paper"
+    proc = subprocess.Popen([sys.executable, "-m", "magrpo.paper", *ARGS, "max_steps=400", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 300
+        while not list((out / "train").glob("*/train.log")) and time.time() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        time.sleep(2)
+        proc.terminate()                                  # to magrpo-paper alone, as a scheduler sends it
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "interrupted: 0 of 2 jobs finished" in err and f"--out {out}" in err
+    statuses = [s["status"] for s in _summaries(out / "train").values()]
+    assert statuses == ["interrupted"]                    # the job got the stop and recorded it
