@@ -739,6 +739,9 @@ def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_wh
         def wait(self, timeout=None):
             return 0
 
+        def poll(self):
+            return 0
+
     monkeypatch.setattr(paper.subprocess, "Popen", Done)
     monkeypatch.setattr(table, "main", lambda argv: ran.append(argv) or 0)
     root = tmp_path / "new" / "nested" / "sweep"
