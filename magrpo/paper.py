@@ -614,6 +614,24 @@ def _names(text: str) -> list[str]:
     return items
 
 
+def _seeds(text: str) -> str:
+    """--seeds: distinct whole numbers >= 0, comma-separated; given back as Hydra's sweep reads it ("0,1,2")."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more seeds, comma-separated, e.g. 0,1,2")
+    bad = [part for part in parts if not (part.isascii() and part.isdigit())]
+    if bad:
+        raise argparse.ArgumentTypeError(f"{text!r}: {', '.join(map(repr, bad))} "
+                                         f"{'is not a whole number' if len(bad) == 1 else 'are not whole numbers'} "
+                                         f">= 0; give seeds as 0,1,2")
+    seeds = [int(part) for part in parts]
+    twice = sorted({x for x in seeds if seeds.count(x) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"{text!r}: seed {', '.join(map(str, twice))} is given twice; "
+                                         f"each seed is one run per row")
+    return ",".join(map(str, seeds))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description="Run one table of the paper (rows x seeds as Hydra "
                                 "multiruns: prompting rows with magrpo-eval, trained rows with magrpo-train) "
@@ -622,7 +640,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                    help="Hydra overrides for every job, e.g. logger=wandb hardware=multi_gpu")
     p.add_argument("--scale", choices=PAPER_SCALES, default="paper", help="paper (default) or tiny (offline, CPU)")
-    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--seeds", type=_seeds, default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--launcher", default="joblib",
                    help="hydra/launcher option: joblib (default), basic, ray, ray_local, submitit_slurm, ...")
     p.add_argument("--jobs", type=_count(1, "give 1 or more parallel jobs"), default=2,

@@ -807,6 +807,10 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     (["--tune-trials", "-1"], "argument --tune-trials: -1: give 0 (no tuning, the default) or more trials"),
     (["--tune-trials", "two"], "argument --tune-trials: 'two' is not a whole number; give 0"),
     (["--jobs", "0"], "argument --jobs: 0: give 1 or more parallel jobs"),
+    (["--seeds", ","], "argument --seeds: ',': give one or more seeds, comma-separated"),
+    (["--seeds", "0,x"], "argument --seeds: '0,x': 'x' is not a whole number >= 0"),
+    (["--seeds=-1,²"], "'-1', '²' are not whole numbers >= 0"),
+    (["--seeds", "0,1,0"], "argument --seeds: '0,1,0': seed 0 is given twice"),
     (["--tasks", "agree,chess"], "--tasks chess: not in the coordination table; it has: agree, cover, signal"),
     (["--rows", "magrpo,ppo"], "--rows ppo: not in the coordination table; it has: untrained, magrpo, ippo,"),
     (["--tune-trials", "2", "optimizer.lr=1e-3"], "optimizer.lr=1e-3: optimizer.lr is what --tune-trials 2 tunes"),
@@ -818,6 +822,14 @@ def test_bad_paper_options_exit_2_naming_the_value_and_what_is_allowed(argv, mes
     with pytest.raises(SystemExit) as e:
         paper_main(["coordination", *argv, "--dry-run"])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_seeds_with_spaces_are_given_to_the_sweep_as_hydra_reads_them(tmp_path, capsys):
+    from magrpo.paper import main as paper_main
+
+    assert paper_main(["coordination", "--tasks", "agree", "--seeds", " 3, 4 ", "--out", str(tmp_path), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "seed=3,4 " in out and "x seeds 3,4:" in out
 
 
 def test_a_table_whose_rows_have_no_search_space_is_not_tuned(capsys):
