@@ -465,7 +465,7 @@ class Progress:
             while pending or running:
                 while pending and len(running) < max(1, parallel):
                     k, cmd = pending.pop(0)
-                    running[k] = cmd if isinstance(cmd, subprocess.Popen) else subprocess.Popen(cmd)
+                    running[k] = cmd if isinstance(cmd, subprocess.Popen) else start_job(cmd)
                 first = next(iter(running.values()))
                 try:
                     first.wait(timeout=5 if len(running) == 1 else 1)
@@ -480,6 +480,18 @@ class Progress:
             stop(list(running.values()))
             raise
         return [status[k] for k in range(len(commands))]
+
+
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_job(cmd: list[str]) -> subprocess.Popen:
+    """A sweep's process, with SIGINT at its default action (Python's KeyboardInterrupt), whatever
+    magrpo-paper inherited: a table started in a shell's background (`make paper ... &`, a nohup
+    script) inherits SIGINT ignored, and its jobs would then ignore the SIGINT `stop` sends them,
+    run on to the end and be killed without a record."""
+    return subprocess.Popen(cmd, preexec_fn=_sigint_default)
 
 
 def stop(procs: list[subprocess.Popen], grace: float = 5.0, patience: float = 30.0) -> None:
@@ -751,7 +763,7 @@ def main(argv: list[str] | None = None) -> int:
                     if rc != 0:
                         failed.append(f"the {step} job {Path(_run_dir(single)).name} exited with {rc}")
                 continue
-            rc = progress.watch(subprocess.Popen(cmd))
+            rc = progress.watch(start_job(cmd))
             if rc != 0:
                 # Hydra runs every job of the sweep before it reports a failed one: the others are there.
                 failed.append(f"the {step} sweep {what.split(':')[1].strip() + ' ' if step == 'tune' else ''}"

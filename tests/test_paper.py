@@ -733,7 +733,7 @@ def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_wh
     class Done:                                   # a sweep's process that finished at once
         returncode = 0
 
-        def __init__(self, cmd):
+        def __init__(self, cmd, **kwargs):
             ran.append(cmd)
 
         def wait(self, timeout=None):
