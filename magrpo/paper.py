@@ -491,7 +491,7 @@ def start_job(cmd: list[str]) -> subprocess.Popen:
     magrpo-paper inherited: a table started in a shell's background (`make paper ... &`, a nohup
     script) inherits SIGINT ignored, and its jobs would then ignore the SIGINT `stop` sends them,
     run on to the end and be killed without a record."""
-    return subprocess.Popen(cmd, preexec_fn=_sigint_default)
+    return subprocess.Popen(cmd, preexec_fn=_sigint_default if os.name == "posix" else None)
 
 
 def stop(procs: list[subprocess.Popen], grace: float = 5.0, patience: float = 30.0) -> None:
