@@ -488,9 +488,9 @@ def _sigint_default() -> None:
 
 def start_job(cmd: list[str]) -> subprocess.Popen:
     """A sweep's process, with SIGINT at its default action (Python's KeyboardInterrupt), whatever
-    magrpo-paper inherited: a table started in a shell's background (`make paper ... &`, a nohup
-    script) inherits SIGINT ignored, and its jobs would then ignore the SIGINT `stop` sends them,
-    run on to the end and be killed without a record."""
+    magrpo-paper inherited: a table started in the background by a script (`make paper ... &` in
+    it) inherits SIGINT ignored, and its jobs would then ignore the SIGINT `stop` sends them, run
+    on to the end and be killed without a record."""
     return subprocess.Popen(cmd, preexec_fn=_sigint_default if os.name == "posix" else None)
 
 
