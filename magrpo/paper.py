@@ -422,8 +422,8 @@ def continue_sweep(cmd: list[str]) -> tuple[list[list[str]], list[str]]:
 
 class Progress:
     """One line per finished job: jobs done / total, elapsed, and an estimate of the time left from
-    the jobs this call finished. `poll()` reads the sweep directories; `watch()` polls every few
-    seconds while a sweep runs in another process."""
+    the jobs this call finished. `poll()` reads the sweep directories; `run_all()` polls every
+    second or few while the sweep's processes run."""
 
     def __init__(self, steps: list[tuple[str, str, list[str]]]):
         self.cells = {(_sweep_dir(cmd), cell) for step, _, cmd in steps if step in ("eval", "train")
@@ -450,12 +450,8 @@ class Progress:
             print(self.line(k), flush=True)
         self.last = max(self.last, done)
 
-    def watch(self, proc: subprocess.Popen) -> int:
-        """Wait for a sweep's process, printing a line whenever a job finishes."""
-        return self.run_all([proc], 1)[0]
-
-    def run_all(self, commands: list, parallel: int) -> list[int]:
-        """Run `commands` (argument lists, or processes already started), at most `parallel` at once,
+    def run_all(self, commands: list[list[str]], parallel: int) -> list[int]:
+        """Run `commands` (a whole sweep's, or its jobs one by one), at most `parallel` at once,
         printing a line whenever a job finishes; their exit statuses, in order. On Ctrl-C (or a
         SIGTERM, see `main`) the running ones are stopped as a Ctrl-C stops them (`stop`)."""
         pending = list(enumerate(commands))
@@ -465,7 +461,7 @@ class Progress:
             while pending or running:
                 while pending and len(running) < max(1, parallel):
                     k, cmd = pending.pop(0)
-                    running[k] = cmd if isinstance(cmd, subprocess.Popen) else start_job(cmd)
+                    running[k] = start_job(cmd)
                 first = next(iter(running.values()))
                 try:
                     first.wait(timeout=5 if len(running) == 1 else 1)
@@ -752,7 +748,8 @@ def main(argv: list[str] | None = None) -> int:
                     failed.append("a tuning found no best value (above); those rows ran at their own values")
                 continue
             if step in ("eval", "train") and _sweep_dir(cmd).is_dir() and any(_sweep_dir(cmd).glob("*/summary.json")):
-                # An earlier call stopped inside this sweep: its finished jobs stay, the rest run one by one.
+                # An earlier call stopped inside this sweep: its finished jobs stay, the rest run as single
+                # runs, --jobs at a time with the joblib launcher.
                 commands, notes = continue_sweep(cmd)
                 for note in notes:
                     print(f"{PROG}: {note}", flush=True)
@@ -763,7 +760,7 @@ def main(argv: list[str] | None = None) -> int:
                     if rc != 0:
                         failed.append(f"the {step} job {Path(_run_dir(single)).name} exited with {rc}")
                 continue
-            rc = progress.watch(start_job(cmd))
+            rc = progress.run_all([cmd], 1)[0]
             if rc != 0:
                 # Hydra runs every job of the sweep before it reports a failed one: the others are there.
                 failed.append(f"the {step} sweep {what.split(':')[1].strip() + ' ' if step == 'tune' else ''}"
