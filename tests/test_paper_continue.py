@@ -118,8 +118,8 @@ def test_a_stop_reaches_jobs_the_ctrl_c_did_not(tmp_path):
 
 
 def test_a_sigterm_stops_the_table_as_a_ctrl_c_does(tmp_path):
-    # started as a shell's background job (`make paper ... &`) is: SIGINT ignored, inherited by what it
-    # starts unless magrpo-paper gives its jobs the default back (else they ignore `stop`'s SIGINT)
+    # started as a script's background job (`make paper ... &` in it) is: SIGINT ignored, inherited by
+    # what it starts unless magrpo-paper gives its jobs the default back (else they ignore `stop`'s SIGINT)
     out = tmp_path / "paper"
     proc = subprocess.Popen([sys.executable, "-m", "magrpo.paper", *ARGS, "max_steps=5000", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
