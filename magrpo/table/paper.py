@@ -142,7 +142,8 @@ def row_name(label: str) -> str:
 NORM_NOTE = ("norm. return = the raw reward, (total - reward.shift) / reward.scale, as a fraction of the "
              "task's maximum raw reward (with the reference weights: 3.0 for tldr and arxiv, 4.0 for the two-agent "
              "code reward and 2.1 for its single-agent form (single, grpo, ppo), 1.0 for length_ratio and the "
-             "coordination games; signal's counts from chance: (accuracy - 1/K) / (1 - 1/K), at least 0).")
+             "coordination games; signal's counts from chance: (accuracy - 1/K) / (1 - 1/K), at least 0; "
+             "stag_hunt's from the hare: (R - hare) / (1 - hare), at least 0).")
 BOLD_NOTE = ("Bold: the best mean of its column (the lowest for response time); a column where every row "
              "ties has none.")
 COST_NOTE = ("cost = generated sequences per item per update (the mean over a run's steps of "

@@ -73,6 +73,12 @@ def test_stag_hunt_pays_the_stag_only_together_and_splits_per_hunter():
     assert list(s) == pytest.approx([1.0, 0.3, 0.6])
     shares = task.individual_rewards(s, 2)
     assert shares[1] == pytest.approx([0.0, 0.3]) and sum(shares[2]) == pytest.approx(0.6)
+    # normalized from the hare (0.6): all hare and anything below it 0, all stag 1,
+    # a mean pay of 0.8 half-way: (0.8 - 0.6) / (1 - 0.6)
+    assert task.normalized_return(0.6, 2) == 0.0 and task.normalized_return(0.3, 2) == 0.0
+    assert task.normalized_return(1.0, 2) == 1.0 and task.normalized_return(0.8, 2) == pytest.approx(0.5)
+    # another hare: 0.5 -> (0.75 - 0.5) / 0.5
+    assert make("stag_hunt", hare=0.5).normalized_return(0.75, 2) == pytest.approx(0.5)
 
 
 def test_budget_signal_charges_characters_past_the_budget():

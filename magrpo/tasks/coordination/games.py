@@ -155,6 +155,10 @@ class StagHuntTask(_Game):
     only gets safer as the others learn it too: independent learners land on the worse equilibrium.
     On the team reward the stag is worth more to the team from the start (1.3 against 0.9 for two
     agents), so team-reward methods can find it.
+
+    The normalized return counts from the hare: (R - hare) / (1 - hare), at least 0, so a team
+    that hunts hares (the safe equilibrium, open to agents that ignore one another) or
+    miscoordinates scores 0, and all stag 1; the raw reward R stays the mean pay.
     """
 
     name = "stag_hunt"
@@ -178,6 +182,13 @@ class StagHuntTask(_Game):
                                               + [""] * self.cfg.num_team)[:self.cfg.num_team]
         runs = [first_letter_run(t, 2) for t in texts]
         return [None if r is None else r == 1 for r in runs]
+
+    def normalized_return(self, reward: float, num_answers: int) -> float | None:
+        """Past the hare, as a fraction of the way to the stag: (R - hare) / (1 - hare), at least 0,
+        R the mean pay as a fraction of the optimum (1)."""
+        frac = super().normalized_return(reward, num_answers)
+        hare = self.cfg.hare
+        return None if frac is None else max(0.0, (frac - hare) / (1 - hare))
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
         raw, shares, stag, share_of_stag = [], [], [], []
