@@ -42,8 +42,12 @@ def budget(task: str) -> tuple[int, int, int, int]:
 
 
 def test_the_coordination_budgets_are_the_measured_ones():
-    assert {t: budget(t) for t in ("agree", "cover", "signal")} == {
-        "agree": (8, 8, 4, 200), "cover": (8, 8, 4, 200), "signal": (8, 8, 2, 100)}
+    # agree, cover, stag_hunt and crowd: where the fastest method has just solved them (docs/tasks.md)
+    assert {t: budget(t) for t in ("agree", "cover", "stag_hunt", "crowd", "signal")} == {
+        "agree": (8, 8, 4, 40), "cover": (8, 8, 4, 40), "stag_hunt": (8, 8, 4, 40), "crowd": (8, 8, 4, 80),
+        "signal": (8, 8, 2, 100)}
+    # the area under the curve needs points on it: an evaluation every 10 updates
+    assert {default_run(t)["eval"]["every"] for t in ("agree", "cover", "stag_hunt", "crowd")} == {10}
 
 
 def sweeps(table: str, entry: str) -> list[list[str]]:
