@@ -60,6 +60,12 @@ def team_moves(completions: list[list[str]], labels: str, n: int) -> list[list[s
             for joint in completions]
 
 
+def past(value: float | None, floor: float) -> float | None:
+    """`value` (a fraction of the optimum) counted from `floor` instead of 0: (value - floor) / (1 - floor),
+    at least 0: the share of the way from what a team gets without coordinating to the optimum."""
+    return None if value is None else max(0.0, (value - floor) / (1 - floor))
+
+
 def pair_agreement(moves: Sequence[Any]) -> tuple[float, list[float]]:
     """(share of ordered agent pairs with the same move, each agent's share of them); None never matches."""
     n = len(moves)
@@ -342,9 +348,7 @@ class SignalTask(_Game):
     def normalized_return(self, reward: float, num_answers: int) -> float | None:
         """Above chance, as a fraction of the way to the optimum: (accuracy - 1/K) / (1 - 1/K),
         at least 0. A team that does not communicate guesses right 1/K of the time: 0."""
-        acc = super().normalized_return(reward, num_answers)
-        chance = 1 / self.cfg.num_options
-        return None if acc is None else max(0.0, (acc - chance) / (1 - chance))
+        return past(super().normalized_return(reward, num_answers), 1 / self.cfg.num_options)
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
         raw, right, leaked = [], [], []

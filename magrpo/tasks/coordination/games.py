@@ -36,6 +36,7 @@ from magrpo.tasks.coordination import (
     SignalTaskConfig,
     _Game,
     pair_agreement,
+    past,
     pick,
     team_moves,
 )
@@ -186,9 +187,7 @@ class StagHuntTask(_Game):
     def normalized_return(self, reward: float, num_answers: int) -> float | None:
         """Past the hare, as a fraction of the way to the stag: (R - hare) / (1 - hare), at least 0,
         R the mean pay as a fraction of the optimum (1)."""
-        frac = super().normalized_return(reward, num_answers)
-        hare = self.cfg.hare
-        return None if frac is None else max(0.0, (frac - hare) / (1 - hare))
+        return past(super().normalized_return(reward, num_answers), self.cfg.hare)
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
         raw, shares, stag, share_of_stag = [], [], [], []
