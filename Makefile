@@ -16,7 +16,7 @@ TUNE ?= 0
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow bench bench-compare real-shapes sweep table paper dashboard crossplay export docs docs-serve docs-tables lint clean
+.PHONY: help setup train test test-slow test-gpu bench bench-compare real-shapes sweep table paper dashboard crossplay export docs docs-serve docs-tables lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -41,6 +41,9 @@ test: setup ## the test suite, TEST_WORKERS=2 processes (pytest-xdist; 0 runs it
 test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up, the Ray launcher
 	$(PIP) install -q -e '.[dev,ray]'
 	$(PY) -m pytest -q -m slow $(ARGS)
+
+test-gpu: setup ## the CUDA paths (tests/test_gpu.py) on this machine's GPU; skipped without one
+	$(PY) -m pytest -q -m gpu $(ARGS)
 
 bench: setup ## throughput of MAGRPO on the builtin "small" model (README, "Tests and benchmark")
 	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 --threads 1 $(ARGS)

@@ -105,6 +105,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("time/step_s", "the whole step", UPDATE),
     Metric("speed/prompts_per_s", "items trained per second this step", UPDATE),
     Metric("speed/tokens_per_s", "completion tokens generated per second this step", UPDATE),
+    Metric("memory/peak_cuda_gb", "peak CUDA memory allocated so far (GiB; the largest over the agents' devices, the mean over torchrun ranks)",
+           when="an agent on a GPU"),
+    Metric("memory/peak_cuda_reserved_gb", "peak CUDA memory the caching allocator reserved so far (GiB)",
+           when="an agent on a GPU"),
     # -- evaluation ------------------------------------------------------------------------------
     Metric("eval/reward_mean", "mean team reward of the answers after the last turn", UPDATE),
     Metric("eval/reward_std", "their standard deviation", UPDATE),

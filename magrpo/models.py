@@ -292,6 +292,16 @@ def agent_devices(hw: Any, n: int) -> list[torch.device]:
     return [torch.device(dev)] * n
 
 
+def cuda_memory_metrics(agents: list[Agent]) -> dict[str, float]:
+    """Peak CUDA memory so far over the agents' devices, in GiB (`torch.cuda.max_memory_allocated`:
+    tensors; `..._reserved_`: what the caching allocator holds); empty when no agent is on a GPU."""
+    devices = {a.device for a in agents if a.device.type == "cuda"}
+    if not devices:
+        return {}
+    return {"memory/peak_cuda_gb": max(torch.cuda.max_memory_allocated(d) for d in devices) / 2**30,
+            "memory/peak_cuda_reserved_gb": max(torch.cuda.max_memory_reserved(d) for d in devices) / 2**30}
+
+
 def set_keys(node: Any) -> dict:
     """The keys of a config node (or dict) that are not null; {} for a missing node."""
     return {k: v for k, v in (dict(node) if node is not None else {}).items() if v is not None}
@@ -345,6 +355,9 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
     models = list(agents_cfg.models)
     specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
     devices = agent_devices(hw_cfg, num_agents)
+    if any(d.type == "cuda" for d in devices):
+        # process-wide: torch keeps the attention backends global
+        torch.backends.cuda.enable_cudnn_sdp(bool(getattr(hw_cfg, "cudnn_attention", False)))
     checkpointing = bool(getattr(hw_cfg, "gradient_checkpointing", False) or agents_cfg.gradient_checkpointing)
     autocast = getattr(hw_cfg, "autocast", "none")
     cpu_bf16 = getattr(hw_cfg, "cpu_bf16", "auto")

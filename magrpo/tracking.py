@@ -95,7 +95,7 @@ def sweep_group() -> str | None:
 
 
 # x-axis and summaries of the logged namespaces: evaluations keep their best (max) and last value.
-STEP_METRICS = {"train/*": "last", "eval/*": "max,last", "time/*": "last", "speed/*": "last"}
+STEP_METRICS = {"train/*": "last", "eval/*": "max,last", "time/*": "last", "speed/*": "last", "memory/*": "max"}
 # -- who runs where ------------------------------------------------------------------------------
 
 

@@ -28,7 +28,15 @@ from magrpo.config import optimized_metric
 from magrpo.diagnostics import DiagnosticsConfig
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
-from magrpo.models import Agent, load_agent_weights, load_agents, policy_agents, save_agent, team_level
+from magrpo.models import (
+    Agent,
+    cuda_memory_metrics,
+    load_agent_weights,
+    load_agents,
+    policy_agents,
+    save_agent,
+    team_level,
+)
 from magrpo.rewards import check_splits, fallback_note, reward_specs
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import TASKS, Task, build_task
@@ -335,7 +343,8 @@ class Trainer:
             for _ in bar:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
                 idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
-                metrics = distributed.mean_metrics(self.algo.step([self.train_items[i] for i in idx]))
+                metrics = self.algo.step([self.train_items[i] for i in idx])
+                metrics = distributed.mean_metrics({**metrics, **cuda_memory_metrics(self.agents)})
                 self.step += 1
                 if self.step % cfg.logger.log_every == 0 or self.step == cfg.max_steps:
                     self.logger.log(self.step, metrics)

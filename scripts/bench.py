@@ -10,7 +10,9 @@ loop and comlrl.
 
 Every mode prints ONE JSON line last: prompts_per_s, tokens_per_s, the time shares of generation,
 reward and update (share_other holds what the three do not cover, so the shares sum to 1),
-peak_rss_mb (and peak_cuda_mb on a GPU). Model loading and `--warmup-steps` untimed steps are
+peak_rss_mb (and peak_cuda_mb on a GPU), and the update's achieved TFLOP/s (update_tflops_per_s:
+6 x matmul parameters x tokens through the update, over its seconds) and, where the device's bf16
+peak is known (H100, H200, A100, or --peak-tflops), its model FLOP utilisation `mfu`. Model loading and `--warmup-steps` untimed steps are
 excluded. With `--repeats R` the timed pass runs R times in the same process and the median
 pass is reported (runs_prompts_per_s lists all of them). cpu_s / prompts_per_cpu_s give the same
 pass in process CPU time: on a machine shared with other jobs, run with `--threads 1` and compare
@@ -91,6 +93,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task", default="length_ratio", choices=["length_ratio", "humaneval"],
                    help="humaneval: the coding reward, whose programs run in the sandbox, takes part "
                         "(with an untrained model most answers stop before the tests)")
+    p.add_argument("--peak-tflops", type=float, default=None,
+                   help="the device's dense bf16 peak in TFLOP/s, for `mfu` (default: known for H100/H200/A100 "
+                        "by the CUDA device's name; none on a CPU)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Hydra override for the magrpo config (repeatable)")
     args = p.parse_args(argv)
@@ -310,6 +315,50 @@ def peak_memory(agents) -> dict:
     return out
 
 
+# Dense bf16 tensor-core peaks (TFLOP/s, no sparsity) by a fragment of the CUDA device's name: the
+# SXM parts' datasheet figures. A PCIe card or another one: give --peak-tflops.
+PEAK_BF16_TFLOPS = {"H200": 989.4, "H100 80GB HBM3": 989.4, "H100 PCIe": 756.0, "A100": 312.0}
+
+
+def peak_tflops(args, agents) -> float | None:
+    import torch
+
+    if args.peak_tflops:
+        return args.peak_tflops
+    if agents[0].device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(agents[0].device)
+    return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
+
+
+def matmul_params(model) -> int:
+    """Parameters that enter a matrix product for every token: all but the input embedding table,
+    which is a lookup (it counts when the output head is tied to it, since the head's product uses it)."""
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings()
+    total = sum(p.numel() for p in model.parameters())
+    return total if head is not None and head.weight is emb else total - emb.numel()
+
+
+def update_flops(args, cfg, agents, task, items: list, completion_tokens: int) -> float | None:
+    """Model FLOPs of the timed updates, by the usual convention: 6 * N per token through the update
+    (forward 2N, backward 4N; N = matmul_params), over each role's G rows of prompt + completion.
+    Attention's own products (the scores and their weighted sum) and recomputation under gradient
+    checkpointing are not counted, so the utilisation is a slight under-estimate of the work done.
+    None with LoRA adapters, where the backward skips the frozen weights' gradients and 6N overstates."""
+    if any(getattr(a.model, "peft_config", None) for a in agents):
+        return None
+    n = [matmul_params(a.model) for a in agents]
+    prompt = 0.0
+    for item in items:
+        for i, text in enumerate(task.prompts(item, args.agents)):
+            agent = agents[i % len(agents)]
+            _, mask, _ = agent.encode_prompts([text], cfg.algo.max_prompt_length)
+            prompt += int(mask.sum()) * args.gens * n[i % len(agents)]
+    mean_n = sum(n[i % len(n)] for i in range(args.agents)) / args.agents
+    return 6.0 * (prompt + completion_tokens * mean_n)
+
+
 def report(args, runs: list[dict], agents, load_s: float, extra: dict | None = None) -> dict:
     import torch
 
@@ -340,6 +389,14 @@ def report(args, runs: list[dict], agents, load_s: float, extra: dict | None = N
         "torch_threads": torch.get_num_threads(), "loadavg_1m": round(os.getloadavg()[0], 2),
         "torch": torch.__version__,
     }
+    flops = median.get("update_flops")
+    if flops and median["update_s"] > 0:
+        achieved = flops / median["update_s"] / 1e12
+        out["update_tflops_per_s"] = round(achieved, 4)
+        peak = peak_tflops(args, agents)
+        if peak:
+            out["peak_tflops"] = peak
+            out["mfu"] = round(achieved / peak, 4)      # the update's model FLOP utilisation
     out.update(extra or {})
     return out
 
@@ -361,6 +418,9 @@ def run_mode(args: argparse.Namespace) -> dict:
 
         runs, extra = run_comlrl(args, cfg, agents, task, warm, timed,
                                  lambda i, ids: counted_tokens(ids, eos_token_ids(agents[i])))
+    if args.turns == 1:          # a later turn's prompt holds the history: the count below is one turn's
+        for r in runs:
+            r["update_flops"] = update_flops(args, cfg, agents, task, timed, r["completion_tokens"])
     return report(args, runs, agents, load_s, extra)
 
 
@@ -381,7 +441,8 @@ def run_compare(args: argparse.Namespace, argv: list[str]) -> dict:
     m = results["magrpo"]
     out = {"mode": "compare", **{k: m.get(k) for k in ("prompts_per_s", "tokens_per_s", "share_generate",
                                                       "share_reward", "share_update", "share_other",
-                                                      "peak_rss_mb", "peak_cuda_mb") if k in m}}
+                                                      "peak_rss_mb", "peak_cuda_mb", "update_tflops_per_s", "mfu")
+                                                      if k in m}}
     for ref in ("bare", "comlrl"):
         if "prompts_per_s" in m and "prompts_per_s" in results[ref]:
             out[f"magrpo_over_{ref}"] = round(m["prompts_per_s"] / results[ref]["prompts_per_s"], 3)

@@ -2,6 +2,7 @@
 
     python scripts/real_shapes.py                      # every case (make real-shapes)
     python scripts/real_shapes.py --cases 1.7b-lora    # some of them; --list names them
+    python scripts/real_shapes.py --cases 1.7b-full --set hardware=gpu --no-resume   # on a GPU
 
 Each case runs `python -m magrpo.train` (the real entry point) in its own process: one step, an
 eval and a checkpoint (max_steps=1), then a second process resumes the run (resume=RUN max_steps=2:
@@ -14,6 +15,8 @@ one more step, eval and checkpoint). Short sequences keep it to minutes on a CPU
                    (the checkpoint), resume (the resuming process's start -> weights, optimizer and
                    random state restored), the resumed step's generate/reward/update, resumed_save
   peak_rss_gb      peak resident memory of the training process and of the resuming one
+  peak_cuda_gb     on a GPU (--set hardware=gpu): the peak CUDA memory allocated (metrics.jsonl's
+                   memory/peak_cuda_gb) of each process
 
 Seconds come from the time each log line reaches this script (the child flushes every record), so
 they include a few milliseconds of pipe latency. Nothing else should run on the machine meanwhile.
@@ -47,6 +50,10 @@ CASES: dict[str, list[str]] = {
     "1.7b-lora-beta": [*LORA, "agents.models.0.name_or_path=builtin:qwen3-1.7b-shape", *NO_CKPT, "algo.beta=0.04"],
     "1.7b-lora-ckpt": [*LORA, "agents.models.0.name_or_path=builtin:qwen3-1.7b-shape", *CKPT],
     "3b-lora": [*LORA, "agents.models.0.name_or_path=builtin:qwen2.5-coder-3b-shape", *NO_CKPT],
+    # The paper's writing setting: two full bf16 copies of Qwen3-1.7B (the qwen3_1.7b preset, gradient
+    # checkpointing on), G = 4 and 256 new tokens. A GPU case: pass --set hardware=gpu.
+    "1.7b-full": ["agents=qwen3_1.7b", "agents.models.0.name_or_path=builtin:qwen3-1.7b-shape",
+                  "algo.num_generations=4", "algo.max_new_tokens=256"],
 }
 MARKERS = {"loaded": "loaded ", "eval": "eval @ step", "saved": "saved checkpoint", "resumed": "resumed from "}
 
@@ -76,6 +83,12 @@ def run_process(args: list[str], timeout: float, env: dict) -> dict:
             "peak_rss_gb": round(usage.ru_maxrss / 1024 ** 2, 2)}
 
 
+def peak_cuda(rows: dict[int, dict]) -> float | None:
+    """The largest `memory/peak_cuda_gb` the run logged (GiB), None on a CPU."""
+    values = [r["memory/peak_cuda_gb"] for r in rows.values() if "memory/peak_cuda_gb" in r]
+    return round(max(values), 2) if values else None
+
+
 def step_rows(run_dir: Path) -> dict[int, dict]:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
@@ -89,7 +102,7 @@ def reason(proc: dict) -> str:
     return (errors or proc["tail"] or ["no output"])[-1][-400:]
 
 
-def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str] = ()) -> dict:
+def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str] = (), resume: bool = True) -> dict:
     run_dir = out / name
     shutil.rmtree(run_dir, ignore_errors=True)
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
@@ -97,8 +110,9 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     # Every process also gets hydra.run.dir=RUN: Hydra's own log directory would otherwise be a new outputs/train/...
     base = [sys.executable, "-m", "magrpo.train", *SHORT, *CASES[name], f"hardware.num_threads={threads}", *extra]
     result: dict = {"case": name, "overrides": [*CASES[name], *extra], "threads": threads, "ok": False, "reason": None,
-                    "seconds": {}, "peak_rss_gb": {}}
-    first = run_process([*base, "max_steps=1", f"output_dir={run_dir}", f"hydra.run.dir={run_dir}"], timeout, env)
+                    "seconds": {}, "peak_rss_gb": {}, "peak_cuda_gb": {}}
+    first = run_process([*base, "max_steps=1", f"output_dir={run_dir}", f"hydra.run.dir={run_dir}",
+                         *([] if resume else ["save_final=false"])], timeout, env)
     result["peak_rss_gb"]["train"] = first["peak_rss_gb"]
     s, seen = result["seconds"], first["seen"]
     if seen["loaded"]:
@@ -109,12 +123,17 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     if 1 in rows:
         for phase in ("generate", "reward", "update", "step"):
             s[phase] = rows[1][f"time/{phase}_s"]
+        if peak_cuda(rows) is not None:
+            result["peak_cuda_gb"]["train"] = peak_cuda(rows)
     if len(seen["eval"]) >= 2 and "step" in s:
         s["final_eval"] = seen["eval"][1] - seen["eval"][0] - s["step"]
     if len(seen["eval"]) >= 2 and seen["saved"]:
         s["save"] = seen["saved"][0] - seen["eval"][1]
     if first["code"] != 0:
         result["reason"] = f"train exited {first['code']}: {reason(first)}"
+        return result
+    if not resume:
+        result["ok"] = True
         return result
     # Resumed in place (output_dir= the same run), so its step and checkpoint land next to the first.
     second = run_process([*base, f"resume={run_dir}", "max_steps=2", f"output_dir={run_dir}", f"hydra.run.dir={run_dir}"],
@@ -126,6 +145,8 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     if 2 in rows:
         for phase in ("generate", "reward", "update"):
             s[f"resumed_{phase}"] = rows[2][f"time/{phase}_s"]
+        if "memory/peak_cuda_gb" in rows[2]:
+            result["peak_cuda_gb"]["resume"] = round(rows[2]["memory/peak_cuda_gb"], 2)
     if second["seen"]["eval"] and second["seen"]["saved"]:
         s["resumed_save"] = second["seen"]["saved"][-1] - second["seen"]["eval"][-1]
     if second["code"] != 0:
@@ -144,6 +165,9 @@ def main() -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra override for every case, e.g. --set agents.models.0.dtype=float32 "
                          "--set hardware.autocast=none (the README's float32 rows)")
+    ap.add_argument("--no-resume", action="store_true",
+                    help="one process per case: the step and its evals, no checkpoint and no resume (a full "
+                         "fine-tune's checkpoint of weights and optimizer is tens of GB)")
     ap.add_argument("--list", action="store_true")
     args = ap.parse_args()
     if args.list:
@@ -157,7 +181,7 @@ def main() -> int:
     failed = 0
     try:
         for name in names:
-            result = run_case(name, out, args.threads, args.timeout, args.set)
+            result = run_case(name, out, args.threads, args.timeout, args.set, resume=not args.no_resume)
             for k, v in list(result["seconds"].items()):
                 result["seconds"][k] = None if v is None else round(v, 2)
             failed += not result["ok"]

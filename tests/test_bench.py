@@ -71,3 +71,48 @@ def test_bench_turns_compares_a_two_turn_step_with_a_one_turn_step(monkeypatch, 
     assert result["turn_stats"]["turn_2/prompt_tokens_mean"] > result["turn_stats"]["turn_1/prompt_tokens_mean"]
     assert result["one_turn_seconds"] > 0
     assert result["turns_over_one_turn"] == round(result["seconds"] / result["one_turn_seconds"], 3)
+
+
+def _bench_module():
+    spec = importlib.util.spec_from_file_location("bench_mod", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_update_flops_count_six_times_the_matmul_parameters_per_token(make_cfg):
+    """builtin:tiny by hand: per layer q 64x64+64, k and v 64x32+32 each, o 64x64, MLP 3 x 64x128,
+    two norms of 64 = 37120; two layers, a final norm of 64, and the 512 x 64 table, which counts
+    once as the tied output head's product. Untied, the table is a lookup and the head counts."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
+
+    from magrpo.config import validate
+    from magrpo.models import load_agents
+    from magrpo.tasks import build_task
+    from magrpo.tiny import build_builtin
+
+    bench = _bench_module()
+    per_layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64
+    n = 2 * per_layer + 64 + 512 * 64
+    tied = AutoModelForCausalLM.from_pretrained(str(build_builtin("tiny")))
+    assert bench.matmul_params(tied) == n == 107072
+    config = tied.config
+    config.tie_word_embeddings = False
+    untied = Qwen2ForCausalLM(config)
+    assert sum(p.numel() for p in untied.parameters()) == n + 512 * 64
+    assert bench.matmul_params(untied) == n
+
+    cfg = validate(make_cfg(["agents.models.0.dtype=float32"]))
+    agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
+    task = build_task(cfg.task, cfg.reward)
+    items = task.load("train")[:3]
+    prompt_tokens = sum(len(agents[i].tokenizer(agents[i].format_prompt(p), add_special_tokens=False).input_ids)
+                        for item in items for i, p in enumerate(task.prompts(item, 2)))
+    args = SimpleNamespace(agents=2, gens=4)
+    got = bench.update_flops(args, cfg, agents, task, items, completion_tokens=100)
+    assert got == 6 * n * (4 * prompt_tokens + 100)
+    lora = validate(make_cfg(["agents=tiny_lora"]))
+    assert bench.update_flops(args, lora, load_agents(lora.agents, lora.hardware, 2, need_reference=False),
+                              task, items, 100) is None     # 6N overstates a LoRA backward
