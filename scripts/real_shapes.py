@@ -83,10 +83,9 @@ def run_process(args: list[str], timeout: float, env: dict) -> dict:
             "peak_rss_gb": round(usage.ru_maxrss / 1024 ** 2, 2)}
 
 
-def peak_cuda(rows: dict[int, dict]) -> float | None:
-    """The largest `memory/peak_cuda_gb` the run logged (GiB), None on a CPU."""
-    values = [r["memory/peak_cuda_gb"] for r in rows.values() if "memory/peak_cuda_gb" in r]
-    return round(max(values), 2) if values else None
+def peak_cuda(row: dict) -> float | None:
+    """A step's `memory/peak_cuda_gb` (GiB: its process's peak so far), None on a CPU."""
+    return round(row["memory/peak_cuda_gb"], 2) if "memory/peak_cuda_gb" in row else None
 
 
 def step_rows(run_dir: Path) -> dict[int, dict]:
@@ -123,8 +122,8 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     if 1 in rows:
         for phase in ("generate", "reward", "update", "step"):
             s[phase] = rows[1][f"time/{phase}_s"]
-        if peak_cuda(rows) is not None:
-            result["peak_cuda_gb"]["train"] = peak_cuda(rows)
+        if peak_cuda(rows[1]) is not None:
+            result["peak_cuda_gb"]["train"] = peak_cuda(rows[1])
     if len(seen["eval"]) >= 2 and "step" in s:
         s["final_eval"] = seen["eval"][1] - seen["eval"][0] - s["step"]
     if len(seen["eval"]) >= 2 and seen["saved"]:
@@ -145,8 +144,8 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     if 2 in rows:
         for phase in ("generate", "reward", "update"):
             s[f"resumed_{phase}"] = rows[2][f"time/{phase}_s"]
-        if "memory/peak_cuda_gb" in rows[2]:
-            result["peak_cuda_gb"]["resume"] = round(rows[2]["memory/peak_cuda_gb"], 2)
+        if peak_cuda(rows[2]) is not None:
+            result["peak_cuda_gb"]["resume"] = peak_cuda(rows[2])
     if second["seen"]["eval"] and second["seen"]["saved"]:
         s["resumed_save"] = second["seen"]["saved"][-1] - second["seen"]["eval"][-1]
     if second["code"] != 0:
