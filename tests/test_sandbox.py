@@ -58,6 +58,15 @@ def _live_processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _runs_sleep(pid: int) -> bool:
+    """Whether `pid` has finished exec'ing `sleep`: its name is set and its new environment is in place."""
+    try:
+        with open(f"/proc/{pid}/comm") as f, open(f"/proc/{pid}/environ", "rb") as env:
+            return f.read().strip() == "sleep" and bool(env.read())
+    except OSError:
+        return False
+
+
 def _marker() -> str:
     """A sleep duration (seconds) that no other test, here or in another run, starts: a token in the
     sleeper's command line that only this test's processes mention."""
@@ -96,6 +105,11 @@ def test_survivors_are_this_test_processes_tagged_ones_only(tmp_path):
         subprocess.run(["sh", "-c", f"setsid sleep 30 & echo $! > {pidfile}"], env={**os.environ, TAG_VAR: tag},
                        check=True)
         orphans[tag] = int(pidfile.read_text())
+    # sh has exited, but its sleeper may still be inside execve, when /proc/<pid>/environ reads
+    # empty for a moment: wait until both run `sleep` before looking for their tags.
+    deadline = time.monotonic() + 5.0
+    while not all(_runs_sleep(pid) for pid in orphans.values()) and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         assert _survivors(before) == {orphans[caller_tag()]}
     finally:
