@@ -48,6 +48,21 @@ def library_log_handlers_outlive_capsys():
             vars(handler).pop("flush", None)      # transformers binds flush to that stream's own
 
 
+@pytest.fixture(autouse=True)
+def plugins_imported_by_a_test_stay_in_it():
+    """A run records every plugin imported in its process (magrpo.plugins.loaded). A test that
+    imports one from a folder of its own (the README's my_game.py) would otherwise have every later
+    run of its worker record it too, and a subprocess export of such a run then fails to import it:
+    each test starts from, and leaves, the plugin record it found."""
+    from magrpo import plugins
+
+    loaded, conf = dict(plugins._loaded), list(plugins._conf_dirs)
+    yield
+    plugins._loaded.clear()
+    plugins._loaded.update(loaded)
+    plugins._conf_dirs[:] = conf
+
+
 _COMPOSED: dict[tuple[str, tuple[str, ...]], object] = {}
 
 
