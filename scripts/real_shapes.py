@@ -122,8 +122,8 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     if 1 in rows:
         for phase in ("generate", "reward", "update", "step"):
             s[phase] = rows[1][f"time/{phase}_s"]
-        if peak_cuda(rows[1]) is not None:
-            result["peak_cuda_gb"]["train"] = peak_cuda(rows[1])
+        if (peak := peak_cuda(rows[1])) is not None:
+            result["peak_cuda_gb"]["train"] = peak
     if len(seen["eval"]) >= 2 and "step" in s:
         s["final_eval"] = seen["eval"][1] - seen["eval"][0] - s["step"]
     if len(seen["eval"]) >= 2 and seen["saved"]:
@@ -144,8 +144,8 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     if 2 in rows:
         for phase in ("generate", "reward", "update"):
             s[f"resumed_{phase}"] = rows[2][f"time/{phase}_s"]
-        if peak_cuda(rows[2]) is not None:
-            result["peak_cuda_gb"]["resume"] = peak_cuda(rows[2])
+        if (peak := peak_cuda(rows[2])) is not None:
+            result["peak_cuda_gb"]["resume"] = peak
     if second["seen"]["eval"] and second["seen"]["saved"]:
         s["resumed_save"] = second["seen"]["saved"][-1] - second["seen"]["eval"][-1]
     if second["code"] != 0:
