@@ -33,10 +33,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 TOKENIZER_VOCAB = 512
 # The real architectures (public config.json of each checkpoint): keys are Qwen2Config/Qwen3Config
@@ -145,6 +149,9 @@ def build_builtin(name: str) -> Path:
     import torch
     from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM
 
+    # The real shapes take a while on a CPU (qwen3-1.7b-shape: about 90 s), once per cache.
+    log.info("building builtin:%s into %s (first use; later runs load it from there)", name, out)
+    t0 = time.perf_counter()
     tokenizer = _train_tokenizer(TOKENIZER_VOCAB)
     config = builtin_config(name, tokenizer)
     model_cls = Qwen3ForCausalLM if config.model_type == "qwen3" else Qwen2ForCausalLM
@@ -169,6 +176,7 @@ def build_builtin(name: str) -> Path:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         os.replace(tmp, out)
+        log.info("built builtin:%s in %.1f s", name, time.perf_counter() - t0)
     except OSError:
         if not (out / "config.json").exists():
             raise

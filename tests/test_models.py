@@ -83,3 +83,17 @@ def test_lora_agents_load_without_a_deprecation_warning(make_cfg, overrides):
         warnings.simplefilter("error", FutureWarning)      # peft's own use of a renamed transformers name
         agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
     assert len(agents) == 2
+
+
+def test_the_first_build_of_a_builtin_says_so_and_a_cached_one_is_silent(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("MAGRPO_CACHE", str(tmp_path))
+    with caplog.at_level("INFO", logger="magrpo.tiny"):
+        out = build_builtin("tiny")
+    messages = [r.getMessage() for r in caplog.records if r.name == "magrpo.tiny"]
+    assert messages[0] == f"building builtin:tiny into {out} (first use; later runs load it from there)"
+    assert messages[1].startswith("built builtin:tiny in ") and messages[1].endswith(" s")
+    assert out.parent == tmp_path / "models" and (out / "config.json").exists()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="magrpo.tiny"):
+        assert build_builtin("tiny") == out
+    assert not [r for r in caplog.records if r.name == "magrpo.tiny"]
