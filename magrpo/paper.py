@@ -302,17 +302,18 @@ def read_trials(sweep_dir: Path, space: dict[str, str]) -> list[dict[str, Any]]:
     jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()] if sweep_dir.is_dir() else []
     for d in sorted(jobs, key=lambda p: natural_key(p.name)):
         overrides = d / ".hydra" / "overrides.yaml"
-        given = yaml.safe_load(overrides.read_text()) if overrides.exists() else []
+        try:
+            given = yaml.safe_load(overrides.read_text()) if overrides.exists() else []
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            given = []
         params = {}
-        for o in given or []:
+        for o in given if isinstance(given, list) else []:
             key, _, value = str(o).partition("=")
             if key.lstrip("+") in space:
                 params[key.lstrip("+")] = _scalar(value)
-        try:
-            summary = json.loads((d / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            summary = {}
-        value = (summary.get("final_eval") or {}).get(OBJECTIVE)
+        summary = read_summary(d / "summary.json") or {}
+        final = summary.get("final_eval")
+        value = final.get(OBJECTIVE) if isinstance(final, dict) else None
         trials.append({"number": int(d.name), "params": params, "value": value,
                        "status": summary.get("status", "missing"), "dir": d.name})
     return trials
@@ -361,17 +362,48 @@ def wanted_cells(cmd: list[str]) -> set[tuple[str, str, str]]:
 SUPERSEDED = ".superseded"
 
 
+def read_summary(path: Path) -> dict[str, Any] | None:
+    """A run's summary.json as a dict; None when it is missing, unreadable or not a JSON object
+    (a run directory is someone else's file: it may be cut short or edited)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _cell_of(job: Path, summary: dict[str, Any] | None) -> tuple[str, str, str] | None:
+    """(task, label, seed) of a job directory: from its summary's config, else from the config
+    Hydra wrote into it before the run started (a job killed before its first summary, or one
+    whose summary was damaged); None when neither says."""
+    cfg = summary.get("config") if summary else None
+    if isinstance(cfg, dict) and cfg.get("task") is not None:
+        return (cfg.get("task"), cfg.get("label"), str(cfg.get("seed")))
+    import yaml
+
+    try:
+        hydra_cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
+        task = hydra_cfg["task"]["name"]
+        return (str(task), str(hydra_cfg["label"]), str(hydra_cfg["seed"]))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
 def job_dirs(sweep_dir: Path) -> dict[tuple[str, str, str], list[tuple[Path, str]]]:
-    """(task, label, seed) -> [(job directory, its status)] of the jobs a sweep directory holds."""
+    """(task, label, seed) -> [(job directory, its status)] of the jobs a sweep directory holds. A
+    job without a readable summary counts as "unreadable" (or "missing"), so continuing runs its cell
+    again; one that says nothing of its cell is left alone."""
     out: dict[tuple[str, str, str], list[tuple[Path, str]]] = {}
-    for f in sorted(sweep_dir.glob("*/summary.json")):
-        try:
-            data = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError):
+    jobs = sorted(d for d in sweep_dir.iterdir() if d.is_dir() and not d.name.startswith(".")) \
+        if sweep_dir.is_dir() else []
+    for job in jobs:
+        summary = read_summary(job / "summary.json")
+        cell = _cell_of(job, summary)
+        if cell is None:
             continue
-        cfg = data.get("config") or {}
-        cell = (cfg.get("task"), cfg.get("label"), str(cfg.get("seed")))
-        out.setdefault(cell, []).append((f.parent, str(data.get("status"))))
+        status = str(summary.get("status")) if summary else \
+            "unreadable" if (job / "summary.json").exists() else "missing"
+        out.setdefault(cell, []).append((job, status))
     return out
 
 
@@ -521,12 +553,9 @@ def _clock(seconds: float) -> str:
 def own_run(root: Path, task: str, row: str) -> Path | None:
     """The finished run of the row at its own values on seed 0 (tuning/defaults/), if it ran."""
     for summary in sorted((tuning_dir(root) / "defaults").glob("*/summary.json")):
-        try:
-            data = json.loads(summary.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
-        cfg = data.get("config") or {}
-        if cfg.get("task") == task and cfg.get("label") == row and data.get("status") == "finished":
+        data = read_summary(summary)
+        cfg = data.get("config") if data else None
+        if isinstance(cfg, dict) and cfg.get("task") == task and cfg.get("label") == row and data.get("status") == "finished":
             return summary.parent
     return None
 
@@ -536,8 +565,9 @@ def own_value(root: Path, task: str, row: str) -> float | None:
     run = own_run(root, task, row)
     if run is None:
         return None
-    value = (json.loads((run / "summary.json").read_text()).get("final_eval") or {}).get(OBJECTIVE)
-    return float(value) if value is not None else None
+    final = (read_summary(run / "summary.json") or {}).get("final_eval")
+    value = final.get(OBJECTIVE) if isinstance(final, dict) else None
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def reuse_best_run(root: Path, task: str, row: str, record: dict[str, Any]) -> Path | None:

@@ -138,3 +138,64 @@ def test_a_sigterm_stops_the_table_as_a_ctrl_c_does(tmp_path):
     assert "interrupted: 0 of 2 jobs finished" in err and f"--out {out}" in err, err[-3000:]
     statuses = [s["status"] for s in _summaries(out / "train").values()]
     assert statuses == ["interrupted"]                    # the job got the stop and recorded it
+
+
+def test_damaged_or_missing_summaries_are_set_aside_and_their_cells_run_again(tmp_path):
+    """A job directory is someone else's file: a cut-short, edited or binary summary.json, or none
+    at all, never stops the continuing call; the cell is read from the job's .hydra/config.yaml."""
+    sweep = tmp_path / "train"
+    cmd = paper.sweep_command("train", ["recipe=agree", "method=magrpo"], "0,1,2,3,4", "tiny", "g", sweep,
+                              "basic", 1, [])
+
+    def job(name: str, seed: int, summary: bytes | None, hydra: bool = True) -> None:
+        d = sweep / name
+        (d / ".hydra").mkdir(parents=True)
+        if hydra:
+            (d / ".hydra" / "config.yaml").write_text(f"seed: {seed}\nlabel: magrpo\ntask:\n  name: agree\n")
+        if summary is not None:
+            (d / "summary.json").write_bytes(summary)
+
+    finished = {"status": "finished", "config": {"task": "agree", "label": "magrpo", "seed": 0}}
+    job("0_agree_magrpo_s0", 0, json.dumps(finished).encode())
+    job("1_agree_magrpo_s1", 1, b"{not json")
+    job("2_agree_magrpo_s2", 2, b"[1, 2]")
+    job("3_agree_magrpo_s3", 3, None)
+    job("4_agree_magrpo_s4", 4, bytes(range(256)))
+    job("stray", 9, b"{}", hydra=False)                  # says nothing of its cell: left where it is
+    (sweep / "multirun.yaml").write_text("x: 1\n")
+
+    found = paper.job_dirs(sweep)
+    assert {cell: [s for _, s in jobs] for cell, jobs in found.items()} == {
+        ("agree", "magrpo", "0"): ["finished"], ("agree", "magrpo", "1"): ["unreadable"],
+        ("agree", "magrpo", "2"): ["unreadable"], ("agree", "magrpo", "3"): ["missing"],
+        ("agree", "magrpo", "4"): ["unreadable"]}
+    assert paper.finished_cells(sweep) == {("agree", "magrpo", "0")}
+    assert not paper.sweep_done(cmd)
+
+    commands, notes = paper.continue_sweep(cmd)
+    assert sorted(next(a for a in c if a.startswith("seed=")) for c in commands) == ["seed=1", "seed=2", "seed=3",
+                                                                                      "seed=4"]
+    assert sorted(n.split(" set aside")[0] for n in notes) == [
+        "1_agree_magrpo_s1 (unreadable)", "2_agree_magrpo_s2 (unreadable)", "3_agree_magrpo_s3 (missing)",
+        "4_agree_magrpo_s4 (unreadable)"]
+    assert sorted(p.name for p in (sweep / paper.SUPERSEDED).iterdir()) == [
+        "1_agree_magrpo_s1", "2_agree_magrpo_s2", "3_agree_magrpo_s3", "4_agree_magrpo_s4"]
+    assert (sweep / "0_agree_magrpo_s0" / "summary.json").is_file() and (sweep / "stray").is_dir()
+    # each cell reruns into the directory its damaged job had
+    assert sorted(next(a for a in c if a.startswith("hydra.run.dir=")) for c in commands) == [
+        f"hydra.run.dir={sweep / n}" for n in ("1_agree_magrpo_s1", "2_agree_magrpo_s2", "3_agree_magrpo_s3",
+                                                "4_agree_magrpo_s4")]
+
+
+def test_the_tuning_readers_take_damaged_summaries_as_missing(tmp_path):
+    sweep = tmp_path / "tune"
+    for n, body in enumerate([b"[1]", b"{bad", json.dumps({"status": "finished", "final_eval": [0.5]}).encode(),
+                              json.dumps({"status": "finished", "final_eval": {paper.OBJECTIVE: 0.75}}).encode()]):
+        (sweep / str(n) / ".hydra").mkdir(parents=True)
+        (sweep / str(n) / ".hydra" / "overrides.yaml").write_text("- algo.ent_coef=0.01\n" if n != 1 else "{: [")
+        (sweep / str(n) / "summary.json").write_bytes(body)
+    trials = paper.read_trials(sweep, {"algo.ent_coef": "interval(0, 0.05)"})
+    assert [(t["status"], t["value"]) for t in trials] == [("missing", None), ("missing", None), ("finished", None),
+                                                          ("finished", 0.75)]
+    assert [t["params"] for t in trials] == [{"algo.ent_coef": 0.01}, {}, {"algo.ent_coef": 0.01},
+                                             {"algo.ent_coef": 0.01}]

@@ -665,3 +665,32 @@ def test_area_under_a_curve_and_the_first_reach_of_a_level():
     # 0.9 is crossed between (100, 0.6) and (300, 1.0): 100 + 200 * 0.3 / 0.4 = 250
     assert first_reach(pts, 0.9) == pytest.approx(250) and first_reach(pts, 0.1) == 0
     assert first_reach(pts, 1.01) is None
+
+
+@pytest.mark.parametrize("edit", [
+    {"config": "a string"}, {"config": [1, 2]}, {"results": [1, 2]}, {"results": "x"},
+    {"config_seed": [1]}, {"config_seed": {"a": 1}}, {"config_task": 5},
+])
+def test_a_summary_edited_into_other_shapes_is_skipped_or_read_never_a_traceback(tmp_path, capsys, edit):
+    """A run directory is someone else's file: summary.json fields of the wrong JSON type are a
+    warning (that run skipped) or read as far as they make sense, beside a good run."""
+    write_run(tmp_path / "runs" / "good", seed=0, final={"reward_mean": 1.0}, initial={"reward_mean": 0.0})
+    bad = write_run(tmp_path / "runs" / "bad", seed=1, final={"reward_mean": 0.5}, initial={"reward_mean": 0.0})
+    summary = json.loads((bad / "summary.json").read_text())
+    for key, value in edit.items():
+        if key.startswith("config_"):
+            summary["config"][key[len("config_"):]] = value
+        else:
+            summary[key] = value
+    (bad / "summary.json").write_text(json.dumps(summary))
+    code = main([str(tmp_path / "runs"), "--out", str(tmp_path / "t")])
+    out = capsys.readouterr()
+    assert code == 0 and "Traceback" not in out.err, out.err
+    tables = "".join(p.read_text() for p in (tmp_path / "t").glob("*.md"))
+    if "config" in edit:        # the bad run is skipped, the good one is the table
+        assert f"skipping {bad}" in out.err and "config is not a JSON object" in out.err
+        assert "| magrpo | 1 |" in tables
+    elif "config_task" in edit:  # a table of its own, under the task it names
+        assert tables.count("| magrpo | 1 |") == 2 and "### Task: 5" in tables
+    else:                       # both seeds in the one row
+        assert "| magrpo | 2 |" in tables

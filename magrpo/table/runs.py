@@ -164,6 +164,8 @@ def load_run(path: Path) -> Run:
     if not isinstance(summary, dict):
         raise TableError(f"{path / 'summary.json'} is not a JSON object")
     scfg = summary.get("config") or {}
+    if not isinstance(scfg, dict):
+        raise TableError(f"{path / 'summary.json'}: its config is not a JSON object")
     summary_config = {k: _hashable(v) for k, v in scfg.items()}
     hydra_file = path / ".hydra" / "config.yaml"
     hydra_config = None
@@ -175,14 +177,15 @@ def load_run(path: Path) -> Run:
     hc = hydra_config or {}
     task = scfg.get("task", hc.get("task.name", "unknown"))
     algo = scfg.get("algo", hc.get("algo.name", "unknown"))
-    seed = scfg.get("seed", hc.get("seed"))
+    seed = _hashable(scfg.get("seed", hc.get("seed")))     # a hand-edited [1] must not break the grouping
     final = _numbers(summary.get("final_eval"))
     curves = read_curves(path / "metrics.jsonl")
     if not final:
         final = last_eval(curves, summary)
     from magrpo.tracking import effective_status
 
-    results = {str(m): _numbers(v) for m, v in (summary.get("results") or {}).items() if isinstance(v, dict)}
+    given = summary.get("results")
+    results = {str(m): _numbers(v) for m, v in given.items() if isinstance(v, dict)} if isinstance(given, dict) else {}
     # A run killed without a word (SIGKILL, power loss) still says "running": its pid or heartbeat tells.
     return Run(path=path, status=effective_status(summary), task=str(task), algo=str(algo), seed=seed,
                final=final, initial=_numbers(summary.get("initial_eval")), summary_config=summary_config,
