@@ -378,7 +378,7 @@ def _cell_of(job: Path, summary: dict[str, Any] | None) -> tuple[str, str, str] 
     whose summary was damaged); None when neither says."""
     cfg = summary.get("config") if summary else None
     if isinstance(cfg, dict) and cfg.get("task") is not None:
-        return (cfg.get("task"), cfg.get("label"), str(cfg.get("seed")))
+        return (str(cfg.get("task")), str(cfg.get("label")), str(cfg.get("seed")))     # an edited [1] stays a key
     import yaml
 
     try:
@@ -567,7 +567,7 @@ def own_value(root: Path, task: str, row: str) -> float | None:
         return None
     final = (read_summary(run / "summary.json") or {}).get("final_eval")
     value = final.get(OBJECTIVE) if isinstance(final, dict) else None
-    return float(value) if isinstance(value, (int, float)) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def reuse_best_run(root: Path, task: str, row: str, record: dict[str, Any]) -> Path | None:

@@ -162,14 +162,16 @@ def test_damaged_or_missing_summaries_are_set_aside_and_their_cells_run_again(tm
     job("3_agree_magrpo_s3", 3, None)
     job("4_agree_magrpo_s4", 4, bytes(range(256)))
     job("stray", 9, b"{}", hydra=False)                  # says nothing of its cell: left where it is
+    job("odd", 7, json.dumps({"status": "finished", "config": {"task": ["agree"], "label": {"a": 1},
+                                                                 "seed": [7]}}).encode())   # not a cell asked for
     (sweep / "multirun.yaml").write_text("x: 1\n")
 
     found = paper.job_dirs(sweep)
     assert {cell: [s for _, s in jobs] for cell, jobs in found.items()} == {
         ("agree", "magrpo", "0"): ["finished"], ("agree", "magrpo", "1"): ["unreadable"],
         ("agree", "magrpo", "2"): ["unreadable"], ("agree", "magrpo", "3"): ["missing"],
-        ("agree", "magrpo", "4"): ["unreadable"]}
-    assert paper.finished_cells(sweep) == {("agree", "magrpo", "0")}
+        ("agree", "magrpo", "4"): ["unreadable"], ("['agree']", "{'a': 1}", "[7]"): ["finished"]}
+    assert paper.finished_cells(sweep) == {("agree", "magrpo", "0"), ("['agree']", "{'a': 1}", "[7]")}
     assert not paper.sweep_done(cmd)
 
     commands, notes = paper.continue_sweep(cmd)
@@ -181,6 +183,7 @@ def test_damaged_or_missing_summaries_are_set_aside_and_their_cells_run_again(tm
     assert sorted(p.name for p in (sweep / paper.SUPERSEDED).iterdir()) == [
         "1_agree_magrpo_s1", "2_agree_magrpo_s2", "3_agree_magrpo_s3", "4_agree_magrpo_s4"]
     assert (sweep / "0_agree_magrpo_s0" / "summary.json").is_file() and (sweep / "stray").is_dir()
+    assert (sweep / "odd").is_dir()
     # each cell reruns into the directory its damaged job had
     assert sorted(next(a for a in c if a.startswith("hydra.run.dir=")) for c in commands) == [
         f"hydra.run.dir={sweep / n}" for n in ("1_agree_magrpo_s1", "2_agree_magrpo_s2", "3_agree_magrpo_s3",
