@@ -67,8 +67,13 @@ def _rank_main(rank: int, world_size: int, port: int, out: str, cases: dict[str,
         for name, overrides in cases.items():
             grads, metrics = _fixed_update(out, overrides, rank, world_size)
             torch.save({"grads": grads, "metrics": metrics}, Path(out) / f"{name}_rank{rank}.pt")
-    finally:
+    except BaseException:
         distributed.shutdown()
+        raise
+    # Both ranks done before either closes its connections: gloo once aborted rank 0 (SIGABRT,
+    # "terminate called without an active exception") when its peer tore down first.
+    torch.distributed.barrier()
+    distributed.shutdown()
 
 
 # Each strategy with a loss aggregation whose normaliser spans the ranks' items.
