@@ -187,6 +187,29 @@ def test_ippo_value_head_and_policy_both_move(make_cfg):
     assert "train/frac_reward_zero_std" in metrics and "train/kl_coef" in metrics
 
 
+def test_ippo_whitening_floor_keeps_the_advantages_of_a_solved_batch_small(make_cfg):
+    """Every return equal (a solved game): the advantages are the critic's errors R - V. Plain
+    whitening scales them to unit size; algo.whiten_min_std=10 divides them by 10 instead."""
+    out = {}
+    for floor in (0.0, 10.0):
+        cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=ippo", f"algo.whiten_min_std={floor}", *FAST])
+        torch.manual_seed(0)
+        with torch.no_grad():
+            algo.critics[0].head.v.weight.normal_(std=0.01)   # values: small noise around 0
+        rollout = team_rollout(agents, task, task.load("train")[:2], algo.sampling)
+        gen = rollout.samples[0]
+        R = torch.ones(gen.completion_mask.shape[0])
+        batch, _ = algo._prepare(0, gen, R, None)
+        m = batch.mask.bool()
+        raw = (batch.returns - batch.old_values)[m]                # A = R - V (gamma = lam = 1)
+        out[floor] = (batch.advantages[m], raw)
+    plain, raw = out[0.0]
+    assert plain.pow(2).mean().item() == pytest.approx(1.0, rel=1e-3)
+    floored, raw = out[10.0]
+    assert raw.std().item() < 10.0                                 # the floor is above the spread
+    assert torch.allclose(floored, (raw - raw.mean()) / 10.0, atol=1e-6)
+
+
 def test_individual_rewards_split_the_coding_reward(make_cfg):
     cfg = validate(make_cfg(["task=humaneval", "algo=ippo", "algo.reward=individual"]))
     task = build_task(cfg.task, cfg.reward)

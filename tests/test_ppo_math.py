@@ -57,6 +57,21 @@ def test_whitening_gives_zero_mean_unit_variance_on_the_mask_only():
     assert vals.tolist() == pytest.approx(((ref - ref.mean()) / ref.std(unbiased=False)).tolist(), abs=1e-4)
 
 
+def test_whitening_floor_divides_by_the_larger_of_std_and_min_std():
+    # values 0.98, 1.00, 1.02 on the mask: mean 1.00, var = (0.0004 + 0 + 0.0004) / 3, std 0.01633
+    x = torch.tensor([[0.98, 1.00, 1.02, 7.0]])
+    mask = torch.tensor([[1.0, 1, 1, 0]])
+    std = (0.0008 / 3) ** 0.5
+    plain = masked_whiten(x, mask)
+    assert plain[0, :3].tolist() == pytest.approx([-0.02 / std, 0.0, 0.02 / std], rel=1e-4)   # +-1.22
+    # a floor above the spread: divide by 0.1 instead, the noise stays noise-sized (+-0.2)
+    floored = masked_whiten(x, mask, min_std=0.1)
+    assert floored[0, :3].tolist() == pytest.approx([-0.2, 0.0, 0.2], rel=1e-4)
+    assert floored[0, 3].item() == 0.0
+    # a floor below the spread changes nothing
+    assert masked_whiten(x, mask, min_std=0.01)[0].tolist() == pytest.approx(plain[0].tolist(), rel=1e-5)
+
+
 def test_clipped_value_loss_takes_the_larger_of_the_two_errors():
     old = torch.tensor([1.0, 1.0, 1.0])
     new = torch.tensor([1.5, 1.1, 0.0])

@@ -377,12 +377,17 @@ def global_masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.tensor(total / max(count, 1.0), dtype=x.dtype, device=x.device)
 
 
-def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    """(x - mean) / (std + 1e-8) over the masked entries of the whole batch (every rank's);
-    masked-out entries come back as 0."""
+def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True,
+                  min_std: float = 0.0) -> torch.Tensor:
+    """(x - mean) / sqrt(max(var, min_std^2) + 1e-8) over the masked entries of the whole batch
+    (every rank's); masked-out entries come back as 0.
+
+    min_std > 0 stops the division from blowing a batch of near-equal values up to unit scale:
+    once every return is the same, the advantages are the critic's errors, and dividing them by
+    their own small spread turns that noise into full-size updates."""
     mean = global_masked_mean(x, mask)
     var = global_masked_mean((x - mean) ** 2, mask)
-    out = (x - mean) * torch.rsqrt(var + 1e-8)
+    out = (x - mean) * torch.rsqrt(var.clamp(min=min_std ** 2) + 1e-8)
     if not shift_mean:
         out = out + mean
     return out * mask

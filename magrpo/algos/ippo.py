@@ -9,7 +9,8 @@ own share where the task can split it). One step, for a batch of B items and N a
   3. per token t of the completion: reward r_t = R at the last token, minus beta * (log pi - log ref)
      when beta > 0; values V_t from the critic (a head on the agent's own backbone, or a separate
      LM with a head); GAE:  delta_t = r_t + gamma V_{t+1} - V_t,  A_t = sum_l (gamma lam)^l delta_{t+l};
-     returns R_t = A_t + V_t; advantages whitened over the batch's tokens. With the defaults
+     returns R_t = A_t + V_t; advantages whitened over the batch's tokens,
+     A <- (A - mean A) / max(std A, whiten_min_std) (whiten_min_std = 0: plain). With the defaults
      gamma = lam = 1, A_t = (R minus the KL penalties from t on) - V_t: the critic is a baseline,
      not a stand-in for the return;
   4. `ppo_epochs` passes over `num_mini_batches` shuffled mini-batches minimise, per token,
@@ -85,6 +86,9 @@ class IPPOConfig(CriticConfig):
     vf_coef: float = at_least(0, 0.5)    # weight of the value loss
     ent_coef: float = at_least(0, 0.0)   # entropy bonus
     whiten_advantages: bool = True       # normalise advantages over the batch's tokens
+    # divide by max(std, whiten_min_std) rather than std: 0 = plain whitening. A floor keeps a
+    # batch whose returns are all alike (a solved game) from turning critic noise into full steps
+    whiten_min_std: float = at_least(0, 0.0)
     ppo_epochs: int = at_least(1, 2)     # passes over each rollout
     num_mini_batches: int = at_least(1, 2)  # shuffled mini-batches per pass
     # stop the epochs once an epoch's mean approx KL exceeds it
@@ -282,7 +286,7 @@ class IPPO(TeamAlgorithm):
                  # sequence sum of log pi - log ref the reward is charged (the controller's input)
                  "kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_penalty": log_ratio.sum(-1).mean().item()}
         if algo.whiten_advantages:
-            adv = masked_whiten(adv, mask)
+            adv = masked_whiten(adv, mask, min_std=algo.whiten_min_std)
         agent.model.train()
         return Batch(gen, inputs, old_logp, old_values, adv, returns, mask), stats
 
