@@ -311,6 +311,20 @@ def test_errors_exit_2_naming_the_path(tmp_path, capsys):
     assert main([str(empty)]) == 2
     assert str(empty) in capsys.readouterr().err
 
+    # Runs linked into a folder are not followed (a run someone sent may link anywhere, a loop
+    # included); the error names the links and says what to pass instead.
+    done_elsewhere = write_run(tmp_path / "elsewhere" / "r", seed=0, final={"reward_mean": 1.0},
+                               initial={"reward_mean": 0.0})
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "r").symlink_to(done_elsewhere, target_is_directory=True)
+    (linked / "loop").symlink_to(linked, target_is_directory=True)
+    assert main([str(linked)]) == 2
+    err = capsys.readouterr().err
+    assert "2 symlinked directories were not followed" in err and str(linked / "r") in err
+    assert main([str(linked / "r"), "--out", str(tmp_path / "t")]) == 0    # the run itself is read
+    capsys.readouterr()
+
     only_running = tmp_path / "running"
     write_run(only_running / "r", seed=0, final=None, status="running", initial={"reward_mean": 0.0}, evals={0: 0.0})
     assert main([str(only_running)]) == 2

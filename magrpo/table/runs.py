@@ -87,6 +87,17 @@ def find_runs(dirs: Iterable[Path], skip: Iterable[Path] = ()) -> list[Path]:
     return list(found.values())
 
 
+def symlinked_dirs(dirs: Iterable[Path]) -> list[Path]:
+    """The symlinks to directories under `dirs`, which `find_runs` does not follow (a run someone
+    sent may link anywhere, a loop included)."""
+    links = []
+    for top in dirs:
+        for root, subdirs, _ in os.walk(top):
+            links += [Path(root, d) for d in subdirs if os.path.islink(os.path.join(root, d))]
+            subdirs[:] = [d for d in subdirs if d not in PRUNE_DIRS]
+    return sorted(links, key=lambda p: natural_key(str(p)))
+
+
 def _hashable(value: Any) -> Any:
     if isinstance(value, (list, dict)):
         return json.dumps(value, sort_keys=True)
@@ -246,7 +257,11 @@ def collect(dirs: Sequence[Path], out: Path | None, include_unfinished: bool,
     skip_dirs = [*([out] if out else []), *exclude]
     paths = find_runs(dirs, skip=skip_dirs)
     if not paths:
-        raise TableError(f"no runs found under {', '.join(map(str, dirs))} (looked for */summary.json)")
+        links = symlinked_dirs(dirs)
+        hint = (f"; {len(links)} symlinked director{'y was' if len(links) == 1 else 'ies were'} not followed "
+                f"({', '.join(map(str, links[:3]))}{', ...' if len(links) > 3 else ''}): pass the runs "
+                "themselves as DIRs") if links else ""
+        raise TableError(f"no runs found under {', '.join(map(str, dirs))} (looked for */summary.json){hint}")
     runs: list[Run] = []
     skipped: list[tuple[Path, str]] = []
 
