@@ -10,7 +10,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -71,17 +71,21 @@ def natural_key(text: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
+def walk(top: Path, skip: Iterable[Path] = ()) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk of `top` without PRUNE_DIRS, the directories `skip` names and symlinked directories.
+    The caller sees each directory's full listing; the pruning happens when it asks for the next."""
+    skip_real = {os.path.realpath(p) for p in skip}
+    for root, subdirs, files in os.walk(top):
+        yield root, subdirs, files
+        subdirs[:] = [d for d in subdirs if d not in PRUNE_DIRS
+                      and os.path.realpath(os.path.join(root, d)) not in skip_real]
+
+
 def find_runs(dirs: Iterable[Path], skip: Iterable[Path] = ()) -> list[Path]:
     """Every directory holding a summary.json under `dirs` (each dir itself included), once each."""
-    skip_real = {os.path.realpath(p) for p in skip}
     found: dict[str, Path] = {}
     for top in dirs:
-        hits = []
-        for root, subdirs, files in os.walk(top):
-            subdirs[:] = [d for d in subdirs if d not in PRUNE_DIRS
-                          and os.path.realpath(os.path.join(root, d)) not in skip_real]
-            if "summary.json" in files:
-                hits.append(Path(root))
+        hits = [Path(root) for root, _, files in walk(top, skip) if "summary.json" in files]
         for path in sorted(hits, key=lambda p: natural_key(str(p))):
             found.setdefault(os.path.realpath(path), path)   # overlapping DIRs must not double-count
     return list(found.values())
@@ -90,11 +94,8 @@ def find_runs(dirs: Iterable[Path], skip: Iterable[Path] = ()) -> list[Path]:
 def symlinked_dirs(dirs: Iterable[Path]) -> list[Path]:
     """The symlinks to directories under `dirs`, which `find_runs` does not follow (a run someone
     sent may link anywhere, a loop included)."""
-    links = []
-    for top in dirs:
-        for root, subdirs, _ in os.walk(top):
-            links += [Path(root, d) for d in subdirs if os.path.islink(os.path.join(root, d))]
-            subdirs[:] = [d for d in subdirs if d not in PRUNE_DIRS]
+    links = [Path(root, d) for top in dirs for root, subdirs, _ in walk(top)
+             for d in subdirs if os.path.islink(os.path.join(root, d))]
     return sorted(links, key=lambda p: natural_key(str(p)))
 
 
@@ -225,13 +226,8 @@ def find_unstarted(dirs: Iterable[Path], skip: Iterable[Path] = ()) -> list[Path
     """Job directories with a Hydra config but no summary.json: jobs that died before their first
     evaluation (a bad model path, data that cannot be loaded...) or that have not got there yet."""
     skip_real = {os.path.realpath(p) for p in skip}
-    found = []
-    for top in dirs:
-        for root, subdirs, files in os.walk(top):
-            if ".hydra" in subdirs and "summary.json" not in files and os.path.realpath(root) not in skip_real:
-                found.append(Path(root))
-            subdirs[:] = [d for d in subdirs if d not in PRUNE_DIRS
-                          and os.path.realpath(os.path.join(root, d)) not in skip_real]
+    found = [Path(root) for top in dirs for root, subdirs, files in walk(top, skip)
+             if ".hydra" in subdirs and "summary.json" not in files and os.path.realpath(root) not in skip_real]
     return sorted(found, key=lambda p: natural_key(str(p)))
 
 
