@@ -68,6 +68,9 @@ class AlgoConfig:
     # simultaneous: every agent answers at once; sequential: agent i sees the answers of 1..i-1 (a chain)
     topology: str = option("simultaneous", choices=["simultaneous", "sequential"])
     branching: list[int] | None = None           # sequential: samples per prefix of each agent (null = G each)
+    # positive signalling (magrpo/algos/signalling.py): each sample's return gains lam * pmi(move; prompt) in bits
+    signal_bonus: float = at_least(0, 0.0)
+    signal_agents: list[int] | None = None       # the agents (numbered from 1) that get it; null = every agent
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,7 @@ def critic_values(critic: Critic, agent: Agent, gen: Generation, inputs: CriticI
 @register_algo("ippo")
 class IPPO(TeamAlgorithm):
     config_schema = IPPOConfig
+    reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
     centralized = False
 
     @classmethod

@@ -76,6 +76,7 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: f
 @register_algo("magrpo")
 class MAGRPO(TeamAlgorithm):
     config_schema = MAGRPOConfig
+    reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
 
     def steps_per_update(self) -> int:
         return self.algo.num_iterations          # the schedule spans every optimizer step

@@ -24,8 +24,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from magrpo.algos.base import TeamSpec
+from magrpo.algos.base import ALGOS, TeamSpec
 from magrpo.algos.optim import agent_optimizer, build_optimizer
+from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, policy_agents, policy_groups
@@ -85,6 +86,24 @@ def check_tree(cfg: Any, num_agents: int) -> None:
             f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
 
 
+def check_signalling(cfg: Any, algo_cls: type, num_agents: int) -> None:
+    """Stop `algo.signal_agents` naming an agent the team lacks, and `algo.signal_bonus` on an
+    algorithm that does not take its returns from `Episode.returns` (where the bonus is added)."""
+    a = cfg.algo
+    chosen = a.get("signal_agents")
+    if chosen is not None and not len(chosen):
+        raise ConfigError(f"algo.signal_agents=[] names no agent; allowed: agent numbers 1..{num_agents}, "
+                          f"or null for every agent")
+    for k in chosen or ():
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= num_agents:
+            raise ConfigError(f"algo.signal_agents={list(chosen)}: {k!r} is not an agent of this team; "
+                              f"allowed: agent numbers 1..{num_agents}, or null for every agent")
+    if (a.get("signal_bonus") or 0) > 0 and not getattr(algo_cls, "reads_returns", False):
+        takes = sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
+        raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
+                          f"credit does not come from the team's returns); allowed with: {', '.join(takes)}")
+
+
 def group_items(root: Rollout) -> list[torch.Tensor]:
     """Per turn of a tree, [B_t]: the item of `root` that each group (sibling set) descends from."""
     out, of_group, prev_joint = [], torch.arange(root.num_items), root.num_joint
@@ -110,6 +129,9 @@ class Episode:
     metrics: dict[str, float] = field(default_factory=dict)
     cache: dict[str, Any] = field(default_factory=dict)      # what an algorithm computes once per step
     clock: UpdateClock | None = None     # the algorithm's update phase, taken by `finish`
+    # positive signalling (magrpo.algos.signalling): lam, and the agents (0-based) it is added for
+    signal_bonus: float = 0.0
+    signal_agents: tuple[int, ...] = ()
 
     @property
     def root(self) -> Rollout:
@@ -129,7 +151,22 @@ class Episode:
             own = [self.turn_shares(lv, agent) for lv in levels] if reward == "individual" else None
             node_returns = tree_returns(root, discount, own)
             out += [credit(R, lv.joint, agent, lv.per_item(agent), cross_credit) for R, lv in zip(node_returns, levels)]
+        if self.signal_bonus > 0 and agent in self.signal_agents:
+            out = [R + self.signal_bonus * self.pmi(lv, agent).view_as(R) for R, lv in zip(out, self.levels())]
         return out
+
+    def pmi(self, level: Rollout, agent: int) -> torch.Tensor:
+        """[B_t * S_i] pmi(move; prompt) in bits of each of agent `agent`'s samples of one turn
+        (magrpo.algos.signalling), counted once per step; its mean is logged as
+        train/agent_<k>/signal_info_bits."""
+        key = ("pmi", id(level), agent)
+        if key not in self.cache:
+            gen = level.samples[agent]
+            pmi = pointwise_mi(row_prompts(gen.prompts, len(gen.texts)), [self.task.move(t) for t in gen.texts])
+            self.cache[key] = pmi
+            if level is self.root:
+                self.metrics[f"train/agent_{agent + 1}/signal_info_bits"] = pmi.mean().item()
+        return self.cache[key]
 
     def turn_shares(self, level: Rollout, agent: int) -> torch.Tensor:
         """[B_t, J] agent `agent`'s own share of each joint reward of one turn (`individual_rewards`)."""
@@ -174,6 +211,8 @@ class TeamAlgorithm:
     config_schema: ClassVar[type]
     form: ClassVar[str] = "multi"
     name: ClassVar[str]
+    # whether its credit comes from `Episode.returns` (so `algo.signal_bonus` reaches it)
+    reads_returns: ClassVar[bool] = False
 
     @classmethod
     def team(cls, cfg: Any) -> TeamSpec:
@@ -218,6 +257,13 @@ class TeamAlgorithm:
                 self.critic_optimizers[k], self.critic_schedulers[k] = build_optimizer(
                     list(critic.parameters()), agent_optimizer(self.cfg, owner.index), total, lr=lr)
 
+    def signalling(self) -> dict[str, Any]:
+        """Episode's positive-signalling fields from `algo.signal_bonus` / `algo.signal_agents`."""
+        lam = float(self.algo.get("signal_bonus", 0.0) or 0.0)
+        chosen = self.algo.get("signal_agents")
+        agents = tuple(range(len(self.agents))) if chosen is None else tuple(int(k) - 1 for k in chosen)
+        return {"signal_bonus": lam, "signal_agents": agents}
+
     # -- hooks of the set-up ------------------------------------------------------------------------
     def build_critics(self) -> list[torch.nn.Module]:
         """The algorithm's critics, built once `self.policies` and `self.roles` are known and before
@@ -239,7 +285,7 @@ class TeamAlgorithm:
         t0 = time.perf_counter()
         root, stats = self.grow(items)
         ep = Episode([root], stats, self.task, len(self.agents), t0, t0 + stats.generate_s, time.perf_counter(),
-                     clock=self.update_clock)
+                     clock=self.update_clock, **self.signalling())
         ep.metrics.update(reward_metrics(root))
         if self.turns.num_turns > 1:
             ep.metrics.update(tree_metrics(root, stats))

@@ -13,7 +13,7 @@ totals, so it drops into TRL-style code, with the reward's components attached.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -196,6 +196,11 @@ class Task:
         return "\n\n".join(p.strip() for p in parts)
 
     # -- reward -----------------------------------------------------------------------------
+    def move(self, text: str) -> Hashable | None:
+        """The move an answer makes, for statistics over moves (`algo.signal_bonus`): the answer
+        itself, stripped, by default (None: an empty answer); a game reads its letter."""
+        return text.strip() or None
+
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         raise NotImplementedError
 
