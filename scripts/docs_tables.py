@@ -186,6 +186,7 @@ GROUP_MEANING = {
     "method/family/coordination": "a row's keys and tuning space on the coordination recipes",
     "method/family/writing": "a row's keys on the writing recipes",
     "method/task/signal": "a row's keys on signal",
+    "method/task/budget_signal": "a row's keys on budget_signal (after signal's)",
     "experiment": "a whole run (`# @package _global_`) over the groups",
     "hparams_search": "an Optuna sweep over a run's keys",
 }
