@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 CODEBLEU_KEYS = ("codebleu", "ngram_match_score", "weighted_ngram_match_score", "syntax_match_score",
                  "dataflow_match_score")
@@ -95,6 +96,20 @@ def summarize(values: Iterable[float]) -> dict[str, float]:
     mean = math.fsum(xs) / len(xs)
     var = math.fsum((x - mean) ** 2 for x in xs) / len(xs)
     return {"mean": mean, "std": math.sqrt(var), "min": min(xs), "max": max(xs)}
+
+
+def pointwise_mutual_information(pairs: Sequence[tuple[Hashable, Hashable]]) -> list[float]:
+    """pmi(x, y) = log2 [p(x, y) / (p(x) p(y))] in bits of each (x, y) pair, under the empirical
+    joint distribution of the pairs (None is a value like any other: a missing move is a move)."""
+    n = len(pairs)
+    joint, xs, ys = Counter(pairs), Counter(x for x, _ in pairs), Counter(y for _, y in pairs)
+    return [math.log2(joint[x, y] * n / (xs[x] * ys[y])) for x, y in pairs]
+
+
+def mutual_information(pairs: Sequence[tuple[Hashable, Hashable]]) -> float:
+    """I(X; Y) in bits of the empirical joint distribution of (x, y) pairs: the mean pointwise
+    mutual information (0 for no pairs)."""
+    return math.fsum(pointwise_mutual_information(pairs)) / len(pairs) if pairs else 0.0
 
 
 def _same_length(predictions: Sequence[str], references: Sequence[str]) -> None:

