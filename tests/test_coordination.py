@@ -166,7 +166,7 @@ def test_a_row_takes_signals_keys_then_budget_signals_own(make_cfg):
     """recipe=budget_signal stacks conf/method/task/signal/<row>.yaml, then budget_signal/<row>.yaml:
     IPPO gets signal's entropy bonus and its own positive signalling; a row without a file gets neither."""
     ippo = validate(make_cfg(["recipe=budget_signal", "method=ippo"]))
-    assert ippo.algo.ent_coef == 0.01 and ippo.algo.signal_bonus == 0.1 and ippo.algo.signal_agents is None
+    assert ippo.algo.ent_coef == 0.01 and ippo.algo.signal_bonus == 0.3 and ippo.algo.signal_agents is None
     assert validate(make_cfg(["recipe=signal", "method=ippo"])).algo.signal_bonus == 0.0
     for row in ("magrpo", "mappo", "iac", "c3"):      # iac and c3 would refuse the bonus at start-up
         assert validate(make_cfg(["recipe=budget_signal", f"method={row}"])).algo.signal_bonus == 0.0

@@ -2,7 +2,7 @@
 task's default run takes the untrained team from at most 0.3 to a normalized return of at least
 0.8 with the method the README names, and MAGRPO learns agree and cover given 200 updates (their
 default run, the benchmark's budget of 40, is where IPPO has just solved them). Slow (about 20 s
-per agree/cover run, 200 s per signal run and 2.5 min per crowd run on 2 CPUs): `make test-slow`."""
+per agree/cover run, 200 s per signal run, 2.5 min per crowd run and 4.5 min per budget_signal run on 2 CPUs): `make test-slow`."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from magrpo.train import run
 RUNS = [(task, method, []) for task in ("agree", "cover") for method in ("ippo", "ippo_individual")]
 RUNS += [(task, "magrpo", ["max_steps=200", "eval.every=50"]) for task in ("agree", "cover")]
 RUNS += [("signal", "ippo", []), ("stag_hunt", "ippo", []), ("crowd", "ippo", [])]
+# the harder games' best rows: IPPO with positive signalling, and GRPO's one model (README table)
+RUNS += [("budget_signal", "ippo", []), ("convention", "grpo", []), ("invest", "grpo", [])]
 
 
 @pytest.mark.slow
