@@ -501,8 +501,9 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         _validate_sandbox(typed.sandbox)
     from magrpo.algos.scaffold import check_signalling, check_tree
 
-    check_tree(typed, ALGOS[algo_name].team(typed).num_agents)
-    check_signalling(typed, ALGOS[algo_name], ALGOS[algo_name].team(typed).num_agents)
+    num_agents = ALGOS[algo_name].team(typed).num_agents
+    check_tree(typed, num_agents)
+    check_signalling(typed, ALGOS[algo_name], num_agents)
     # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
     # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
     # whole typed config across groups (this algorithm with that task, topology, team).

@@ -16,6 +16,7 @@ rows across turns, and the item each row descends from. The config checks the al
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -257,8 +258,10 @@ class TeamAlgorithm:
                 self.critic_optimizers[k], self.critic_schedulers[k] = build_optimizer(
                     list(critic.parameters()), agent_optimizer(self.cfg, owner.index), total, lr=lr)
 
+    @functools.cached_property
     def signalling(self) -> dict[str, Any]:
-        """Episode's positive-signalling fields from `algo.signal_bonus` / `algo.signal_agents`."""
+        """Episode's positive-signalling fields from `algo.signal_bonus` / `algo.signal_agents`
+        (read once: the keys do not change during a run)."""
         lam = float(self.algo.get("signal_bonus", 0.0) or 0.0)
         chosen = self.algo.get("signal_agents")
         agents = tuple(range(len(self.agents))) if chosen is None else tuple(int(k) - 1 for k in chosen)
@@ -285,7 +288,7 @@ class TeamAlgorithm:
         t0 = time.perf_counter()
         root, stats = self.grow(items)
         ep = Episode([root], stats, self.task, len(self.agents), t0, t0 + stats.generate_s, time.perf_counter(),
-                     clock=self.update_clock, **self.signalling())
+                     clock=self.update_clock, **self.signalling)
         ep.metrics.update(reward_metrics(root))
         if self.turns.num_turns > 1:
             ep.metrics.update(tree_metrics(root, stats))
