@@ -31,7 +31,7 @@ from typing import Any
 
 from magrpo.registry import Registry, registrar
 from magrpo.schema import ConfigError, did_you_mean
-from magrpo.tasks.base import Scores, Task, columns
+from magrpo.tasks.base import RewardError, Scores, Task, batch_words, columns, defined_at, raised_at, short
 
 # Filled by the user's modules (`@register_reward("name")`) and the plugins (magrpo.plugins).
 REWARD_FNS: Registry[Callable[..., Any]] = Registry("reward function", "reward.fn")
@@ -41,9 +41,9 @@ register_reward = registrar(REWARD_FNS)
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 
-class RewardFunctionError(ConfigError):
+class RewardFunctionError(RewardError):
     """A reward function failed on an item (raised, or returned what is not a reward): one line
-    naming the function and the item; the run stops (never a reward of 0)."""
+    naming the function, the item and the user's file and line; the run stops (never a reward of 0)."""
 
 
 # -- the config -------------------------------------------------------------------------------------
@@ -179,8 +179,12 @@ class RewardFn:
             self._fn = resolve(self.spec, self.key)
         return self._fn
 
-    def error(self, what: str) -> RewardFunctionError:
-        return RewardFunctionError(f"reward function {self.spec!r} ({self.key}) {what}")
+    def error(self, what: str, raised: BaseException | None = None) -> RewardFunctionError:
+        """The one line: the function, what went wrong, and where in the user's code (the line that
+        raised `raised`, else the function's definition)."""
+        site = raised_at(raised, self.fn) if raised is not None else defined_at(self.fn)
+        where = "" if site is None else f" (at {site})" if raised is not None else f" (defined at {site})"
+        return RewardFunctionError(f"reward function {self.spec!r} ({self.key}) {what}{where}")
 
     def values(self, prompts: list, completions: list, cols: dict[str, list], ids: list[str],
                sizes: list[int]) -> tuple[list[float | list[float]], dict[str, list[float]]]:
@@ -194,10 +198,10 @@ class RewardFn:
         if hasattr(out, "tolist"):          # a numpy array or torch tensor
             out = out.tolist()
         if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Sequence):
-            raise self.error(f"returned {_short(out)} ({type(out).__name__}) for {_batch(ids)}; it must return a "
+            raise self.error(f"returned {short(out)} ({type(out).__name__}) for {batch_words(ids)}; it must return a "
                              f"list with one value per joint answer")
         if len(out) != n:
-            raise self.error(f"returned {len(out)} value(s) for {n} joint answer(s) ({_batch(ids)}); it must return "
+            raise self.error(f"returned {len(out)} value(s) for {n} joint answer(s) ({batch_words(ids)}); it must return "
                              f"one per joint answer")
         values: list[float | list[float]] = []
         for k, v in enumerate(out):
@@ -209,18 +213,18 @@ class RewardFn:
                                      f"has {sizes[k]} agent(s); give one per agent")
                 bad = [x for x in v if not _is_number(x)]
                 if bad:
-                    raise self.error(f"returned {_short(bad[0])} for an agent of item {ids[k]!r}; every value must "
+                    raise self.error(f"returned {short(bad[0])} for an agent of item {ids[k]!r}; every value must "
                                      f"be a finite number")
                 values.append([float(x) for x in v])
             elif _is_number(v):
                 values.append(float(v))
             else:
-                raise self.error(f"returned {_short(v)} for item {ids[k]!r}; every value must be a finite number "
+                raise self.error(f"returned {short(v)} for item {ids[k]!r}; every value must be a finite number "
                                  f"(or a list with one finite number per agent)")
         for name, vals in comps.items():
             if not all(_is_number(x) for x in vals):
                 raise self.error(f"returned Scores whose component {name!r} holds a value that is not a finite "
-                                 f"number ({_batch(ids)})")
+                                 f"number ({batch_words(ids)})")
         return values, comps
 
     def failure(self, e: Exception, prompts: list, completions: list, cols: dict[str, list],
@@ -233,23 +237,10 @@ class RewardFn:
                     self.fn(prompts=[prompts[k]], completions=[completions[k]],
                             **{c: [v[k]] for c, v in cols.items()})
                 except Exception as one:
-                    return self.error(f"raised {type(one).__name__} on item {ids[k]!r}: {_first_line(one)}")
-            return self.error(f"raised {type(e).__name__} on {_batch(ids)} (on no joint answer alone): "
-                              f"{_first_line(e)}")
-        return self.error(f"raised {type(e).__name__} on item {ids[0]!r}: {_first_line(e)}")
-
-
-def _batch(ids: list[str]) -> str:
-    """The items of a batch, in words: "item 'a'" (its samples), or "the batch of items 'a' to 'c'"."""
-    distinct = list(dict.fromkeys(ids))
-    if len(distinct) == 1:
-        return f"item {distinct[0]!r}"
-    return f"the batch of items {distinct[0]!r} to {distinct[-1]!r}" if distinct else "an empty batch"
-
-
-def _short(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 60 else text[:57] + "..."
+                    return self.error(f"raised {type(one).__name__} on item {ids[k]!r}: {_first_line(one)}", one)
+            return self.error(f"raised {type(e).__name__} on {batch_words(ids)} (on no joint answer alone): "
+                              f"{_first_line(e)}", e)
+        return self.error(f"raised {type(e).__name__} on item {ids[0]!r}: {_first_line(e)}", e)
 
 
 class RewardFns:

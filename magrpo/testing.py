@@ -35,7 +35,8 @@ from omegaconf import OmegaConf
 
 from magrpo.config import _typed
 from magrpo.schema import ConfigError, check_values
-from magrpo.tasks import TASKS, Item, Task
+from magrpo.tasks import TASKS, Item, Task, columns
+from magrpo.tasks.base import raised_at
 
 # How far a normalized return may stray outside [0, 1], and an individual reward row from the
 # joint reward, before it is a problem (float rounding, not a bug).
@@ -125,10 +126,22 @@ def _build(task: Any, cfg: Any, reward_cfg: Any) -> tuple[str, Task | None, str 
 # -- small helpers -------------------------------------------------------------------------------
 
 def _exc(e: BaseException) -> str:
-    """`Type: first line of the message` (cut to 300 characters)."""
+    """`Type: first line of the message` (cut to 300 characters), and where in the task's own code
+    it was raised (`(at file:line)`, magrpo.tasks.base.raised_at)."""
     lines = str(e).strip().splitlines()
     text = f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
+    text = text if len(text) <= 300 else text[:297] + "..."
+    site = raised_at(e)
+    return f"{text} (at {site})" if site else text
+
+
+def _raw_score(task: Task, items: list[Item], prompts: list[list[str]], answers: list[list[str]]) -> Any:
+    """What the task's reward returns, before `Task.score` checks it (a wrong count, a NaN): the
+    checks below report those in their own words, with counts. A task that overrides `score`
+    itself is asked through it."""
+    if type(task).score is Task.score:
+        return task.reward(prompts, answers, **columns(items))
+    return task.score(items, prompts, answers)
 
 
 def _real(x: Any) -> bool:
@@ -363,7 +376,7 @@ class _Checker:
         rows = [list(prompts[p] or [""] * len(ans)) for p, _, ans in batch]
         answers = [list(ans) for _, _, ans in batch]
         try:
-            scores = self.task.score(items, rows, answers)
+            scores = _raw_score(self.task, items, rows, answers)
         except Exception as e:
             return None, [f"reward of {len(batch)} {what} for a {team} raised {_exc(e)}"]
         if not isinstance(scores, list):

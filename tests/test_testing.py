@@ -3,6 +3,7 @@ task can break it is reported as exactly one line naming what and where."""
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 
@@ -188,6 +189,12 @@ class BadMetric(Toy):
         return {**super().metrics(items, completions, scores), "ratio": float("inf")}
 
 
+def _raise_line(fn) -> int:
+    """The line of the first `raise` in `fn` (where check_task says the task's code raised)."""
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, text in enumerate(lines) if text.strip().startswith("raise "))
+
+
 def test_a_task_that_keeps_the_contract_passes():
     report = check_task(Toy)
     assert report == TaskCheck("toy", [], [])
@@ -197,7 +204,8 @@ def test_a_task_that_keeps_the_contract_passes():
 @pytest.mark.parametrize("task,line", [
     (DuplicateIds, "load('train'): 1 id(s) appear more than once: 'toy/train/0' (items 0, 2)"),
     (EmptySplit, "load('eval') returned no items"),
-    (LoadRaises, "load('eval') raised FileNotFoundError: toy_eval.jsonl: no such file"),
+    (LoadRaises, f"load('eval') raised FileNotFoundError: toy_eval.jsonl: no such file "
+                 f"(at tests/test_testing.py:{_raise_line(LoadRaises.load)})"),
     (PromptCount, "prompts(train item 'toy/train/0', 2) returned 1 prompt(s); a team of 2 needs 2 (8 of the 8 "
                   "items checked fail)"),
     (WrongLength, "reward of 24 answers for a team of 2 returned 23 values, one per joint answer expected"),

@@ -79,7 +79,10 @@ def as_setup_error(fn: Callable[[], Any]) -> Any:
     except (ConfigError, SetupError):
         raise
     except Exception as e:
-        raise SetupError(f"{type(e).__name__}: {e}") from e
+        from magrpo.tasks.base import raised_at
+
+        site = raised_at(e)         # the user's file and line (a task's load(), a plugin's code)
+        raise SetupError(f"{type(e).__name__}: {e}" + (f" (at {site})" if site else "")) from e
 
 
 def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
@@ -96,7 +99,7 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
     except KeyboardInterrupt:
         raise Interrupted(run_dir) from None
     except ConfigError as e:
-        report(prog, f"{where}config error: {e}")
+        report(prog, f"{where}{getattr(e, 'label', 'config error')}: {e}")    # a RewardError: "reward error"
         code = 2
     except SetupError as e:
         report(prog, f"{where}setup error: {e}")

@@ -13,13 +13,29 @@ totals, so it drops into TRL-style code, with the reward's components attached.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import inspect
+import math
+import numbers
+import os
+import sysconfig
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
-from magrpo.schema import option
+from magrpo.schema import ConfigError, SetupError, option
 
 Item = dict[str, Any]
+
+
+class RewardError(ConfigError):
+    """A reward failed on an item while the run scored answers: a task's own `reward` (or a reward
+    function, `magrpo.rewards.RewardFunctionError`) raised, or returned the wrong number of values or
+    a value that is not a finite number. One line naming the reward, the item, the value and the
+    user's file and line; the commands report it as a "reward error" (exit 2, as a config error),
+    never as a reward of 0."""
+
+    label = "reward error"
 
 
 @dataclass
@@ -205,7 +221,18 @@ class Task:
         raise NotImplementedError
 
     def score(self, items: Sequence[Item], prompts: list[list[str]], completions: list[list[str]]) -> Scores:
-        return self.reward(prompts, completions, **columns(items))
+        """`reward` of the joint answers to `items`, checked: one value per joint answer, every value
+        and component a finite number. A RewardError otherwise, and when the reward of a task
+        outside magrpo raises (naming the task, the item and the user's file and line)."""
+        try:
+            out = self.reward(prompts, completions, **columns(items))
+        except (ConfigError, SetupError):
+            raise
+        except Exception as e:
+            if _is_magrpo(type(self).reward):     # a built-in task's own failure keeps its traceback
+                raise
+            raise _reward_raised(self, items, prompts, completions, e) from e
+        return checked_scores(self, items, out)
 
     def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
         """Each agent's share of every joint reward: `[len(scores)][num_agents]`, each row summing to
@@ -233,3 +260,159 @@ class Task:
         """Task metrics beyond the reward (ROUGE-L, CodeBLEU, pass@k...). `items` may repeat an
         item once per sample; group by item["id"] where a metric needs it."""
         return {}
+
+
+# -- a reward's result, checked ----------------------------------------------------------------------
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, numbers.Real) and math.isfinite(x)
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def short(v: Any) -> str:
+    """`repr(v)`, cut to 60 characters."""
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def batch_words(ids: Sequence[str]) -> str:
+    """The items of a batch, in words: "item 'a'" (its samples), or "the batch of items 'a' to 'c'"."""
+    distinct = list(dict.fromkeys(ids))
+    if len(distinct) == 1:
+        return f"item {distinct[0]!r}"
+    return f"the batch of items {distinct[0]!r} to {distinct[-1]!r}" if distinct else "an empty batch"
+
+
+def item_ids(items: Sequence[Item], n: int) -> list[str]:
+    """The id of each of `n` joint answers' items ("#k" where an item has none)."""
+    ids = [it.get("id") if isinstance(it, Mapping) else None for it in items][:n]
+    ids += [None] * (n - len(ids))
+    return [f"#{k}" if x is None else str(x) for k, x in enumerate(ids)]
+
+
+def _task_reward(task: Task) -> str:
+    fn = type(task).reward
+    where = defined_at(fn)
+    return f"task {task.name or type(task).__name__!r}: its reward {fn.__qualname__}" + (f" ({where})" if where else "")
+
+
+def checked_scores(task: Task, items: Sequence[Item], out: Any) -> Scores:
+    """What `task.reward` returned for `len(items)` joint answers, as Scores, or a RewardError
+    naming the task, its reward (file and line), the item and the value."""
+    n = len(items)
+    ids = item_ids(items, n)
+    if not isinstance(out, list) and hasattr(out, "tolist"):       # a numpy array or torch tensor
+        out = out.tolist()
+    if isinstance(out, (str, bytes, Mapping)) or not isinstance(out, Sequence):
+        raise RewardError(f"{_task_reward(task)} returned {short(out)} ({type(out).__name__}) for {batch_words(ids)}; "
+                          f"it must return Scores (or a list) with one value per joint answer")
+    if len(out) != n:
+        raise RewardError(f"{_task_reward(task)} returned {len(out)} value(s) for {n} joint answer(s) "
+                          f"({batch_words(ids)}); it must return one per joint answer")
+    for k, v in enumerate(out):
+        if not _is_number(v):
+            raise RewardError(f"{_task_reward(task)} returned {short(v)} for item {ids[k]!r}; every value must be "
+                              f"a finite number")
+    scores = out if isinstance(out, Scores) else Scores(out)
+    for name, values in scores.components.items():
+        for k, v in enumerate(values):
+            if not math.isfinite(v):
+                raise RewardError(f"{_task_reward(task)} returned {v!r} as component {name!r} for item {ids[k]!r}; "
+                                  f"every value must be a finite number")
+    return scores
+
+
+def _reward_raised(task: Task, items: Sequence[Item], prompts: list, completions: list,
+                   e: Exception) -> RewardError:
+    """The error of a task's raising reward, naming the item it fails on: each joint answer of the
+    batch alone, the first that raises; else the batch."""
+    ids = item_ids(items, len(completions))
+    where = batch_words(ids) if len(set(ids)) > 1 else f"item {ids[0]!r}" if ids else "no joint answer"
+    if len(completions) > 1:
+        for k in range(len(completions)):
+            try:
+                task.reward([prompts[k]], [completions[k]], **columns([items[k]]))
+            except Exception as one:
+                e, where = one, f"item {ids[k]!r}"
+                break
+        else:
+            where += " (on no joint answer alone)"
+    site = raised_at(e, type(task).reward)
+    return RewardError(f"task {task.name or type(task).__name__!r}: its reward raised {type(e).__name__} on {where}: "
+                       f"{first_line(e)}" + (f" (at {site})" if site else ""))
+
+
+# -- where in the user's code --------------------------------------------------------------------------
+
+_MAGRPO_DIR = Path(__file__).resolve().parent.parent       # the magrpo package
+_LIBRARY_DIRS = tuple(dict.fromkeys(str(Path(p).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                                    if (p := sysconfig.get_paths().get(key))))
+
+
+def _is_magrpo(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module == "magrpo" or module.startswith("magrpo.")
+
+
+def _shown(path: str, line: int) -> str:
+    """`path:line`, the path relative to the working directory when it lies inside it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:          # another drive (Windows)
+        rel = path
+    return f"{path if rel.startswith('..') else rel}:{line}"
+
+
+def defined_at(fn: Callable[..., Any]) -> str | None:
+    """"file:line" of the definition of `fn` (a function or method), or None where it has no source."""
+    try:
+        fn = inspect.unwrap(fn)
+        path = inspect.getsourcefile(fn)
+        line = inspect.getsourcelines(fn)[1]
+    except (OSError, TypeError):
+        return None
+    return _shown(path, line) if path else None
+
+
+def _is_user_file(path: str) -> bool:
+    """A file of the user's own code: not magrpo's, not Python's nor an installed library's."""
+    if not path or path.startswith("<"):
+        return False
+    p = Path(path).resolve()
+    if p.is_relative_to(_MAGRPO_DIR):
+        return False
+    if "site-packages" in p.parts or "dist-packages" in p.parts:
+        return False
+    return not any(str(p).startswith(d + os.sep) for d in _LIBRARY_DIRS)
+
+
+def raised_at(exc: BaseException, owner: Callable[..., Any] | None = None) -> str | None:
+    """"file:line" of the frame in the user's code where `exc` was raised: the deepest frame of its
+    traceback in a file that is neither magrpo's nor Python's or an installed library's; else the
+    deepest in the file that defines `owner` (a plugin installed as a package). None: raised elsewhere."""
+    frames = [(tb.tb_frame.f_code.co_filename, tb.tb_lineno) for tb in _walk(exc.__traceback__)]
+    for path, line in reversed(frames):
+        if _is_user_file(path):
+            return _shown(path, line)
+    try:
+        own = inspect.getsourcefile(inspect.unwrap(owner)) if owner is not None else None
+    except (OSError, TypeError):
+        own = None
+    if own and not _is_magrpo(owner):
+        for path, line in reversed(frames):
+            if path == own:
+                return _shown(path, line)
+    return None
+
+
+def _walk(tb: Any) -> list[Any]:
+    out = []
+    while tb is not None:
+        out.append(tb)
+        tb = tb.tb_next
+    return out
