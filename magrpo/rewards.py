@@ -31,7 +31,17 @@ from typing import Any
 
 from magrpo.registry import Registry, registrar
 from magrpo.schema import ConfigError, did_you_mean
-from magrpo.tasks.base import RewardError, Scores, Task, batch_words, columns, defined_at, raised_at, short
+from magrpo.tasks.base import (
+    RewardConfig,
+    RewardError,
+    Scores,
+    Task,
+    batch_words,
+    columns,
+    defined_at,
+    raised_at,
+    short,
+)
 
 # Filled by the user's modules (`@register_reward("name")`) and the plugins (magrpo.plugins).
 REWARD_FNS: Registry[Callable[..., Any]] = Registry("reward function", "reward.fn")
@@ -119,6 +129,9 @@ def check_reward_node(node: Any) -> None:
             if value is not None:
                 raise ConfigError(f"reward.{key}={value if key == 'max' else list(value)} applies to reward "
                                   f"functions, and neither reward.fn nor reward.fns names one")
+        if _completions(node) != RewardConfig.completions:
+            raise ConfigError(f"reward.completions={_completions(node)!r} applies to reward functions, and neither "
+                              f"reward.fn nor reward.fns names one")
         return
     if weights is not None:
         if len(weights) != len(specs):
@@ -135,6 +148,12 @@ def check_reward_node(node: Any) -> None:
             raise ConfigError(f"{key}={spec!r} and {names[name]!r} would both be logged as reward/{name}; "
                               f"register one under another name")
         names[name] = spec
+
+
+def _completions(node: Any) -> str:
+    """`reward.completions`: what a reward function gets per joint answer (RewardConfig)."""
+    value = _get(node, "completions")
+    return RewardConfig.completions if value is None else str(value)
 
 
 def fallback_note(task_cls: type[Task], reward_cfg: Any) -> str | None:
@@ -246,27 +265,37 @@ class RewardFn:
 class RewardFns:
     """The reward functions a `reward` node names, with their weights and `max`."""
 
-    def __init__(self, specs: list[tuple[str, str]], weights: Sequence[float] | None, top: float | None):
+    def __init__(self, specs: list[tuple[str, str]], weights: Sequence[float] | None, top: float | None,
+                 completions: str = RewardConfig.completions):
         self.fns = [RewardFn(key, spec) for key, spec in specs]
         self.weights = [float(w) for w in weights] if weights is not None else [1.0] * len(self.fns)
         self.max = None if top is None else float(top)
+        self.completions = completions       # "parts" or "text" (RewardConfig.completions)
 
     @classmethod
     def from_config(cls, reward_cfg: Any) -> RewardFns | None:
         specs = reward_specs(reward_cfg)
-        return cls(specs, _get(reward_cfg, "weights"), _get(reward_cfg, "max")) if specs else None
+        return cls(specs, _get(reward_cfg, "weights"), _get(reward_cfg, "max"),
+                   _completions(reward_cfg)) if specs else None
 
     def score(self, prompts: list[list[str]], completions: list[list[str]], cols: dict[str, list],
-              shift: float, scale: float) -> Scores:
+              shift: float, scale: float, assemble: Callable[[dict, list[str]], str] | None = None) -> Scores:
         """Scores of the joint answers: total = (sum_i w_i f_i) * scale + shift; each function's own
         value as the component named after it; per agent, the shares (extras["individual"], None
-        where a function gave one float), which add up to the total as the tasks' shares do."""
+        where a function gave one float), which add up to the total as the tasks' shares do.
+        `assemble(item, parts)`: the joint answer as one text (`Task.assemble`), for `completions="text"`."""
         n = len(completions)
         ids = [str(x) if x is not None else f"#{k}" for k, x in enumerate(cols.get("id") or [None] * n)]
         sizes = [len(c) for c in completions]
         single = n > 0 and all(s == 1 for s in sizes)     # one model's answers: plain strings, as in TRL
-        p_arg = [p[0] for p in prompts] if single else [list(p) for p in prompts]
-        c_arg = [c[0] for c in completions] if single else [list(c) for c in completions]
+        if self.completions == "text":                    # one string per joint answer, whatever the team
+            assert assemble is not None, "reward.completions=text needs the task's assemble"
+            items = [{c: v[k] for c, v in cols.items()} for k in range(n)]
+            p_arg: list = ["\n\n".join(p) for p in prompts]
+            c_arg: list = [assemble(items[k], list(c)) for k, c in enumerate(completions)]
+        else:
+            p_arg = [p[0] for p in prompts] if single else [list(p) for p in prompts]
+            c_arg = [c[0] for c in completions] if single else [list(c) for c in completions]
         kwargs = {k: v for k, v in cols.items() if k not in ("prompts", "completions")}
         raw = [0.0] * n
         shares: list[list[float] | None] = [[0.0] * s for s in sizes]
@@ -305,7 +334,7 @@ class RewardFnTask(Task):
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         shift, scale = self.reward_cfg.get("shift", 0.0), self.reward_cfg.get("scale", 1.0)   # as Task.normalized_return
-        return self.reward_fns.score(prompts, completions, cols, shift, scale)
+        return self.reward_fns.score(prompts, completions, cols, shift, scale, self.assemble)
 
     def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
         rows = scores.extras.get("individual") or [None] * len(scores)

@@ -288,7 +288,7 @@ def algorithms_page() -> str:
 
 def tasks_page() -> str:
     from magrpo.tasks import TASKS
-    from magrpo.tasks.base import reward_schema_of
+    from magrpo.tasks.base import RewardConfig, reward_schema_of
 
     out = [HEADER, "# Tasks\n",
            "Every registered task (`task=NAME`; the reward group follows the task), the team sizes it accepts, "
@@ -303,7 +303,8 @@ def tasks_page() -> str:
         out.append(key_table(cls.config_schema, "task.", frozenset({"name"})) if cls.config_schema else "(no keys)\n")
         reward = reward_schema_of(cls)
         if reward is not None:
-            out += ["Its reward:\n", key_table(reward, "reward.", frozenset({"fn", "fns", "weights", "max"}))]
+            shared = frozenset(f.name for f in dataclasses.fields(RewardConfig))    # listed once, under `reward`
+            out += ["Its reward:\n", key_table(reward, "reward.", shared)]
     return "\n".join(out)
 
 

@@ -167,6 +167,48 @@ def test_magrpo_eval_with_a_reward_function(tmp_path, capsys):
     assert "reward/brevity" in (out / "eval.md").read_text()
 
 
+# -- reward.completions: what a function written for strings gets ---------------------------------
+
+
+def trl_reward_len(completions, **kwargs):
+    """TRL's documented example reward, unchanged: prefers completions of 20 characters."""
+    return [-abs(20 - len(completion)) for completion in completions]
+
+
+TRL = "tests.test_reward_fns:trl_reward_len"
+
+
+def test_trl_reward_len_gets_the_joint_answer_as_one_string_with_completions_text(tmp_path):
+    reward_fns_example.SEEN.clear()
+    _, task = _task(tmp_path, [f"reward.fns=[{TRL},{FN}:record]", "reward.completions=text"])
+    items = task.load("eval")[:2]
+    prompts = [task.prompts(it, 2) for it in items]
+    answers = [["ab ", "xyz"], ["a long first part", ""]]
+    scores = task.score(items, prompts, answers)
+    joint = [task.assemble(it, a) for it, a in zip(items, answers)]        # "ab\n\nxyz", "a long first part\n\n"
+    assert joint == ["ab\n\nxyz", "a long first part\n\n"]
+    assert scores.components["trl_reward_len"] == [-abs(20 - len(j)) for j in joint]        # -13, -1
+    seen = reward_fns_example.SEEN[-1]
+    assert seen["completions"] == joint
+    assert seen["prompts"] == ["\n\n".join(p) for p in prompts]
+    assert seen["columns"]["id"] == [it["id"] for it in items]
+    # the default, parts: each completion is the list of the agents' texts, and len() is the team size
+    _, parts = _task(tmp_path, [f"reward.fn={TRL}"])
+    assert list(parts.score(items, prompts, answers)) == [-18.0, -18.0]
+
+
+def test_completions_text_under_a_one_model_algorithm_is_the_assembled_string(tmp_path):
+    reward_fns_example.SEEN.clear()
+    _run(tmp_path, ["algo=grpo", f"reward.fn={FN}:record", "reward.completions=text"])
+    cfg, task = _task(tmp_path, [f"reward.fn={FN}:record"])
+    assert reward_fns_example.SEEN
+    for seen in reward_fns_example.SEEN:
+        assert all(isinstance(c, str) for c in seen["completions"])
+        assert all(isinstance(p, str) for p in seen["prompts"])
+        items = [dict(zip(seen["columns"], row)) for row in zip(*seen["columns"].values())]
+        assert all(task.assemble(it, [c]) == c for it, c in zip(items, seen["completions"]))   # stripped once
+
+
 # -- failures: one line, the function and the item; never a reward of 0 ---------------------------
 
 
@@ -217,7 +259,11 @@ def test_the_failing_item_of_a_batch_is_named(tmp_path):
     (["reward.fns=[]"], "reward.fns=[] names no reward function"),
     (["reward.max=2"], "reward.max=2.0 applies to reward functions"),
     ([f"reward.fn={FN}:brevity", "reward.max=0"], "reward.max=0.0 is out of range; it must be > 0, or null"),
-    (["+reward.fnn=x"], "unknown config key 'reward.fnn'; keys allowed in reward: fn, fns, max"),
+    (["+reward.fnn=x"], "unknown config key 'reward.fnn'; keys allowed in reward: completions, fn, fns, max"),
+    ([f"reward.fn={FN}:brevity", "reward.completions=strings"],
+     "reward.completions='strings' is not allowed; choose one of: parts, text"),
+    (["reward.completions=text"], "reward.completions='text' applies to reward functions, and neither reward.fn "
+                                  "nor reward.fns names one"),
     ([f"reward.fns=[{FN}:brevity,{FN}:brevity]"], "would both be logged as reward/brevity"),
 ])
 def test_bad_reward_keys_are_one_config_line(tmp_path, overrides, needle):
@@ -273,6 +319,6 @@ def test_a_reward_schema_without_the_keys_is_given_them():
         reward_schema = OldReward
 
     schema = reward_schema_of(OldTask)
-    assert [f.name for f in fields(schema)] == ["name", "bonus", "fn", "fns", "weights", "max"]
+    assert [f.name for f in fields(schema)] == ["name", "bonus", "fn", "fns", "weights", "max", "completions"]
     with pytest.raises(ConfigError, match="own check ran"):
         schema.check_node(None, "reward.")

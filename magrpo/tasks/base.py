@@ -50,6 +50,12 @@ class RewardConfig:
     # The largest raw value of the functions' total (before shift and scale): normalized_return =
     # raw / max. Null: no normalized_return (a task's own maximum holds for its own reward only).
     max: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null")
+    # What the functions get per joint answer: parts = `completions[k]` the list of the agents'
+    # texts and `prompts[k]` of their prompts (plain strings for a one-agent team, as in TRL);
+    # text = each joint answer as ONE string, `Task.assemble(item, parts)`, and its prompts as one
+    # (the agents' prompts in agent order, joined by a blank line): what a TRL function written
+    # for strings (`len(completion)`) expects.
+    completions: str = option("parts", choices=["parts", "text"])
 
 
 def reward_schema_of(task_cls: type) -> type | None:
