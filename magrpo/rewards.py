@@ -377,6 +377,64 @@ def task_class(cls: type[Task], reward_cfg: Any) -> type[Task]:
     return _CLASSES[cls]
 
 
+# -- a reward that teaches nothing -------------------------------------------------------------------
+
+# Training steps at the start of a run over which a reward with zero spread in every group of
+# samples is said (once, one warning line); a shorter run is watched over all of its steps.
+ZERO_SPREAD_STEPS = 3
+
+
+class ZeroSpread:
+    """Watches the first `steps` training steps: when at each of them every group of samples got
+    equal rewards (`train/frac_reward_zero_std` = 1, logged by every algorithm built on
+    magrpo.algos.scaffold), the reward prefers no answer to another and nothing is learned. `see` returns the one
+    line that says so, naming the reward, its value and the likely cause, once; else None."""
+
+    def __init__(self, task: Task, reward_cfg: Any, num_agents: int, steps: int = ZERO_SPREAD_STEPS):
+        self.task, self.reward_cfg, self.num_agents, self.steps = task, reward_cfg, num_agents, steps
+        self.means: list[float] = []
+        self.stds: list[float] = []
+        self.done = steps <= 0
+
+    def see(self, metrics: Mapping[str, float]) -> str | None:
+        if self.done:
+            return None
+        frac = metrics.get("train/frac_reward_zero_std")
+        if frac is None or frac < 1 - 1e-9:
+            self.done = True
+            return None
+        self.means.append(float(metrics.get("train/reward_mean", math.nan)))
+        self.stds.append(float(metrics.get("train/reward_std", math.nan)))
+        if len(self.means) < self.steps:
+            return None
+        self.done = True
+        return self.line()
+
+    def line(self) -> str:
+        same = max(self.stds) < 1e-8 and max(self.means) - min(self.means) < 1e-8
+        value = (f"every reward was {self.means[0]:.6g}" if same else
+                 f"equal within each group, differing only between items; mean {sum(self.means) / len(self.means):.6g}")
+        specs = reward_specs(self.reward_cfg)
+        mode = _completions(self.reward_cfg)
+        if specs:
+            who = f"reward function{'s' if len(specs) > 1 else ''} " + ", ".join(f"{spec!r} ({key})" for key, spec in specs)
+            if mode == "parts" and self.num_agents > 1:
+                cause = (f"in a team each completion a reward function gets is the list of the {self.num_agents} "
+                         f"agents' texts, so len() of one is the team size; a function written for TRL's strings "
+                         f"should set reward.completions=text")
+            else:
+                cause = (f"the function gives every answer to an item the same value; check what it reads of the "
+                         f"completions it gets (reward.completions={mode})")
+        else:
+            who = f"task {self.task.name!r}'s own reward"
+            cause = ("the reward does not tell these answers apart: they may all be alike "
+                     "(train/completions/mean_length), or the reward may not depend on them")
+        n = len(self.means)
+        return (f"reward has zero spread: at each of the first {n} training step(s) every group of samples got equal "
+                f"rewards ({value}), so no answer is preferred to another and nothing is learned; the reward is "
+                f"{who}; likely cause: {cause}")
+
+
 def check_splits(task: Task, item: dict, num_agents: int) -> None:
     """For `algo.reward=individual`: the reward functions split per agent (scored on empty answers
     to `item` before training); a RewardFunctionError now, not at the first step."""
@@ -384,5 +442,5 @@ def check_splits(task: Task, item: dict, num_agents: int) -> None:
     task.individual_rewards(task.score([item], prompts, [[""] * num_agents]), num_agents)
 
 
-__all__ = ["REWARD_FNS", "RewardFunctionError", "check_reward_node", "fallback_note", "primary_metric",
-           "register_reward", "resolve", "reward_specs", "task_class"]
+__all__ = ["REWARD_FNS", "RewardFunctionError", "ZERO_SPREAD_STEPS", "ZeroSpread", "check_reward_node", "fallback_note",
+           "primary_metric", "register_reward", "resolve", "reward_specs", "task_class"]

@@ -37,7 +37,7 @@ from magrpo.models import (
     save_agent,
     team_level,
 )
-from magrpo.rewards import check_splits, fallback_note, reward_specs
+from magrpo.rewards import ZERO_SPREAD_STEPS, ZeroSpread, check_splits, fallback_note, reward_specs
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import TASKS, Task, build_task
 from magrpo.tracking import RunLogger, read_status, run_identity
@@ -340,12 +340,15 @@ class Trainer:
                        desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True,
                        disable=None if self.world.is_main else True)
             progress = Progress(self.step, cfg.max_steps) if self.world.is_main and bar.disable else None
+            spread = ZeroSpread(self.task, cfg.reward, len(self.agents), min(ZERO_SPREAD_STEPS, cfg.max_steps - self.step))
             for _ in bar:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
                 idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
                 metrics = self.algo.step([self.train_items[i] for i in idx])
                 metrics = distributed.mean_metrics({**metrics, **cuda_memory_metrics(self.agents)})
                 self.step += 1
+                if (notice := spread.see(metrics)) and self.world.is_main:
+                    log.warning(notice)                 # a reward that teaches nothing, said once
                 if self.step % cfg.logger.log_every == 0 or self.step == cfg.max_steps:
                     self.logger.log(self.step, metrics)
                 bar.set_postfix(reward=f"{metrics['train/reward_mean']:.3f}", step_s=f"{metrics['time/step_s']:.2f}")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import importlib
 import json
+import logging
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from magrpo.rewards import ZERO_SPREAD_STEPS, ZeroSpread
 from magrpo.tasks import TASKS, build_task
 from magrpo.tasks.base import RewardError
 from magrpo.train import main as train_main
@@ -211,3 +213,65 @@ def test_a_reward_function_returning_nan_names_its_definition(tmp_path):
     defined = _line(Path(reward_fns_example.__file__), "def not_a_number(")
     assert str(info.value).endswith(f"(defined at tests/reward_fns_example.py:{defined})")
     assert isinstance(info.value, RewardError) and info.value.label == "reward error"
+
+
+# -- a reward with zero spread: said once ----------------------------------------------------------------
+
+TRL_LEN = "tests.test_reward_fns:trl_reward_len"      # TRL's reward_len, unchanged
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.WARNING and r.getMessage().startswith("reward has zero spread")]
+
+
+def _smoke_run(tmp_path, overrides: list[str]) -> dict:
+    from magrpo.train import run
+
+    return run(compose_cfg([f"output_dir={tmp_path / 'run'}", *SMOKE, *overrides]))
+
+
+@pytest.mark.parametrize("algo", ["magrpo", "ippo"])
+def test_trl_reward_len_on_a_team_is_said_once_with_its_cause(tmp_path, caplog, algo):
+    with caplog.at_level(logging.WARNING):
+        _smoke_run(tmp_path, [f"algo={algo}", f"reward.fn={TRL_LEN}"])
+    said = _warnings(caplog)
+    assert said == [
+        "reward has zero spread: at each of the first 2 training step(s) every group of samples got equal rewards "
+        "(every reward was -18), so no answer is preferred to another and nothing is learned; the reward is reward "
+        f"function '{TRL_LEN}' (reward.fn); likely cause: in a team each completion a reward function gets is the "
+        "list of the 2 agents' texts, so len() of one is the team size; a function written for TRL's strings should "
+        "set reward.completions=text"]
+
+
+def test_a_constant_reward_over_more_steps_is_said_once_after_the_first_three(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING):
+        _smoke_run(tmp_path, ["max_steps=4", "algo=grpo", "reward.fn=tests.reward_fns_example:record"])
+    said = _warnings(caplog)
+    assert ZERO_SPREAD_STEPS == 3 and len(said) == 1
+    assert said[0].startswith("reward has zero spread: at each of the first 3 training step(s) every group of samples "
+                              "got equal rewards (every reward was 0.5)")
+    assert said[0].endswith("likely cause: the function gives every answer to an item the same value; check what it "
+                            "reads of the completions it gets (reward.completions=parts)")
+
+
+@pytest.mark.parametrize("overrides", [[], [f"reward.fn={TRL_LEN}", "reward.completions=text"]])
+def test_a_reward_that_tells_answers_apart_is_not_flagged(tmp_path, caplog, overrides):
+    with caplog.at_level(logging.WARNING):
+        _smoke_run(tmp_path, overrides)
+    assert _warnings(caplog) == []
+
+
+def test_one_step_with_spread_ends_the_watch():
+    cfg = compose_cfg(["output_dir=/unused"])
+    task = build_task(cfg.task, cfg.reward)
+    flat = {"train/frac_reward_zero_std": 1.0, "train/reward_mean": 0.0, "train/reward_std": 0.0}
+    watch = ZeroSpread(task, {}, 2, steps=3)
+    assert watch.see(flat) is None and watch.see({**flat, "train/frac_reward_zero_std": 0.5}) is None
+    assert [watch.see(flat) for _ in range(5)] == [None] * 5
+    watch = ZeroSpread(task, {}, 2, steps=2)
+    varied = {**flat, "train/reward_mean": 1.0, "train/reward_std": 0.3}   # equal within groups, not across items
+    assert watch.see(flat) is None
+    line = watch.see(varied)
+    assert "(equal within each group, differing only between items; mean 0.5)" in line
+    assert "task 'length_ratio''s own reward" in line and watch.see(flat) is None
