@@ -198,6 +198,9 @@ class _Checker:
         self.splits, self.num_items, self.num_answers, self.seed = list(splits), num_items, num_answers, seed
         self.pool: list[tuple[str, Item]] = []          # (split, item): the items the later checks use
         self.no_max: list[int] = []                     # team sizes without a reward_max
+        self.tried: dict[int, list[float]] = {}         # team size -> the finite rewards of every answer tried
+        self.batches: dict[int, tuple[list, list]] = {}  # team size -> (its answers, its prompts)
+        self.empty_lines: list[str] = []                # the problems check_empty found
 
     def problem(self, line: str) -> None:
         self.report.problems.append(line)
@@ -218,6 +221,7 @@ class _Checker:
         self.check_refused(counts)
         for n in counts:
             self.check_team(n)
+        self.check_constant()
         if self.no_max:
             self.note(f"reward_max is None for team size(s) {', '.join(map(str, self.no_max))}: normalized returns "
                       f"not checked there, and an all-empty answer was compared with the best answer tried")
@@ -341,7 +345,14 @@ class _Checker:
         top = self.reward_max(n)
         if top is not None:
             self.check_normalized(team, n, batch, scores, top)
-        self.check_empty(team, n, prompts, top, scores)
+        empty = [(p, ["empty"] * n, [""] * n) for p in range(len(self.pool))]
+        got = self.score(team, empty, prompts, "all-empty answers")
+        if got is not None:
+            self.tried[n] = [float(s) for s in [*scores, *got] if _finite(s)]
+            self.batches[n] = (batch, prompts)
+            before = len(self.report.problems)
+            self.check_empty(team, n, empty, got, top, scores)
+            self.empty_lines += self.report.problems[before:]
         if type(self.task).splits_reward and n >= 2:
             self.check_individual(team, n, batch, scores)
         self.check_metrics(team, batch, scores)
@@ -476,13 +487,40 @@ class _Checker:
                              f"{team}: {self.describe(batch, k)} scored {scores[k]!r}, normalized {values[k]!r} "
                              f"(reward_max({n}) = {top!r})")
 
-    def check_empty(self, team: str, n: int, prompts: list, top: float | None, scores: list) -> None:
+    def check_constant(self) -> None:
+        """A reward that gives every answer tried, at every team size (random, item-built and
+        all-empty answers), the same value teaches nothing: one line naming the value, in place of
+        the all-empty answers' lines, which say the same in part."""
+        values = [v for vs in self.tried.values() for v in vs]
+        if len(values) < 2 or min(values) != max(values):
+            return
+        if self.later_turn_varies(values[0]):
+            return
+        self.report.problems = [p for p in self.report.problems if p not in self.empty_lines]
+        sizes = " and ".join(map(str, self.tried))
+        self.problem(f"the reward is {values[0]!r} for every answer tried ({len(values)} joint answers, team size(s) "
+                     f"{sizes}: random, item-built and all-empty): a reward that gives every answer the same value "
+                     f"teaches nothing (does it read the answers?)")
+
+    def later_turn_varies(self, value: float) -> bool:
+        """Whether the same answers, scored as a second turn's (each item's `turn_history` holding the
+        answer itself), get another reward than `value`: a task that pays at later turns only (invest)."""
+        for batch, prompts in self.batches.values():
+            items = [{**copy.deepcopy(item), "turn_history": [list(ans)]} for item, (_, _, ans) in
+                     zip(self.items_of(batch), batch)]
+            rows = [list(prompts[p] or [""] * len(ans)) for p, _, ans in batch]
+            try:
+                again = _raw_score(self.task, items, rows, [list(ans) for _, _, ans in batch])
+            except Exception:
+                continue
+            if isinstance(again, list) and any(_finite(s) and float(s) != value for s in again):
+                self.note(f"the reward is {value!r} for every first-turn answer tried; it pays at later turns")
+                return True
+        return False
+
+    def check_empty(self, team: str, n: int, empty: list, got: list, top: float | None, scores: list) -> None:
         """An all-empty joint answer must not get the maximum: with reward_max, its normalized return
         stays below 1; without, its reward stays below the best of the answers scored before."""
-        empty = [(p, ["empty"] * n, [""] * n) for p in range(len(self.pool))]
-        got = self.score(team, empty, prompts, "all-empty answers")
-        if got is None:
-            return
         if top is not None:
             values = self.normalized(team, n, empty, got, top)
             paid = [k for k, v in enumerate(values or []) if v is not None and v >= 1 - TOLERANCE]
@@ -600,6 +638,8 @@ def check_task(task: type[Task] | Task | str, *, cfg: Any = None, reward_cfg: An
       `assemble` gives a string; `score` gives Scores (or a list) with one finite float per joint
       answer and every component aligned and finite, and the same again for the same inputs;
     * where `reward_max(n)` is a positive number: `normalized_return` of every reward is in [0, 1];
+    * the answers above and an all-empty joint answer per item, at every team size, do not all get
+      the same reward (a constant reward teaches nothing: one line naming the value);
     * an all-empty joint answer (one per item) is never paid the maximum: with `reward_max`, its
       normalized return is below 1; without one, its reward is below the best reward of the
       answers above (a reward that pays nothing more than silence teaches nothing);

@@ -184,6 +184,23 @@ class NotSumming(Toy):
         return [[s] * num_agents for s in scores]
 
 
+class Constant(Toy):
+    """Pays 0 for every answer: it never reads them."""
+
+    def pay(self, joint, word):
+        return [0.0] * len(joint)
+
+
+class ConstantNoMax(Toy):
+    """Pays 0.25 for every answer and has no maximum (the all-empty answers' lines would say it too)."""
+
+    def pay(self, joint, word):
+        return [0.25 / len(joint)] * len(joint)
+
+    def reward_max(self, num_answers):
+        return None
+
+
 class BadMetric(Toy):
     def metrics(self, items, completions, scores):
         return {**super().metrics(items, completions, scores), "ratio": float("inf")}
@@ -220,6 +237,22 @@ def test_a_task_that_keeps_the_contract_passes():
 ])
 def test_a_broken_task_gets_exactly_its_problem_line(task, line):
     assert check_task(task).problems == [line]
+
+
+@pytest.mark.parametrize("task,value", [(Constant, 0.0), (ConstantNoMax, 0.25)])
+def test_a_constant_reward_is_one_line_naming_the_value(task, value):
+    report = check_task(task)
+    # per team size: 16 random answers, 8 built from the 8 items' one field, 8 all-empty
+    assert report.problems == [
+        f"the reward is {value!r} for every answer tried (64 joint answers, team size(s) 1 and 2: random, item-built "
+        f"and all-empty): a reward that gives every answer the same value teaches nothing (does it read the answers?)"]
+
+
+def test_a_reward_paid_at_later_turns_only_is_not_called_constant():
+    """invest pays nothing at the first turn, by design: the same answers as a second turn's are paid."""
+    report = check_task("invest", num_items=4, num_answers=8)
+    assert report.ok, report
+    assert "the reward is 0.0 for every first-turn answer tried; it pays at later turns" in report.notes
 
 
 def test_items_must_be_dicts_with_a_hashable_id():
