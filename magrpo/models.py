@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -420,11 +421,37 @@ def save_agent(agent: Agent, out: Path, state_dict: dict | None = None) -> None:
     agent.tokenizer.save_pretrained(str(out))
 
 
+# The weight files `save_agent` writes (save_pretrained): a LoRA adapter's, in the agent's folder or
+# in its adapter's subfolder; a full model's, one file or its shards, in the agent's folder.
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+_MODEL_WEIGHTS = re.compile(r"model(-\d+-of-\d+)?\.safetensors")
+
+
+def _saved_weights(agent: Agent, src: Path, files: list[Path]) -> list[Path]:
+    """The files of `files` that `save_agent` writes for `agent`; any other weight file is refused
+    (CheckpointError, one line, as a file a manifest does not list): it would be read alongside the
+    saved weights, and its values would reach them."""
+    from magrpo.checkpoint import CheckpointError
+
+    peft = agent.adapter is not None or hasattr(agent.model, "peft_config")
+    if peft:
+        allowed = {src / ADAPTER_WEIGHTS, src / (agent.adapter or "default") / ADAPTER_WEIGHTS}
+        ok, what = (lambda f: f in allowed), f"a LoRA adapter's {ADAPTER_WEIGHTS}"
+    else:
+        ok, what = (lambda f: f.parent == src and _MODEL_WEIGHTS.fullmatch(f.name)), "model.safetensors or its shards"
+    other = [f for f in files if not ok(f)]
+    if other:
+        raise CheckpointError(src, f"refused weights: {other[0].relative_to(src).as_posix()} is not a file that "
+                                   f"{agent.name}'s weights are saved in ({what}); remove it, or save the weights again")
+    return files
+
+
 def load_agent_weights(agent: Agent, src: Path) -> None:
-    """Restore weights saved by `save_agent` into an already built agent (for resume)."""
+    """Restore weights saved by `save_agent` into an already built agent (for resume, a checkpoint's
+    or an exported LoRA team's weights): its saved files only (`_saved_weights`)."""
     from safetensors.torch import load_file
 
-    files = sorted(src.rglob("*.safetensors"))
+    files = _saved_weights(agent, src, sorted(src.rglob("*.safetensors")))
     if not files:
         raise SetupError(f"no weights (*.safetensors) under {src}")
     state = {}

@@ -444,7 +444,8 @@ def read_team(root: Path) -> dict[str, Any]:
     if isinstance(info, dict):
         _load_plugins(info.get("plugins"), root)
     check_team_record(info, f)
-    for folder in sorted({e[k] for e in info["models"] for k in ("load", "tokenizer")}):
+    adapters = {e["policy"] for e in info["models"] if e["adapter"]}     # a LoRA team's adapter folders
+    for folder in sorted({e[k] for e in info["models"] for k in ("load", "tokenizer")} | adapters):
         checkpoint.check_only_listed(root, folder, manifest["files"], "team")
     _check_file_references(root, manifest["files"])
     return info

@@ -418,6 +418,50 @@ def test_eval_refuses_a_damaged_team(exported, tmp_path, capsys):
         Team.from_pretrained(damaged)
 
 
+def _extra_adapter_weights(team: Path) -> Path:
+    """A weight file beside agent_1's adapter, its values all 7 (what a sender adds)."""
+    from safetensors.torch import load_file, save_file
+
+    listed = team / "agent_1" / "adapter_model.safetensors"
+    extra = team / "agent_1" / "zz_extra.safetensors"
+    save_file({k: torch.full_like(v, 7.0) for k, v in load_file(str(listed)).items()}, str(extra))
+    return extra
+
+
+@pytest.mark.parametrize("listed", [False, True])
+def test_a_lora_teams_extra_weight_file_is_refused_not_loaded(exported, tmp_path, capsys, listed):
+    """As a full-model team's: an unlisted file in the adapter's folder is refused by the manifest
+    check, and one a sender listed (the manifest rewritten) by the loader, which reads only the
+    adapter's own file. Before, either one's values reached the adapter."""
+    from magrpo.checkpoint import CheckpointError
+    from magrpo.team import Team
+    from tests.test_artifact_safety import rehash
+
+    team = Path(shutil.copytree(exported("lora"), tmp_path / "team"))
+    assert _json(team / "team.json")["weights"] == "adapters"
+    extra = _extra_adapter_weights(team)
+    if listed:
+        rehash(team)
+    with pytest.raises(CheckpointError) as info:
+        Team.from_pretrained(team, device="cpu")
+    msg = str(info.value)
+    if listed:
+        assert msg == (f"{extra.parent}: refused weights: zz_extra.safetensors is not a file that agent_1's weights "
+                       f"are saved in (a LoRA adapter's adapter_model.safetensors); remove it, or save the weights "
+                       f"again")
+    else:
+        assert msg == (f"{team}: refused team: agent_1/zz_extra.safetensors is not listed in its manifest.json "
+                       f"(a team is its manifest; remove the file or export the team again)")
+    line = _eval_refusal([f"team={team}"], tmp_path, capsys)
+    assert "zz_extra.safetensors" in line
+    extra.unlink()
+    if listed:
+        rehash(team)
+    loaded = Team.from_pretrained(team, device="cpu")          # without it, the team loads
+    lora = [v for k, v in loaded.agents[0].model.state_dict().items() if "lora_" in k]
+    assert lora and not any(bool((v == 7).all()) for v in lora)
+
+
 def test_eval_refuses_a_directory_that_is_not_a_team(trained, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     assert "not an exported team" in _eval_refusal([f"team={tmp_path / 'empty'}"], tmp_path, capsys)
