@@ -22,6 +22,7 @@ from magrpo.schema import (
     at_least,
     check_values,
     did_you_mean,
+    literal_strings,
     option,
     positive,
     warn_renamed,
@@ -533,9 +534,11 @@ def _fold_renamed_keys(cfg: DictConfig) -> None:
 
 
 def _resolved(node: DictConfig) -> dict:
-    """The node as plain data; an interpolation that does not resolve is a ConfigError naming it."""
+    """The node as plain data (its strings `literal`, so that a config created from it again keeps a
+    resolved value that reads `${...}` as text); an interpolation that does not resolve is a
+    ConfigError naming it."""
     try:
-        return OmegaConf.to_container(node, resolve=True)
+        return literal_strings(OmegaConf.to_container(node, resolve=True))
     except OmegaConfBaseException as e:
         key = getattr(e, "full_key", None)
         raise ConfigError(f"cannot resolve the config{f' at {key}' if key else ''}: "

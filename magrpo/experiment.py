@@ -43,10 +43,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magrpo.overrides import override_key, parse_override
-from magrpo.schema import ConfigError
+from magrpo.schema import ConfigError, literal
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
-_BACKSLASHES_BEFORE_INTERPOLATION = re.compile(r"(\\*)\$\{")
 _BACKSLASHES_BEFORE_QUOTE = re.compile(r"(\\*)'")
 _BACKSLASHES_AT_END = re.compile(r"(\\+)$")
 # The one Hydra key an Experiment honours (module docstring).
@@ -60,12 +59,6 @@ def _reads_back(text: str, value: Any) -> bool:
     except Exception:
         return False
     return type(got) is type(value) and got == value
-
-
-def literal(text: str) -> str:
-    """`text` as OmegaConf stores a string it must not resolve: each `${` gets an escaping backslash
-    (and the backslashes before it are doubled), so `${oc.env:HOME}` stays that text."""
-    return _BACKSLASHES_BEFORE_INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", text)
 
 
 def quoted(text: str) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import typing
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -137,3 +138,24 @@ def warn_renamed(old: str, new: str, why: str = "") -> None:
     message = f"{old} is deprecated (removed in the next release): use {new} instead{why}"
     warnings.warn(message, DeprecationWarning, stacklevel=3)
     logging.getLogger("magrpo").warning(message)
+
+
+_BACKSLASHES_BEFORE_INTERPOLATION = re.compile(r"(\\*)\$\{")
+
+
+def literal(text: str) -> str:
+    """`text` as OmegaConf stores a string it must not resolve: each `${` gets an escaping backslash
+    (and the backslashes before it are doubled), so `${oc.env:HOME}` stays that text."""
+    return _BACKSLASHES_BEFORE_INTERPOLATION.sub(lambda m: m.group(1) * 2 + "\\${", text)
+
+
+def literal_strings(data: Any) -> Any:
+    """Plain data (a resolved config) with every string made `literal`: created again as a config, it
+    reads back the same strings, none turned into an interpolation."""
+    if isinstance(data, str):
+        return literal(data) if "${" in data else data
+    if isinstance(data, dict):
+        return {k: literal_strings(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [literal_strings(v) for v in data]
+    return data

@@ -205,11 +205,9 @@ def test_strings_come_back_in_the_config_exactly():
     assert list(exp.config.logger.tags) == plain
 
 
-@pytest.mark.xfail(strict=True, reason="magrpo.config.validate resolves the config to plain data and creates it "
-                                       "again, so a literal ${...} becomes an interpolation there (the override "
-                                       "Experiment writes keeps it literal: test_a_string_reads_back_exactly)")
 def test_a_literal_interpolation_comes_back_in_the_validated_config():
-    assert Experiment(label="${oc.env:HOME}").config.label == "${oc.env:HOME}"
+    for text in ("${oc.env:HOME}", "a\\${x}", "${", "$${x}"):
+        assert Experiment(label=text).config.label == text
 
 
 # -- objects that cannot be recorded by name are refused ------------------------------------------------
