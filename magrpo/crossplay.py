@@ -377,8 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:
         print(f"magrpo-crossplay: setup error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("magrpo-crossplay: interrupted; nothing was written", file=sys.stderr)
+    except KeyboardInterrupt as e:        # a PluginInterrupt names the plugin it was importing
+        print(f"magrpo-crossplay: {e if str(e) else 'interrupted'}; nothing was written", file=sys.stderr)
         return 130
     print((Path(args.out) / "crossplay.md").read_text())
     print(f"magrpo-crossplay: wrote {args.out}/crossplay.{{md,csv,png,json}} (self-play {res['self_play']:.3f}, "

@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     except SetupError as e:         # a full disk (magrpo.writes.DiskFullError): nothing was left at OUT_DIR
         print(f"magrpo-export: setup error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as e:  # a PluginInterrupt names the plugin it was importing
+        print(f"magrpo-export: {e if str(e) else 'interrupted'}; nothing was written", file=sys.stderr)
+        return 130
     if args.push_to_hub:
         try:
             url = push_to_hub(out, args.push_to_hub, private=args.private)

@@ -14,10 +14,19 @@ A plugin module may also name a directory of its own YAML (config groups to comp
 search path.
 
 A run records the plugins it imported (`plugins` in its config, summary.json and checkpoints,
-`plugins` in an exported team's team.json), and every command that takes the run up imports them
-again. They are imported from the user's environment, never from the run or team directory, and
-the log names each one; a plugin that cannot be imported is one line naming the module and what
-needs it.
+`plugins` in an exported team's team.json). Whether a later command imports them again is the
+trust rule's to say (magrpo.trust); this module does the importing, the same way for every plugin:
+
+  * the name is checked first: dotted identifiers, at most MAX_NAME characters and MAX_PLUGINS
+    names a list; never a package's `__main__` (a program, not a plugin) nor a standard-library
+    module;
+  * the module is found without running any of its code (nor a parent package's `__init__`), and
+    a plugin a directory recorded is refused when it (or a parent package) lies inside that
+    directory, or beside it (on `sys.path` through the folder that holds it), by path and by symlink;
+  * the log names it before it is imported, and why;
+  * whatever goes wrong while importing is one PluginError line naming the plugin: an exception
+    (with the file and line it came from), `sys.exit`/`os._exit`, a missing dependency (by its
+    own name), a name that clashes with a registered one; Ctrl-C is a PluginInterrupt.
 """
 
 from __future__ import annotations
@@ -26,8 +35,12 @@ import importlib
 import logging
 import os
 import re
-from collections.abc import Iterable
+import sys
+import traceback
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
@@ -37,64 +50,252 @@ log = logging.getLogger("magrpo")
 ENV = "MAGRPO_PLUGINS"
 ENTRY_POINT_GROUP = "magrpo.plugins"
 CONF_ATTR = "MAGRPO_CONF_DIR"
+MAX_NAME = 200          # characters of one module name
+MAX_PLUGINS = 64        # names in one list (a config's, a run's record, MAGRPO_PLUGINS)
 _MODULE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
 _loaded: dict[str, str] = {}        # module -> who asked for it (first), in import order
+_code: dict[str, str] = {}          # other modules imported here for a run or team (reward functions' modules)
 _conf_dirs: list[str] = []
 
 
-def _check_name(module: str, why: str) -> str:
-    if not isinstance(module, str) or not _MODULE_RE.match(module.strip()):
-        raise ConfigError(f"{why}: {module!r} is not a module name (dotted Python identifiers, e.g. my_pkg.tasks)")
-    return module.strip()
+class PluginError(ConfigError):
+    """A plugin that cannot be taken: a bad name, not installed, refused where it lies, or failing
+    while it is imported. One line naming the plugin (a ConfigError: exit 2)."""
 
 
-def import_plugin(module: str, why: str) -> None:
-    """Import one plugin module once; `why` says who named it (for the log and the error)."""
-    module = _check_name(module, why)
-    if module in _loaded:
-        return
-    _loaded[module] = why
+class PluginInterrupt(KeyboardInterrupt):
+    """Ctrl-C while a plugin was being imported: its message is the one line to end with."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "interrupted while importing a plugin"
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A value someone else wrote, for one line: its repr, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit - 3]}...' ({len(str(value))} characters)"
+
+
+# -- names -----------------------------------------------------------------------------------------
+
+
+def check_name(module: Any, why: str) -> str:
+    """`module` as a plugin name, or a PluginError saying what is wrong with it."""
+    if not isinstance(module, str):
+        raise PluginError(f"{why}: {shown(module)} is not a module name (dotted Python identifiers, e.g. my_pkg.tasks)")
+    name = module.strip()
+    if len(name) > MAX_NAME:
+        raise PluginError(f"{why}: {shown(name)} is not a module name: longer than {MAX_NAME} characters")
+    if not _MODULE_RE.match(name):
+        raise PluginError(f"{why}: {shown(name)} is not a module name (dotted Python identifiers, e.g. my_pkg.tasks)")
+    if "__main__" in name.split("."):
+        raise PluginError(f"{why}: {shown(name)} is a package's __main__ module, which runs a program when imported; "
+                          f"a plugin is a module that registers things")
+    if name.split(".")[0] in sys.stdlib_module_names:
+        raise PluginError(f"{why}: {shown(name)} is a module of Python's standard library, not a plugin")
+    return name
+
+
+def check_names(modules: Any, why: str) -> list[str]:
+    """A list of plugin names, each checked, at most MAX_PLUGINS, before any is imported."""
+    if isinstance(modules, (str, bytes)) or not isinstance(modules, Iterable):
+        raise PluginError(f"{why}: {shown(modules)} is not a list of module names; give a list, e.g. "
+                          f"plugins=[my_pkg.tasks]")
+    names = list(modules)
+    if len(names) > MAX_PLUGINS:
+        raise PluginError(f"{why}: {len(names)} plugin names; at most {MAX_PLUGINS} are taken")
+    return [check_name(m, why) for m in names]
+
+
+# -- finding a module without running it ---------------------------------------------------------------
+
+
+def _find(name: str, path: Any) -> Any:
+    """The spec `name` would be imported from (`path`: the parent package's search locations), as
+    importlib finds it, without importing anything."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
+        try:
+            spec = find(name, path)
+        except (ImportError, ValueError, TypeError):
+            continue
+        if spec is not None:
+            return spec
+    return None
+
+
+def locate(module: str, why: str) -> list[tuple[str, Any]]:
+    """The spec of `module` and of each parent package (outermost first), found the way an import
+    finds them but running none of their code: a dotted name does not import its parents here."""
+    specs: list[tuple[str, Any]] = []
+    path = None
+    parts = module.split(".")
+    for i in range(len(parts)):
+        name = ".".join(parts[: i + 1])
+        loaded = sys.modules.get(name)
+        spec = getattr(loaded, "__spec__", None) if loaded is not None else _find(name, path)
+        if spec is None and loaded is None:
+            what = "is not installed here (no such module)" if i == 0 or name == module else \
+                f"is not installed here (no module {name!r})"
+            raise PluginError(f"the plugin {module!r} ({why}) {what}; install it, or put its folder on PYTHONPATH")
+        specs.append((name, spec))
+        path = getattr(loaded, "__path__", None) if loaded is not None else spec.submodule_search_locations
+        if path is None and i < len(parts) - 1:
+            raise PluginError(f"the plugin {module!r} ({why}): {name!r} is a module, not a package")
+    return specs
+
+
+def _places(spec: Any) -> list[str]:
+    if spec is None:
+        return []
+    out = [spec.origin] if getattr(spec, "has_location", False) and spec.origin else []
+    return out + [str(p) for p in (spec.submodule_search_locations or [])]
+
+
+def _forms(path: str | Path) -> set[Path]:
+    """A path as written (absolute, links kept) and resolved: a link is caught either way."""
+    p = Path(path).expanduser()
+    return {Path(os.path.abspath(p)), p.resolve()}
+
+
+def check_location(module: str, specs: list[tuple[str, Any]], root: Path, beside: bool, why: str) -> None:
+    """Refuse a plugin that `root` (a run or team directory) would bring along: the module, or a
+    parent package, lies inside `root`; with `beside`, or its top package is found through the
+    folder that holds `root` (a download whose folder is on sys.path)."""
+    roots = _forms(root)
+    for _name, spec in specs:
+        for place in _places(spec):
+            if any(f == r or f.is_relative_to(r) for f in _forms(place) for r in roots):
+                raise PluginError(f"the plugin {module!r} ({why}) would be imported from inside {root} ({place}); "
+                                  f"a run or team never brings code along: install the plugin instead")
+    if beside and specs and specs[0][1] is not None:
+        top = specs[0][1]       # the sys.path entry it is found through: a package's folder's parent, a module's folder
+        folders = [Path(p).parent for p in (top.submodule_search_locations or [])] or \
+            [Path(p).parent for p in _places(top)]
+        holders = {r.parent for r in roots}
+        for entry in folders:
+            if _forms(entry) & holders:
+                raise PluginError(f"the plugin {module!r} ({why}) would be imported from beside {root} (from "
+                                  f"{entry}, the folder that holds it); a run or team never brings code along: "
+                                  f"install the plugin, or name it yourself with plugins=[{module}]")
+
+
+# -- importing ----------------------------------------------------------------------------------------
+
+
+class ProcessExit(BaseException):
+    """`os._exit(code)` called in this process while `exits_raise()` holds: raised instead of leaving."""
+
+    def __init__(self, code: Any) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextmanager
+def exits_raise() -> Iterator[None]:
+    """While it holds, `os._exit` in this process raises ProcessExit, so that what called it can be
+    named in one line (a forked child still exits as it asked)."""
+    real_exit, pid = os._exit, os.getpid()
+
+    def guarded_exit(code: int = 0) -> None:
+        if os.getpid() != pid:
+            real_exit(code)
+        raise ProcessExit(code)
+
+    os._exit = guarded_exit
     try:
-        mod = importlib.import_module(module)
-    except Exception as e:
-        _loaded.pop(module, None)
-        missing = isinstance(e, ModuleNotFoundError) and e.name is not None and module.startswith(e.name)
-        what = "is not installed here (no such module)" if missing else \
-            f"failed to import ({type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''})"
-        raise ConfigError(f"the plugin {module!r} ({why}) {what}; install it, or put its folder on PYTHONPATH") from None
-    log.info("plugin %s imported (%s)", module, why)
-    conf = getattr(mod, CONF_ATTR, None)
+        yield
+    finally:
+        os._exit = real_exit
+
+
+def origin_line(tb: Any, folders: list[str] = ()) -> str:
+    """`file:line` of the frame a failure came from: the deepest one in `folders` (a plugin's own
+    files), else the deepest outside Python's import machinery; with the module it belongs to."""
+    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith("<frozen")]
+    own = [f for f in frames if any(os.path.abspath(f.filename).startswith(d) for d in folders)]
+    pick = (own or frames or [None])[-1]
+    if pick is None:
+        return "?"
+    module = next((name for name, m in list(sys.modules.items())
+                   if getattr(m, "__file__", None) and os.path.abspath(m.__file__) == os.path.abspath(pick.filename)),
+                  None)
+    return f"{pick.filename}:{pick.lineno}" + (f" (module {module})" if module and not folders else "")
+
+
+def _plugin_folders(specs: list[tuple[str, Any]]) -> list[str]:
+    out = []
+    for _, spec in specs[-1:]:
+        for place in _places(spec):
+            p = os.path.abspath(place)
+            out.append(os.path.dirname(p) if p.endswith(".py") else p)
+    return out
+
+
+def _exit_words(code: Any) -> str:
+    return "None" if code is None else shown(code, 40)
+
+
+def import_plugin(module: str, why: str, root: Path | None = None, beside: bool = False,
+                  plugin: bool = True) -> None:
+    """Import one plugin module once; `why` says who named it (for the log and the error). `root`:
+    the run or team directory that recorded it (refused from inside it, and with `beside` from
+    the folder that holds it). Every failure is one PluginError line (module docstring).
+    `plugin=False`: a module a run's reward function lives in, imported the same way but not
+    recorded as a plugin of this process."""
+    module = check_name(module, why)
+    if module in _loaded or (not plugin and module in _code):
+        return
+    record = _loaded if plugin else _code
+    specs = locate(module, why)
+    if root is not None:
+        check_location(module, specs, Path(root), beside, why)
+    folders = _plugin_folders(specs)
+    log.info("%s %s: importing it (%s)", "plugin" if plugin else "module", module, why)
+    record[module] = why
+    try:
+        with exits_raise():
+            mod = importlib.import_module(module)
+    except BaseException as e:      # noqa: BLE001  (every way a plugin can end the import is one line)
+        record.pop(module, None)
+        where = origin_line(e.__traceback__, folders)
+        head = f"the plugin {module!r} ({why})"
+        if isinstance(e, KeyboardInterrupt):
+            raise PluginInterrupt(f"interrupted while importing {head}; nothing was run") from None
+        if isinstance(e, ProcessExit):
+            raise PluginError(f"{head} called os._exit({_exit_words(e.code)}) at {where} while being imported; "
+                              f"nothing was run") from None
+        if isinstance(e, SystemExit):
+            raise PluginError(f"{head} called sys.exit({_exit_words(e.code)}) at {where} while being imported; "
+                              f"nothing was run") from None
+        if isinstance(e, ModuleNotFoundError) and e.name and e.name != module and not module.startswith(e.name + "."):
+            raise PluginError(f"{head} needs the module {e.name!r}, which is not installed here ({where})") from None
+        if isinstance(e, ConfigError):      # a registry's refusal (a name registered twice) says it all
+            raise PluginError(f"{head}: {e}") from None
+        if not isinstance(e, Exception):
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise PluginError(f"{head} raised {type(e).__name__}{': ' + first[:300] if first else ''} at {where} "
+                          f"while being imported") from None
+    conf = getattr(mod, CONF_ATTR, None) if plugin else None
     if conf and str(conf) not in _conf_dirs:
         _conf_dirs.append(str(conf))
 
 
-def load_recorded(modules: Iterable[str], source: str | Path) -> None:
-    """Import the plugins a run, checkpoint or team recorded (`source`): modules of this environment
-    only, never one that lies inside `source` itself (an artifact names what you installed; it does
-    not bring code along), each named in the log."""
-    import importlib.util
-
-    root = Path(str(source)).expanduser().resolve()
-    for module in modules:
-        module = _check_name(module, f"recorded by {source}")
-        if module in _loaded:
-            continue
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError):
-            spec = None
-        origin = getattr(spec, "origin", None) if spec is not None else None
-        locations = [origin, *(getattr(spec, "submodule_search_locations", None) or [])] if spec else []
-        for where in [w for w in locations if w and w not in ("built-in", "frozen")]:
-            if Path(where).resolve().is_relative_to(root):
-                raise ConfigError(f"the plugin {module!r} recorded by {source} would be imported from inside it "
-                                  f"({where}); a run or team never brings code along: install the plugin instead")
-        import_plugin(module, f"recorded by {source}")
+def load_recorded(modules: Iterable[str], source: str | Path, how: str = "", beside: bool = True) -> None:
+    """Import the plugins a run, checkpoint or team recorded (`source`), once magrpo.trust allowed
+    them (`how`): modules of this environment only, never one that lies inside `source` (or, with
+    `beside`, beside it), each named in the log before it is imported."""
+    why = f"recorded by {source}" + (f"; {how}" if how else "")
+    for module in check_names(list(modules), f"recorded by {source}"):
+        import_plugin(module, why, root=Path(str(source)).expanduser(), beside=beside)
 
 
 def env_plugins() -> list[str]:
-    return [m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip()]
+    return check_names([m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip()], ENV)
 
 
 def entry_point_plugins() -> list[str]:
@@ -103,10 +304,16 @@ def entry_point_plugins() -> list[str]:
     return [ep.value.partition(":")[0].strip() for ep in entry_points(group=ENTRY_POINT_GROUP)]
 
 
+def named_by_user(extra: Iterable[str] = ()) -> list[str]:
+    """The plugins the user names: `extra` (their command line's or call's), MAGRPO_PLUGINS and the
+    installed entry points."""
+    return [*extra, *env_plugins(), *entry_point_plugins()]
+
+
 def load_plugins(extra: Iterable[str] = (), why: str = "plugins=") -> list[str]:
-    """Import the plugins named by `extra` (the config key, a run's record), MAGRPO_PLUGINS and the
+    """Import the plugins named by `extra` (the config key), MAGRPO_PLUGINS and the
     `magrpo.plugins` entry points; the list of every plugin imported in this process so far."""
-    for module in extra or ():
+    for module in check_names(list(extra or ()), why):
         import_plugin(module, why)
     for module in env_plugins():
         import_plugin(module, ENV)
@@ -120,13 +327,19 @@ def loaded() -> list[str]:
     return list(_loaded)
 
 
+def imported_with_why() -> str:
+    """The plugins imported in this process and who named each, for the run's log."""
+    return "; ".join(f"{m} ({why})" for m, why in _loaded.items())
+
+
 def conf_dirs() -> list[str]:
     """The YAML directories the imported plugins name (MAGRPO_CONF_DIR)."""
     return list(_conf_dirs)
 
 
 def plugins_in_argv(argv: list[str]) -> list[str]:
-    """The modules a command line names with `plugins=[a,b]` (or `+plugins=`, `++plugins=`, `plugins=a`)."""
+    """The modules a command line names with `plugins=[a,b]` (or `+plugins=`, `++plugins=`), each
+    checked; a value that is not a list is refused before anything is imported."""
     out: list[str] = []
     for arg in argv:
         if arg.startswith("~") or "=" not in arg or override_key(arg) != "plugins":
@@ -136,38 +349,45 @@ def plugins_in_argv(argv: list[str]) -> list[str]:
         try:
             parsed = OverridesParser.create().parse_overrides([arg])[0].value()
         except Exception:
-            raise ConfigError(f"{arg!r}: give the plugins as a list of module names, e.g. plugins=[my_pkg.tasks]") \
+            raise PluginError(f"{shown(arg)}: give the plugins as a list of module names, e.g. plugins=[my_pkg.tasks]") \
                 from None
-        values = parsed if isinstance(parsed, list) else [parsed]
-        out += [_check_name(str(v), arg) for v in values if v not in (None, "")]
+        if parsed in (None, ""):
+            continue
+        if not isinstance(parsed, list):
+            raise PluginError(f"{shown(arg)}: plugins is a list of module names; write plugins=[{parsed}]")
+        out += check_names([str(v) for v in parsed if v not in (None, "")], shown(arg, 60))
     return out
 
 
 def forget() -> None:
     """Forget what was imported (tests): the next load_plugins imports again."""
     _loaded.clear()
+    _code.clear()
     _conf_dirs.clear()
-
 
 
 # -- the commands that are no Hydra apps (magrpo-export, -crossplay, -table) ---------------------------------
 
 
 def add_option(parser) -> None:
-    """`--plugins a,b` for a command with its own argparse parser."""
+    """`--plugins a,b` and `--trust-plugins` for a command with its own argparse parser."""
     parser.add_argument("--plugins", metavar="MODULES", default="",
-                        help=f"comma-separated modules to import first (README, Extending); {ENV} and the "
-                             f"'{ENTRY_POINT_GROUP}' entry points are imported too, and the plugins a run or "
-                             f"team recorded are imported again by themselves")
+                        help=f"comma-separated modules to import first (docs: Extending); {ENV} and the "
+                             f"'{ENTRY_POINT_GROUP}' entry points are imported too. The plugins a run or team "
+                             f"recorded are imported again when you made it (docs: Sharing teams and runs safely)")
+    parser.add_argument("--trust-plugins", action="store_true",
+                        help="import the plugins and reward functions the runs or teams given here record, "
+                             "though you did not make them (or `magrpo-trust DIR` once per directory)")
 
 
 def load_option(args, prog: str) -> None:
     """Import what `--plugins` names; a plugin that cannot be imported exits 2 with one line."""
-    import sys
-
     try:
         load_plugins([m.strip() for m in (getattr(args, "plugins", "") or "").split(",") if m.strip()],
                      why="--plugins")
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except PluginInterrupt as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -58,7 +58,7 @@ class Registry(Mapping[str, T]):
         self.builtins = builtins        # modules that register the built-in entries
         self.set_name = set_name        # give a registered class its `name` (the key the config uses)
         self._items: dict[str, T] = {}
-        self._filling = self._filled = False
+        self._filling = self._filled = self._builtins_in = False
 
     # -- registering -------------------------------------------------------------------------------
     def register(self, name: str, obj: T | None = None) -> Any:
@@ -67,10 +67,14 @@ class Registry(Mapping[str, T]):
             raise RegistryError(f"a {self.kind} is registered under a non-empty string, not {name!r}")
 
         def add(o: T) -> T:
+            if not str(getattr(o, "__module__", "") or "").startswith("magrpo."):
+                self._import_builtins()     # a plugin's name is checked against the built-in ones, whatever came first
             held = self._items.get(name)
             if held is not None and not _same(held, o):
-                raise RegistryError(f"{self.key}={name!r} is registered twice: by {_where(held)} and by {_where(o)}; "
-                                    f"give one of them another name")
+                builtin = str(getattr(held, "__module__", "") or "").startswith("magrpo.")
+                raise RegistryError(f"{self.key}={name!r} is registered twice: by {_where(held)}"
+                                    f"{' (built in)' if builtin else ''} and by {_where(o)}; give "
+                                    f"{'yours' if builtin else 'one of them'} another name")
             if self.set_name and isinstance(o, type):
                 o.name = name
             self._items[name] = o
@@ -89,18 +93,29 @@ class Registry(Mapping[str, T]):
             return
         self._filling = True
         try:
-            for module in self.builtins:
-                try:
-                    importlib.import_module(module)
-                except ModuleNotFoundError as e:    # an optional dependency of one family stays optional
-                    if e.name != module:
-                        raise
+            self._import_builtins()
             from magrpo.plugins import load_plugins
 
             load_plugins()
             self._filled = True
         finally:
             self._filling = False
+
+    def _import_builtins(self) -> None:
+        """Import the modules that register the built-in entries, once."""
+        if self._builtins_in:
+            return
+        self._builtins_in = True
+        try:
+            for module in self.builtins:
+                try:
+                    importlib.import_module(module)
+                except ModuleNotFoundError as e:    # an optional dependency of one family stays optional
+                    if e.name != module:
+                        raise
+        except BaseException:
+            self._builtins_in = False
+            raise
 
     # -- looking up ----------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> T:

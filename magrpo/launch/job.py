@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magrpo.overrides import override_key
+from magrpo.plugins import ProcessExit, exits_raise, origin_line
 from magrpo.schema import ConfigError, SetupError
 
 log = logging.getLogger("magrpo")
@@ -95,9 +96,17 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
     except ConfigError:
         run_dir = None
     try:
-        return fn(cfg)
+        with exits_raise():
+            return fn(cfg)
     except KeyboardInterrupt:
         raise Interrupted(run_dir) from None
+    except (SystemExit, ProcessExit) as e:   # code the run called (a plugin, a reward) ended it: say which
+        how = f"{'os._exit' if isinstance(e, ProcessExit) else 'sys.exit'}({e.code!r})"
+        report(prog, f"{where}failed: the run was ended by {how}, called at {origin_line(e.__traceback__)}; it did "
+                     f"not finish{f' ({run_dir}/summary.json)' if run_dir else ''}")
+        if multirun:
+            return None
+        code = 1
     except ConfigError as e:
         report(prog, f"{where}{getattr(e, 'label', 'config error')}: {e}")    # a RewardError: "reward error"
         code = 2
