@@ -394,7 +394,7 @@ def json_data(node: Any) -> Any:
 
 # Keys only the caller decides, wherever they sit (agents.models[0].trust_remote_code): never taken
 # from a run, checkpoint or team, so they never count as a difference from one.
-CALLER_KEYS = ("trust_remote_code",)
+CALLER_KEYS = ("trust_remote_code", "trust_plugins")
 
 
 def _covered(key: str, prefixes: Iterable[str]) -> bool:

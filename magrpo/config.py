@@ -242,8 +242,11 @@ class SandboxSchema:
 class TrainSchema:
     seed: int = at_least(0, 0)           # seeds torch, the data order and sampling
     # Modules imported before anything is composed (magrpo.plugins); a run records every plugin it
-    # imported here, and the commands that take the run up import them again.
+    # imported here, and the commands that take the run up import them again as the trust rule says.
     plugins: list[str] = field(default_factory=list)
+    # Import the plugins and reward functions that the run or team this command takes up records,
+    # though you did not make it (magrpo.trust); only your own command line sets it, never a saved run.
+    trust_plugins: bool = False
     max_steps: int = at_least(0, 120)    # optimizer steps (one step = one batch of algo.batch_size items)
     # a checkpoint (.../checkpoints/step_N) or a run directory (its newest); null = fresh
     resume: str | None = None
@@ -281,9 +284,10 @@ class EvalRunSchema(TrainSchema):
 # The top-level keys of each entry point's own config (conf/train.yaml, conf/eval.yaml): the rest of
 # its schema are the config groups, or keys the other entry point reads (magrpo-eval does not train).
 ENTRY_KEYS = {
-    "train": ("seed", "plugins", "max_steps", "resume", "save_every", "save_final", "output_dir", "label",
-              "optimized_metric", "eval", "sandbox"),
-    "eval": ("seed", "plugins", "methods", "checkpoint", "team", "split", "output_dir", "label", "eval", "sandbox"),
+    "train": ("seed", "plugins", "trust_plugins", "max_steps", "resume", "save_every", "save_final", "output_dir",
+              "label", "optimized_metric", "eval", "sandbox"),
+    "eval": ("seed", "plugins", "trust_plugins", "methods", "checkpoint", "team", "split", "output_dir", "label",
+             "eval", "sandbox"),
 }
 
 # The config groups whose every option has one schema (the others' schema is the option's entry:
@@ -424,8 +428,10 @@ def _keys_at(schema: type, dotted: str) -> list[str]:
     return sorted(node.keys()) if OmegaConf.is_dict(node) else []
 
 
-def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
-    """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError."""
+def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> DictConfig:
+    """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError.
+    `recorded`: the config a run or team recorded (magrpo.team), whose plugins and reward modules
+    the trust rule has taken up already (magrpo.trust): nothing is imported for it here."""
     from magrpo.algos import ALGOS
     from magrpo.plugins import load_plugins
     from magrpo.rewards import check_reward_node
@@ -435,7 +441,16 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
     wanted = cfg.get("plugins") if "plugins" in cfg else None
     if wanted is not None and not OmegaConf.is_list(wanted) and not isinstance(wanted, list):
         raise ConfigError(f"plugins={wanted!r}: give a list of module names, e.g. plugins=[my_pkg.tasks]")
-    plugins = load_plugins([str(m) for m in wanted or []])
+    if recorded:
+        from magrpo.plugins import loaded
+
+        missing = [str(m) for m in wanted or [] if str(m) not in loaded()]
+        if missing:
+            raise ConfigError(f"plugins={missing}: not taken up (magrpo.trust.take_up imports a run's or team's "
+                              f"plugins when you trust it); nothing was imported")
+        plugins = [str(m) for m in wanted or []]
+    else:
+        plugins = load_plugins([str(m) for m in wanted or []])
 
     # The algo node is checked against the schema its algorithm registers (its only source of
     # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
@@ -495,7 +510,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema) -> DictConfig:
         check_values(task_node, task_cls.config_schema, "task.")
     if reward_schema:
         check_values(reward_node, reward_schema, "reward.")
-    check_reward_node(reward_node)
+    check_reward_node(reward_node, imports=not recorded)
 
     _validate_agents(typed, task_cls)
     if task_cls.uses_sandbox:

@@ -26,9 +26,11 @@ import importlib
 import math
 import numbers
 import re
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from magrpo.plugins import check_name
 from magrpo.registry import Registry, registrar
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks.base import (
@@ -74,14 +76,20 @@ def reward_specs(reward_cfg: Any) -> list[tuple[str, str]]:
     return [("reward.fn", str(fn))] if fn is not None else []
 
 
-def resolve(spec: str, key: str = "reward.fn") -> Callable[..., Any]:
-    """The function `spec` names: a registered name, or `module:function` (imported). Anything
-    else is a ConfigError listing the registered names and the accepted form."""
+def resolve(spec: str, key: str = "reward.fn", imports: bool = True) -> Callable[..., Any]:
+    """The function `spec` names: a registered name, or `module:function` (imported; with
+    `imports=False` only a module imported already, as the trust rule takes up a run's or team's
+    reward modules before its config is checked). Anything else is a ConfigError listing the
+    registered names and the accepted form."""
     if ":" in spec:
         module, _, attr = spec.partition(":")
         if not _MODULE_RE.match(module) or not _MODULE_RE.match(attr):
             raise ConfigError(f"{key}={spec!r} is not module:function (dotted Python names on each side of "
                               f"the colon, e.g. my_pkg.rewards:brevity)")
+        check_name(module, f"{key}={spec!r}")      # never a standard-library module or a __main__
+        if not imports and module not in sys.modules:
+            raise ConfigError(f"{key}={spec!r}: the module {module!r} was not taken up (magrpo.trust); nothing "
+                              f"was imported")
         try:
             obj: Any = importlib.import_module(module)
         except Exception as e:
@@ -113,9 +121,10 @@ def component_name(spec: str) -> str:
     return spec.rpartition(":")[2].rpartition(".")[2] if ":" in spec else spec
 
 
-def check_reward_node(node: Any) -> None:
+def check_reward_node(node: Any, imports: bool = True) -> None:
     """The reward-function keys of a typed `reward` node (magrpo.config.validate): fn or fns, not
-    both; one weight per function; every function found; no two logged under one name."""
+    both; one weight per function; every function found (`imports`: as `resolve`); no two logged
+    under one name."""
     fn, fns, weights, top = (_get(node, k) for k in ("fn", "fns", "weights", "max"))
     if fn is not None and fns is not None:
         raise ConfigError(f"reward.fn={fn!r} and reward.fns={list(fns)} both name the reward functions; give one "
@@ -142,7 +151,7 @@ def check_reward_node(node: Any) -> None:
                 raise ConfigError(f"reward.weights[{i}]={w!r} is not a finite number")
     names: dict[str, str] = {}
     for key, spec in specs:
-        resolve(spec, key)
+        resolve(spec, key, imports)
         name = component_name(spec)
         if name in names:
             raise ConfigError(f"{key}={spec!r} and {names[name]!r} would both be logged as reward/{name}; "

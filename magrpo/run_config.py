@@ -147,8 +147,8 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
 
 def caller_only(line: str) -> bool:
-    """Whether a saved override sets a key only the caller may set (trust_remote_code): a run, a
-    checkpoint or a team never opts in to running code on the user's behalf."""
+    """Whether a saved override sets a key only the caller may set (trust_remote_code,
+    trust_plugins): a run, a checkpoint or a team never opts in to running code on the user's behalf."""
     from magrpo.checkpoint import CALLER_KEYS
 
     if re.split(r"[./\[\]]", override_key(line))[-1] in CALLER_KEYS:
@@ -163,9 +163,14 @@ def inheritable(kind: str, run_dir: Path) -> list[str]:
     """The saved overrides of `run_dir` that `kind` takes up (never a caller-only key)."""
     lines = []
     for line in saved_overrides(run_dir):
+        package = line.lstrip("+~").partition("=")[0].partition("@")[2].strip()
+        if package == "hydra" or package.startswith(("hydra.", "hydra/")):
+            raise ConfigError(f"{_saved_file(Path(run_dir))}: the saved override {line[:200]!r} places config under "
+                              f"hydra (Hydra's own settings: callbacks, launcher, search path); a run's saved "
+                              f"overrides never steer the command that takes them up")
         if caller_only(line):
-            log.warning("%s: not taken up: %s (only your own command line or call may trust code shipped with "
-                        "a model)", _saved_file(Path(run_dir)), line)
+            log.warning("%s: not taken up: %s (only your own command line or call may trust code: shipped with "
+                        "a model, or named by a run)", _saved_file(Path(run_dir)), line)
         elif in_scope(kind, override_key(line)):
             lines.append(line)
     return lines
@@ -240,7 +245,7 @@ def _fetch_hub_team(argv: list[str], given: list[str], lines: list[str]) -> tupl
     return [swap.get(a, a) for a in argv], [swap.get(g, g) for g in given], [swap.get(x, x) for x in lines]
 
 
-# -- the plugins a run needs ---------------------------------------------------------------------------------
+# -- the runs a command line names, and the code it names itself -----------------------------------------
 
 
 def named_runs(config_name: str, argv: list[str]) -> list[Path]:
@@ -261,42 +266,22 @@ def named_runs(config_name: str, argv: list[str]) -> list[Path]:
     return out
 
 
-def recorded_plugins(path: str | Path) -> list[str]:
-    """The plugins a run, checkpoint or exported team recorded (`plugins` in team.json, in the newest
-    complete checkpoint's config.json, else in the run's .hydra/config.yaml); [] when it records
-    none or cannot be read (its own checks report that later)."""
-    import json
-
-    from magrpo import checkpoint
-
-    p = Path(str(path)).expanduser()
-    try:
-        if checkpoint.is_team_dir(p):
-            found = json.loads((p / checkpoint.TEAM_FILE).read_text()).get("plugins")
-        else:
-            try:
-                found = checkpoint.stored_config(checkpoint.resolve(p, "run")).get("plugins")
-            except ConfigError:
-                run = run_dir_of(p)
-                found = OmegaConf.to_container(OmegaConf.load(run / ".hydra" / "config.yaml")).get("plugins") \
-                    if run is not None and (run / ".hydra" / "config.yaml").is_file() else None
-    except (OSError, ValueError, AttributeError, TypeError):
-        return []
-    return [str(m) for m in found] if isinstance(found, list) else []
+def reward_modules_in_argv(argv: list[str]) -> list[str]:
+    """The modules a command line's `reward.fn=module:function` / `reward.fns=[...]` name."""
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("~") or "=" not in arg or override_key(arg) not in ("reward.fn", "reward.fns"):
+            continue
+        value = override_value(arg)
+        out += [str(v).partition(":")[0] for v in (value if isinstance(value, list) else [value])
+                if v is not None and ":" in str(v)]
+    return out
 
 
-def recorded_searchpath(path: str | Path) -> list[str]:
-    """The extra config directories a run was composed with (`hydra.searchpath` in its
-    .hydra/hydra.yaml): a resume or an evaluation composes with them again."""
-    run = run_dir_of(path)
-    f = run / ".hydra" / "hydra.yaml" if run is not None else None
-    if f is None or not f.is_file():
-        return []
-    try:
-        found = OmegaConf.to_container(OmegaConf.load(f)).get("hydra", {}).get("searchpath")
-    except Exception:
-        return []
-    return [str(x) for x in found] if isinstance(found, list) else []
+def trust_plugins_in_argv(argv: list[str]) -> bool:
+    """Whether a command line says `trust_plugins=true` (magrpo.trust): only the user's own says so."""
+    said = [override_value(a) for a in argv if "=" in a and not a.startswith("~") and override_key(a) == "trust_plugins"]
+    return bool(said) and said[-1] is True
 
 
 # -- inside the job: what was taken, and the runs with nothing to take ------------------------------

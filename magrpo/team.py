@@ -88,17 +88,20 @@ class Team:
 
     @classmethod
     def from_run(cls, path: str | Path, step: int | None = None, device: str | None = None,
-                 hardware: Any = None, key: str = "run", trust_remote_code: bool = False) -> Team:
+                 hardware: Any = None, key: str = "run", trust_remote_code: bool = False,
+                 trust_plugins: bool = False) -> Team:
         """The team of a training run (its newest complete checkpoint, or `checkpoints/step_<step>`),
         or of one checkpoint directory, with the trained weights loaded. `trust_remote_code`: yours
-        to give; what the run's config says is not taken (README, "Sharing teams and runs safely")."""
-        from magrpo import checkpoint
+        to give; what the run's config says is not taken. The plugins and reward functions the run
+        records are imported when you made it, trusted it (`magrpo-trust RUN`) or give
+        `trust_plugins=True` here (docs: Sharing teams and runs safely)."""
+        from magrpo import checkpoint, trust
 
         ckpt = checkpoint_of(path, step, key)
+        trust.take_up(ckpt, trust_plugins=True if trust_plugins else None)
         config = OmegaConf.create(checkpoint.stored_config(ckpt))
-        _load_plugins(config.get("plugins"), ckpt)
         team_cfg = OmegaConf.masked_copy(config, [k for k in TEAM_NODES if k in config])
-        check_team_config(team_cfg, f"{ckpt}/{checkpoint.CONFIG_FILE}")
+        check_team_config(team_cfg, f"{ckpt}/{checkpoint.CONFIG_FILE}")     # its plugins taken up above
         team_cfg.agents = with_trust(team_cfg.agents, trust_remote_code)
         agents = load_team_agents(team_cfg, hardware or default_hardware(device), ckpt)
         run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
@@ -107,13 +110,17 @@ class Team:
 
     @classmethod
     def from_pretrained(cls, path_or_repo: str | Path, device: str | None = None, hardware: Any = None,
-                        revision: str | None = None, trust_remote_code: bool = False) -> Team:
+                        revision: str | None = None, trust_remote_code: bool = False,
+                        trust_plugins: bool = False) -> Team:
         """A team exported by `magrpo-export` (`save_pretrained`): a local directory, or a hub repo id
         (downloaded once; offline, its cached copy). Only the files its manifest lists are read,
         weights as safetensors; Python code shipped with its models runs only with
-        `trust_remote_code=True` given here (what team.json says is not taken)."""
+        `trust_remote_code=True` given here (what team.json says is not taken). The plugins and
+        reward functions it records are imported when you exported it yourself, trusted it
+        (`magrpo-trust DIR`) or give `trust_plugins=True` here; otherwise loading stops before
+        anything is imported, in one line (docs: Sharing teams and runs safely)."""
         root = local_team(path_or_repo, revision)
-        info = read_team(root)        # imports the plugins it records first (its task may be one)
+        info = read_team(root, trust_plugins)     # takes up the plugins it records first (its task may be one)
         config = OmegaConf.create(info["config"])
         agents_cfg = with_trust(_agents_at(config.agents, info, root), trust_remote_code)
         hw = hardware or default_hardware(device)
@@ -350,7 +357,7 @@ def model_card(info: dict[str, Any], repo_id: str | None = None) -> str:
 
 def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
     """Write `team` to `out` atomically (magrpo.checkpoint.write_checkpoint with no config.json)."""
-    from magrpo import checkpoint
+    from magrpo import checkpoint, trust
     from magrpo.models import policy_agents, save_agent
 
     entries, bases = _layout(team)
@@ -371,6 +378,7 @@ def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
             k = next(i for i, s in enumerate(specs) if _base_key(s) == key)
             _write_base(loaded[k if k < len(loaded) else 0], tmp / name)     # a re-export reads its own base/
         (tmp / TEAM_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
+        trust.sign_team(tmp, info)          # made by you: you load it again without trusting it
         (tmp / "README.md").write_text(model_card(info, card_extra.get("repo_id")))
         if overrides is not None:
             import yaml
@@ -422,10 +430,12 @@ def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
     return agents
 
 
-def read_team(root: Path) -> dict[str, Any]:
+def read_team(root: Path, trust_plugins: bool = False) -> dict[str, Any]:
     """team.json of an exported team, checked: the files against the manifest (every one inside the
-    directory, none unlisted where loading reads), every field's type, and what the team claims
-    (task, algorithm, team size, topology, turns, level, policies) against its config."""
+    directory, none unlisted where loading reads), every field's type, then the plugins and reward
+    modules it records taken up as the trust rule says (magrpo.trust; `trust_plugins`: the
+    caller's say), and what the team claims (task, algorithm, team size, topology, turns, level,
+    policies) against its config."""
     from magrpo import checkpoint
     from magrpo.writes import is_temp_name
 
@@ -441,13 +451,15 @@ def read_team(root: Path) -> dict[str, Any]:
         info = json.loads(f.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{f}: cannot read the team ({e})") from None
-    if isinstance(info, dict):
-        _load_plugins(info.get("plugins"), root)
-    check_team_record(info, f)
+    from magrpo import trust
+
+    _check_fields(info, f)
     adapters = {e["policy"] for e in info["models"] if e["adapter"]}     # a LoRA team's adapter folders
     for folder in sorted({e[k] for e in info["models"] for k in ("load", "tokenizer")} | adapters):
         checkpoint.check_only_listed(root, folder, manifest["files"], "team")
     _check_file_references(root, manifest["files"])
+    trust.take_up(root, trust_plugins=True if trust_plugins else None)     # before anything is imported
+    check_team_record(info, f)
     return info
 
 
@@ -491,20 +503,17 @@ def _jsonable(value: Any) -> bool:
         return False
 
 
-def _load_plugins(names: Any, source: Path) -> None:
-    """The plugins a team or checkpoint recorded, imported from this environment (magrpo.plugins)."""
-    from magrpo.plugins import load_recorded
-
-    if names is None:
-        return
-    if not isinstance(names, (list, tuple)) and not OmegaConf.is_list(names):
-        raise ConfigError(f"{source}: plugins is {names!r}; expected a list of module names")
-    load_recorded([str(n) for n in names], source)
-
-
 def check_team_record(info: Any, where: Path | str) -> None:
     """Every field of team.json typed, and what it claims agreeing with its config: one ConfigError
-    line that names the field and what was expected."""
+    line that names the field and what was expected. The plugins it records are taken up before
+    (read_team: magrpo.trust); nothing is imported here."""
+    _check_fields(info, where)
+    cfg = check_team_config(OmegaConf.create(info["config"]), f"{where}: config")
+    _check_claims(info, cfg, where)
+
+
+def _check_fields(info: Any, where: Path | str) -> None:
+    """Every field of team.json present and of its type, the model folders' names included."""
     if not isinstance(info, dict):
         raise ConfigError(f"{where}: not a team record (a JSON object), but {type(info).__name__}")
     fmt = info.get("format")
@@ -533,9 +542,12 @@ def check_team_record(info: Any, where: Path | str) -> None:
     for k, role in enumerate(info["roles"]):
         if not isinstance(role, dict) or not isinstance(role.get("policy"), str):
             raise ConfigError(f"{where}: roles[{k}] is not an object with a policy name")
-    _load_plugins(info["config"].get("plugins"), Path(where).parent)   # guarded, before validate imports them
-    cfg = check_team_config(OmegaConf.create(info["config"]), f"{where}: config")
-    _check_claims(info, cfg, where)
+    for k, entry in enumerate(info["models"]):
+        for key in ("load", "tokenizer"):
+            name = entry[key]
+            if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
+                raise ConfigError(f"{where}: models[{k}].{key} is {name!r}; expected the name of a folder of the team "
+                                  f"(agent_1, policy, base, ...)")
 
 
 def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
@@ -555,7 +567,7 @@ def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
             if isinstance(spec, dict) and isinstance(spec.get("name_or_path"), str):
                 spec["name_or_path"] = "builtin:tiny"        # where the weights are is checked elsewhere
                 spec["tokenizer"] = None
-        return validate(OmegaConf.merge(OmegaConf.structured(TrainSchema), nodes))
+        return validate(OmegaConf.merge(OmegaConf.structured(TrainSchema), nodes), recorded=True)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     except Exception as e:       # a node of the wrong shape that the schemas do not reach
@@ -588,11 +600,6 @@ def _check_claims(info: dict, cfg: DictConfig, where: Path | str) -> None:
         if not 0 <= entry["spec"] < num_specs:
             raise ConfigError(f"{where}: models[{k}].spec is {entry['spec']}; the config has {num_specs} model "
                               f"entr{'y' if num_specs == 1 else 'ies'} (0..{num_specs - 1})")
-        for key in ("load", "tokenizer"):
-            name = entry[key]
-            if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
-                raise ConfigError(f"{where}: models[{k}].{key} is {name!r}; expected the name of a folder of the team "
-                                  f"(agent_1, policy, base, ...)")
     adapters = any(m["adapter"] for m in info["models"])
     if (info["weights"] == "adapters") != adapters:
         raise ConfigError(f"{where}: weights is {info['weights']!r} but models say "

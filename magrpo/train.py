@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from magrpo import distributed
+from magrpo import distributed, plugins, trust
 from magrpo.config import ConfigError, optimized_metric, validate
 from magrpo.launch import (
     CONF_DIR,
@@ -60,6 +60,9 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     with RunStatus(out, kind="train") as status:
         origin = from_run(cfg, "train", taken)   # what resume=RUN took from the run's config
         cfg = validate(cfg)
+        trust.sign_run(out, cfg)                 # made by you: later commands take its plugins up (magrpo.trust)
+        if plugins.loaded():
+            log.info("plugins: %s", plugins.imported_with_why())
         if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):
             from magrpo.checkpoint import checkpoint_step
             from magrpo.tracking import set_aside_after

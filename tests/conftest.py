@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -12,6 +14,11 @@ from magrpo.config import register_schemas
 from magrpo.launch import CONF_DIR
 
 register_schemas()      # what every entry point does first: conf/ composes without importing one
+
+# The tests sign and trust runs with a key of their own (magrpo.trust), never the user's: one home for
+# the whole session, set before pytest-xdist starts its workers, so a run made in one worker is
+# "made by you" in another. A test that plays a second user gives its own MAGRPO_HOME.
+os.environ["MAGRPO_HOME"] = str(Path(tempfile.gettempdir()) / f"magrpo-test-home-{os.getuid()}")
 
 # Hub look-ups fail fast instead of retrying; the tests never need the network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -50,17 +57,25 @@ def library_log_handlers_outlive_capsys():
 
 @pytest.fixture(autouse=True)
 def plugins_imported_by_a_test_stay_in_it():
-    """A run records every plugin imported in its process (magrpo.plugins.loaded). A test that
+    """A run records every plugin imported in its process (magrpo.plugins.loaded), and the trust rule
+    remembers what this process allowed (magrpo.trust). A test that
     imports one from a folder of its own (the README's my_game.py) would otherwise have every later
     run of its worker record it too, and a subprocess export of such a run then fails to import it:
     each test starts from, and leaves, the plugin record it found."""
-    from magrpo import plugins
+    from magrpo import plugins, trust
 
-    loaded, conf = dict(plugins._loaded), list(plugins._conf_dirs)
+    loaded, code, conf = dict(plugins._loaded), dict(plugins._code), list(plugins._conf_dirs)
+    allowed, command = dict(trust._allowed), dict(trust._command)
     yield
     plugins._loaded.clear()
     plugins._loaded.update(loaded)
+    plugins._code.clear()
+    plugins._code.update(code)
     plugins._conf_dirs[:] = conf
+    trust._allowed.clear()            # what a test trusted stays in it too
+    trust._allowed.update(allowed)
+    trust._command.clear()
+    trust._command.update(command)
 
 
 _COMPOSED: dict[tuple[str, tuple[str, ...]], object] = {}

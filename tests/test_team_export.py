@@ -148,7 +148,8 @@ def test_the_exported_weights_are_the_checkpoints(kind, trained, exported):
     names = sorted(p.name for p in team_dir.iterdir())
     info = _json(team_dir / "team.json")
     if kind == "lora":
-        assert names == ["README.md", "agent_1", "agent_2", "base", "manifest.json", "overrides.yaml", "team.json"]
+        assert names == ["README.md", "agent_1", "agent_2", "base", "manifest.json", "overrides.yaml", "signature.json",
+                         "team.json"]
         assert info["weights"] == "adapters"
         assert [m["load"] for m in info["models"]] == ["base", "base"]
         assert (team_dir / "base" / "model.safetensors").is_file()
@@ -157,15 +158,15 @@ def test_the_exported_weights_are_the_checkpoints(kind, trained, exported):
             assert "adapter_config.json" in files and "adapter_model.safetensors" in files
             assert "model.safetensors" not in files       # the base is written once, not per agent
     elif kind == "ppo":           # one model, the single-agent form
-        assert names == ["README.md", "agent_1", "manifest.json", "overrides.yaml", "team.json"]
+        assert names == ["README.md", "agent_1", "manifest.json", "overrides.yaml", "signature.json", "team.json"]
         assert info["weights"] == "full" and [m["policy"] for m in info["models"]] == ["agent_1"]
     elif kind == "shared":        # one policy plays both roles: written once
-        assert names == ["README.md", "manifest.json", "overrides.yaml", "policy", "team.json"]
+        assert names == ["README.md", "manifest.json", "overrides.yaml", "policy", "signature.json", "team.json"]
         assert info["weights"] == "full" and [m["policy"] for m in info["models"]] == ["policy"]
         assert [r["policy"] for r in info["roles"]] == ["policy", "policy"]
         assert (team_dir / "policy" / "model.safetensors").is_file()
     else:
-        assert names == ["README.md", "agent_1", "agent_2", "manifest.json", "overrides.yaml", "team.json"]
+        assert names == ["README.md", "agent_1", "agent_2", "manifest.json", "overrides.yaml", "signature.json", "team.json"]
         assert info["weights"] == "full"
         for agent in ("agent_1", "agent_2"):
             assert (team_dir / agent / "model.safetensors").is_file()

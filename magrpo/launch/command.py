@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
@@ -17,7 +18,9 @@ from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars
 from magrpo.launch.override_errors import explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
+from magrpo.plugins import PluginInterrupt
 from magrpo.schema import ConfigError
+from magrpo.trust import UntrustedError
 
 # A Hydra command's job: `job(cfg, taken)`, `taken` being what the command line took up from the run
 # it names (magrpo.run_config.inherit_argv; None when it names none).
@@ -85,12 +88,20 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     quiet_progress_bars()
     register_resolvers()
     argv = list(sys.argv[1:] if argv is None else argv)
+    given = list(argv)          # the user's own command line: what it names is theirs (magrpo.trust)
     try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
-        argv, taken = inherit_argv(config_name, argv)
-        search = load_cli_plugins(config_name, argv, taken)   # before anything is composed or looked up
+        with console_log():
+            argv, taken = inherit_argv(config_name, argv)
+            search = load_cli_plugins(config_name, argv, taken, given)   # before anything is composed or looked up
+    except UntrustedError as e:
+        report(prog, f"refused: {e}")
+        sys.exit(2)
     except ConfigError as e:
         report(prog, f"config error: {e}")
         sys.exit(2)
+    except PluginInterrupt as e:
+        report(prog, str(e))
+        sys.exit(130)
     register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
     user_full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
@@ -112,37 +123,68 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
         sys.exit(2)
 
 
-def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = None) -> str | None:
-    """Import the plugins of a command line (magrpo.plugins): `plugins=[...]` (its own, or taken up
-    from a run), MAGRPO_PLUGINS, the entry points, and the plugins recorded by the run, checkpoint
-    or team that `resume=`/`checkpoint=`/`team=` names. Returns the `hydra.searchpath=[...]`
-    override that adds the plugins' conf directories (None when they name none, or the command
-    line sets the search path itself)."""
-    from magrpo.plugins import conf_dirs, load_plugins, load_recorded, plugins_in_argv
-    from magrpo.run_config import named_runs, recorded_plugins, recorded_searchpath
+def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = None,
+                     given: list[str] | None = None) -> str | None:
+    """Import the plugins of a command line (magrpo.plugins): the plugins and reward modules the run,
+    checkpoint or team that `resume=`/`checkpoint=`/`team=` names records, when the trust rule
+    allows them (magrpo.trust: else an UntrustedError before anything is imported), then the
+    command line's own `plugins=[...]`, MAGRPO_PLUGINS and the entry points. `given`: the user's own
+    command line (`argv` holds a taken-up run's overrides too). Returns the `hydra.searchpath=[...]`
+    override that adds a trusted run's config directories and the plugins' (None when there are
+    none, or the command line sets the search path itself)."""
+    from magrpo import trust
+    from magrpo.plugins import conf_dirs, load_plugins, plugins_in_argv
+    from magrpo.run_config import named_runs, reward_modules_in_argv, trust_plugins_in_argv
+    from magrpo.team import is_team_dir
 
+    own = list(argv if given is None else given)
+    own_plugins = plugins_in_argv(own)
+    trust.allow_named([*own_plugins, *reward_modules_in_argv(own)])
+    trust.on_this_command(trust_plugins_in_argv(own), "trust_plugins=true")
     paths: list[str] = []
     for run in named_runs(config_name, argv):      # first: a missing one is named with the run that needs it
-        load_recorded(recorded_plugins(run), run)
-        paths += recorded_searchpath(run)
-    for run, record in (taken or {}).items():       # plugins=[...] taken up from a run's saved overrides
-        load_recorded(plugins_in_argv(record.get("lines", [])), run)
-    load_plugins(plugins_in_argv(argv))
+        up = trust.take_up(run)
+        if not is_team_dir(up.root):                # a team composes with no directory of its own
+            paths += up.config_dirs
+    load_plugins(own_plugins)
     paths += [f"file://{d}" for d in conf_dirs()]
     paths = list(dict.fromkeys(paths))
-    if not paths or any(override_key(a) == "hydra.searchpath" for a in argv):
+    if not paths or any(override_key(a) == "hydra.searchpath" for a in own):
         return None
     return "hydra.searchpath=[" + ",".join(paths) + "]"
+
+
+@contextmanager
+def console_log() -> Iterator[None]:
+    """The `magrpo` logger's INFO lines on stderr before Hydra sets up logging (the plugins a
+    command is about to import); nothing changes where logging is set up already."""
+    logger = logging.getLogger("magrpo")
+    if logging.getLogger().handlers or logger.handlers:
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def parse_plain_cli(parser: Any, argv: list[str] | None) -> Any:
     """The arguments of a command that is not a Hydra app (magrpo-export, magrpo-crossplay), with
     the console set up as the Hydra commands set it: INFO lines, no download progress bars."""
+    from magrpo import trust
     from magrpo.plugins import add_option, load_option
 
     add_option(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     quiet_progress_bars()
+    trust.on_this_command(args.trust_plugins, "--trust-plugins")
     load_option(args, parser.prog)
+    trust.allow_named([m.strip() for m in (args.plugins or "").split(",") if m.strip()])
     return args

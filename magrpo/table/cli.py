@@ -78,12 +78,15 @@ def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequen
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from magrpo import trust
     from magrpo.plugins import add_option, load_option
 
     parser = build_parser()
     add_option(parser)
     args = parser.parse_args(argv)
+    trust.on_this_command(args.trust_plugins, "--trust-plugins")
     load_option(args, "magrpo-table")
+    trust.allow_named([m.strip() for m in (args.plugins or "").split(",") if m.strip()])
     try:
         if args.out is None and len(args.dirs) > 1:
             raise TableError("several DIRs given: say where the tables go with --out")

@@ -297,13 +297,12 @@ def run_task(run: Run):
     None for a task this version does not know; TableError when the saved nodes no longer fit."""
     from omegaconf import OmegaConf
 
-    from magrpo.plugins import load_recorded
-    from magrpo.run_config import recorded_plugins
+    from magrpo import trust
     from magrpo.schema import ConfigError
     from magrpo.tasks import TASKS, available_tasks, build_task, reward_schema_of
 
-    try:        # a plugin's task: the plugins the run recorded, from this environment
-        load_recorded(recorded_plugins(run.path), run.path)
+    try:        # a plugin's task: the plugins the run recorded, when the trust rule allows them
+        trust.take_up(run.path)
     except ConfigError as e:
         raise TableError(str(e)) from None
     if run.task not in available_tasks():

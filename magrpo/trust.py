@@ -1,0 +1,597 @@
+"""The trust rule: what a run or team records is data; code that it names runs only on your say.
+
+A run directory, a checkpoint and an exported team record *code references*: the plugins the run
+imported (`plugins`), the reward functions it scored with (`reward.fn`/`reward.fns` written
+`module:function`) and the extra config directories it composed with (`hydra.searchpath`). A
+command that takes one up (`magrpo-eval checkpoint=`/`team=`, `magrpo-train resume=`,
+`magrpo-export`, `magrpo-crossplay`, `magrpo-table`, `Team.from_pretrained`, `Team.from_run`)
+imports those modules, and composes with those directories, only when each one is
+
+  * named by you: your own `plugins=`/`--plugins`/`reward.fn=`, MAGRPO_PLUGINS, an entry point of
+    a package you installed;
+  * made by you: the directory carries `signature.json`, an HMAC-SHA256 over its references keyed
+    by a secret of yours that lives outside it (`$MAGRPO_HOME/secret`, by default
+    `~/.config/magrpo/secret`, made on first use with mode 0600), as Jupyter signs the notebooks
+    you ran. `magrpo-train` signs every run it writes and `magrpo-export` every team, and a
+    reference added since (an edited config, a saved override) is not covered;
+  * trusted by you: `magrpo-trust DIR` (what DIR records now, kept in `$MAGRPO_HOME/trusted.json`,
+    as direnv's `allow`), or `trust_plugins=true` / `--trust-plugins` / `trust_plugins=True` on
+    this one command or call.
+
+Otherwise the command stops before anything is imported or composed, in one line that lists what
+the directory records and the command that trusts it. Trust is not passed on: a run resumed from
+a directory trusted by the last rule signs only the references that are yours, so the sender's
+need trusting again. Whatever is trusted, a plugin that lies inside the directory is refused, and
+of a directory you did not make, one beside it too (magrpo.plugins).
+
+Modules of this package (`magrpo.*`) are installed code and need no trust; a standard-library
+module or a package's `__main__` is never taken as a plugin or reward module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import shlex
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from magrpo.checkpoint import CONFIG_FILE, TEAM_FILE
+from magrpo.overrides import override_key, parse_override
+from magrpo.plugins import PluginError, check_name, import_plugin, named_by_user, shown
+from magrpo.schema import ConfigError
+
+log = logging.getLogger("magrpo")
+
+HOME_ENV = "MAGRPO_HOME"
+SECRET_FILE = "secret"
+STORE_FILE = "trusted.json"
+SIGNATURE_FILE = "signature.json"
+FORMAT = 1
+MAX_REFS = 256              # references one directory may record (its plugins are also capped per list)
+MAX_FILE_BYTES = 16 << 20   # a record larger than this is not read for references: it is refused
+MAX_CHECKPOINTS = 10_000
+
+# How a reference was allowed. The first two are yours; the last two trust someone else's.
+NAMED, SIGNED, STORED, FLAG = "named by you", "made by you (signature checked)", "trusted with magrpo-trust", \
+    "trusted by trust_plugins on this command"
+OWN = (NAMED, SIGNED)
+_RANK = {NAMED: 0, SIGNED: 1, STORED: 2, FLAG: 3}
+
+
+class UntrustedError(ConfigError):
+    """A directory records code that is not trusted here: one line listing it and how to trust it."""
+
+
+@dataclass(frozen=True)
+class Ref:
+    """One code reference a directory records: `kind` plugin | reward | config dir, its `value`
+    (a module, module:function, or a search path entry) and the file that records it."""
+
+    kind: str
+    value: str
+    file: str
+
+    @property
+    def code(self) -> str:
+        """What trust is about: `module:M` (a module to import) or `config:ENTRY` (a directory to compose)."""
+        if self.kind == "config dir":
+            return f"config:{self.value}"
+        return f"module:{self.value.partition(':')[0] if self.kind == 'reward' else self.value}"
+
+    @property
+    def module(self) -> str | None:
+        return None if self.kind == "config dir" else self.code.partition(":")[2]
+
+    @property
+    def name(self) -> str:
+        """In words: `plugin 'm'`, `reward function 'm:f'`, `config directory 'file:///x'`."""
+        kind = {"reward": "reward function", "config dir": "config directory"}.get(self.kind, self.kind)
+        return f"{kind} {shown(self.value, 60)}"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.file})"
+
+
+# -- the per-user secret and store ---------------------------------------------------------------------
+
+
+def home() -> Path:
+    """Where your secret and trust store live: $MAGRPO_HOME, else ~/.config/magrpo."""
+    given = os.environ.get(HOME_ENV)
+    return Path(given).expanduser() if given else Path.home() / ".config" / "magrpo"
+
+
+def _secret(create: bool) -> bytes | None:
+    """Your signing key (made on first use when `create`); None when it cannot be read or made."""
+    f = home() / SECRET_FILE
+    try:
+        return bytes.fromhex(f.read_text().strip())
+    except (OSError, ValueError):
+        if not create:
+            return None
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(f, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(32) + "\n")
+    except FileExistsError:
+        pass
+    except OSError as e:
+        log.warning("cannot write your signing key %s (%s): runs and teams made here are not signed, so "
+                    "later commands ask you to trust them", f, e)
+        return None
+    try:
+        return bytes.fromhex(f.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _mac(key: bytes, codes: Iterable[str]) -> str:
+    message = json.dumps({"format": FORMAT, "code": sorted(set(codes))}, sort_keys=True).encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def _read_json(f: Path) -> Any:
+    if f.stat().st_size > MAX_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
+    return json.loads(f.read_text())
+
+
+def signature(root: Path) -> tuple[set[str], str]:
+    """The references `root`'s signature covers, and in words why none are when it covers none."""
+    f = Path(root) / SIGNATURE_FILE
+    if not f.is_file():
+        return set(), "it carries no signature of yours (made elsewhere, or before signatures)"
+    try:
+        data = _read_json(f)
+        codes, mac = data["code"], data["hmac"]
+        if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes) or not isinstance(mac, str):
+            raise ValueError("not a signature")
+    except (OSError, ValueError, KeyError, TypeError):
+        return set(), f"its {SIGNATURE_FILE} is not a signature"
+    key = _secret(create=False)
+    if key is None or not hmac.compare_digest(_mac(key, codes), mac):
+        return set(), "its signature is not yours (made by another user or on another machine, or edited)"
+    return set(codes), ("your signature does not cover it (it changed since you made it, or it was made from "
+                        "a run you trusted but did not make)")
+
+
+def write_signature(root: Path, codes: Iterable[str]) -> None:
+    """Sign `codes` as made by you into `root` (a run directory, or an export's folder being filled)."""
+    key = _secret(create=True)
+    if key is None:
+        return
+    codes = sorted(set(codes))
+    body = json.dumps({"format": FORMAT, "by": "magrpo", "code": codes, "hmac": _mac(key, codes)}, indent=1) + "\n"
+    tmp = Path(root) / f".{SIGNATURE_FILE}.tmp"
+    tmp.write_text(body)
+    os.replace(tmp, Path(root) / SIGNATURE_FILE)
+
+
+def _store() -> dict[str, Any]:
+    try:
+        data = _read_json(home() / STORE_FILE)
+        return data if isinstance(data, dict) and isinstance(data.get("dirs"), dict) else {"dirs": {}}
+    except (OSError, ValueError):
+        return {"format": FORMAT, "dirs": {}}
+
+
+def _save_store(data: dict[str, Any]) -> None:
+    f = home() / STORE_FILE
+    f.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = f.with_name(f".{STORE_FILE}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps({"format": FORMAT, "dirs": data["dirs"]}, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, f)
+
+
+def stored(root: Path) -> set[str]:
+    """What `magrpo-trust` recorded as trusted for `root` (by its resolved path)."""
+    entry = _store()["dirs"].get(str(Path(root).resolve()))
+    key = _secret(create=False)
+    if not isinstance(entry, dict) or key is None:
+        return set()
+    codes = entry.get("code")
+    if not isinstance(codes, list) or not hmac.compare_digest(_mac(key, [str(Path(root).resolve()), *codes]),
+                                                             str(entry.get("hmac", ""))):
+        return set()
+    return set(codes)
+
+
+# -- what a directory records -----------------------------------------------------------------------------
+
+
+def trust_root(path: str | Path) -> Path:
+    """The directory a path belongs to for trust: a team, the run a checkpoint is part of
+    (`RUN/checkpoints/step_N`, `RUN/checkpoints`), or the path itself."""
+    p = Path(str(path)).expanduser()
+    if (p / TEAM_FILE).is_file():
+        return p
+    if p.name == "checkpoints" and p.parent.is_dir():
+        return p.parent
+    if p.parent.name == "checkpoints" and p.parent.parent.is_dir():
+        return p.parent.parent
+    return p
+
+
+def _values(line: str) -> list[Any]:
+    try:
+        value = parse_override(line).value()
+    except Exception:
+        return [line.partition("=")[2]]         # unparsable: its text, refused as a name below
+    return value if isinstance(value, list) else [value]
+
+
+def _refs_of_config(cfg: Any, file: str) -> list[Ref]:
+    """The references a config (team.json's `config`, a checkpoint's config.json, .hydra/config.yaml) holds."""
+    if not isinstance(cfg, dict):
+        return []
+    out = [Ref("plugin", str(m), f"{file} plugins") for m in _as_list(cfg.get("plugins"))]
+    reward = cfg.get("reward")
+    if isinstance(reward, dict):
+        for key in ("fn", "fns"):
+            out += [Ref("reward", str(s), f"{file} reward.{key}") for s in _as_list(reward.get(key)) if ":" in str(s)]
+    return out
+
+
+def _as_list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def _refs_of_lines(lines: Any, file: str) -> list[Ref]:
+    """The references saved override lines hold (`plugins=`, `reward.fn=`, `reward.fns=`)."""
+    out: list[Ref] = []
+    for line in _as_list(lines):
+        if not isinstance(line, str) or line.startswith("~") or "=" not in line:
+            continue
+        key = override_key(line)
+        if key == "plugins":
+            out += [Ref("plugin", str(v), f"{file}: {shown(line, 60)}") for v in _values(line) if v not in (None, "")]
+        elif key in ("reward.fn", "reward.fns"):
+            out += [Ref("reward", str(v), f"{file}: {shown(line, 60)}") for v in _values(line)
+                    if v is not None and ":" in str(v)]
+    return out
+
+
+def _load_yaml(f: Path) -> Any:
+    from omegaconf import OmegaConf
+
+    if f.stat().st_size > MAX_FILE_BYTES:
+        raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
+    return OmegaConf.to_container(OmegaConf.load(f), resolve=False)
+
+
+def _read(f: Path, how: str) -> Any:
+    """A record's content (`how`: json | yaml | lines); None when it is absent; an unreadable one is
+    refused: what cannot be read for its references is not taken up either."""
+    if not f.is_file():
+        return None
+    try:
+        if how == "json":
+            return _read_json(f)
+        if how == "lines":
+            import yaml
+
+            if f.stat().st_size > MAX_FILE_BYTES:
+                raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
+            return yaml.safe_load(f.read_text())
+        return _load_yaml(f)
+    except Exception as e:      # noqa: BLE001  (a broken record of any kind: one line)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{f}: cannot be read ({first[:200]}), so what it records cannot be checked") from None
+
+
+def recorded(path: str | Path) -> list[Ref]:
+    """Every code reference the directory `path` belongs to records, in every file a command reads."""
+    root = trust_root(path)
+    refs: list[Ref] = []
+    team = _read(root / TEAM_FILE, "json")
+    if team is not None:
+        return _team_refs(team) + _refs_of_lines(_read(root / "overrides.yaml", "lines"), "overrides.yaml")
+    hydra = root / ".hydra"
+    refs += _refs_of_config(_read(hydra / "config.yaml", "yaml"), ".hydra/config.yaml")
+    refs += _refs_of_lines(_read(hydra / "overrides.yaml", "lines"), ".hydra/overrides.yaml")
+    recorded_hydra = _read(hydra / "hydra.yaml", "yaml")
+    search = ((recorded_hydra or {}).get("hydra") or {}).get("searchpath") if isinstance(recorded_hydra, dict) else None
+    refs += [Ref("config dir", str(s), ".hydra/hydra.yaml hydra.searchpath") for s in _as_list(search)]
+    refs += _refs_of_config(_read(root / CONFIG_FILE, "json"), CONFIG_FILE)
+    ckpts = root / "checkpoints"
+    if ckpts.is_dir():
+        for n, step in enumerate(sorted(ckpts.iterdir())):
+            if n >= MAX_CHECKPOINTS:
+                raise ConfigError(f"{root}: more than {MAX_CHECKPOINTS} checkpoint folders; not taken up")
+            if (step / CONFIG_FILE).is_file():
+                refs += _refs_of_config(_read(step / CONFIG_FILE, "json"), f"checkpoints/{step.name}/{CONFIG_FILE}")
+    return refs
+
+
+def _team_refs(team: Any) -> list[Ref]:
+    if not isinstance(team, dict):
+        return []
+    return [Ref("plugin", str(m), f"{TEAM_FILE} plugins") for m in _as_list(team.get("plugins"))] + \
+        _refs_of_config(team.get("config"), f"{TEAM_FILE} config") + \
+        _refs_of_lines(team.get("overrides"), f"{TEAM_FILE} overrides")
+
+
+def needs_trust(ref: Ref) -> bool:
+    """Whether a reference names code from outside this package (a config directory always does)."""
+    return ref.kind == "config dir" or not (ref.module == "magrpo" or str(ref.module).startswith("magrpo."))
+
+
+def check_refs(root: Path, refs: list[Ref]) -> None:
+    """Every reference well formed and bounded, before anything is decided or imported."""
+    if len(refs) > MAX_REFS:
+        raise ConfigError(f"{root} records {len(refs)} code references (plugins, reward functions, config "
+                          f"directories); at most {MAX_REFS} are taken up")
+    for ref in refs:
+        if ref.kind == "config dir":
+            if len(ref.value) > 4096 or "\n" in ref.value:
+                raise ConfigError(f"{root}: {ref} is not a config directory")
+            continue
+        if ref.kind == "reward" and ref.value.count(":") != 1:
+            raise ConfigError(f"{root}: {ref} is not module:function")
+        check_name(ref.module, f"{root}: {ref}")
+
+
+# -- the decision -------------------------------------------------------------------------------------
+
+_allowed: dict[str, str] = {}       # code -> how it was allowed in this process (the strongest)
+_command: dict[str, Any] = {"flag": False, "hint": "trust_plugins=True"}
+
+
+def on_this_command(trust_plugins: bool, hint: str) -> None:
+    """What the command line says (its entry point calls this): `trust_plugins` given, and how the
+    refusal's line words the one-command trust (`trust_plugins=true`, `--trust-plugins`)."""
+    _command.update(flag=bool(trust_plugins), hint=hint)
+
+
+def _allow(code: str, how: str) -> None:
+    if code not in _allowed or _RANK[how] < _RANK[_allowed[code]]:
+        _allowed[code] = how
+
+
+def allow_named(modules: Iterable[str]) -> None:
+    """Modules the user named (their command line or call): theirs wherever they are recorded."""
+    for m in modules:
+        _allow(f"module:{m}", NAMED)
+
+
+def _listing(refs: list[Ref], limit: int = 4) -> str:
+    """Distinct references in words, and the files that record them."""
+    names = list(dict.fromkeys(r.name for r in refs))
+    files = list(dict.fromkeys(r.file.partition(" ")[0].rstrip(":") for r in refs))
+    text = ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+    return f"{text} (in {', '.join(files[:3])}{f' and {len(files) - 3} more files' if len(files) > 3 else ''})"
+
+
+def refusal(root: Path, refs: list[Ref], untrusted: set[str], why: str, hint: str) -> UntrustedError:
+    listed = _listing([r for r in refs if r.code in untrusted])
+    return UntrustedError(f"{root} records code that would run here and is not trusted: {listed}; {why}, so "
+                          f"nothing was imported. If you trust it: magrpo-trust {shlex.quote(str(root))} (or {hint} "
+                          f"on this command)")
+
+
+@dataclass
+class TakeUp:
+    """What a directory's take-up allowed: its root, its references and how each code was allowed."""
+
+    root: Path
+    refs: list[Ref]
+    how: dict[str, str]
+
+    @property
+    def config_dirs(self) -> list[str]:
+        return list(dict.fromkeys(r.value for r in self.refs if r.kind == "config dir"))
+
+
+def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | None = None,
+            import_code: bool = True) -> TakeUp:
+    """Check what the directory `path` belongs to records against the rule (module docstring) and,
+    when all of it is trusted, import its plugins and reward modules (magrpo.plugins, guarded);
+    else an UntrustedError before anything is imported. `trust_plugins`: the call's own say (None:
+    the command line's)."""
+    root = trust_root(path)
+    refs = recorded(root)
+    check_refs(root, refs)
+    codes = [r.code for r in refs if needs_trust(r)]
+    flag = _command["flag"] if trust_plugins is None else bool(trust_plugins)
+    named = {f"module:{m}" for m in named_by_user()}
+    how: dict[str, str] = {}
+    untrusted: set[str] = set()
+    signed: set[str] | None = None
+    why = ""
+    for code in dict.fromkeys(codes):
+        if code in named or _allowed.get(code) == NAMED:
+            how[code] = NAMED
+            continue
+        if signed is None:
+            signed, why = signature(root)
+            store = stored(root)
+        if code in signed:
+            how[code] = SIGNED
+        elif code in store:
+            how[code] = STORED
+        elif flag:
+            how[code] = FLAG
+        elif code in _allowed:          # allowed earlier by this command (its entry point's check)
+            how[code] = _allowed[code]
+        else:
+            untrusted.add(code)
+    if untrusted:
+        raise refusal(root, refs, untrusted, why, hint or _command["hint"])
+    for code, h in how.items():
+        _allow(code, h)
+    for ref in refs:
+        if ref.kind == "config dir":
+            _check_config_dir(root, ref, how.get(ref.code, NAMED))
+    if import_code:
+        plugins = {r.module for r in refs if r.kind == "plugin"}
+        for ref in refs:
+            if ref.module is None or not needs_trust(ref):
+                continue
+            h = how[ref.code]
+            import_plugin(ref.module, f"recorded by {root}, {ref.file}; {h}", root=root if h != NAMED else None,
+                          beside=h not in OWN, plugin=ref.module in plugins)
+    return TakeUp(root, refs, how)
+
+
+def _check_config_dir(root: Path, ref: Ref, how: str) -> None:
+    """A recorded config directory never lies inside the directory (its YAML would come along with
+    it); a `pkg://` one names a package that is checked as a plugin is, and found without running it."""
+    from magrpo.plugins import _forms, check_location, locate
+
+    scheme, _, rest = ref.value.partition("://")
+    if scheme == "pkg":
+        module = check_name(rest.strip("/").replace("/", "."), f"{root}: {ref}")
+        if how != NAMED:
+            check_location(module, locate(module, f"{root}: {ref}"), root, how not in OWN, f"{root}: {ref}")
+    elif scheme == "file" and how != NAMED:
+        where = _forms(rest)
+        if any(f.is_relative_to(r) for f in where for r in _forms(root)):
+            raise ConfigError(f"{root}: {ref} lies inside it; a run or team never brings config along")
+
+
+# -- signing what you make ----------------------------------------------------------------------------------
+
+
+def own_codes(codes: Iterable[str]) -> list[str]:
+    """Of `codes` (what a run or team being written records), those that are yours to sign: not
+    allowed by trusting someone else's directory in this process (magrpo-trust, trust_plugins)."""
+    return [c for c in dict.fromkeys(codes) if _allowed.get(c, NAMED) in OWN]
+
+
+def config_codes(cfg: Any, search: Iterable[str] = ()) -> list[str]:
+    """The references a run's config makes (its plugins, reward modules) and its config directories."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    refs = _refs_of_config(data, "config") + [Ref("config dir", str(s), "searchpath") for s in search]
+    return [r.code for r in refs if needs_trust(r)]
+
+
+def sign_run(run_dir: Path, cfg: Any) -> None:
+    """Sign a run directory's references as yours (magrpo-train, at start): the config's own, and
+    what its earlier valid signature covered (a run resumed in place keeps its earlier record)."""
+    search: list[str] = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            search = [str(s) for s in (HydraConfig.get().searchpath or [])]
+    except Exception:       # noqa: BLE001  (no Hydra: a run started from Python)
+        search = []
+    earlier, _ = signature(run_dir)
+    try:
+        write_signature(run_dir, [*own_codes(config_codes(cfg, search)), *earlier])
+    except OSError as e:
+        log.warning("could not sign %s (%s): later commands will ask you to trust it", run_dir, e)
+
+
+def sign_team(folder: Path, info: dict[str, Any]) -> None:
+    """Sign a team being exported (`info`: its team.json) into `folder`, before its manifest."""
+    write_signature(folder, own_codes(r.code for r in _team_refs(info) if needs_trust(r)))
+
+
+# -- magrpo-trust --------------------------------------------------------------------------------------
+
+
+def describe(path: str | Path) -> list[str]:
+    """Lines: what `path` records and, for each, whether it is trusted here and how."""
+    root = trust_root(path)
+    refs = recorded(root)
+    check_refs(root, refs)
+    signed, why = signature(root)
+    store = stored(root)
+    named = {f"module:{m}" for m in named_by_user()}
+    lines = []
+    for r in {(r.kind, r.value): r for r in refs}.values():
+        if not needs_trust(r):
+            state = "built in (needs no trust)"
+        elif r.code in named:
+            state = NAMED
+        elif r.code in signed:
+            state = SIGNED
+        elif r.code in store:
+            state = STORED
+        else:
+            state = f"NOT trusted ({why})"
+        files = ", ".join(dict.fromkeys(x.file for x in refs if (x.kind, x.value) == (r.kind, r.value)))
+        lines.append(f"  {r.name}: {state} (in {files})")
+    return lines or ["  no code references: nothing to trust"]
+
+
+def trust(path: str | Path) -> list[Ref]:
+    """Record that you trust what `path` records now (magrpo-trust DIR)."""
+    root = trust_root(path)
+    if not root.is_dir():
+        raise ConfigError(f"{path}: no such directory")
+    refs = recorded(root)
+    check_refs(root, refs)
+    key = _secret(create=True)
+    if key is None:
+        raise ConfigError(f"cannot write your trust store under {home()}")
+    codes = sorted({r.code for r in refs if needs_trust(r)})
+    data = _store()
+    where = str(root.resolve())
+    data["dirs"][where] = {"code": codes, "hmac": _mac(key, [where, *codes])}
+    _save_store(data)
+    return refs
+
+
+def revoke(path: str | Path) -> bool:
+    data = _store()
+    found = data["dirs"].pop(str(trust_root(path).resolve()), None) is not None
+    if found:
+        _save_store(data)
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(prog="magrpo-trust", description=(
+        "Trust the code a run or team directory records (its plugins, reward functions, config "
+        "directories), so that magrpo-eval, resume=, magrpo-export, magrpo-crossplay, magrpo-table and "
+        "Team.from_pretrained import it. Directories you made yourself need no trusting; one someone "
+        f"else made does. Your trust store: {home() / STORE_FILE}."))
+    p.add_argument("dirs", nargs="*", metavar="DIR", help="run, checkpoint or team directories to trust")
+    p.add_argument("--show", action="store_true", help="show what each DIR records and whether it is trusted; change nothing")
+    p.add_argument("--revoke", action="store_true", help="forget the trust given to each DIR")
+    p.add_argument("--list", action="store_true", help="list the directories you trust")
+    args = p.parse_args(argv)
+    if args.list:
+        for where, entry in sorted(_store()["dirs"].items()):
+            print(f"{where}: {', '.join(entry.get('code') or []) or 'no code references'}")
+        return 0
+    if not args.dirs:
+        p.error("give at least one DIR (or --list)")
+    for d in args.dirs:
+        try:
+            if args.show:
+                print(f"{d}:")
+                print("\n".join(describe(d)))
+            elif args.revoke:
+                print(f"magrpo-trust: {'revoked' if revoke(d) else 'was not trusted:'} {d}")
+            else:
+                refs = trust(d)
+                listed = ", ".join(dict.fromkeys(r.name for r in refs if needs_trust(r))) or "no code references"
+                print(f"magrpo-trust: trusted {d}: {listed}")
+        except (ConfigError, PluginError) as e:
+            print(f"magrpo-trust: error: {e}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
