@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from magrpo.schema import ConfigError
+from magrpo.schema import CheckpointError, ConfigError  # noqa: F401  (CheckpointError: its home for callers)
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +48,6 @@ MAY_CHANGE_ON_RESUME = ("max_steps", "resume", "output_dir", "save_every", "save
 # the deprecated alias of hardware.gradient_checkpointing, which checkpoints saved before it moved hold).
 AGENT_KEYS = ("agents",)
 AGENT_KEYS_FREE = ("agents.gradient_checkpointing",)
-
-
-class CheckpointError(ConfigError):
-    """A checkpoint that is damaged or incomplete; the message names the file and what is wrong."""
-
-    def __init__(self, path: Path | str, why: str, key: str | None = None):
-        super().__init__(f"{key}={str(path)!r}: {why}" if key else f"{path}: {why}")
-        self.path, self.why = path, why
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ import torch
 import magrpo.cpu_bf16
 from magrpo.cpu_bf16 import use_float32_products
 from magrpo.sampler import set_vocab_limit
-from magrpo.schema import SetupError
+from magrpo.schema import CheckpointError, SetupError
 from magrpo.tiny import build_builtin
 
 log = logging.getLogger(__name__)
@@ -431,8 +431,6 @@ def _saved_weights(agent: Agent, src: Path, files: list[Path]) -> list[Path]:
     """The files of `files` that `save_agent` writes for `agent`; any other weight file is refused
     (CheckpointError, one line, as a file a manifest does not list): it would be read alongside the
     saved weights, and its values would reach them."""
-    from magrpo.checkpoint import CheckpointError
-
     peft = agent.adapter is not None or hasattr(agent.model, "peft_config")
     if peft:
         allowed = {src / ADAPTER_WEIGHTS, src / (agent.adapter or "default") / ADAPTER_WEIGHTS}

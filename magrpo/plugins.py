@@ -44,6 +44,7 @@ from typing import Any
 
 from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
+from magrpo.source import raised_at, shown_at
 
 log = logging.getLogger("magrpo")
 
@@ -155,7 +156,7 @@ def _places(spec: Any) -> list[str]:
     return out + [str(p) for p in (spec.submodule_search_locations or [])]
 
 
-def _forms(path: str | Path) -> set[Path]:
+def forms(path: str | Path) -> set[Path]:
     """A path as written (absolute, links kept) and resolved: a link is caught either way."""
     p = Path(path).expanduser()
     return {Path(os.path.abspath(p)), p.resolve()}
@@ -165,10 +166,10 @@ def check_location(module: str, specs: list[tuple[str, Any]], root: Path, beside
     """Refuse a plugin that `root` (a run or team directory) would bring along: the module, or a
     parent package, lies inside `root`; with `beside`, or its top package is found through the
     folder that holds `root` (a download whose folder is on sys.path)."""
-    roots = _forms(root)
+    roots = forms(root)
     for _name, spec in specs:
         for place in _places(spec):
-            if any(f == r or f.is_relative_to(r) for f in _forms(place) for r in roots):
+            if any(f == r or f.is_relative_to(r) for f in forms(place) for r in roots):
                 raise PluginError(f"the plugin {module!r} ({why}) would be imported from inside {root} ({place}); "
                                   f"a run or team never brings code along: install the plugin instead")
     if beside and specs and specs[0][1] is not None:
@@ -177,7 +178,7 @@ def check_location(module: str, specs: list[tuple[str, Any]], root: Path, beside
             [Path(p).parent for p in _places(top)]
         holders = {r.parent for r in roots}
         for entry in folders:
-            if _forms(entry) & holders:
+            if forms(entry) & holders:
                 raise PluginError(f"the plugin {module!r} ({why}) would be imported from beside {root} (from "
                                   f"{entry}, the folder that holds it); a run or team never brings code along: "
                                   f"install the plugin, or name it yourself with plugins=[{module}]")
@@ -212,18 +213,25 @@ def exits_raise() -> Iterator[None]:
         os._exit = real_exit
 
 
-def origin_line(tb: Any, folders: list[str] = ()) -> str:
-    """`file:line` of the frame a failure came from: the deepest one in `folders` (a plugin's own
-    files), else the deepest outside Python's import machinery; with the module it belongs to."""
-    frames = [f for f in traceback.extract_tb(tb) if not f.filename.startswith("<frozen")]
-    own = [f for f in frames if any(os.path.abspath(f.filename).startswith(d) for d in folders)]
-    pick = (own or frames or [None])[-1]
-    if pick is None:
-        return "?"
-    module = next((name for name, m in list(sys.modules.items())
-                   if getattr(m, "__file__", None) and os.path.abspath(m.__file__) == os.path.abspath(pick.filename)),
-                  None)
-    return f"{pick.filename}:{pick.lineno}" + (f" (module {module})" if module and not folders else "")
+def code_folders() -> list[str]:
+    """The folders of the plugins and reward modules imported here: a failure inside them is named
+    there, wherever they are installed."""
+    out = []
+    for name in [*_loaded, *_code]:
+        f = getattr(sys.modules.get(name), "__file__", None)
+        if f:
+            out.append(os.path.dirname(os.path.abspath(f)))
+    return out
+
+
+def origin_line(exc: BaseException, folders: Iterable[str] = ()) -> str:
+    """`file:line` where `exc` came from: in `folders` (a plugin's own files) or the user's code
+    (magrpo.source.raised_at); else the deepest frame outside Python's import machinery."""
+    found = raised_at(exc, prefer=folders)
+    if found:
+        return found
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<frozen")]
+    return shown_at(frames[-1].filename, frames[-1].lineno) if frames else "an unknown place"
 
 
 def _plugin_folders(specs: list[tuple[str, Any]]) -> list[str]:
@@ -261,7 +269,7 @@ def import_plugin(module: str, why: str, root: Path | None = None, beside: bool 
             mod = importlib.import_module(module)
     except BaseException as e:      # noqa: BLE001  (every way a plugin can end the import is one line)
         record.pop(module, None)
-        where = origin_line(e.__traceback__, folders)
+        where = origin_line(e, folders)
         head = f"the plugin {module!r} ({why})"
         if isinstance(e, KeyboardInterrupt):
             raise PluginInterrupt(f"interrupted while importing {head}; nothing was run") from None

@@ -33,6 +33,7 @@ from typing import Any
 from magrpo.plugins import check_name
 from magrpo.registry import Registry, registrar
 from magrpo.schema import ConfigError, did_you_mean
+from magrpo.source import defined_at, raised_at
 from magrpo.tasks.base import (
     RewardConfig,
     RewardError,
@@ -40,8 +41,6 @@ from magrpo.tasks.base import (
     Task,
     batch_words,
     columns,
-    defined_at,
-    raised_at,
     short,
 )
 

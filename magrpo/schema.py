@@ -36,6 +36,15 @@ class SetupError(RuntimeError):
     names what is missing and, where it can, how to provide it."""
 
 
+class CheckpointError(ConfigError):
+    """A checkpoint (or a team's folder) that is damaged, incomplete or holds what it should not; the
+    message names the file and what is wrong (magrpo.checkpoint, magrpo.models)."""
+
+    def __init__(self, path: Any, why: str, key: str | None = None):
+        super().__init__(f"{key}={str(path)!r}: {why}" if key else f"{path}: {why}")
+        self.path, self.why = path, why
+
+
 Choices = Sequence[Any] | Callable[[], Sequence[Any]]
 
 

@@ -35,6 +35,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from magrpo import checkpoint, trust
 from magrpo.checkpoint import TEAM_FILE, is_team_dir  # noqa: F401  (re-exported: a team's marker)
 from magrpo.schema import ConfigError
 
@@ -95,8 +96,6 @@ class Team:
         to give; what the run's config says is not taken. The plugins and reward functions the run
         records are imported when you made it, trusted it (`magrpo-trust RUN`) or give
         `trust_plugins=True` here (docs: Sharing teams and runs safely)."""
-        from magrpo import checkpoint, trust
-
         ckpt = checkpoint_of(path, step, key)
         trust.take_up(ckpt, trust_plugins=True if trust_plugins else None)
         config = OmegaConf.create(checkpoint.stored_config(ckpt))
@@ -357,7 +356,6 @@ def model_card(info: dict[str, Any], repo_id: str | None = None) -> str:
 
 def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
     """Write `team` to `out` atomically (magrpo.checkpoint.write_checkpoint with no config.json)."""
-    from magrpo import checkpoint, trust
     from magrpo.models import policy_agents, save_agent
 
     entries, bases = _layout(team)
@@ -451,8 +449,6 @@ def read_team(root: Path, trust_plugins: bool = False) -> dict[str, Any]:
         info = json.loads(f.read_text())
     except (OSError, ValueError) as e:
         raise ConfigError(f"{f}: cannot read the team ({e})") from None
-    from magrpo import trust
-
     _check_fields(info, f)
     adapters = {e["policy"] for e in info["models"] if e["adapter"]}     # a LoRA team's adapter folders
     for folder in sorted({e[k] for e in info["models"] for k in ("load", "tokenizer")} | adapters):

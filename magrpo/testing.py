@@ -35,8 +35,8 @@ from omegaconf import OmegaConf
 
 from magrpo.config import _typed
 from magrpo.schema import ConfigError, check_values
+from magrpo.source import raised_at
 from magrpo.tasks import TASKS, Item, Task, columns
-from magrpo.tasks.base import raised_at
 
 # How far a normalized return may stray outside [0, 1], and an individual reward row from the
 # joint reward, before it is a problem (float rounding, not a bug).

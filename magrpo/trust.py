@@ -45,7 +45,16 @@ from typing import Any
 
 from magrpo.checkpoint import CONFIG_FILE, TEAM_FILE
 from magrpo.overrides import override_key, parse_override
-from magrpo.plugins import PluginError, check_name, import_plugin, named_by_user, shown
+from magrpo.plugins import (
+    PluginError,
+    check_location,
+    check_name,
+    forms,
+    import_plugin,
+    locate,
+    named_by_user,
+    shown,
+)
 from magrpo.schema import ConfigError
 
 log = logging.getLogger("magrpo")
@@ -449,16 +458,14 @@ def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | Non
 def _check_config_dir(root: Path, ref: Ref, how: str) -> None:
     """A recorded config directory never lies inside the directory (its YAML would come along with
     it); a `pkg://` one names a package that is checked as a plugin is, and found without running it."""
-    from magrpo.plugins import _forms, check_location, locate
-
     scheme, _, rest = ref.value.partition("://")
     if scheme == "pkg":
         module = check_name(rest.strip("/").replace("/", "."), f"{root}: {ref}")
         if how != NAMED:
             check_location(module, locate(module, f"{root}: {ref}"), root, how not in OWN, f"{root}: {ref}")
     elif scheme == "file" and how != NAMED:
-        where = _forms(rest)
-        if any(f.is_relative_to(r) for f in where for r in _forms(root)):
+        where = forms(rest)
+        if any(f.is_relative_to(r) for f in where for r in forms(root)):
             raise ConfigError(f"{root}: {ref} lies inside it; a run or team never brings config along")
 
 

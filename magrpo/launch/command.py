@@ -12,13 +12,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from magrpo import trust
 from magrpo.config import CONF_DIR
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
 from magrpo.launch.override_errors import explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
-from magrpo.plugins import PluginInterrupt
+from magrpo.plugins import PluginInterrupt, add_option, conf_dirs, load_option, load_plugins, plugins_in_argv
 from magrpo.schema import ConfigError
 from magrpo.trust import UntrustedError
 
@@ -132,8 +133,6 @@ def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = Non
     command line (`argv` holds a taken-up run's overrides too). Returns the `hydra.searchpath=[...]`
     override that adds a trusted run's config directories and the plugins' (None when there are
     none, or the command line sets the search path itself)."""
-    from magrpo import trust
-    from magrpo.plugins import conf_dirs, load_plugins, plugins_in_argv
     from magrpo.run_config import named_runs, reward_modules_in_argv, trust_plugins_in_argv
     from magrpo.team import is_team_dir
 
@@ -177,8 +176,6 @@ def console_log() -> Iterator[None]:
 def parse_plain_cli(parser: Any, argv: list[str] | None) -> Any:
     """The arguments of a command that is not a Hydra app (magrpo-export, magrpo-crossplay), with
     the console set up as the Hydra commands set it: INFO lines, no download progress bars."""
-    from magrpo import trust
-    from magrpo.plugins import add_option, load_option
 
     add_option(parser)
     args = parser.parse_args(argv)

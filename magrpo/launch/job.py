@@ -15,8 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magrpo.overrides import override_key
-from magrpo.plugins import ProcessExit, exits_raise, origin_line
+from magrpo.plugins import ProcessExit, code_folders, exits_raise, origin_line
 from magrpo.schema import ConfigError, SetupError
+from magrpo.source import raised_at
 
 log = logging.getLogger("magrpo")
 
@@ -80,8 +81,6 @@ def as_setup_error(fn: Callable[[], Any]) -> Any:
     except (ConfigError, SetupError):
         raise
     except Exception as e:
-        from magrpo.tasks.base import raised_at
-
         site = raised_at(e)         # the user's file and line (a task's load(), a plugin's code)
         raise SetupError(f"{type(e).__name__}: {e}" + (f" (at {site})" if site else "")) from e
 
@@ -102,7 +101,7 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
         raise Interrupted(run_dir) from None
     except (SystemExit, ProcessExit) as e:   # code the run called (a plugin, a reward) ended it: say which
         how = f"{'os._exit' if isinstance(e, ProcessExit) else 'sys.exit'}({e.code!r})"
-        report(prog, f"{where}failed: the run was ended by {how}, called at {origin_line(e.__traceback__)}; it did "
+        report(prog, f"{where}failed: the run was ended by {how}, called at {origin_line(e, code_folders())}; it did "
                      f"not finish{f' ({run_dir}/summary.json)' if run_dir else ''}")
         if multirun:
             return None

@@ -13,17 +13,14 @@ totals, so it drops into TRL-style code, with the reward's components attached.
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
-import os
-import sysconfig
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, ClassVar
 
 from magrpo.schema import ConfigError, SetupError, option
+from magrpo.source import defined_at, is_magrpo, raised_at
 
 Item = dict[str, Any]
 
@@ -235,7 +232,7 @@ class Task:
         except (ConfigError, SetupError):
             raise
         except Exception as e:
-            if _is_magrpo(type(self).reward):     # a built-in task's own failure keeps its traceback
+            if is_magrpo(type(self).reward):     # a built-in task's own failure keeps its traceback
                 raise
             raise _reward_raised(self, items, prompts, completions, e) from e
         return checked_scores(self, items, out)
@@ -351,74 +348,3 @@ def _reward_raised(task: Task, items: Sequence[Item], prompts: list, completions
     site = raised_at(e, type(task).reward)
     return RewardError(f"task {task.name or type(task).__name__!r}: its reward raised {type(e).__name__} on {where}: "
                        f"{first_line(e)}" + (f" (at {site})" if site else ""))
-
-
-# -- where in the user's code --------------------------------------------------------------------------
-
-_MAGRPO_DIR = Path(__file__).resolve().parent.parent       # the magrpo package
-_LIBRARY_DIRS = tuple(dict.fromkeys(str(Path(p).resolve()) for key in ("stdlib", "platstdlib", "purelib", "platlib")
-                                    if (p := sysconfig.get_paths().get(key))))
-
-
-def _is_magrpo(obj: Any) -> bool:
-    module = getattr(obj, "__module__", None) or ""
-    return module == "magrpo" or module.startswith("magrpo.")
-
-
-def _shown(path: str, line: int) -> str:
-    """`path:line`, the path relative to the working directory when it lies inside it."""
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:          # another drive (Windows)
-        rel = path
-    return f"{path if rel.startswith('..') else rel}:{line}"
-
-
-def defined_at(fn: Callable[..., Any]) -> str | None:
-    """"file:line" of the definition of `fn` (a function or method), or None where it has no source."""
-    try:
-        fn = inspect.unwrap(fn)
-        path = inspect.getsourcefile(fn)
-        line = inspect.getsourcelines(fn)[1]
-    except (OSError, TypeError):
-        return None
-    return _shown(path, line) if path else None
-
-
-def _is_user_file(path: str) -> bool:
-    """A file of the user's own code: not magrpo's, not Python's nor an installed library's."""
-    if not path or path.startswith("<"):
-        return False
-    p = Path(path).resolve()
-    if p.is_relative_to(_MAGRPO_DIR):
-        return False
-    if "site-packages" in p.parts or "dist-packages" in p.parts:
-        return False
-    return not any(str(p).startswith(d + os.sep) for d in _LIBRARY_DIRS)
-
-
-def raised_at(exc: BaseException, owner: Callable[..., Any] | None = None) -> str | None:
-    """"file:line" of the frame in the user's code where `exc` was raised: the deepest frame of its
-    traceback in a file that is neither magrpo's nor Python's or an installed library's; else the
-    deepest in the file that defines `owner` (a plugin installed as a package). None: raised elsewhere."""
-    frames = [(tb.tb_frame.f_code.co_filename, tb.tb_lineno) for tb in _walk(exc.__traceback__)]
-    for path, line in reversed(frames):
-        if _is_user_file(path):
-            return _shown(path, line)
-    try:
-        own = inspect.getsourcefile(inspect.unwrap(owner)) if owner is not None else None
-    except (OSError, TypeError):
-        own = None
-    if own and not _is_magrpo(owner):
-        for path, line in reversed(frames):
-            if path == own:
-                return _shown(path, line)
-    return None
-
-
-def _walk(tb: Any) -> list[Any]:
-    out = []
-    while tb is not None:
-        out.append(tb)
-        tb = tb.tb_next
-    return out
