@@ -232,8 +232,11 @@ class RunStatus:
         interrupted = isinstance(exc, KeyboardInterrupt)
         with self._lock:
             data = dict(self.data or {"kind": self.kind})
+            reason = str(exc) or type(exc).__name__
+            if isinstance(exc, SystemExit) or type(exc).__name__ == "ProcessExit":   # code the run called ended it
+                reason = f"the run was ended by {'sys.exit' if isinstance(exc, SystemExit) else 'os._exit'}({exc.code!r})"
             data.update(status="interrupted" if interrupted else "failed", phase=self.phase,
-                        error=type(exc).__name__, reason=str(exc) or type(exc).__name__)
+                        error=type(exc).__name__, reason=reason)
             if not isinstance(exc, (ConfigError, KeyboardInterrupt)) and (
                     not isinstance(exc, SetupError) or exc.__cause__ is not None):
                 data["traceback"] = "".join(traceback.format_exception(exc))[-8000:]

@@ -151,10 +151,11 @@ def test_every_summary_key_is_documented(logged):
 
 BLOCK = re.compile(r"(?:<!-- (?P<mark>[\w:.\-]+) -->\n)?```(?:bash|sh|shell)\n(?P<body>.*?)```", re.S)
 ENTRY_POINTS = {"magrpo-train", "magrpo-eval", "magrpo-table", "magrpo-score", "magrpo-paper", "magrpo-dashboard",
-                "magrpo-export", "magrpo-crossplay"}
+                "magrpo-export", "magrpo-crossplay", "magrpo-trust"}
 MODULE_OF = {"magrpo-table": "magrpo/table", "magrpo-score": "magrpo/score.py", "magrpo-paper": "magrpo/paper.py",
              "magrpo-dashboard": "magrpo/dashboard.py", "magrpo-export": "magrpo/export.py",
-             "magrpo-crossplay": "magrpo/crossplay.py", "magrpo-train": "magrpo", "magrpo-eval": "magrpo"}
+             "magrpo-crossplay": "magrpo/crossplay.py", "magrpo-trust": "magrpo/trust.py", "magrpo-train": "magrpo",
+             "magrpo-eval": "magrpo"}
 OTHER_PROGRAMS = {"pip", "python", "python3", "hf", "wandb", "torchrun", "sh", "bash", "export", "for", "cd", "srun",
                   "sbatch", "HF_HUB_OFFLINE=1", "git", "ls", "cat", "mkdir"}
 USER_CODE = ("PYTHONPATH=", "MAGRPO_PLUGINS=", "plugins=", "reward.fn=", "reward.fns=")

@@ -136,7 +136,7 @@ def test_a_received_team_is_refused_in_one_line_and_trusting_it_takes_it_up(made
         Team.from_pretrained(team, device="cpu")
     line = str(e.value)
     assert "\n" not in line and "plugin 'trust_game'" in line and "reward function 'trust_game:score'" in line
-    assert "its signature is not yours" in line and f"magrpo-trust {team}" in line and "trust_plugins=True" in line
+    assert "its signature is not yours" in line and f"magrpo-trust {team}" in line and "trust_plugins" in line
     assert "trust_game" not in plugins.loaded()
     Team.from_pretrained(team, device="cpu", trust_plugins=True)            # the one-call trust
     assert "trust_game" in plugins.loaded()
@@ -332,7 +332,9 @@ def test_what_is_never_a_plugin_even_trusted(made, receiver, name, words):
     with pytest.raises(ConfigError) as e:
         Team.from_pretrained(team, device="cpu", trust_plugins=True)
     assert words in str(e.value) and len(str(e.value)) < 1000
-    assert not ran(receiver) and name not in sys.modules or name in ("antigravity", "this") and name not in sys.modules
+    assert not ran(receiver)
+    if name in ("antigravity", "this", "payload_pkg.__main__", "magrpo.table.__main__"):
+        assert name not in sys.modules              # found by name, never imported
 
 
 def test_a_list_of_ten_thousand_plugins_is_one_line_and_imports_none(made, receiver):
@@ -488,3 +490,16 @@ def test_a_clash_in_python_is_an_error_and_keeps_the_built_in(tmp_path, monkeypa
     from magrpo.testing import check_task
 
     assert check_task("agree").ok
+
+
+def test_a_run_that_a_plugin_ends_says_so_in_its_last_line(tmp_path):
+    (tmp_path / "ending_reward.py").write_text("import sys\n\n\ndef score(prompts, completions, **columns):\n"
+                                               "    sys.exit(0)\n")
+    out = tmp_path / "r"
+    done = subprocess.run([_bin("magrpo-train"), "reward.fn=ending_reward:score", "reward.max=1", "debug=smoke",
+                           f"output_dir={out}"], cwd=tmp_path, env=_env(tmp_path / "home", tmp_path),
+                          capture_output=True, text=True, timeout=300)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 1 and "the run was ended by sys.exit(0), called at ending_reward.py:5" in last, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["reason"] == "the run was ended by sys.exit(0)"
