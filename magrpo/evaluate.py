@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from magrpo import trust
 from magrpo.config import ConfigError, EvalRunSchema, validate
 from magrpo.launch import (
     as_setup_error,
@@ -86,6 +87,7 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
     with RunStatus(out, kind="eval", heartbeat=False) as status:
         origin = from_run(cfg, "eval", taken)  # what checkpoint=RUN took from the run's config
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
+        trust.sign_run(out, cfg)              # made by you: magrpo-table takes up its plugins (magrpo.trust)
         if cfg.get("team"):
             from magrpo.team import check_team_option
 
