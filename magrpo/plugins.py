@@ -293,15 +293,6 @@ def import_plugin(module: str, why: str, root: Path | None = None, beside: bool 
         _conf_dirs.append(str(conf))
 
 
-def load_recorded(modules: Iterable[str], source: str | Path, how: str = "", beside: bool = True) -> None:
-    """Import the plugins a run, checkpoint or team recorded (`source`), once magrpo.trust allowed
-    them (`how`): modules of this environment only, never one that lies inside `source` (or, with
-    `beside`, beside it), each named in the log before it is imported."""
-    why = f"recorded by {source}" + (f"; {how}" if how else "")
-    for module in check_names(list(modules), f"recorded by {source}"):
-        import_plugin(module, why, root=Path(str(source)).expanduser(), beside=beside)
-
-
 def env_plugins() -> list[str]:
     return check_names([m.strip() for m in os.environ.get(ENV, "").split(",") if m.strip()], ENV)
 

@@ -455,7 +455,7 @@ def read_team(root: Path, trust_plugins: bool = False) -> dict[str, Any]:
         checkpoint.check_only_listed(root, folder, manifest["files"], "team")
     _check_file_references(root, manifest["files"])
     trust.take_up(root, trust_plugins=True if trust_plugins else None)     # before anything is imported
-    check_team_record(info, f)
+    _check_config(info, f)
     return info
 
 
@@ -504,6 +504,11 @@ def check_team_record(info: Any, where: Path | str) -> None:
     line that names the field and what was expected. The plugins it records are taken up before
     (read_team: magrpo.trust); nothing is imported here."""
     _check_fields(info, where)
+    _check_config(info, where)
+
+
+def _check_config(info: dict, where: Path | str) -> None:
+    """team.json's config validated, and what the record claims agreeing with it (fields checked)."""
     cfg = check_team_config(OmegaConf.create(info["config"]), f"{where}: config")
     _check_claims(info, cfg, where)
 

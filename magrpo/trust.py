@@ -149,9 +149,14 @@ def _mac(key: bytes, codes: Iterable[str]) -> str:
 
 
 def _read_json(f: Path) -> Any:
+    return json.loads(_text(f))
+
+
+def _text(f: Path) -> str:
+    """A record's text; one larger than MAX_FILE_BYTES is refused (ValueError), not read."""
     if f.stat().st_size > MAX_FILE_BYTES:
         raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
-    return json.loads(f.read_text())
+    return f.read_text()
 
 
 def signature(root: Path) -> tuple[set[str], str]:
@@ -273,17 +278,10 @@ def _refs_of_lines(lines: Any, file: str) -> list[Ref]:
     return out
 
 
-def _load_yaml(f: Path) -> Any:
-    from omegaconf import OmegaConf
-
-    if f.stat().st_size > MAX_FILE_BYTES:
-        raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
-    return OmegaConf.to_container(OmegaConf.load(f), resolve=False)
-
-
 def _read(f: Path, how: str) -> Any:
-    """A record's content (`how`: json | yaml | lines); None when it is absent; an unreadable one is
-    refused: what cannot be read for its references is not taken up either."""
+    """A record's content (`how`: json | yaml | lines, each read as the command that uses it reads
+    it); None when it is absent; an unreadable one is refused: what cannot be read for its
+    references is not taken up either."""
     if not f.is_file():
         return None
     try:
@@ -292,10 +290,10 @@ def _read(f: Path, how: str) -> Any:
         if how == "lines":
             import yaml
 
-            if f.stat().st_size > MAX_FILE_BYTES:
-                raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
-            return yaml.safe_load(f.read_text())
-        return _load_yaml(f)
+            return yaml.safe_load(_text(f))
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(OmegaConf.create(_text(f)), resolve=False)
     except Exception as e:      # noqa: BLE001  (a broken record of any kind: one line)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{f}: cannot be read ({first[:200]}), so what it records cannot be checked") from None
@@ -391,36 +389,16 @@ def refusal(root: Path, refs: list[Ref], untrusted: set[str], why: str, hint: st
                           f"on this command)")
 
 
-@dataclass
-class TakeUp:
-    """What a directory's take-up allowed: its root, its references and how each code was allowed."""
-
-    root: Path
-    refs: list[Ref]
-    how: dict[str, str]
-
-    @property
-    def config_dirs(self) -> list[str]:
-        return list(dict.fromkeys(r.value for r in self.refs if r.kind == "config dir"))
-
-
-def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | None = None,
-            import_code: bool = True) -> TakeUp:
-    """Check what the directory `path` belongs to records against the rule (module docstring) and,
-    when all of it is trusted, import its plugins and reward modules (magrpo.plugins, guarded);
-    else an UntrustedError before anything is imported. `trust_plugins`: the call's own say (None:
-    the command line's)."""
-    root = trust_root(path)
-    refs = recorded(root)
-    check_refs(root, refs)
-    codes = [r.code for r in refs if needs_trust(r)]
-    flag = _command["flag"] if trust_plugins is None else bool(trust_plugins)
+def _decide(root: Path, refs: list[Ref], flag: bool) -> tuple[dict[str, str], set[str], str]:
+    """How each code `refs` names is allowed (module docstring), the codes that are not, and why
+    not in words. The signature and the store are read only when a code is not yours by name."""
     named = {f"module:{m}" for m in named_by_user()}
     how: dict[str, str] = {}
     untrusted: set[str] = set()
     signed: set[str] | None = None
+    store: set[str] = set()
     why = ""
-    for code in dict.fromkeys(codes):
+    for code in dict.fromkeys(r.code for r in refs if needs_trust(r)):
         if code in named or _allowed.get(code) == NAMED:
             how[code] = NAMED
             continue
@@ -437,6 +415,32 @@ def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | Non
             how[code] = _allowed[code]
         else:
             untrusted.add(code)
+    return how, untrusted, why
+
+
+@dataclass
+class TakeUp:
+    """What a directory's take-up allowed: its root, its references and how each code was allowed."""
+
+    root: Path
+    refs: list[Ref]
+    how: dict[str, str]
+
+    @property
+    def config_dirs(self) -> list[str]:
+        return list(dict.fromkeys(r.value for r in self.refs if r.kind == "config dir"))
+
+
+def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | None = None) -> TakeUp:
+    """Check what the directory `path` belongs to records against the rule (module docstring) and,
+    when all of it is trusted, import its plugins and reward modules (magrpo.plugins, guarded);
+    else an UntrustedError before anything is imported. `trust_plugins`: the call's own say (None:
+    the command line's)."""
+    root = trust_root(path)
+    refs = recorded(root)
+    check_refs(root, refs)
+    flag = _command["flag"] if trust_plugins is None else bool(trust_plugins)
+    how, untrusted, why = _decide(root, refs, flag)
     if untrusted:
         raise refusal(root, refs, untrusted, why, hint or _command["hint"])
     for code, h in how.items():
@@ -444,14 +448,13 @@ def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | Non
     for ref in refs:
         if ref.kind == "config dir":
             _check_config_dir(root, ref, how.get(ref.code, NAMED))
-    if import_code:
-        plugins = {r.module for r in refs if r.kind == "plugin"}
-        for ref in refs:
-            if ref.module is None or not needs_trust(ref):
-                continue
-            h = how[ref.code]
-            import_plugin(ref.module, f"recorded by {root}, {ref.file}; {h}", root=root if h != NAMED else None,
-                          beside=h not in OWN, plugin=ref.module in plugins)
+    plugins = {r.module for r in refs if r.kind == "plugin"}
+    for ref in refs:
+        if ref.module is None or not needs_trust(ref):
+            continue
+        h = how[ref.code]
+        import_plugin(ref.module, f"recorded by {root}, {ref.file}; {h}", root=root if h != NAMED else None,
+                      beside=h not in OWN, plugin=ref.module in plugins)
     return TakeUp(root, refs, how)
 
 
@@ -518,21 +521,10 @@ def describe(path: str | Path) -> list[str]:
     root = trust_root(path)
     refs = recorded(root)
     check_refs(root, refs)
-    signed, why = signature(root)
-    store = stored(root)
-    named = {f"module:{m}" for m in named_by_user()}
+    how, _, why = _decide(root, refs, flag=False)
     lines = []
     for r in {(r.kind, r.value): r for r in refs}.values():
-        if not needs_trust(r):
-            state = "built in (needs no trust)"
-        elif r.code in named:
-            state = NAMED
-        elif r.code in signed:
-            state = SIGNED
-        elif r.code in store:
-            state = STORED
-        else:
-            state = f"NOT trusted ({why})"
+        state = how.get(r.code, f"NOT trusted ({why})") if needs_trust(r) else "built in (needs no trust)"
         files = ", ".join(dict.fromkeys(x.file for x in refs if (x.kind, x.value) == (r.kind, r.value)))
         lines.append(f"  {r.name}: {state} (in {files})")
     return lines or ["  no code references: nothing to trust"]
