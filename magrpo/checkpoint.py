@@ -385,8 +385,9 @@ def json_data(node: Any) -> Any:
 
 
 # Keys only the caller decides, wherever they sit (agents.models[0].trust_remote_code): never taken
-# from a run, checkpoint or team, so they never count as a difference from one.
-CALLER_KEYS = ("trust_remote_code", "trust_plugins")
+# from a run, checkpoint or team (how much code is trusted, how model-written code is confined), so
+# they never count as a difference from one.
+CALLER_KEYS = ("trust_remote_code", "trust_plugins", "isolation")     # isolation: sandbox.isolation
 
 
 def _covered(key: str, prefixes: Iterable[str]) -> bool:

@@ -56,6 +56,8 @@ SHAPE_KEYS = ("task.name", "algo.name", "algo.topology", "algo.num_turns", "feed
               "agents.share_policy", "agents.share_base")
 
 _ROOT_RE = re.compile(r"[./@\[]")
+MAX_SAVED_LINES = 1000          # a run's saved overrides: what a real command line could hold
+MAX_SAVED_BYTES = 256 << 10
 
 
 # -- overrides as text ------------------------------------------------------------------------------
@@ -137,12 +139,16 @@ def saved_overrides(run_dir: Path) -> list[str]:
 
     f = _saved_file(Path(run_dir))
     try:
+        if f.stat().st_size > MAX_SAVED_BYTES:
+            raise ValueError(f"larger than {MAX_SAVED_BYTES >> 10} KB")
         lines = yaml.safe_load(f.read_text()) or []
     except (OSError, ValueError, yaml.YAMLError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{f}: cannot read the run's saved overrides ({first})") from None
     if not isinstance(lines, list):
         raise ConfigError(f"{f}: not a list of overrides (key=value lines), so the run's config cannot be taken up")
+    if len(lines) > MAX_SAVED_LINES:
+        raise ConfigError(f"{f}: {len(lines)} saved overrides; a run's record holds at most {MAX_SAVED_LINES}")
     return [check_saved_line(line, f) for line in lines]
 
 
@@ -153,21 +159,47 @@ def caller_only(line: str) -> bool:
 
     if re.split(r"[./\[\]]", override_key(line))[-1] in CALLER_KEYS:
         return True
-    if any(k in line for k in CALLER_KEYS):     # inside a value: agents.models=[{..., trust_remote_code: true}]
+    value = line.partition("=")[2]
+    if any(re.search(rf"\b{k}['\"]?\s*:", value) for k in CALLER_KEYS):   # inside a value: [{..., trust_remote_code: true}]
         raise ConfigError(f"the saved override {line[:200]!r} sets {'/'.join(CALLER_KEYS)} inside its value; only "
                           f"your own command line may set it, so the run's config is not taken up")
     return False
+
+
+_PATH_UP = re.compile(r"(^|[/\\])\.\.([/\\]|$)")
+
+
+def check_inheritable(line: str, where: Path | str) -> None:
+    """A saved override that could make the command compose config from outside conf/ is refused,
+    naming the file: one placing config under `hydra` (callbacks, launcher, search path), and a
+    group option given as a path that climbs (`experiment=../../x`) or starts at the root."""
+    target, _, value = line.lstrip("+~").partition("=")
+    key, _, package = target.partition("@")
+    if "hydra" in re.split(r"[./]", package.strip()):
+        raise ConfigError(f"{where}: the saved override {line[:200]!r} places config under hydra (Hydra's own "
+                          f"settings: callbacks, launcher, search path); a run's saved overrides never steer the "
+                          f"command that takes them up")
+    if _is_group(key.strip()) and (_PATH_UP.search(value) or value.strip().startswith(("/", "\\"))):
+        raise ConfigError(f"{where}: the saved override {line[:200]!r} names a config by a path outside the "
+                          f"config directories; a run's saved overrides pick options by name")
+
+
+def _is_group(key: str) -> bool:
+    """Whether an override's key picks an option of a config group (`task`, `method/task/agree`)
+    rather than setting a value."""
+    from magrpo.config import CONF_DIR
+    from magrpo.plugins import conf_dirs
+
+    if not key or "." in key or "[" in key:
+        return False
+    return "/" in key or any((Path(d) / key).is_dir() for d in [CONF_DIR, *conf_dirs()])
 
 
 def inheritable(kind: str, run_dir: Path) -> list[str]:
     """The saved overrides of `run_dir` that `kind` takes up (never a caller-only key)."""
     lines = []
     for line in saved_overrides(run_dir):
-        package = line.lstrip("+~").partition("=")[0].partition("@")[2].strip()
-        if package == "hydra" or package.startswith(("hydra.", "hydra/")):
-            raise ConfigError(f"{_saved_file(Path(run_dir))}: the saved override {line[:200]!r} places config under "
-                              f"hydra (Hydra's own settings: callbacks, launcher, search path); a run's saved "
-                              f"overrides never steer the command that takes them up")
+        check_inheritable(line, _saved_file(Path(run_dir)))
         if caller_only(line):
             log.warning("%s: not taken up: %s (only your own command line or call may trust code: shipped with "
                         "a model, or named by a run)", _saved_file(Path(run_dir)), line)
@@ -249,7 +281,7 @@ def _fetch_hub_team(argv: list[str], given: list[str], lines: list[str]) -> tupl
 
 
 def named_runs(config_name: str, argv: list[str]) -> list[Path]:
-    """The existing directories a command line names with `resume=` (train) or `checkpoint=`/`team=`
+    """The existing paths a command line names with `resume=` (train) or `checkpoint=`/`team=`
     (eval), each value of a sweep over them."""
     kind = "eval" if config_name == "eval" else "train"
     out = []
@@ -261,7 +293,7 @@ def named_runs(config_name: str, argv: list[str]) -> list[Path]:
         except Exception:
             continue
         for v in (o.sweep_string_iterator() if o.is_sweep_override() else [o.value()]):
-            if v not in (None, "", "null") and Path(str(v)).expanduser().is_dir():
+            if v not in (None, "", "null") and Path(str(v)).expanduser().exists():   # a file too: its run is taken up
                 out.append(Path(str(v)).expanduser())
     return out
 
@@ -276,6 +308,21 @@ def reward_modules_in_argv(argv: list[str]) -> list[str]:
         out += [str(v).partition(":")[0] for v in (value if isinstance(value, list) else [value])
                 if v is not None and ":" in str(v)]
     return out
+
+
+def caller_keys_in_argv(argv: list[str]) -> set[str]:
+    """The caller-only keys (trust_remote_code, sandbox isolation...) a command line sets anywhere
+    itself: only the user's own command line may."""
+    from magrpo.checkpoint import CALLER_KEYS
+
+    said = set()
+    for a in argv:
+        if a.startswith("~") or "=" not in a:
+            continue
+        key, _, value = a.partition("=")
+        leaf = re.split(r"[./\[\]@]", override_key(key))[-1] if key else ""
+        said |= {k for k in CALLER_KEYS if leaf == k or re.search(rf"\b{k}['\"]?\s*:", value)}
+    return said
 
 
 def trust_plugins_in_argv(argv: list[str]) -> bool:

@@ -99,7 +99,8 @@ class Team:
         ckpt = checkpoint_of(path, step, key)
         trust.take_up(ckpt, trust_plugins=True if trust_plugins else None)
         config = OmegaConf.create(checkpoint.stored_config(ckpt))
-        team_cfg = OmegaConf.masked_copy(config, [k for k in TEAM_NODES if k in config])
+        # the sandbox is this machine's (auto), never the run's
+        team_cfg = OmegaConf.masked_copy(config, [k for k in TEAM_NODES if k in config and k != "sandbox"])
         check_team_config(team_cfg, f"{ckpt}/{checkpoint.CONFIG_FILE}")     # its plugins taken up above
         team_cfg.agents = with_trust(team_cfg.agents, trust_remote_code)
         agents = load_team_agents(team_cfg, hardware or default_hardware(device), ckpt)
@@ -120,7 +121,7 @@ class Team:
         anything is imported, in one line (docs: Sharing teams and runs safely)."""
         root = local_team(path_or_repo, revision)
         info = read_team(root, trust_plugins)     # takes up the plugins it records first (its task may be one)
-        config = OmegaConf.create(info["config"])
+        config = OmegaConf.create({k: v for k, v in info["config"].items() if k != "sandbox"})   # this machine's
         agents_cfg = with_trust(_agents_at(config.agents, info, root), trust_remote_code)
         hw = hardware or default_hardware(device)
         from magrpo.models import load_agent_weights, load_agents, policy_agents
@@ -561,6 +562,9 @@ def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
     if missing:
         raise ConfigError(f"{where}: the node(s) {', '.join(missing)} are missing; a team's config holds its "
                           f"task, reward, algo and agents")
+    # what it names, resolved, was taken up (read_team, from_run); its trust_remote_code and sandbox are
+    # set by the loader, never taken from it
+    trust.check_composed(config, str(where), caller_keys=False)
     try:
         nodes = {k: OmegaConf.to_container(config[k], resolve=True) for k in TEAM_NODES
                  if k in config and k != "sandbox"}

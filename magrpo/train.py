@@ -50,6 +50,7 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     from magrpo.tracking import RunStatus, read_status
 
     out = output_dir(cfg)
+    trust.check_composed(cfg, "the composed config")   # after a resume=: what it names, resolved, is trusted
     if int(os.environ.get("RANK", "0")) > 0:
         cfg = validate(cfg)
         result = _fit(cfg, out)

@@ -67,6 +67,8 @@ FORMAT = 1
 MAX_REFS = 256              # references one directory may record (its plugins are also capped per list)
 MAX_FILE_BYTES = 16 << 20   # a record larger than this is not read for references: it is refused
 MAX_CHECKPOINTS = 10_000
+MAX_TOTAL_BYTES = 64 << 20  # what one directory's records may add up to
+_budget = {"bytes": 0}
 
 # How a reference was allowed. The first two are yours; the last two trust someone else's.
 NAMED, SIGNED, STORED, FLAG = "named by you", "made by you (signature checked)", "trusted with magrpo-trust", \
@@ -154,9 +156,37 @@ def _read_json(f: Path) -> Any:
 
 def _text(f: Path) -> str:
     """A record's text; one larger than MAX_FILE_BYTES is refused (ValueError), not read."""
-    if f.stat().st_size > MAX_FILE_BYTES:
+    size = f.stat().st_size
+    if size > MAX_FILE_BYTES:
         raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
+    _budget["bytes"] += size
+    if _budget["bytes"] > MAX_TOTAL_BYTES:
+        raise ValueError(f"the directory's records add up to more than {MAX_TOTAL_BYTES >> 20} MB")
     return f.read_text()
+
+
+def _plain_yaml(text: str) -> Any:
+    """YAML as data, refused when it uses anchors or aliases: magrpo never writes them, and an alias
+    that repeats a node grows exponentially when a config is built from it."""
+    import yaml
+
+    for token in yaml.scan(text):
+        if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
+            raise ValueError("it uses YAML anchors or aliases, which a run's records never hold")
+    return yaml.safe_load(text)
+
+
+def _identity(root: Path) -> str:
+    """What binds a signature to its directory: the sha256 of the record a command takes the
+    directory up by (a team's team.json, a run's .hydra/overrides.yaml), "" where there is none. A
+    signature copied into another directory covers nothing there."""
+    for f in (Path(root) / TEAM_FILE, Path(root) / ".hydra" / "overrides.yaml"):
+        if f.is_file():
+            try:
+                return hashlib.sha256(_text(f).encode()).hexdigest()
+            except (OSError, ValueError):
+                return "unreadable"
+    return ""
 
 
 def signature(root: Path) -> tuple[set[str], str]:
@@ -172,19 +202,22 @@ def signature(root: Path) -> tuple[set[str], str]:
     except (OSError, ValueError, KeyError, TypeError):
         return set(), f"its {SIGNATURE_FILE} is not a signature"
     key = _secret(create=False)
-    if key is None or not hmac.compare_digest(_mac(key, codes), mac):
-        return set(), "its signature is not yours (made by another user or on another machine, or edited)"
+    if key is None or not hmac.compare_digest(_mac(key, [*codes, f"record:{_identity(root)}"]), mac):
+        return set(), ("its signature is not yours (made by another user or on another machine, edited, or "
+                       "copied from another directory)")
     return set(codes), ("your signature does not cover it (it changed since you made it, or it was made from "
                         "a run you trusted but did not make)")
 
 
 def write_signature(root: Path, codes: Iterable[str]) -> None:
-    """Sign `codes` as made by you into `root` (a run directory, or an export's folder being filled)."""
+    """Sign `codes` as made by you into `root` (a run directory, or an export's folder being filled,
+    its record written first: the signature is bound to it)."""
     key = _secret(create=True)
     if key is None:
         return
     codes = sorted(set(codes))
-    body = json.dumps({"format": FORMAT, "by": "magrpo", "code": codes, "hmac": _mac(key, codes)}, indent=1) + "\n"
+    mac = _mac(key, [*codes, f"record:{_identity(root)}"])
+    body = json.dumps({"format": FORMAT, "by": "magrpo", "code": codes, "hmac": mac}, indent=1) + "\n"
     tmp = Path(root) / f".{SIGNATURE_FILE}.tmp"
     tmp.write_text(body)
     os.replace(tmp, Path(root) / SIGNATURE_FILE)
@@ -228,8 +261,6 @@ def trust_root(path: str | Path) -> Path:
     """The directory a path belongs to for trust: a team, the run a checkpoint is part of
     (`RUN/checkpoints/step_N`, `RUN/checkpoints`), or the path itself."""
     p = Path(str(path)).expanduser()
-    if (p / TEAM_FILE).is_file():
-        return p
     if p.name == "checkpoints" and p.parent.is_dir():
         return p.parent
     if p.parent.name == "checkpoints" and p.parent.parent.is_dir():
@@ -253,8 +284,13 @@ def _refs_of_config(cfg: Any, file: str) -> list[Ref]:
     reward = cfg.get("reward")
     if isinstance(reward, dict):
         for key in ("fn", "fns"):
-            out += [Ref("reward", str(s), f"{file} reward.{key}") for s in _as_list(reward.get(key)) if ":" in str(s)]
+            out += [Ref("reward", str(s), f"{file} reward.{key}") for s in _as_list(reward.get(key)) if _is_code(s)]
     return out
+
+
+def _is_code(spec: Any) -> bool:
+    """A reward spec that names code: `module:function`, or an interpolation that could make one."""
+    return spec is not None and (":" in str(spec) or "${" in str(spec))
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -273,8 +309,7 @@ def _refs_of_lines(lines: Any, file: str) -> list[Ref]:
         if key == "plugins":
             out += [Ref("plugin", str(v), f"{file}: {shown(line, 60)}") for v in _values(line) if v not in (None, "")]
         elif key in ("reward.fn", "reward.fns"):
-            out += [Ref("reward", str(v), f"{file}: {shown(line, 60)}") for v in _values(line)
-                    if v is not None and ":" in str(v)]
+            out += [Ref("reward", str(v), f"{file}: {shown(line, 60)}") for v in _values(line) if _is_code(v)]
     return out
 
 
@@ -287,48 +322,51 @@ def _read(f: Path, how: str) -> Any:
     try:
         if how == "json":
             return _read_json(f)
-        if how == "lines":
-            import yaml
-
-            return yaml.safe_load(_text(f))
-        from omegaconf import OmegaConf
-
-        return OmegaConf.to_container(OmegaConf.create(_text(f)), resolve=False)
+        return _plain_yaml(_text(f))
     except Exception as e:      # noqa: BLE001  (a broken record of any kind: one line)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{f}: cannot be read ({first[:200]}), so what it records cannot be checked") from None
 
 
-def recorded(path: str | Path) -> list[Ref]:
-    """Every code reference the directory `path` belongs to records, in every file a command reads."""
-    root = trust_root(path)
-    refs: list[Ref] = []
-    team = _read(root / TEAM_FILE, "json")
-    if team is not None:
-        return _team_refs(team) + _refs_of_lines(_read(root / "overrides.yaml", "lines"), "overrides.yaml")
-    hydra = root / ".hydra"
-    refs += _refs_of_config(_read(hydra / "config.yaml", "yaml"), ".hydra/config.yaml")
-    refs += _refs_of_lines(_read(hydra / "overrides.yaml", "lines"), ".hydra/overrides.yaml")
-    recorded_hydra = _read(hydra / "hydra.yaml", "yaml")
+def _folder_refs(folder: Path, where: str) -> list[Ref]:
+    """What one folder's records name: a team's team.json and overrides.yaml, a run's .hydra/
+    (config, overrides, search path) and a checkpoint's config.json."""
+    at = f"{where}/" if where else ""
+    team = _read(folder / TEAM_FILE, "json")
+    refs = _team_refs(team, at) + _refs_of_lines(_read(folder / "overrides.yaml", "lines"), f"{at}overrides.yaml")
+    if team is not None:            # a team is taken up by these two alone (an added .hydra/ is never read)
+        return refs
+    refs += _refs_of_config(_read(folder / ".hydra" / "config.yaml", "yaml"), f"{at}.hydra/config.yaml")
+    refs += _refs_of_lines(_read(folder / ".hydra" / "overrides.yaml", "lines"), f"{at}.hydra/overrides.yaml")
+    recorded_hydra = _read(folder / ".hydra" / "hydra.yaml", "yaml")
     search = ((recorded_hydra or {}).get("hydra") or {}).get("searchpath") if isinstance(recorded_hydra, dict) else None
-    refs += [Ref("config dir", str(s), ".hydra/hydra.yaml hydra.searchpath") for s in _as_list(search)]
-    refs += _refs_of_config(_read(root / CONFIG_FILE, "json"), CONFIG_FILE)
+    refs += [Ref("config dir", str(s), f"{at}.hydra/hydra.yaml hydra.searchpath") for s in _as_list(search)]
+    return refs + _refs_of_config(_read(folder / CONFIG_FILE, "json"), f"{at}{CONFIG_FILE}")
+
+
+def recorded(path: str | Path) -> list[Ref]:
+    """Every code reference the directory `path` belongs to records, in every file of every folder a
+    command may take it up by (the directory, its checkpoints/ and each checkpoint)."""
+    root = trust_root(path)
+    _budget["bytes"] = 0
+    refs = _folder_refs(root, "")
     ckpts = root / "checkpoints"
-    if ckpts.is_dir():
+    if ckpts.is_dir() and not (root / TEAM_FILE).is_file():
+        refs += _folder_refs(ckpts, "checkpoints")
         for n, step in enumerate(sorted(ckpts.iterdir())):
             if n >= MAX_CHECKPOINTS:
                 raise ConfigError(f"{root}: more than {MAX_CHECKPOINTS} checkpoint folders; not taken up")
-            if (step / CONFIG_FILE).is_file():
-                refs += _refs_of_config(_read(step / CONFIG_FILE, "json"), f"checkpoints/{step.name}/{CONFIG_FILE}")
+            if step.is_dir():
+                refs += _folder_refs(step, f"checkpoints/{step.name}")
     return refs
 
 
-def _team_refs(team: Any) -> list[Ref]:
+def _team_refs(team: Any, at: str = "") -> list[Ref]:
     if not isinstance(team, dict):
         return []
-    return [Ref("plugin", str(m), f"{TEAM_FILE} plugins") for m in _as_list(team.get("plugins"))] + \
-        _refs_of_config(team.get("config"), f"{TEAM_FILE} config") + \
-        _refs_of_lines(team.get("overrides"), f"{TEAM_FILE} overrides")
+    f = f"{at}{TEAM_FILE}"
+    return [Ref("plugin", str(m), f"{f} plugins") for m in _as_list(team.get("plugins"))] + \
+        _refs_of_config(team.get("config"), f"{f} config") + _refs_of_lines(team.get("overrides"), f"{f} overrides")
 
 
 def needs_trust(ref: Ref) -> bool:
@@ -346,8 +384,9 @@ def check_refs(root: Path, refs: list[Ref]) -> None:
             if len(ref.value) > 4096 or "\n" in ref.value:
                 raise ConfigError(f"{root}: {ref} is not a config directory")
             continue
-        if ref.kind == "reward" and ref.value.count(":") != 1:
-            raise ConfigError(f"{root}: {ref} is not module:function")
+        if ref.kind == "reward" and (ref.value.count(":") != 1 or "${" in ref.value):
+            raise ConfigError(f"{root}: {ref} is not module:function (a recorded reference is a plain name, never "
+                              f"an interpolation)")
         check_name(ref.module, f"{root}: {ref}")
 
 
@@ -357,10 +396,11 @@ _allowed: dict[str, str] = {}       # code -> how it was allowed in this process
 _command: dict[str, Any] = {"flag": False, "hint": "trust_plugins=True"}
 
 
-def on_this_command(trust_plugins: bool, hint: str) -> None:
-    """What the command line says (its entry point calls this): `trust_plugins` given, and how the
-    refusal's line words the one-command trust (`trust_plugins=true`, `--trust-plugins`)."""
-    _command.update(flag=bool(trust_plugins), hint=hint)
+def on_this_command(trust_plugins: bool, hint: str, said: Iterable[str] = ()) -> None:
+    """What the command line says (its entry point calls this): `trust_plugins` given, how the
+    refusal's line words the one-command trust (`trust_plugins=true`, `--trust-plugins`), and the
+    caller-only keys it sets itself (`said`: trust_remote_code, isolation)."""
+    _command.update(flag=bool(trust_plugins), hint=hint, said=set(said))
 
 
 def _allow(code: str, how: str) -> None:
@@ -443,6 +483,7 @@ def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | Non
     how, untrusted, why = _decide(root, refs, flag)
     if untrusted:
         raise refusal(root, refs, untrusted, why, hint or _command["hint"])
+    _command["took_up"] = True
     for code, h in how.items():
         _allow(code, h)
     for ref in refs:
@@ -461,7 +502,9 @@ def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | Non
 def _check_config_dir(root: Path, ref: Ref, how: str) -> None:
     """A recorded config directory never lies inside the directory (its YAML would come along with
     it); a `pkg://` one names a package that is checked as a plugin is, and found without running it."""
-    scheme, _, rest = ref.value.partition("://")
+    scheme, sep, rest = ref.value.partition("://")
+    if not sep:                                     # Hydra reads a path without a scheme as a file path
+        scheme, rest = "file", ref.value
     if scheme == "pkg":
         module = check_name(rest.strip("/").replace("/", "."), f"{root}: {ref}")
         if how != NAMED:
@@ -476,9 +519,51 @@ def _check_config_dir(root: Path, ref: Ref, how: str) -> None:
 
 
 def own_codes(codes: Iterable[str]) -> list[str]:
-    """Of `codes` (what a run or team being written records), those that are yours to sign: not
-    allowed by trusting someone else's directory in this process (magrpo-trust, trust_plugins)."""
-    return [c for c in dict.fromkeys(codes) if _allowed.get(c, NAMED) in OWN]
+    """Of `codes` (what a run or team being written records), those that are yours to sign: allowed
+    as yours (named by you, or made by you), never one allowed by trusting someone else's directory
+    (magrpo-trust, trust_plugins); one never seen in this process is yours only when the process
+    took up no directory (a run configured from Python)."""
+    fallback = "" if _command.get("took_up") else NAMED
+    return [c for c in dict.fromkeys(codes) if _allowed.get(c, fallback) in OWN]
+
+
+def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
+    """The config a command composed after taking up a run or team (or a team's or checkpoint's own
+    config), resolved: every module it names (plugins, reward functions, whatever an interpolation
+    made of them) allowed by the trust rule, and (`caller_keys`) `trust_remote_code` and a sandbox
+    isolation level other than auto set by the user's own command line alone. A ConfigError line
+    otherwise, before anything is imported. Nothing to check for a command that took up no
+    directory."""
+    from omegaconf import OmegaConf
+
+    if not _command.get("took_up"):
+        return
+    try:
+        data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    except Exception as e:      # noqa: BLE001  (an interpolation that does not resolve: refused here)
+        raise ConfigError(f"{where}: cannot be resolved ({str(e).strip().splitlines()[0][:200]})") from None
+    refs = _refs_of_config(data, where)
+    check_refs(Path(where), refs)
+    named = {f"module:{m}" for m in named_by_user()}
+    bad = [r for r in refs if needs_trust(r) and r.code not in named and r.code not in _allowed]
+    if bad:
+        raise UntrustedError(f"{where} names code the run or team it took up does not record as such: "
+                             f"{_listing(bad)}; nothing was imported (a recorded reference is a plain name, "
+                             f"never made by an interpolation)")
+    if not caller_keys or not isinstance(data, dict):
+        return
+    said = _command.get("said", set())
+    models = (data.get("agents") or {}).get("models") or []
+    trusting = [k for k, m in enumerate(models) if isinstance(m, dict) and m.get("trust_remote_code")]
+    if trusting and "trust_remote_code" not in said:
+        raise UntrustedError(f"{where}: agents.models[{trusting[0]}].trust_remote_code is true, but not by your "
+                             f"command line; a run or team you take up never trusts code shipped with a model "
+                             f"for you (give ++agents.models.{trusting[0]}.trust_remote_code=true yourself)")
+    level = (data.get("sandbox") or {}).get("isolation", "auto")
+    if level != "auto" and "isolation" not in said:
+        raise UntrustedError(f"{where}: sandbox.isolation is {shown(level)}, but not by your command line; a run "
+                             f"or team you take up never chooses how model-written code is confined here (give "
+                             f"sandbox.isolation={level} yourself, or leave it at auto)")
 
 
 def config_codes(cfg: Any, search: Iterable[str] = ()) -> list[str]:

@@ -206,7 +206,7 @@ def test_your_own_run_with_an_added_search_path_is_refused_too(made, monkeypatch
     run = received(made, tmp_path, "run")
     _with_searchpath(run, _evil_conf(tmp_path))
     code, err = _cli("eval", [f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'out'}"], capsys)
-    assert code == 2 and len(err) == 1 and "your signature does not cover it" in err[0], err
+    assert code == 2 and len(err) == 1 and "config directory 'file://" in err[0] and "edited" in err[0], err
     assert not ran(tmp_path)
 
 
@@ -217,7 +217,7 @@ def test_a_saved_override_placing_config_under_hydra_is_refused(made, monkeypatc
     run = received(made, tmp_path, "run")
     saved = run / ".hydra" / "overrides.yaml"
     saved.write_text(saved.read_text() + "- task@hydra.callbacks.x=length_ratio\n")
-    code, err = _cli("eval", [f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'out'}"], capsys)
+    code, err = _cli("eval", [f"checkpoint={run}", "trust_plugins=true", f"hydra.run.dir={tmp_path / 'out'}"], capsys)
     assert code == 2 and len(err) == 1 and "places config under hydra" in err[0], err
     assert not (tmp_path / "out").exists()
 
@@ -503,3 +503,112 @@ def test_a_run_that_a_plugin_ends_says_so_in_its_last_line(tmp_path):
     assert done.returncode == 1 and "the run was ended by sys.exit(0), called at ending_reward.py:5" in last, done.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["reason"] == "the run was ended by sys.exit(0)"
+
+
+# -- what a red-team pass found, each closed --------------------------------------------------------------
+
+
+def test_a_planted_record_in_a_checkpoint_folder_or_a_file_path_is_checked_too(made, receiver, capsys):
+    """`checkpoint=RUN/checkpoints/step_N` (or a file in it) takes up the records of that folder too."""
+    run = received(made, receiver, "run")
+    step = run / "checkpoints" / "step_2"
+    (step / ".hydra").mkdir()
+    (step / ".hydra" / "overrides.yaml").write_text("- plugins=[payload_mod]\n- debug=smoke\n")
+    (run / "checkpoints" / "latest").write_text("step_2\n")
+    for path in (step, run / "checkpoints" / "latest"):
+        code, err = _cli("eval", [f"checkpoint={path}", "plugins=[trust_game]", f"hydra.run.dir={receiver / 'o'}"],
+                         capsys)
+        assert code == 2 and len(err) == 1 and "plugin 'payload_mod'" in err[0], err
+    assert not ran(receiver)
+
+
+def test_a_reward_function_made_by_an_interpolation_is_refused(made, receiver):
+    from magrpo.team import Team
+
+    team = _team_recording(made, receiver, reward_fn="${agents.models.0.chat_template_kwargs.x}")
+    with pytest.raises(ConfigError, match="never an interpolation"):
+        Team.from_pretrained(team, device="cpu", trust_plugins=True)
+    assert not ran(receiver)
+
+
+@pytest.mark.parametrize("line,words", [("experiment=../../../../../../../../tmp/evil", "by a path outside"),
+                                        ("+experiment@_global_.hydra.callbacks=x", "places config under hydra")])
+def test_a_saved_override_cannot_reach_config_outside_conf(made, receiver, capsys, line, words):
+    run = received(made, receiver, "run")
+    saved = run / ".hydra" / "overrides.yaml"
+    saved.write_text(saved.read_text() + f"- {line}\n")
+    code, err = _cli("eval", [f"checkpoint={run}", "trust_plugins=true", f"hydra.run.dir={receiver / 'o'}"], capsys)
+    assert code == 2 and len(err) == 1 and words in err[0], err
+
+
+def test_a_search_path_without_a_scheme_inside_the_run_is_refused_even_trusted(made, receiver, capsys):
+    run = received(made, receiver, "run")
+    (run / "conf").mkdir()
+    hydra = run / ".hydra" / "hydra.yaml"
+    hydra.write_text(hydra.read_text().replace("searchpath: []", f"searchpath:\n  - {run / 'conf'}"))
+    code, err = _cli("eval", [f"checkpoint={run}", "trust_plugins=true", f"hydra.run.dir={receiver / 'o'}"], capsys)
+    assert code == 2 and len(err) == 1 and "lies inside it" in err[0], err
+
+
+def test_a_signature_copied_into_another_directory_covers_nothing(made, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("MAGRPO_HOME", str(made["home_a"]))
+    monkeypatch.syspath_prepend(str(made["lib"]))
+    run = received(made, tmp_path, "run")
+    saved = run / ".hydra" / "overrides.yaml"
+    saved.write_text(saved.read_text() + "- seed=3\n")        # another run's record, the maker's signature copied in
+    code, err = _cli("eval", [f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'o'}"], capsys)
+    assert code == 2 and len(err) == 1 and "copied from another directory" in err[0], err
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_grows(made, receiver, capsys):
+    import time
+
+    run = received(made, receiver, "run")
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcde", "bcdef"))
+    (run / ".hydra" / "config.yaml").write_text(bomb)
+    start = time.perf_counter()
+    code, err = _cli("eval", [f"checkpoint={run}", f"hydra.run.dir={receiver / 'o'}"], capsys)
+    assert code == 2 and len(err) == 1 and "anchors or aliases" in err[0], err
+    assert time.perf_counter() - start < 30
+
+
+def test_trust_remote_code_made_by_an_interpolation_is_refused(made, receiver):
+    """A saved override builds the key out of pieces; the composed config says true; the command line did not."""
+    team = _team_recording(made, receiver)
+    trick = ("agents.models='${oc.decode:\"[{name_or_path: builtin:tiny, trust_remote${oc.env:ZZ_NOPE,}_code: "
+             "true}]\"}'")
+    import yaml
+
+    lines = yaml.safe_load((team / "overrides.yaml").read_text())
+    (team / "overrides.yaml").write_text(yaml.safe_dump([*lines, trick]))
+    rehash(team)
+    done = subprocess.run([_bin("magrpo-eval"), f"team={team}", "trust_plugins=true", "eval.num_items=2",
+                           f"hydra.run.dir={receiver / 'o'}"], cwd=receiver,
+                          env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")),
+                          capture_output=True, text=True, timeout=300)
+    err = [x for x in done.stderr.splitlines() if x.startswith("magrpo-eval:")]
+    assert done.returncode == 2 and len(err) == 1 and "trust_remote_code is true, but not by your command line" \
+        in err[0], done.stderr[-2000:]
+
+
+def test_a_teams_sandbox_level_is_this_machines(made, receiver):
+    from magrpo.team import Team
+
+    team = received(made, receiver, "team")
+    _edit_json(team / "team.json", lambda t: {**t, "config": {**t["config"], "sandbox": {"isolation": "guards"}}})
+    rehash(team)
+    loaded = Team.from_pretrained(team, device="cpu", trust_plugins=True)
+    assert "sandbox" not in loaded.config
+
+
+def test_a_table_never_reads_the_environment_a_record_names(tmp_path, monkeypatch):
+    from magrpo.table.runs import read_hydra_config
+
+    monkeypatch.setenv("TRUST_SECRET_TOKEN", "s3cr3t")
+    f = tmp_path / "config.yaml"
+    f.write_text("algo:\n  temperature: 0.5\neval:\n  temperature: ${algo.temperature}\n"
+                 "label: ${oc.env:TRUST_SECRET_TOKEN}\nalias: ${label}\n")
+    flat = read_hydra_config(f)
+    assert flat["eval.temperature"] == 0.5                          # its own keys still resolve
+    assert "s3cr3t" not in json.dumps(flat, default=str)            # the environment never does

@@ -84,7 +84,7 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
     from magrpo.config import register_schemas
     from magrpo.paper_grid import names_paper_alias
-    from magrpo.run_config import inherit_argv
+    from magrpo.run_config import inherit_argv, named_runs
 
     quiet_progress_bars()
     register_resolvers()
@@ -92,16 +92,22 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     given = list(argv)          # the user's own command line: what it names is theirs (magrpo.trust)
     try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
         with console_log():
+            # what a named run records is checked (and its trusted code imported) before its overrides
+            # are read; a hub team, downloaded by inherit_argv, is checked once it is here
+            search = load_cli_plugins(config_name, given)
+            before = named_runs(config_name, given)
             argv, taken = inherit_argv(config_name, argv)
-            search = load_cli_plugins(config_name, argv, taken, given)   # before anything is composed or looked up
+            if named_runs(config_name, argv) != before:
+                search = load_cli_plugins(config_name, argv, given=given)
     except UntrustedError as e:
         report(prog, f"refused: {e}")
         sys.exit(2)
     except ConfigError as e:
         report(prog, f"config error: {e}")
         sys.exit(2)
-    except PluginInterrupt as e:
-        report(prog, str(e))
+    except KeyboardInterrupt as e:      # a PluginInterrupt names the plugin it was importing
+        report(prog, str(e) if isinstance(e, PluginInterrupt) else "interrupted before a run started; nothing was "
+                                                                    "written")
         sys.exit(130)
     register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
@@ -133,13 +139,18 @@ def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = Non
     command line (`argv` holds a taken-up run's overrides too). Returns the `hydra.searchpath=[...]`
     override that adds a trusted run's config directories and the plugins' (None when there are
     none, or the command line sets the search path itself)."""
-    from magrpo.run_config import named_runs, reward_modules_in_argv, trust_plugins_in_argv
+    from magrpo.run_config import (
+        caller_keys_in_argv,
+        named_runs,
+        reward_modules_in_argv,
+        trust_plugins_in_argv,
+    )
     from magrpo.team import is_team_dir
 
     own = list(argv if given is None else given)
     own_plugins = plugins_in_argv(own)
     trust.allow_named([*own_plugins, *reward_modules_in_argv(own)])
-    trust.on_this_command(trust_plugins_in_argv(own), "trust_plugins=true")
+    trust.on_this_command(trust_plugins_in_argv(own), "trust_plugins=true", caller_keys_in_argv(own))
     paths: list[str] = []
     for run in named_runs(config_name, argv):      # first: a missing one is named with the run that needs it
         up = trust.take_up(run)

@@ -120,15 +120,29 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: _hashable(node)}
 
 
+_RESOLVER_CALL = re.compile(r"\$\{\s*[\w.-]+\s*:")     # ${oc.env:X}, ${hydra:...}: a resolver, not a key
+_KEY_REF = re.compile(r"\$\{\s*([\w.\[\]-]+)\s*\}")
+
+
 def read_hydra_config(path: Path) -> dict[str, Any]:
-    """`.hydra/config.yaml` flattened, with interpolations resolved where they can be outside Hydra
-    (`${algo.temperature}` can; `${hydra:runtime.output_dir}` cannot and stays as written)."""
+    """`.hydra/config.yaml` flattened, with interpolations between its own keys resolved
+    (`${algo.temperature}`); one that calls a resolver (`${oc.env:TOKEN}`, `${hydra:...}`), or leads to
+    one, stays as written: a run's record never reads this machine's environment into a table."""
     from omegaconf import OmegaConf
 
     cfg = OmegaConf.load(path)
     flat = flatten(OmegaConf.to_container(cfg, resolve=False))
+    raw = {k: v for k, v in flat.items() if isinstance(v, str) and "${" in v}
+    tainted = {k for k, v in raw.items() if _RESOLVER_CALL.search(v)}
+    while True:
+        more = {k for k, v in raw.items() if k not in tainted and any(
+            t == ref or t.startswith(ref + ".") or ref.startswith(t + ".") for ref in _KEY_REF.findall(v)
+            for t in tainted)}
+        if not more:
+            break
+        tainted |= more
     for key, value in flat.items():
-        if isinstance(value, str) and "${" in value:
+        if isinstance(value, str) and "${" in value and key not in tainted:
             try:
                 flat[key] = _hashable(OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(cfg, key)}),
                                                              resolve=True)["v"])
