@@ -42,6 +42,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from magrpo import trust
 from magrpo.overrides import override_key, parse_override
 from magrpo.schema import ConfigError, literal
 
@@ -246,8 +247,11 @@ class Experiment:
         from magrpo.launch import explain_override_error, register_resolvers, stamp
         from magrpo.paper_grid import names_paper_alias
         from magrpo.plugins import conf_dirs, load_plugins, plugins_in_argv
+        from magrpo.run_config import reward_modules_in_argv
 
-        load_plugins(plugins_in_argv(self.overrides))
+        named = plugins_in_argv(self.overrides)
+        trust.allow_named([*named, *reward_modules_in_argv(self.overrides)])   # yours: the run signs them
+        load_plugins(named)
         register_schemas(paper_aliases=names_paper_alias(self.overrides))
         register_resolvers()
         lines = list(self.overrides)

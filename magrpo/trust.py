@@ -524,7 +524,8 @@ def own_codes(codes: Iterable[str]) -> list[str]:
     (magrpo-trust, trust_plugins); one never seen in this process is yours only when the process
     took up no directory (a run configured from Python)."""
     fallback = "" if _command.get("took_up") else NAMED
-    return [c for c in dict.fromkeys(codes) if _allowed.get(c, fallback) in OWN]
+    named = {f"module:{m}" for m in named_by_user()}
+    return [c for c in dict.fromkeys(codes) if c in named or _allowed.get(c, fallback) in OWN]
 
 
 def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
