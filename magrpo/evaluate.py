@@ -86,9 +86,10 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
     keep_saved_config(out)
     with RunStatus(out, kind="eval", heartbeat=False) as status:
         origin = from_run(cfg, "eval", taken)  # what checkpoint=RUN took from the run's config
-        trust.check_composed(cfg, "the composed config")    # what the taken-up run names, resolved, is trusted
+        if taken:                             # what the taken-up run or team names, resolved, is trusted
+            trust.check_composed(cfg, "the composed config")
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
-        trust.sign_run(out, cfg)              # made by you: magrpo-table takes up its plugins (magrpo.trust)
+        trust.sign_run(out, cfg, bool(taken))  # made by you: magrpo-table takes up its plugins (magrpo.trust)
         if cfg.get("team"):
             from magrpo.team import check_team_option
 

@@ -50,7 +50,8 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     from magrpo.tracking import RunStatus, read_status
 
     out = output_dir(cfg)
-    trust.check_composed(cfg, "the composed config")   # after a resume=: what it names, resolved, is trusted
+    if taken:       # resume= took a run up: what the composed config names, resolved, is trusted
+        trust.check_composed(cfg, "the composed config")
     if int(os.environ.get("RANK", "0")) > 0:
         cfg = validate(cfg)
         result = _fit(cfg, out)
@@ -61,7 +62,7 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     with RunStatus(out, kind="train") as status:
         origin = from_run(cfg, "train", taken)   # what resume=RUN took from the run's config
         cfg = validate(cfg)
-        trust.sign_run(out, cfg)                 # made by you: later commands take its plugins up (magrpo.trust)
+        trust.sign_run(out, cfg, bool(taken))    # made by you: later commands take its plugins up (magrpo.trust)
         if plugins.loaded():
             log.info("plugins: %s", plugins.imported_with_why())
         if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):

@@ -483,7 +483,6 @@ def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | Non
     how, untrusted, why = _decide(root, refs, flag)
     if untrusted:
         raise refusal(root, refs, untrusted, why, hint or _command["hint"])
-    _command["took_up"] = True
     for code, h in how.items():
         _allow(code, h)
     for ref in refs:
@@ -518,12 +517,13 @@ def _check_config_dir(root: Path, ref: Ref, how: str) -> None:
 # -- signing what you make ----------------------------------------------------------------------------------
 
 
-def own_codes(codes: Iterable[str]) -> list[str]:
+def own_codes(codes: Iterable[str], took_up: bool) -> list[str]:
     """Of `codes` (what a run or team being written records), those that are yours to sign: allowed
     as yours (named by you, or made by you), never one allowed by trusting someone else's directory
-    (magrpo-trust, trust_plugins); one never seen in this process is yours only when the process
-    took up no directory (a run configured from Python)."""
-    fallback = "" if _command.get("took_up") else NAMED
+    (magrpo-trust, trust_plugins); one never seen in this process is yours only when what is being
+    written took up no directory (`took_up`: a run configured from Python, or from your command
+    line alone)."""
+    fallback = "" if took_up else NAMED
     named = {f"module:{m}" for m in named_by_user()}
     return [c for c in dict.fromkeys(codes) if c in named or _allowed.get(c, fallback) in OWN]
 
@@ -533,12 +533,10 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
     config), resolved: every module it names (plugins, reward functions, whatever an interpolation
     made of them) allowed by the trust rule, and (`caller_keys`) `trust_remote_code` and a sandbox
     isolation level other than auto set by the user's own command line alone. A ConfigError line
-    otherwise, before anything is imported. Nothing to check for a command that took up no
-    directory."""
+    otherwise, before anything is imported. The entry points call it when their command line took
+    a run or team up; magrpo.team for every team's or checkpoint's config."""
     from omegaconf import OmegaConf
 
-    if not _command.get("took_up"):
-        return
     try:
         data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
     except Exception as e:      # noqa: BLE001  (an interpolation that does not resolve: refused here)
@@ -548,9 +546,10 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
     named = {f"module:{m}" for m in named_by_user()}
     bad = [r for r in refs if needs_trust(r) and r.code not in named and r.code not in _allowed]
     if bad:
-        raise UntrustedError(f"{where} names code the run or team it took up does not record as such: "
-                             f"{_listing(bad)}; nothing was imported (a recorded reference is a plain name, "
-                             f"never made by an interpolation)")
+        names = ", ".join(dict.fromkeys(r.name for r in bad))
+        raise UntrustedError(f"{where} names code the run or team it took up does not record as such: {names}; "
+                             f"nothing was imported (a recorded reference is a plain name, never made by an "
+                             f"interpolation)")
     if not caller_keys or not isinstance(data, dict):
         return
     said = _command.get("said", set())
@@ -576,9 +575,10 @@ def config_codes(cfg: Any, search: Iterable[str] = ()) -> list[str]:
     return [r.code for r in refs if needs_trust(r)]
 
 
-def sign_run(run_dir: Path, cfg: Any) -> None:
-    """Sign a run directory's references as yours (magrpo-train, at start): the config's own, and
-    what its earlier valid signature covered (a run resumed in place keeps its earlier record)."""
+def sign_run(run_dir: Path, cfg: Any, took_up: bool = False) -> None:
+    """Sign a run directory's references as yours (magrpo-train and magrpo-eval, at start): the
+    config's own (`took_up`: its command line took a run or team up, so only what was allowed as
+    yours), and what its earlier valid signature covered."""
     search: list[str] = []
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -589,14 +589,14 @@ def sign_run(run_dir: Path, cfg: Any) -> None:
         search = []
     earlier, _ = signature(run_dir)
     try:
-        write_signature(run_dir, [*own_codes(config_codes(cfg, search)), *earlier])
+        write_signature(run_dir, [*own_codes(config_codes(cfg, search), took_up), *earlier])
     except OSError as e:
         log.warning("could not sign %s (%s): later commands will ask you to trust it", run_dir, e)
 
 
 def sign_team(folder: Path, info: dict[str, Any]) -> None:
     """Sign a team being exported (`info`: its team.json) into `folder`, before its manifest."""
-    write_signature(folder, own_codes(r.code for r in _team_refs(info) if needs_trust(r)))
+    write_signature(folder, own_codes((r.code for r in _team_refs(info) if needs_trust(r)), took_up=True))
 
 
 # -- magrpo-trust --------------------------------------------------------------------------------------
