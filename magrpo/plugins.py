@@ -44,7 +44,7 @@ from typing import Any
 
 from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
-from magrpo.source import raised_at, shown_at
+from magrpo.source import first_line, raised_at, shown_at
 
 log = logging.getLogger("magrpo")
 
@@ -285,7 +285,7 @@ def import_plugin(module: str, why: str, root: Path | None = None, beside: bool 
             raise PluginError(f"{head}: {e}") from None
         if not isinstance(e, Exception):
             raise
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        first = first_line(e)
         raise PluginError(f"{head} raised {type(e).__name__}{': ' + first[:300] if first else ''} at {where} "
                           f"while being imported") from None
     conf = getattr(mod, CONF_ATTR, None) if plugin else None

@@ -16,6 +16,12 @@ _LIBRARY_DIRS = tuple(dict.fromkeys(str(Path(p).resolve()) for key in ("stdlib",
                                     if (p := sysconfig.get_paths().get(key))))
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's message ("" for none): what a one-line error quotes of it."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else ""
+
+
 def is_magrpo(obj: Any) -> bool:
     """Whether `obj` (a function, class or method) is defined in this package."""
     module = getattr(obj, "__module__", None) or ""

@@ -56,6 +56,7 @@ from magrpo.plugins import (
     shown,
 )
 from magrpo.schema import ConfigError
+from magrpo.source import first_line
 
 log = logging.getLogger("magrpo")
 
@@ -324,7 +325,7 @@ def _read(f: Path, how: str) -> Any:
             return _read_json(f)
         return _plain_yaml(_text(f))
     except Exception as e:      # noqa: BLE001  (a broken record of any kind: one line)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        first = first_line(e) or type(e).__name__
         raise ConfigError(f"{f}: cannot be read ({first[:200]}), so what it records cannot be checked") from None
 
 
@@ -540,7 +541,7 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
     try:
         data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
     except Exception as e:      # noqa: BLE001  (an interpolation that does not resolve: refused here)
-        raise ConfigError(f"{where}: cannot be resolved ({str(e).strip().splitlines()[0][:200]})") from None
+        raise ConfigError(f"{where}: cannot be resolved ({first_line(e)[:200]})") from None
     refs = _refs_of_config(data, where)
     check_refs(Path(where), refs)
     named = {f"module:{m}" for m in named_by_user()}

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from magrpo.schema import ConfigError, SetupError, option
-from magrpo.source import defined_at, is_magrpo, raised_at
+from magrpo.source import defined_at, first_line, is_magrpo, raised_at
 
 Item = dict[str, Any]
 
@@ -270,11 +270,6 @@ class Task:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and math.isfinite(x)
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def short(v: Any) -> str:
