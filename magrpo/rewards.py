@@ -33,7 +33,7 @@ from typing import Any
 from magrpo.plugins import check_name
 from magrpo.registry import Registry, registrar
 from magrpo.schema import ConfigError, did_you_mean
-from magrpo.source import defined_at, raised_at
+from magrpo.source import defined_at, first_line, raised_at
 from magrpo.tasks.base import (
     RewardConfig,
     RewardError,
@@ -92,8 +92,9 @@ def resolve(spec: str, key: str = "reward.fn", imports: bool = True) -> Callable
         try:
             obj: Any = importlib.import_module(module)
         except Exception as e:
-            missing = isinstance(e, ModuleNotFoundError) and e.name is not None and module.startswith(e.name)
-            what = "cannot be found" if missing else f"failed to import ({type(e).__name__}: {_first_line(e)})"
+            missing = isinstance(e, ModuleNotFoundError) and e.name is not None and \
+                (e.name == module or module.startswith(e.name + "."))    # the module itself, not a dependency
+            what = "cannot be found" if missing else f"failed to import ({type(e).__name__}: {first_line(e)})"
             raise ConfigError(f"{key}={spec!r}: the module {module!r} {what}; install it, or put its folder "
                               f"on PYTHONPATH") from None
         for part in attr.split("."):
@@ -183,11 +184,6 @@ def primary_metric(task_cls: type[Task], reward_cfg: Any) -> str:
 # -- scoring ----------------------------------------------------------------------------------------
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else ""
-
-
 def _is_number(x: Any) -> bool:
     return isinstance(x, numbers.Real) and math.isfinite(x)
 
@@ -264,10 +260,10 @@ class RewardFn:
                     self.fn(prompts=[prompts[k]], completions=[completions[k]],
                             **{c: [v[k]] for c, v in cols.items()})
                 except Exception as one:
-                    return self.error(f"raised {type(one).__name__} on item {ids[k]!r}: {_first_line(one)}", one)
+                    return self.error(f"raised {type(one).__name__} on item {ids[k]!r}: {first_line(one)}", one)
             return self.error(f"raised {type(e).__name__} on {batch_words(ids)} (on no joint answer alone): "
-                              f"{_first_line(e)}", e)
-        return self.error(f"raised {type(e).__name__} on item {ids[0]!r}: {_first_line(e)}", e)
+                              f"{first_line(e)}", e)
+        return self.error(f"raised {type(e).__name__} on item {ids[0]!r}: {first_line(e)}", e)
 
 
 class RewardFns:

@@ -322,3 +322,16 @@ def test_a_reward_schema_without_the_keys_is_given_them():
     assert [f.name for f in fields(schema)] == ["name", "bonus", "fn", "fns", "weights", "max", "completions"]
     with pytest.raises(ConfigError, match="own check ran"):
         schema.check_node(None, "reward.")
+
+
+def test_a_reward_modules_missing_dependency_is_named_not_called_missing_itself(tmp_path, monkeypatch):
+    """A dependency whose name is a prefix of the module's (`prefixdep` of `prefixdep_rewards`) is a failed
+    import of an installed module, not a module that cannot be found."""
+    from magrpo.rewards import resolve
+    from magrpo.schema import ConfigError
+
+    (tmp_path / "prefixdep_rewards.py").write_text("import prefixdep\n\n\ndef f(prompts, completions, **c):\n"
+                                                   "    return [0.0] * len(completions)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match="failed to import .*No module named 'prefixdep'"):
+        resolve("prefixdep_rewards:f")
