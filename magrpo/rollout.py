@@ -51,6 +51,10 @@ class Sampling:
     top_k: int = 0
     max_prompt_length: int = 1024
     share_prompt: bool = True       # prefill each prompt once, not once per sample (magrpo.sampler)
+    # what the decoding pass records for the update ("logprobs", "hidden"; magrpo.sampler), so that
+    # an algorithm that needs the rollout policy's log-probs or a value head's input (the PPO
+    # family) skips a forward over the rows; a path that cannot record leaves them None
+    record: tuple[str, ...] = ()
 
     @classmethod
     def from_algo(cls, algo) -> Sampling:
@@ -75,6 +79,8 @@ class Generation:
     conversations: list[list[dict[str, str]]] | None = None
     truncated: int = 0                      # prompts cut from the left to max_prompt_length
     logprobs: torch.Tensor | None = None    # [n*G, C] rollout-time log-probs, where an algorithm needs them
+    logprobs_temperature: float | None = None   # the temperature `logprobs` were taken at
+    hidden: torch.Tensor | None = None      # [n*G, C, H] decoding-time last hidden states (Sampling.record)
     values: torch.Tensor | None = None      # [n*G, C] critic values, where an algorithm has a critic
     sample_seconds: float = 0.0             # of `seconds`, the model's decoding alone (bench phase `generate`)
 
@@ -238,23 +244,28 @@ def generate(agent: Agent, prompts: list[str], sampling: Sampling,
     model.eval()
     eos = eos_ids(agent)
     t_sample = time.perf_counter()
+    record = dict.fromkeys(sampling.record)
     with distributed.full_weights(model):       # a sharded (fsdp) model gathers its weights once
-        completion_ids = _sample(model, prompt_ids, prompt_mask, sampling, eos, tok.pad_token_id)
+        completion_ids = _sample(model, prompt_ids, prompt_mask, sampling, eos, tok.pad_token_id, record)
     sample_seconds = time.perf_counter() - t_sample
     model.train(was_training)
     mask = completion_mask(completion_ids, eos)
     texts = tok.batch_decode(completion_ids.masked_fill(mask == 0, tok.pad_token_id), skip_special_tokens=True)
     return Generation(prompt_ids, prompt_mask, completion_ids, mask, texts, sampling.num_generations,
                       time.perf_counter() - t0, prompts=list(prompts), conversations=conversations,
-                      truncated=truncated, sample_seconds=sample_seconds)
+                      truncated=truncated, sample_seconds=sample_seconds, logprobs=record.get("logprobs"),
+                      logprobs_temperature=sampling.temperature if record.get("logprobs") is not None else None,
+                      hidden=record.get("hidden"))
 
 
-def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], pad_id: int) -> torch.Tensor:
-    """[n*G, C] completion ids: each prompt prefilled once (magrpo.sampler), or `model.generate`."""
+def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], pad_id: int,
+            record: dict | None = None) -> torch.Tensor:
+    """[n*G, C] completion ids: each prompt prefilled once (magrpo.sampler), or `model.generate`
+    (which records nothing in `record`)."""
     if shares_prompt(model, sampling.share_prompt):
         out = sample_shared_prompt(model, prompt_ids, prompt_mask, sampling.num_generations, sampling.max_new_tokens,
                                    eos, pad_id, sampling.do_sample, sampling.temperature, sampling.top_k,
-                                   sampling.top_p)
+                                   sampling.top_p, record=record)
         if out is not None:
             return out
     kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.num_generations,

@@ -233,6 +233,8 @@ class LeanDecoder:
 
     def __init__(self, lm):
         self.lm, self.body = lm, lm.model
+        self.keep_hidden = False          # record the normed last hidden state of each step (`hidden`)
+        self.hidden: torch.Tensor | None = None
         self.layers = list(self.body.layers)
         self.lm_head = _linear(lm.lm_head)
         # Per layer: its modules, plain linears and the MLP as direct calls (see _linear).
@@ -376,33 +378,51 @@ class LeanDecoder:
                                                      scale=attn.scaling)
             x = x + o_proj(out.reshape(n, 1, -1))
             x = x + mlp(_rms_norm(norm2, x))
-        return self.lm_head(_rms_norm(self.body.norm, x))[:, -1]
+        x = _rms_norm(self.body.norm, x)
+        if self.keep_hidden:
+            self.hidden = x[:, -1]
+        return self.lm_head(x)[:, -1]
 
 
 @torch.no_grad()
 def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_generations: int,
                          max_new_tokens: int, eos_token_ids: list[int], pad_token_id: int, do_sample: bool = True,
-                         temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor | None:
+                         temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                         record: dict | None = None) -> torch.Tensor | None:
     """[B*G, C] completion ids (C <= max_new_tokens; rows of prompt b are b*G .. b*G+G-1), padded
     with `pad_token_id` after each row's first EOS. None when the model's forward returns no
     key/value cache that can be repeated (the caller then uses `model.generate`). Only ids below
-    `vocab_limit(model)` are ever chosen."""
+    `vocab_limit(model)` are ever chosen.
+
+    `record` (a dict, filled in place): with key "logprobs" requested, the log-probability of each
+    chosen token under the decoding step's own logits, log softmax(limit_vocab(logits) / T)
+    ([B*G, C] float32, as `algos.core.token_logprobs` computes it from a whole-sequence forward:
+    the same numbers up to the order of float additions, since a cached step and a full forward
+    add the same products in other orders); with "hidden" requested, the final-normed hidden state
+    at the position that predicts each token ([B*G, C, H], what a value head reads). Request a key
+    by setting it to None before the call."""
     G = num_generations
     limit = vocab_limit(model)
     dev = input_ids.device
     prompt_len = attention_mask.long().sum(-1)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     lean = LeanDecoder.of(model)
+    want_logp = record is not None and "logprobs" in record
+    want_hidden = record is not None and "hidden" in record
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
-                  logits_to_keep=1)
+                  logits_to_keep=1, **({"output_hidden_states": True} if want_hidden else {}))
     out = lean.prefill(model, **inputs) if lean is not None else model(**inputs)
     cache = output_cache(out)
     if cache is None or not hasattr(cache, "batch_repeat_interleave"):
         return None
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)
+    hidden = out.hidden_states[-1][:, -1].repeat_interleave(G, dim=0) if want_hidden else None
     n, P = logits.shape[0], input_ids.shape[1]
     if lean is not None and lean.start(cache, attention_mask, G, max_new_tokens):
-        step = lean.step
+        lean.keep_hidden = want_hidden
+
+        def step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return lean.step(tok, t), lean.hidden
     else:
         cache.batch_repeat_interleave(G)
         # The attention mask of the whole sequence, written once; step t reads its first P + t + 1 columns.
@@ -410,21 +430,34 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
         attn[:, :P] = attention_mask.repeat_interleave(G, dim=0)
         next_pos = prompt_len.repeat_interleave(G).unsqueeze(1)       # position of the first new token
 
-        def step(tok: torch.Tensor, t: int) -> torch.Tensor:
-            return model(input_ids=tok.unsqueeze(1), attention_mask=attn[:, :P + t + 1], position_ids=next_pos + t,
-                         use_cache=True, **{cache_keyword(model): cache}).logits[:, -1]
+        def step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+            o = model(input_ids=tok.unsqueeze(1), attention_mask=attn[:, :P + t + 1], position_ids=next_pos + t,
+                      use_cache=True, **{cache_keyword(model): cache},
+                      **({"output_hidden_states": True} if want_hidden else {}))
+            return o.logits[:, -1], o.hidden_states[-1][:, -1] if want_hidden else None
     tokens = torch.full((n, max_new_tokens), pad_token_id, dtype=input_ids.dtype, device=dev)
+    logps, hiddens = [], []
     eos = torch.tensor(eos_token_ids, dtype=input_ids.dtype, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     steps = 0
     for t in range(max_new_tokens):
-        tok = next_tokens(limit_vocab(logits, limit), do_sample, temperature, top_k, top_p)
+        logits = limit_vocab(logits, limit)
+        tok = next_tokens(logits, do_sample, temperature, top_k, top_p)
         tok = tok.masked_fill(done, pad_token_id)
         tokens[:, t] = tok
+        if want_logp:      # as token_logprobs: float32, then / T, then log softmax
+            scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
+            logps.append(F.log_softmax(scaled, dim=-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1))
+        if want_hidden:
+            hiddens.append(hidden)
         steps = t + 1
         if eos.numel():
             done |= torch.isin(tok, eos)
         if t + 1 == max_new_tokens or bool(done.all()):
             break
-        logits = step(tok, t)
+        logits, hidden = step(tok, t)
+    if want_logp:
+        record["logprobs"] = torch.stack(logps, 1)
+    if want_hidden:
+        record["hidden"] = torch.stack(hiddens, 1)
     return tokens[:, :steps]

@@ -266,6 +266,13 @@ def concat_generations(gens: list[Generation], pad_id: int) -> Generation:
     def right(x: torch.Tensor, width: int, value) -> torch.Tensor:
         return torch.nn.functional.pad(x, (0, width - x.shape[1]), value=value)
 
+    def recorded(name: str):
+        """A decoding-time record of every part (right-padded), or None when a part lacks it."""
+        parts = [getattr(g, name) for g in gens]
+        if any(x is None for x in parts) or len({g.logprobs_temperature for g in gens}) > 1:
+            return None
+        return torch.cat([torch.nn.functional.pad(x, (0, 0) * (x.dim() - 2) + (0, C - x.shape[1])) for x in parts])
+
     convs = None
     if any(g.conversations for g in gens):
         convs = [c for g in gens for c in (g.conversations or [[{"role": "user", "content": p}] for p in g.prompts])]
@@ -276,7 +283,8 @@ def concat_generations(gens: list[Generation], pad_id: int) -> Generation:
         completion_mask=torch.cat([right(g.completion_mask, C, 0.0) for g in gens]),
         texts=[t for g in gens for t in g.texts], num_generations=G, seconds=sum(g.seconds for g in gens),
         prompts=[p for g in gens for p in g.prompts], conversations=convs,
-        truncated=sum(g.truncated for g in gens))
+        truncated=sum(g.truncated for g in gens), logprobs=recorded("logprobs"),
+        logprobs_temperature=gens[0].logprobs_temperature, hidden=recorded("hidden"))
 
 
 def select_prompts(g: Generation, rows: torch.Tensor) -> Generation:
@@ -294,7 +302,8 @@ def select_prompts(g: Generation, rows: torch.Tensor) -> Generation:
                    prompts=[g.prompts[p] for p in pick] if g.prompts else [],
                    conversations=[g.conversations[p] for p in pick] if g.conversations else None,
                    logprobs=None if g.logprobs is None else g.logprobs[rows],
-                   values=None if g.values is None else g.values[rows])
+                   values=None if g.values is None else g.values[rows],
+                   hidden=None if g.hidden is None else g.hidden[rows])
 
 
 # --- metrics --------------------------------------------------------------------------------------

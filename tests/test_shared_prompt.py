@@ -3,6 +3,7 @@ nothing changes but the cost -- the same tokens under greedy decoding, the same 
 log-probs, hidden states and gradients equal to the one-prompt-per-row path."""
 
 import logging
+from dataclasses import replace
 
 import pytest
 import torch
@@ -397,3 +398,67 @@ def test_the_cache_goes_by_the_name_this_transformers_uses():
     params = inspect.signature(type(agent.model).forward).parameters
     assert cache_keyword(agent.model) == ("cache" if "cache" in params else "past_key_values")
     assert cache_keyword(agent.model) in params
+
+
+# --- what the decoding pass records for the update ---------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("lean", [True, False])
+def test_decoding_records_the_logprobs_and_hidden_states_a_forward_gives(kind, lean, monkeypatch):
+    # The PPO family takes the rollout policy's log-probs and a value head's input from the
+    # decoding pass instead of a forward over the rows. A cached one-token step adds the same
+    # products as the whole-sequence forward in another order, so they agree to float32 rounding:
+    # ATOL relative to the size of the numbers (log-probs of a 300-token vocabulary are ~6).
+    from magrpo import sampler
+    from magrpo.algos.core import token_logprobs
+
+    if not lean:
+        monkeypatch.setattr(sampler.LeanDecoder, "of", classmethod(lambda cls, model: None))
+    model = _random_lm(kind)
+    ids, mask = _prompt_batch(True)
+    record = {"logprobs": None, "hidden": None}
+    torch.manual_seed(4)
+    with torch.no_grad():
+        tokens = sampler.sample_shared_prompt(model, ids, mask, 4, 12, [7], 0, temperature=0.7, record=record)
+        cmask = completion_mask(tokens, [7])
+        logp, _, hidden = token_logprobs(model, ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0), tokens,
+                                         cmask, 0.7, with_hidden=True)
+    assert record["logprobs"].shape == tokens.shape and record["hidden"].shape == hidden.shape
+    for got, want in ((record["logprobs"], logp), (record["hidden"], hidden)):
+        m = cmask if got.dim() == 2 else cmask.unsqueeze(-1)
+        scale = max(1.0, float((want.abs() * m).max()))
+        torch.testing.assert_close(got * m, want * m, atol=ATOL * scale, rtol=0)
+    # a real difference (another temperature) is far outside it
+    with torch.no_grad():
+        other = token_logprobs(model, ids.repeat_interleave(4, 0), mask.repeat_interleave(4, 0), tokens, cmask, 1.0)[0]
+    assert float(((record["logprobs"] - other).abs() * cmask).max()) > 100 * ATOL
+
+
+def test_the_ppo_family_takes_the_rollout_logprobs_and_values_from_decoding(make_cfg):
+    # IPPO's _prepare reads the recorded log-probs and head values: they equal a rollout forward's
+    # to float32 rounding, and a generation without a record (model.generate) still gets them.
+    from magrpo.algos import ALGOS
+    from magrpo.algos.core import rollout_logprobs, row_chunks
+    from magrpo.rollout import team_rollout
+
+    cfg, agents = _agents(make_cfg, ["algo=ippo", "algo.batch_size=3", "algo.max_new_tokens=8"])
+    task = build_task(cfg.task, cfg.reward)
+    algo = ALGOS["ippo"](cfg, agents, task)
+    assert algo.sampling.record == ("logprobs", "hidden")
+    items = task.load("train")[:3]
+    outs = []
+    for record in (algo.sampling.record, ()):
+        torch.manual_seed(0)
+        rollout = team_rollout(agents, task, items, replace(algo.sampling, record=record))
+        rollout.score(task)
+        gen = rollout.samples[0]
+        assert (gen.logprobs is not None) == bool(record)
+        batch, _ = algo._prepare(0, gen, rollout.returns(0).flatten(), None)
+        outs.append((gen, batch))
+    (gen, recorded), (_, forward) = outs
+    assert torch.equal(gen.completion_ids, outs[1][0].completion_ids)      # same seed, same tokens
+    m = gen.completion_mask
+    torch.testing.assert_close(recorded.old_logp * m, forward.old_logp * m, atol=ATOL * 10, rtol=0)
+    torch.testing.assert_close(recorded.old_values * m, forward.old_values * m, atol=ATOL, rtol=0)
+    want = rollout_logprobs(agents[0].model, gen, row_chunks(m.shape[0], 64, G), 1.0, "cpu", True)
+    torch.testing.assert_close(recorded.old_logp * m, want * m, atol=ATOL * 10, rtol=0)

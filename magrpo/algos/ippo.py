@@ -34,7 +34,7 @@ the KL coefficient's controller.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -181,6 +181,15 @@ def critic_values(critic: Critic, agent: Agent, gen: Generation, inputs: CriticI
     return tail.gather(1, at)
 
 
+def recorded(gen: Generation, temperature: float, hidden: bool) -> bool:
+    """Whether the decoding pass recorded what the rollout pass would compute: log-probs at this
+    temperature of every row (and the hidden states, when `hidden`)."""
+    shape = tuple(gen.completion_ids.shape)
+    return (gen.logprobs is not None and tuple(gen.logprobs.shape) == shape
+            and gen.logprobs_temperature == temperature
+            and (not hidden or gen.hidden is not None and tuple(gen.hidden.shape[:2]) == shape))
+
+
 @register_algo("ippo")
 class IPPO(TeamAlgorithm):
     config_schema = IPPOConfig
@@ -195,6 +204,11 @@ class IPPO(TeamAlgorithm):
         super().__init__(cfg, agents, task)
         self.attach_critics(self.policies, self.algo.critic_lr)
         self.kl_ctl = self.make_kl_controller()
+        # The decoding pass records the rollout policy's log-probs (and, for a head critic on the
+        # actor's own prompt, the hidden states it reads), so _prepare runs no forward of its own.
+        wants = ("logprobs", "hidden") if all(c.kind == "head" for c in self.critics) and not self.centralized \
+            else ("logprobs",)
+        self.sampling = replace(self.sampling, record=wants)
 
     def build_critics(self) -> list[Critic]:
         # One actor, critic and optimizer per policy (a shared policy has one for all its roles);
@@ -254,7 +268,14 @@ class IPPO(TeamAlgorithm):
         agent.model.eval()
         share = shares_prompt(agent.model, algo.share_prompt)
         temperature = agent.temperature(algo.temperature)
-        if critic.kind == "head" and texts is None:     # one pass gives the log-probs and the head's values
+        head_values = critic.kind == "head" and texts is None     # values from the actor's own hidden states
+        if recorded(gen, temperature, head_values):
+            # the decoding pass's own log-probs (and hidden states): equal to a forward's up to the
+            # order of float additions (magrpo.sampler.sample_shared_prompt)
+            old_logp = gen.logprobs.to(dev)
+            if head_values:
+                old_values = critic.head(gen.hidden.to(dev))
+        elif head_values:                                # one pass gives the log-probs and the head's values
             outs = [row_logprobs(agent.model, gen, mb, temperature, dev, share, with_hidden=True) for mb in chunks]
             old_logp = torch.cat([o[0] for o in outs])
             old_values = torch.cat([critic.head(o[2]) for o in outs])
@@ -263,7 +284,7 @@ class IPPO(TeamAlgorithm):
         inputs = None
         if texts is not None:
             inputs = CriticInput.encode(agent.tokenizer, texts, gen, algo.max_prompt_length * max(len(self.agents), 1))
-        if not (critic.kind == "head" and texts is None):
+        if not head_values:
             old_values = torch.cat([critic_values(critic, agent, gen, inputs, mb, dev, algo.share_prompt)
                                     for mb in chunks])
         # r_t: the return at the last completion token, a KL penalty to the reference at every token
