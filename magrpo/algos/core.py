@@ -154,7 +154,8 @@ def _last_hidden(out):
     return out.hidden_states[-1] if getattr(out, "hidden_states", None) is not None else out.last_hidden_state
 
 
-def _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_hidden, lm: bool):
+def _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_hidden, lm: bool,
+                    logits: bool = True):
     """(logits or None, hidden or None) at the C positions that predict c_0 .. c_{C-1}."""
     input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
     attn = torch.cat([prompt_mask, completion_mask.to(prompt_mask.dtype)], dim=1)
@@ -162,16 +163,17 @@ def _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_m
     P, C = prompt_ids.shape[1], completion_ids.shape[1]
     kwargs = dict(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False)
     if lm:
-        # Only the C positions that predict completion tokens need the (vocabulary-wide) head.
-        kwargs.update(logits_to_keep=C + 1, output_hidden_states=with_hidden)
+        # Only the C positions that predict completion tokens need the (vocabulary-wide) head;
+        # a value head on the LM's hidden states needs none of it (one column, dropped).
+        kwargs.update(logits_to_keep=C + 1 if logits else 1, output_hidden_states=with_hidden)
     out = model(**kwargs)
-    logits = out.logits[:, :-1] if lm else None
+    logits = out.logits[:, :-1] if lm and logits else None
     hidden = _last_hidden(out)[:, P - 1:-1] if with_hidden or not lm else None
     return logits, hidden
 
 
 def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids, completion_mask, with_hidden,
-                    lm: bool):
+                    lm: bool, logits: bool = True):
     """The same outputs as `_concat_forward` on (prompt_ids[prompt_index], completion_ids), with each
     of the U distinct prompts run once: [U, P] prompt pass -> cache gathered to the n rows ->
     [n, C-1] completion pass (the last completion token predicts nothing we need)."""
@@ -181,17 +183,18 @@ def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids
     first = model(input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=pos, use_cache=True, **kwargs)
     cache = output_cache(first)
     cache.batch_select_indices(prompt_index)          # differentiable gather: [U, ...] -> [n, ...]
-    logits = first.logits[:, -1:][prompt_index] if lm else None
+    want_logits = lm and logits
+    logits = first.logits[:, -1:][prompt_index] if want_logits else None
     hidden = _last_hidden(first)[:, -1:][prompt_index] if with_hidden or not lm else None
     if completion_ids.shape[1] > 1:
         c_mask = completion_mask[:, :-1].to(prompt_mask.dtype)
         attn = torch.cat([prompt_mask[prompt_index], c_mask], dim=1)
         # position ids continue the concatenated sequence's: count of attended tokens so far - 1
         c_pos = prompt_mask.long().sum(-1)[prompt_index].unsqueeze(1) + c_mask.long().cumsum(-1) - 1
+        head = {"output_hidden_states": with_hidden, **({} if want_logits else {"logits_to_keep": 1})} if lm else {}
         rest = model(input_ids=completion_ids[:, :-1], attention_mask=attn, position_ids=c_pos,
-                     use_cache=True, **{cache_keyword(model): cache},
-                     **({"output_hidden_states": with_hidden} if lm else {}))
-        if lm:
+                     use_cache=True, **{cache_keyword(model): cache}, **head)
+        if want_logits:
             logits = torch.cat([logits, rest.logits], dim=1)
         if hidden is not None:
             hidden = torch.cat([hidden, _last_hidden(rest)], dim=1)
@@ -200,20 +203,22 @@ def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids
 
 def sequence_forward(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                      completion_mask: torch.Tensor, prompt_index: torch.Tensor | None = None,
-                     share_prompt: bool = False, with_hidden: bool = False, lm: bool = True):
+                     share_prompt: bool = False, with_hidden: bool = False, lm: bool = True, logits: bool = True):
     """(logits [n, C, V], hidden [n, C, H] or None) at the positions that predict each completion token.
 
     prompt_ids/prompt_mask: left-padded prompts, one per completion row, or (with `prompt_index`,
     [n] -> prompt row) the distinct prompts the rows continue. `share_prompt` runs each distinct
     prompt once; otherwise each row is its prompt followed by its completion. `lm=False` is for a
-    backbone without an LM head (a critic model): only hidden states come back.
+    backbone without an LM head (a critic model): only hidden states come back. `logits=False`: an
+    LM whose hidden states alone are wanted (a value head on the actor's backbone) computes its
+    vocabulary-wide head at one position only, and returns None for the logits.
     """
     if prompt_index is not None and share_prompt:
         return _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids, completion_mask,
-                               with_hidden, lm)
+                               with_hidden, lm, logits)
     if prompt_index is not None:
         prompt_ids, prompt_mask = prompt_ids[prompt_index], prompt_mask[prompt_index]
-    return _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_hidden, lm)
+    return _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, with_hidden, lm, logits)
 
 
 def token_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,

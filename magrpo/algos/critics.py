@@ -81,7 +81,8 @@ class Critic(torch.nn.Module):
             model, lm = self.backbone, False
         share = shares_prompt(model, share_prompt)
         _, hidden = sequence_forward(model, rows.prompt_ids, rows.prompt_mask, rows.completion_ids,
-                                     rows.completion_mask, rows.prompt_index, share, with_hidden=True, lm=lm)
+                                     rows.completion_mask, rows.prompt_index, share, with_hidden=True, lm=lm,
+                                     logits=False)
         return self.head(hidden)
 
 
