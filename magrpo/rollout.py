@@ -55,12 +55,14 @@ class Sampling:
     # an algorithm that needs the rollout policy's log-probs or a value head's input (the PPO
     # family) skips a forward over the rows; a path that cannot record leaves them None
     record: tuple[str, ...] = ()
+    decode_step: str = "lean"        # algo.decode_step (magrpo.sampler.sample_shared_prompt)
 
     @classmethod
     def from_algo(cls, algo) -> Sampling:
         return cls(num_generations=algo.num_generations, max_new_tokens=algo.max_new_tokens,
                    temperature=algo.temperature, top_p=algo.top_p, top_k=algo.top_k,
-                   max_prompt_length=algo.max_prompt_length, share_prompt=getattr(algo, "share_prompt", True))
+                   max_prompt_length=algo.max_prompt_length, share_prompt=getattr(algo, "share_prompt", True),
+                   decode_step=getattr(algo, "decode_step", "lean"))
 
 
 @dataclass
@@ -265,7 +267,7 @@ def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], 
     if shares_prompt(model, sampling.share_prompt):
         out = sample_shared_prompt(model, prompt_ids, prompt_mask, sampling.num_generations, sampling.max_new_tokens,
                                    eos, pad_id, sampling.do_sample, sampling.temperature, sampling.top_k,
-                                   sampling.top_p, record=record)
+                                   sampling.top_p, record=record, decode_step=sampling.decode_step)
         if out is not None:
             return out
     kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.num_generations,

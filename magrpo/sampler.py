@@ -176,6 +176,7 @@ def next_tokens(logits: torch.Tensor, do_sample: bool, temperature: float, top_k
 # --- the one-token step ----------------------------------------------------------------------------
 
 LEAN_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+DECODE_STEPS = ("lean", "static", "graph")     # algo.decode_step: see sample_shared_prompt
 # RoPE variants whose cos/sin depend only on the position (the "dynamic" ones rescale with the length seen).
 _STATIC_ROPE = ("default", "linear", "llama3", "yarn")
 _RMS_NORMS = ("LlamaRMSNorm", "MistralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm")
@@ -315,9 +316,11 @@ class LeanDecoder:
         dev, enabled, dtype = self._autocast_state
         return torch.autocast(dev, dtype=dtype, enabled=enabled)
 
-    def start(self, cache, attention_mask: torch.Tensor, num_generations: int, max_new_tokens: int) -> bool:
+    def start(self, cache, attention_mask: torch.Tensor, num_generations: int, max_new_tokens: int,
+              static: bool = False) -> bool:
         """Take over the prefill's key/value cache ([B, kv_heads, P, head_dim] per layer), repeated
-        to B*G rows; False (nothing changed) when it is not one plain tensor pair per layer."""
+        to B*G rows; False (nothing changed) when it is not one plain tensor pair per layer.
+        `static`: the buffers are zeroed and a mask is always built, for `static_step`."""
         layers = getattr(cache, "layers", None)
         if layers is None or len(layers) != len(self.layers) or \
                 any(getattr(c, "keys", None) is None or c.keys.dim() != 4 for c in layers):
@@ -326,15 +329,17 @@ class LeanDecoder:
         self.keys, self.values = [], []
         for c in layers:
             for src, out in ((c.keys, self.keys), (c.values, self.values)):
-                buf = src.new_empty(src.shape[0] * G, src.shape[1], P + max_new_tokens, src.shape[3])
+                shape = (src.shape[0] * G, src.shape[1], P + max_new_tokens, src.shape[3])
+                # static: the step reads every column (masked), so no column may hold NaN garbage
+                buf = src.new_zeros(shape) if static else src.new_empty(shape)
                 buf[:, :, :P] = src.repeat_interleave(G, dim=0)
                 out.append(buf)
         n, dev = attention_mask.shape[0] * G, attention_mask.device
-        self.P = P
+        self.P, self.total = P, P + max_new_tokens
         # As transformers' sdpa path: no mask at all when no prompt is padded (a lone query token
         # sees every key), else a boolean row mask.
         self.mask = None
-        if not bool(attention_mask.all()):
+        if static or not bool(attention_mask.all()):
             self.mask = torch.ones(n, 1, 1, P + max_new_tokens, dtype=torch.bool, device=dev)
             self.mask[:, 0, 0, :P] = attention_mask.repeat_interleave(G, dim=0).bool()
         # Position of new token t: the row's prompt length + t. cos/sin of every position, once.
@@ -350,6 +355,42 @@ class LeanDecoder:
         """Logits [n, V] after new token t ([n]) of every row, under the prefill's autocast state."""
         with self._autocast():
             return self._step(tokens, t)
+
+    def static_step(self, tokens: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """`step` with every shape fixed, the form a CUDA graph replays: the new token's position
+        `t` is a one-element tensor (not a Python int), its key/value are written by index, and
+        attention reads the whole [P + T] buffer under a mask that hides the columns past it (a
+        hidden column adds exp(-inf) = 0 to the softmax, so the result is `step`'s but for the
+        order of float additions). Needs `start(..., static=True)`."""
+        with self._autocast():
+            return self._static_step(tokens, t)
+
+    def _static_step(self, tokens: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[0]
+        col = self.P + t                                             # [1] the new token's column
+        cos, sin = self.cos.index_select(2, t), self.sin.index_select(2, t)
+        seen = torch.arange(self.total, device=tokens.device) <= col   # columns written so far
+        mask = self.mask & seen
+        x = self.body.embed_tokens(tokens.unsqueeze(1))
+        for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp, qk_norm), keys, values in \
+                zip(self.blocks, self.keys, self.values):
+            d = attn.head_dim
+            h = _rms_norm(norm1, x)
+            q, k = q_proj(h).view(n, 1, -1, d), k_proj(h).view(n, 1, -1, d)
+            if qk_norm is not None:
+                q, k = _rms_norm(qk_norm[0], q), _rms_norm(qk_norm[1], k)
+            q = _rotate(q.transpose(1, 2), cos, sin)
+            keys.index_copy_(2, col, _rotate(k.transpose(1, 2), cos, sin))
+            values.index_copy_(2, col, v_proj(h).view(n, 1, -1, d).transpose(1, 2))
+            out = F.scaled_dot_product_attention(q.reshape(n, keys.shape[1], -1, d), keys, values, attn_mask=mask,
+                                                 scale=attn.scaling)
+            x = x + o_proj(out.reshape(n, 1, -1))
+            x = x + mlp(_rms_norm(norm2, x))
+        x = _rms_norm(self.body.norm, x)
+        if self.keep_hidden:
+            self.hidden = x[:, -1]
+        return self.lm_head(x)[:, -1]
+
 
     def _step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         n, end = tokens.shape[0], self.P + t + 1
@@ -384,11 +425,46 @@ class LeanDecoder:
         return self.lm_head(x)[:, -1]
 
 
+class GraphStep:
+    """`LeanDecoder.static_step` captured once as a CUDA graph (as gpt-fast decodes): each decoding
+    step copies the token and its position into static input tensors and replays the recorded
+    kernels, so a step costs its kernels' time and no Python or launch overhead. Captured per
+    `sample_shared_prompt` call (the buffers' shapes are that call's); off CUDA it is the static
+    step itself, uncaptured (as with `capture=False`)."""
+
+    def __init__(self, lean: LeanDecoder, n: int, device, capture: bool = True):
+        self.lean, self.graph = lean, None
+        self.tokens = torch.zeros(n, dtype=torch.long, device=device)
+        self.t = torch.zeros(1, dtype=torch.long, device=device)
+        if not capture or torch.device(device).type != "cuda":
+            return
+        # Warm up on a side stream (lazy cuBLAS / allocator set-up must not be captured), then record.
+        # The warm-up writes column P (position 0), which the first real step writes again.
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                lean.static_step(self.tokens, self.t)
+        torch.cuda.current_stream(device).wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = lean.static_step(self.tokens, self.t)
+            self.hidden = lean.hidden
+
+    def __call__(self, tokens: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self.tokens.copy_(tokens)
+        self.t.fill_(t)
+        if self.graph is None:
+            return self.lean.static_step(self.tokens, self.t), self.lean.hidden
+        self.graph.replay()      # outputs live in the graph's memory: copies, before the next replay
+        return self.logits.clone(), None if self.hidden is None else self.hidden.clone()
+
+
 @torch.no_grad()
 def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, num_generations: int,
                          max_new_tokens: int, eos_token_ids: list[int], pad_token_id: int, do_sample: bool = True,
                          temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-                         record: dict | None = None) -> torch.Tensor | None:
+                         record: dict | None = None, decode_step: str = "lean") -> torch.Tensor | None:
     """[B*G, C] completion ids (C <= max_new_tokens; rows of prompt b are b*G .. b*G+G-1), padded
     with `pad_token_id` after each row's first EOS. None when the model's forward returns no
     key/value cache that can be repeated (the caller then uses `model.generate`). Only ids below
@@ -400,7 +476,14 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     the same numbers up to the order of float additions, since a cached step and a full forward
     add the same products in other orders); with "hidden" requested, the final-normed hidden state
     at the position that predicts each token ([B*G, C, H], what a value head reads). Request a key
-    by setting it to None before the call."""
+    by setting it to None before the call.
+
+    `decode_step` (`algo.decode_step`) picks the one-token step of a Llama-family model: "lean"
+    (`LeanDecoder.step`), "static" (`LeanDecoder.static_step`: fixed shapes) or "graph" (the static
+    step replayed as a CUDA graph, `GraphStep`; the static step off CUDA). Greedy decoding gives the
+    same tokens on each, but for a near-tie that another order of float additions flips."""
+    if decode_step not in DECODE_STEPS:
+        raise ValueError(f"decode_step={decode_step!r} is not one of {list(DECODE_STEPS)}")
     G = num_generations
     limit = vocab_limit(model)
     dev = input_ids.device
@@ -418,11 +501,14 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     logits = out.logits[:, -1].repeat_interleave(G, dim=0)
     hidden = out.hidden_states[-1][:, -1].repeat_interleave(G, dim=0) if want_hidden else None
     n, P = logits.shape[0], input_ids.shape[1]
-    if lean is not None and lean.start(cache, attention_mask, G, max_new_tokens):
+    static = decode_step != "lean"
+    if lean is not None and lean.start(cache, attention_mask, G, max_new_tokens, static=static):
         lean.keep_hidden = want_hidden
-
-        def step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-            return lean.step(tok, t), lean.hidden
+        if static:      # one decoded token needs no step at all: nothing to capture
+            step = GraphStep(lean, n, dev, capture=decode_step == "graph" and max_new_tokens > 1)
+        else:
+            def step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+                return lean.step(tok, t), lean.hidden
     else:
         cache.batch_repeat_interleave(G)
         # The attention mask of the whole sequence, written once; step t reads its first P + t + 1 columns.

@@ -116,3 +116,25 @@ def test_update_flops_count_six_times_the_matmul_parameters_per_token(make_cfg):
     lora = validate(make_cfg(["agents=tiny_lora"]))
     assert bench.update_flops(args, lora, load_agents(lora.agents, lora.hardware, 2, need_reference=False),
                               task, items, 100) is None     # 6N overstates a LoRA backward
+
+
+def test_decode_bench_times_every_decode_step_and_checks_their_tokens(monkeypatch, capsys):
+    # scripts/decode_bench.py is the GPU check of algo.decode_step; on the CPU it must run too.
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    spec = importlib.util.spec_from_file_location("decode_bench", ROOT / "scripts" / "decode_bench.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    threads = torch.get_num_threads()
+    capsys.readouterr()
+    try:
+        rc = mod.main(["--model", "tiny", "--tokens", "6", "--prompts", "3", "--gens", "2", "--repeats", "1",
+                       "--prompt-length", "12", "--lora", "4", "--threads", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert rc == 0 and out["lean_step_serves"] and out["rows"] == 6
+    assert set(out["ms_per_token"]) == {"lean", "static", "graph"}
+    assert all(v > 0 for v in out["ms_per_token"].values())
+    assert out["greedy_tokens_equal_lean"] == {"lean": True, "static": True, "graph": True}
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--steps", "lean,warp"])

@@ -462,3 +462,55 @@ def test_the_ppo_family_takes_the_rollout_logprobs_and_values_from_decoding(make
     torch.testing.assert_close(recorded.old_values * m, forward.old_values * m, atol=ATOL, rtol=0)
     want = rollout_logprobs(agents[0].model, gen, row_chunks(m.shape[0], 64, G), 1.0, "cpu", True)
     torch.testing.assert_close(recorded.old_logp * m, want * m, atol=ATOL * 10, rtol=0)
+
+
+# --- the fixed-shape step (algo.decode_step=static|graph) --------------------------------------------
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("padded", [True, False])
+@pytest.mark.parametrize("decode_step", ["static", "graph"])
+def test_static_and_graph_steps_give_the_greedy_tokens_of_the_lean_step(kind, padded, decode_step):
+    # The fixed-shape step a CUDA graph replays; on a CPU "graph" runs it uncaptured. Its attention
+    # reads the whole buffer under a mask, so only the order of float additions differs from the
+    # lean step: the same greedy tokens, and logits within float32 rounding.
+    from magrpo.sampler import sample_shared_prompt
+
+    model = _random_lm(kind)
+    ids, mask = _prompt_batch(padded)
+    got_rec, want_rec = {"logprobs": None, "hidden": None}, {"logprobs": None, "hidden": None}
+    got = sample_shared_prompt(model, ids, mask, 2, 20, [], 0, do_sample=False, decode_step=decode_step,
+                               record=got_rec)
+    want = sample_shared_prompt(model, ids, mask, 2, 20, [], 0, do_sample=False, record=want_rec)
+    assert got.shape == (6, 20) and torch.equal(got, want)
+    torch.testing.assert_close(got_rec["logprobs"], want_rec["logprobs"], atol=ATOL * 10, rtol=0)
+    torch.testing.assert_close(got_rec["hidden"], want_rec["hidden"], atol=ATOL * 10, rtol=0)
+    gen = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=20,
+                         min_new_tokens=20, pad_token_id=0, eos_token_id=None)[:, ids.shape[1]:]
+    assert torch.equal(got, gen.repeat_interleave(2, dim=0))
+
+
+def test_static_step_samples_and_stops_as_the_lean_step():
+    # Sampling, an EOS stop and the row mask: the same draws from the same generator.
+    from magrpo.sampler import sample_shared_prompt
+
+    model = _random_lm("qwen2")
+    ids, mask = _prompt_batch(True)
+    out = []
+    for step in ("lean", "static"):
+        torch.manual_seed(3)
+        out.append(sample_shared_prompt(model, ids, mask, 4, 16, [7], 0, temperature=1.3, top_p=0.9,
+                                        decode_step=step))
+    assert torch.equal(out[0], out[1])
+
+
+def test_decode_step_is_an_algo_key_with_named_choices(make_cfg, tmp_path):
+    from magrpo.sampler import sample_shared_prompt
+    from magrpo.schema import ConfigError
+
+    cfg = validate(make_cfg(["algo.decode_step=static"]))
+    assert cfg.algo.decode_step == "static" and Sampling.from_algo(cfg.algo).decode_step == "static"
+    with pytest.raises(ConfigError, match="decode_step.*'fast'.*graph"):
+        validate(make_cfg(["algo.decode_step=fast"]))
+    ids, mask = _prompt_batch(False)
+    with pytest.raises(ValueError, match="'fast'.*lean"):
+        sample_shared_prompt(_random_lm("llama"), ids, mask, 2, 4, [], 0, decode_step="fast")

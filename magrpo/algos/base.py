@@ -56,6 +56,9 @@ class AlgoConfig:
     # Run each prompt once for its G samples, in generation and in the update (exact; a model
     # that cannot continue a shared key/value cache falls back with one log line).
     share_prompt: bool = True
+    # The one-token decoding step of a Llama-family model (magrpo.sampler): lean (default), static
+    # (fixed shapes), graph (the static step replayed as a CUDA graph on a GPU; the static step on a CPU)
+    decode_step: str = option("lean", choices=["lean", "static", "graph"])
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
     eval_every: int | None = option(None, check=lambda v: v is None or v >= 0, allowed=">= 0")  # deprecated: eval.every
     # The turn tree (magrpo/turns.py): T turns with feedback between them (the `feedback` group).
