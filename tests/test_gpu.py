@@ -134,3 +134,25 @@ def test_hardware_cudnn_attention_sets_torchs_backend(make_cfg, on):
     cfg = validate(make_cfg([*HW, f"hardware.cudnn_attention={str(on).lower()}"]))
     load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
     assert torch.backends.cuda.cudnn_sdp_enabled() is on
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cuda_graph_decoding_gives_the_greedy_tokens_of_the_lean_step(make_cfg, dtype):
+    # algo.decode_step=graph: the static step captured once per call and replayed per token; greedy
+    # tokens equal to the lean step's (a replay that read a stale token or position would part from
+    # them), the recorded log-probs within rounding of its own.
+    from magrpo.sampler import sample_shared_prompt
+
+    cfg = validate(make_cfg([*HW, f"agents.models.0.dtype={dtype}"]))
+    agent = load_agents(cfg.agents, cfg.hardware, 1, need_reference=False)[0]
+    ids, mask, _ = agent.encode_prompts(PROMPTS, 1024)
+    ids, mask = ids.to(agent.device), mask.to(agent.device)
+    out, recs = {}, {}
+    for step in ("lean", "graph"):
+        recs[step] = {"logprobs": None}
+        with torch.no_grad():
+            out[step] = sample_shared_prompt(agent.model, ids, mask, 2, 16, [], agent.tokenizer.pad_token_id,
+                                             do_sample=False, decode_step=step, record=recs[step])
+    assert torch.equal(out["graph"], out["lean"])
+    tol = 1e-4 if dtype == "float32" else 5e-2
+    torch.testing.assert_close(recs["graph"]["logprobs"], recs["lean"]["logprobs"], atol=tol, rtol=0)
