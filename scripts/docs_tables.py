@@ -125,6 +125,13 @@ def _first_line(obj: Any) -> str:
     return _cell(doc.split("\n\n")[0].replace("\n", " "))
 
 
+def _own_line(cls: type) -> str:
+    """The first paragraph of the class's OWN docstring, else of its module's: never a base
+    class's (inspect.getdoc inherits one, and every algorithm would read as the scaffold)."""
+    doc = cls.__dict__.get("__doc__") or (sys.modules[cls.__module__].__doc__ or "")
+    return _cell(inspect.cleandoc(doc).split("\n\n")[0].replace("\n", " "))
+
+
 def _group_options() -> dict[str, list[str]]:
     """{group: its options} as Hydra sees them: conf/ plus the schemas' options in the ConfigStore."""
     from hydra import initialize_config_dir
@@ -266,7 +273,7 @@ def algorithms_page() -> str:
            "ones. Each algorithm's page in [Algorithms](../algorithms/index.md) has its equation.\n",
            "| `algo=` | class | what it is |", "|---|---|---|"]
     for name, cls in ALGOS.items():
-        out.append(f"| `{name}` | `{cls.__module__}.{cls.__qualname__}` | {_first_line(cls)} |")
+        out.append(f"| `{name}` | `{cls.__module__}.{cls.__qualname__}` | {_own_line(cls)} |")
     out += ["", "## Shared keys (every algorithm)\n", key_table(AlgoConfig, "algo.", frozenset({"name"}))]
     for name, cls in ALGOS.items():
         own = [f for f in dataclasses.fields(cls.config_schema) if f.name not in shared]
@@ -296,7 +303,7 @@ def tasks_page() -> str:
            "| `task=` | what it is | agents | team sizes | primary metric |", "|---|---|---|---|---|"]
     for name, cls in TASKS.items():
         sizes = ", ".join(str(n) for n in cls.accepted_counts())
-        out.append(f"| `{name}` | {_first_line(cls)} | {cls.num_agents} | {sizes} | `{cls.primary_metric}` |")
+        out.append(f"| `{name}` | {_own_line(cls)} | {cls.num_agents} | {sizes} | `{cls.primary_metric}` |")
     out.append("")
     for name, cls in TASKS.items():
         out.append(f"## `task={name}`\n")

@@ -284,3 +284,22 @@ def test_the_readme_tour_runs_as_printed(tmp_path):
     py = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                         timeout=600)
     assert py.returncode == 0, py.stderr[-3000:]
+
+
+def test_generated_reference_rows_each_describe_their_own_class():
+    # Each algorithm's and each task's row is its own class's summary (or its module's), never a
+    # base class's inherited docstring: no two rows of one table may share a description.
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_tables", Path(__file__).resolve().parent.parent / "scripts"
+                                                  / "docs_tables.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for page, column in ((mod.algorithms_page(), 2), (mod.tasks_page(), 1)):
+        head = page.split("\n## ")[0]
+        rows = [line.split(" | ") for line in head.splitlines() if line.startswith("| `")]
+        described = [r[column].strip(" |") for r in rows]
+        assert len(rows) >= 10 and all(described)
+        twice = {d for d in described if described.count(d) > 1}
+        assert not twice, twice
+        assert not any(d.startswith(("Set-up, collection", "Base class")) for d in described)

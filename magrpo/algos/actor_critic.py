@@ -94,6 +94,8 @@ class CriticBatch:
 
 @register_algo("iac")
 class IAC(TeamAlgorithm):
+    """CoLLM-DC: decentralized actor-critic, one turn-level critic per policy on the agent's own history."""
+
     config_schema = IACConfig
     centralized = False
 
@@ -300,5 +302,7 @@ class IAC(TeamAlgorithm):
 
 @register_algo("maac")
 class MAAC(IAC):
+    """CoLLM-CC: centralized actor-critic, one turn-level critic of the team on the joint history."""
+
     config_schema = MAACConfig
     centralized = True

@@ -103,6 +103,9 @@ class WritingTask(Task):
 
 @register_task("tldr")
 class TldrTask(WritingTask):
+    """TL;DR: two agents summarize a Reddit post together, one in a sentence or two, the other in a
+    paragraph two to three times as long, scored by the paper's gated writing reward."""
+
     config_schema = TldrTaskConfig
     reward_schema = TldrRewardConfig
 
@@ -115,6 +118,10 @@ class TldrTask(WritingTask):
 
 @register_task("arxiv")
 class ArxivTask(WritingTask):
+    """arXiv: two agents expand a paper's abstract into its introduction, one paragraph on the
+    background and motivation, one on the method and its implications, scored by the paper's
+    gated writing reward."""
+
     config_schema = ArxivTaskConfig
     reward_schema = ArxivRewardConfig
 
