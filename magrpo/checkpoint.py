@@ -11,7 +11,7 @@ instead of being loaded half.
 `resolve` turns what a user passes as `resume=` or `checkpoint=` into a verified checkpoint: a
 checkpoint directory as given, or the newest complete checkpoint of a run directory.
 `check_resume` refuses a resume whose config differs from the checkpoint's in anything but the
-keys listed in MAY_CHANGE_ON_RESUME (README, "Resuming").
+keys listed in MAY_CHANGE_ON_RESUME (docs/outputs.md, "Resuming").
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ STATE_FILE = "trainer_state.pt"
 FORMAT = 1
 _STEP_RE = re.compile(r"^step_(\d+)$")
 
-# Keys a resume may change; every other key must equal the checkpoint's (README, "Resuming").
+# Keys a resume may change; every other key must equal the checkpoint's (docs/outputs.md, "Resuming").
 # A prefix covers its sub-keys. They steer how long the run goes, what it logs and evaluates,
 # where it writes and on which hardware, none of which changes what the next step computes.
 MAY_CHANGE_ON_RESUME = ("max_steps", "resume", "output_dir", "save_every", "save_final", "logger", "eval", "plugins",
@@ -444,7 +444,7 @@ def check_resume(cfg: dict, ckpt: Path) -> None:
     if changes:
         raise ConfigError(f"resume={str(cfg.get('resume'))!r}: the checkpoint was trained with a different config "
                           f"({describe(changes)}); these keys must stay as they were. A resume may change only: "
-                          f"{', '.join(MAY_CHANGE_ON_RESUME)} (README, Resuming)")
+                          f"{', '.join(MAY_CHANGE_ON_RESUME)} (docs/outputs.md, 'Resuming')")
     step = checkpoint_step(ckpt)
     if cfg.get("max_steps", 0) <= step:
         raise ConfigError(f"max_steps={cfg.get('max_steps')}: the checkpoint {ckpt} is already at step {step}; "

@@ -1,7 +1,7 @@
 """bf16 linear layers on CPUs that have no bf16 matrix unit (no AVX512-BF16, no AMX).
 
 On such a CPU torch multiplies bf16 matrices with a generic kernel whose speed depends on the
-operands' layout. On a 2-core AVX2 machine (README, "What fits where"): about 15 GFLOP/s for a
+operands' layout. On a 2-core AVX2 machine (docs/scaling.md, "What fits where"): about 15 GFLOP/s for a
 Linear's forward (x W^T, the weight read transposed), 0.3 GFLOP/s for its input gradient (dy W,
 two row-major operands), against about 150 GFLOP/s in float32. A bf16 training step at 1.7B
 dimensions then takes hours, nearly all of it in the backward through the frozen base and the

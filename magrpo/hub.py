@@ -77,4 +77,4 @@ def unreachable_hint(kind: str, hub_id: str, key: str) -> str:
     fetch = (f"hf download {hub_id} --local-dir DIR" if kind == "model" else
              f"python -c \"import datasets; datasets.load_dataset({hub_id!r}).save_to_disk('DIR')\"")
     return (f"{kind} {hub_id!r} is not in the local cache and {reason}; on a machine with a network run "
-            f"`{fetch}`, copy DIR here and set {key}=DIR (README, Offline)")
+            f"`{fetch}`, copy DIR here and set {key}=DIR (docs/install.md, 'Offline')")

@@ -1,6 +1,6 @@
-"""What fits where: the device memory of a team's training step, by arithmetic (README, "What fits where").
+"""What fits where: the device memory of a team's training step, by arithmetic (docs/scaling.md, "What fits where").
 
-    python -m magrpo.memory            # the README table (markdown)
+    python -m magrpo.memory            # the table of docs/scaling.md, "What fits where" (markdown)
 
 Per agent model of P parameters (magrpo.tiny.SHAPES gives the architectures), bytes:
 
@@ -30,7 +30,7 @@ Per agent model of P parameters (magrpo.tiny.SHAPES gives the architectures), by
 
 A device "fits" when the total is at most 92% of its memory (the rest: CUDA context, allocator
 fragmentation, the reward). These are estimates (activations within about +-30%); the measured CPU
-rows of the README (scripts/real_shapes.py, peak RSS) check them at short settings.
+rows of docs/scaling.md (scripts/real_shapes.py, peak RSS) check them at short settings.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ def estimate(archs: list[Arch], setting: Setting, lora_r: int | None = None, ref
     return Estimate(base.params() * w + 4 * p, 4 * p, 8 * p, 0.0, act)
 
 
-# The README rows: each agents preset at the paper's settings (conf/recipe: tldr for qwen3_1.7b,
+# The rows of docs/scaling.md: each agents preset at the paper's settings (conf/recipe: tldr for qwen3_1.7b,
 # coophumaneval for qwen2.5_coder_3b and the heterogeneous team), G = 4, 256 new tokens.
 TLDR = Setting(batch=1)
 CODING = Setting(batch=2)

@@ -1,6 +1,6 @@
 """Agents: a causal LM, its tokenizer and its device, loaded from the `agents` config group.
 
-An agent is a role; its policy is what trains. Three team levels (README, "Team shapes"):
+An agent is a role; its policy is what trains. Three team levels (docs/team-shapes.md):
   separate models   each agent has its own weights (the default);
   a LoRA per role   `agents.share_base=true`: every agent is an adapter on ONE copy of the base
                     weights, switched with `set_adapter` before each use;
@@ -348,7 +348,7 @@ def _widen_cpu_bf16(model, device: torch.device, autocast: str, cpu_bf16: str, w
         log.info("%s: %s; linear products widened to float32 (magrpo.cpu_bf16)", who, why)
     elif device.type == "cpu" and _computes_bf16(model, autocast) and not magrpo.cpu_bf16.cpu_has_native_bf16():
         log.info("%s: hardware.cpu_bf16=native on a CPU without AVX512-BF16 or AMX: torch's generic bf16 "
-                 "kernels, far slower than float32 to train (README, \"What fits where\")", who)
+                 "kernels, far slower than float32 to train (docs/scaling.md, \"What fits where\")", who)
 
 
 def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool,

@@ -1,5 +1,5 @@
 """Override lines as data: what a saved `.hydra/overrides.yaml` (or an exported team's
-overrides.yaml) may hold before a command takes it up (README, "Sharing teams and runs safely")."""
+overrides.yaml) may hold before a command takes it up (docs/security.md, "Sharing teams and runs safely")."""
 
 from __future__ import annotations
 

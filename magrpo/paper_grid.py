@@ -88,7 +88,7 @@ TABLES: dict[str, TablePlan] = {
                         (*PROMPTING, "grpo", "ppo", "ippo", "magrpo", *NEWER,
                          *(f"magrpo_2turn_{m}" for m in FEEDBACK_MODES))),
     "maporl": TablePlan(("maporl_qa",), ("untrained_discussion", "magrpo", "ippo")),
-    # The coordination suite (magrpo/tasks/coordination): every method at matched budgets (README).
+    # The coordination suite (magrpo/tasks/coordination): every method at matched budgets (docs/benchmarks.md).
     # signal's rewards (and budget_signal's) do not split per agent, so they have no individual-reward IPPO;
     # and they are played by a sequential team, which MAAC's centralized critic of the joint state does not allow.
     # C3's counterfactual tree does not fit two turns (invest: 4,160 nodes per item) or 8 agents (crowd: 16.7M)

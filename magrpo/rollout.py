@@ -332,7 +332,7 @@ def register_scheme(*names: str) -> Callable[[Scheme], Scheme]:
 def team_budget(sampling: Sampling, task: Task, num_agents: int) -> Sampling:
     """One model writing a team task's whole joint answer (grpo, ppo, the `single` baseline) may
     generate the tokens of the whole team, `max_new_tokens` x the task's agents, so every
-    algorithm spends the same generated tokens per update (README, "Algorithms")."""
+    algorithm spends the same generated tokens per update (docs/algorithms/index.md)."""
     team = getattr(task, "num_agents", 1) or 1
     if num_agents == 1 and team > 1:
         return replace(sampling, max_new_tokens=sampling.max_new_tokens * team)

@@ -9,7 +9,7 @@ A team is its agents (models, tokenizers, per-agent sampling) plus what makes th
 that writes each agent's prompt and assembles the joint answer, the topology (simultaneous or a
 sequential chain), the turns and the feedback between them. `Team.from_run(RUN)` builds it from a
 training run's newest complete checkpoint (or `step=`), `save_pretrained(DIR)` writes it as one
-directory (the format `magrpo-export` writes, README "Exporting and using a trained team"):
+directory (the format `magrpo-export` writes, docs/team.md):
 
     team.json            agents and roles, topology, turns, feedback, sampling, how the joint answer
                          is assembled, the task's and models' config, where it came from

@@ -11,8 +11,8 @@ Two kinds:
   *-shape              the real architectures of the models users train, at their real dimensions
                        (`SHAPES`, transcribed from the public config.json of each), random weights:
                        they exercise generation, the update, LoRA, the reference model, checkpointing
-                       and bf16 at real memory and compute cost with no download (README, "What fits
-                       where"). They are built in bfloat16 directly (the default dtype is bf16 while
+                       and bf16 at real memory and compute cost with no download (docs/scaling.md, "What
+                       fits where"). They are built in bfloat16 directly (the default dtype is bf16 while
                        the modules are constructed and initialised, so no float32 copy of the weights
                        ever exists), then saved once into the cache (3.4 GB for qwen3-1.7b-shape, 6.2
                        GB for qwen2.5-coder-3b-shape): every consumer of a model path (the reference

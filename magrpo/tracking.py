@@ -1,8 +1,7 @@
 """Where metrics go: `metrics.jsonl` and `summary.json` always, W&B when `logger=wandb`; and
 the run's status as others read it.
 
-metrics.jsonl holds one JSON object per logged step (`step` plus namespaced keys, see README
-"Run outputs"); each line is flushed as it is written, so a crashed run keeps everything up to
+metrics.jsonl holds one JSON object per logged step (`step` plus namespaced keys, see docs/outputs.md); each line is flushed as it is written, so a crashed run keeps everything up to
 its last step. summary.json is rewritten atomically after every evaluation.
 
 On W&B, every job of a sweep joins one group (`logger.group`, else the sweep directory's name),

@@ -163,7 +163,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=3600, help="seconds per training process")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="an extra override for every case, e.g. --set agents.models.0.dtype=float32 "
-                         "--set hardware.autocast=none (the README's float32 rows)")
+                         "--set hardware.autocast=none (the float32 rows of docs/scaling.md)")
     ap.add_argument("--no-resume", action="store_true",
                     help="one process per case: the step and its evals, no checkpoint and no resume (a full "
                          "fine-tune's checkpoint of weights and optimizer is tens of GB)")

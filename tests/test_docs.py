@@ -303,3 +303,28 @@ def test_generated_reference_rows_each_describe_their_own_class():
         twice = {d for d in described if described.count(d) > 1}
         assert not twice, twice
         assert not any(d.startswith(("Set-up, collection", "Base class")) for d in described)
+
+
+def test_every_pointer_in_code_and_config_names_a_docs_page_that_exists():
+    # Messages, --help texts and docstrings point readers to docs pages (docs/X.md, "Section"):
+    # each page must exist and each named section must be one of its headings; none points to a
+    # README section any more (the README is the entry point; its sections moved to docs/).
+    import re
+
+    root = Path(__file__).resolve().parent.parent
+    files = [*root.glob("magrpo/**/*.py"), *root.glob("conf/**/*.yaml"), *root.glob("scripts/*.py")]
+    pointer = re.compile(r'(docs/[\w/.-]+\.md)(?:,\s*\\?"([^"\\]+)\\?")?')
+    seen, bad = 0, []
+    for f in files:
+        text = f.read_text()
+        text_one_line = re.sub(r"\s*\n\s*#?\s*", " ", text)       # a section name wrapped over two lines
+        for page, section in pointer.findall(text_one_line):
+            seen += 1
+            path = root / page
+            if not path.is_file():
+                bad.append(f"{f.relative_to(root)}: {page} does not exist")
+            elif section and not re.search(rf"^#+ .*{re.escape(section)}", path.read_text(), re.M):
+                bad.append(f"{f.relative_to(root)}: {page} has no heading {section!r}")
+        for m in re.finditer(r"README(?:,|'s| \")\s*\"?[A-Z]", text):
+            bad.append(f"{f.relative_to(root)}: points to a README section: {text[m.start():m.end() + 30]!r}")
+    assert seen >= 20 and not bad, bad

@@ -8,7 +8,7 @@
   * magrpo.launch.groups, .override_errors: the config groups and options (--help) and our message
     for an override Hydra cannot apply.
 
-Failures, by kind (README, "When a run fails"):
+Failures, by kind (docs/outputs.md, "When a run fails"):
   * a config error (a bad value, a missing path, an incompatible resume): one line on stderr
     naming the key, the value and what is allowed; exit code 2;
   * a setup error (a model, data set, device or sandbox that is not available here): one line

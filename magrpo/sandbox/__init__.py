@@ -15,7 +15,7 @@ Parts (each reads on its own):
     procs.py      prctl, pidfds, /proc scans and kill loops
 
 The sandbox runs any code and knows no task: callers hand it code, tests and the trusted code
-the tests may use. The README's "Sandbox and threat model" section says what each isolation
+the tests may use. docs/security.md says what each isolation
 level promises.
 """
 

@@ -5,7 +5,7 @@
     magrpo-table runs --group-by algo.joint_mode,algo.advantage --metrics reward_mean,pass@1
     magrpo-table multirun/paper/writing-tiny-<date> --layout paper   # the paper's layout (paper.py)
 
-Runs are found recursively by their `summary.json` (README, "Run outputs"); an eval run of
+Runs are found recursively by their `summary.json` (docs/outputs.md); an eval run of
 `magrpo-eval` that evaluated several methods counts as one run per method. A *method* is a run's config minus
 its seed: runs that agree on everything else are seeds of one method and become one row, each
 cell the mean ± sample standard deviation over those seeds of the run's final evaluation. Each

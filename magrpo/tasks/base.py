@@ -39,7 +39,7 @@ class RewardError(ConfigError):
 class RewardConfig:
     """The keys every task's `reward` node accepts: each task's reward schema inherits them (a
     schema that does not is given them by `reward_schema_of`). Reward functions that replace the
-    task's own reward, for any task and algorithm (magrpo.rewards; README, "Reward functions")."""
+    task's own reward, for any task and algorithm (magrpo.rewards; docs/tasks.md, "Reward functions")."""
 
     fn: str | None = None                  # a registered reward function, or module:function
     fns: list[str] | None = None           # several of them, summed: total = sum_i weights[i] * f_i

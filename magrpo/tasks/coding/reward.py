@@ -19,7 +19,7 @@ As in the reference, the wrapper bonus and the penalty are only looked at when m
 defines it, returning or not. The single-agent form (one answer with both functions) drops every
 helper term: main +0.6, syntax +0.5, tests +1.0.
 
-Quirk switch (README, "Rewards"): the reference's "result ignored" check never fires (see
+Quirk switch (docs/reference/tasks.md): the reference's "result ignored" check never fires (see
 `analysis.ignored_helper_calls`), so by default the penalty is never applied;
 `fix_ignored_result: true` applies it to any statement that is a bare call of aux, whatever the
 spacing (`aux(s)` as well as `aux (s)`).
