@@ -28,6 +28,10 @@ source's models are loaded once and stay in memory while the pairings run.
 
 from __future__ import annotations
 
+# isort: off
+import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+# isort: on
+
 import argparse
 import csv
 import itertools

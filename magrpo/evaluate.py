@@ -18,6 +18,10 @@ baselines and trained methods yields run directories of one layout for `magrpo-t
 
 from __future__ import annotations
 
+# isort: off
+import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+# isort: on
+
 import logging
 import time
 from pathlib import Path

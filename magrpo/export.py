@@ -16,6 +16,10 @@ free there (exit 1), and nothing is left at OUT_DIR.
 
 from __future__ import annotations
 
+# isort: off
+import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+# isort: on
+
 import argparse
 import json
 import logging

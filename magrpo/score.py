@@ -36,6 +36,10 @@ A new scorer is a function of the parsed arguments that prints its JSON, registe
 
 from __future__ import annotations
 
+# isort: off
+import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+# isort: on
+
 import argparse
 import json
 import math

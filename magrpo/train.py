@@ -13,6 +13,10 @@ stderr and `summary.json` saying why; a failed job of a sweep leaves the other j
 
 from __future__ import annotations
 
+# isort: off
+import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+# isort: on
+
 import logging
 import os
 import sys

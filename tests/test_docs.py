@@ -328,3 +328,13 @@ def test_every_pointer_in_code_and_config_names_a_docs_page_that_exists():
         for m in re.finditer(r"README(?:,|'s| \")\s*\"?[A-Z]", text):
             bad.append(f"{f.relative_to(root)}: points to a README section: {text[m.start():m.end() + 30]!r}")
     assert seen >= 20 and not bad, bad
+
+
+def test_the_license_file_is_the_license_pyproject_declares():
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    declared = tomllib.loads((root / "pyproject.toml").read_text())["project"]["license"]
+    text = (root / "LICENSE").read_text()
+    assert declared == "Apache-2.0" and text.lstrip().startswith("Apache License") and "Version 2.0" in text[:200]
+    assert "END OF TERMS AND CONDITIONS" in text

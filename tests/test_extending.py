@@ -310,3 +310,18 @@ def test_a_runs_saved_plugins_line_cannot_bring_code_from_the_run(outside, tmp_p
                      module="magrpo.evaluate")
     assert code == 2 and "would be imported from inside" in err, err                      # trusted, still never from inside
     assert not marker.exists()
+
+
+def test_import_magrpo_and_its_public_names_change_nothing_in_the_environment():
+    # A library import has no side effects: the process defaults (OMP_WAIT_POLICY) are set by
+    # the command modules, before torch loads, not by `import magrpo` or its public API.
+    import subprocess
+    import sys
+
+    code = ("import os, sys; os.environ.pop('OMP_WAIT_POLICY', None); before = dict(os.environ); "
+            "import magrpo; from magrpo import Experiment, Team, Task, register_task, register_algo; "
+            "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items()); "
+            "import magrpo.train; assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'; print('ok')")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
