@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# isort: off
+import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+# isort: on
+
 import os
 import tempfile
 from pathlib import Path
