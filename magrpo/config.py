@@ -395,16 +395,23 @@ def optimized_metric(cfg: DictConfig, primary: str) -> str:
     return cfg.get("optimized_metric") or primary
 
 
-def _typed(cfg: DictConfig, schema: type, prefix: str) -> DictConfig:
-    """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key."""
+def _typed(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = None) -> DictConfig:
+    """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key.
+    `whole`: the composed config, whose other sections an unknown key may belong to (algo.lr is
+    optimizer.lr)."""
     try:
         return OmegaConf.merge(OmegaConf.structured(schema), cfg)
     except ConfigKeyError as e:
         key = f"{prefix}{e.full_key}" if e.full_key else prefix.rstrip(".")
         node = key.rsplit(".", 1)[0] if "." in key else "the top level"
+        leaf = key.rsplit(".", 1)[-1]
         allowed = _keys_at(schema, key[len(prefix):].rsplit(".", 1)[0] if "." in key[len(prefix):] else "")
-        raise ConfigError(f"unknown config key {key!r}; keys allowed in {node}: {', '.join(allowed)}"
-                          f"{did_you_mean(key.rsplit('.', 1)[-1], allowed)}") from None
+        section = prefix.split(".")[0]
+        there = sorted(f"{name}.{leaf}" for name, sub in (whole or {}).items()
+                       if name != section and isinstance(sub, dict) and leaf in sub)
+        hint = f"; {leaf!r} is a key of {there[0].rsplit('.', 1)[0]}: did you mean {there[0]!r}?" if there \
+            else did_you_mean(leaf, allowed)
+        raise ConfigError(f"unknown config key {key!r}; keys allowed in {node}: {', '.join(allowed)}{hint}") from None
     except ValidationError as e:
         key = f"{prefix}{e.full_key}"
         raise ConfigError(f"{key}={e.value!r} has the wrong type: {str(e).splitlines()[0]}") from None
@@ -459,7 +466,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     if algo_name not in ALGOS:
         raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")
     algo_schema = ALGOS[algo_name].config_schema
-    algo_node = _typed(OmegaConf.create(raw_algo), algo_schema, "algo.")
+    algo_node = _typed(OmegaConf.create(raw_algo), algo_schema, "algo.", OmegaConf.to_container(cfg))
     cfg = cfg.copy()
     with _open(cfg):
         cfg.algo = OmegaConf.to_container(algo_node)
@@ -481,7 +488,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     if mode not in FEEDBACKS:
         raise ConfigError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
     feedback_schema = FEEDBACKS[mode].config_schema
-    feedback_node = _typed(OmegaConf.create(raw_feedback), feedback_schema, "feedback.")
+    feedback_node = _typed(OmegaConf.create(raw_feedback), feedback_schema, "feedback.", raw)
 
     # Task and reward nodes are checked against the schemas their task registers.
     if not raw_task or "name" not in raw_task:
@@ -490,7 +497,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
         raise ConfigError(f"task.name={raw_task['name']!r} is not a known task; choose one of: "
                           f"{', '.join(available_tasks())}")
     task_cls = TASKS[raw_task["name"]]
-    task_node = _typed(OmegaConf.create(raw_task), task_cls.config_schema, "task.") \
+    task_node = _typed(OmegaConf.create(raw_task), task_cls.config_schema, "task.", raw) \
         if task_cls.config_schema else OmegaConf.create(raw_task)
     reward_schema = reward_schema_of(task_cls)       # the task's, with the reward-function keys (RewardConfig)
     reward_node = _typed(OmegaConf.create(raw_reward or {}), reward_schema, "reward.") \

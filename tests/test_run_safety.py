@@ -56,6 +56,10 @@ def finished_run(tmp_path_factory) -> Path:
     # a paper row's recipe and method
     ("recipe=covr", ["recipe='covr' is not an option of the config group 'recipe'", "did you mean 'cover'?"]),
     ("method=magrp", ["method='magrp' is not an option of the config group 'method'", "did you mean 'magrpo'?"]),
+    # a name of another group, a key of another node
+    ("algo=gspo", ["algo='gspo' is not an option of the config group 'algo'",
+                   "'gspo' is an option of the group 'method': did you mean method=gspo?"]),
+    ("algo.lr=0.1", ["unknown config key 'algo.lr'", "'lr' is a key of optimizer: did you mean 'optimizer.lr'?"]),
     # the GROUP=OPTION form of a nested option
     ("experiment/compare=tldr", ["'experiment/compare' is no config group", "experiment=compare/"]),
     # a typo in a nested experiment: the options of its folder and the nearest path, not the top level's

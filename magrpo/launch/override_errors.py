@@ -35,7 +35,7 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
             return (f"{top}={value!r} is not an option of the config group {top!r}; choose one of: {fold(shown)}"
                     f"{did_you_mean(value, options)}")
         return (f"{group}={bad!r} is not an option of the config group {group!r}; choose one of: "
-                f"{', '.join(exc.options)}{did_you_mean(bad, exc.options)}")
+                f"{', '.join(exc.options)}{_other_group(group, bad) or did_you_mean(bad, exc.options)}")
     if isinstance(exc, OverrideParseException):
         return (f"cannot parse the overrides ({str(exc).splitlines()[0]}); quote values with brackets, "
                 f"commas or spaces, e.g. task.data.eval_split='test[:32]'")
@@ -56,15 +56,15 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
         m = re.match(r"Could not override '([^']+)'", str(exc))
         typed = m.group(1) if m else key
         parent, _, leaf = typed.rpartition(".")
-        allowed = _keys_at(config_name, [a for a in _overrides(argv) if override_key(a) != typed],
-                           parent)
+        cfg = _composed(config_name, [a for a in _overrides(argv) if override_key(a) != typed])
+        allowed = _keys_at(config_name, [], parent, cfg)
         if leaf in allowed:     # defined only by an option the sweep chooses per job (an experiment's key)
             return (f"{typed!r} is not in conf/{config_name}.yaml: only an option chosen per job of this sweep "
                     f"defines it, and Hydra checks command-line keys before it chooses; write ++{typed}=VALUE "
                     f"to set it in every job")
         where = f"in {parent}" if parent else "at the top level"
         listing = f"; keys allowed {where}: {', '.join(allowed)}" if allowed else ""
-        return f"unknown config key {typed!r}{listing}{did_you_mean(leaf, allowed)}"
+        return f"unknown config key {typed!r}{listing}{_elsewhere(cfg, parent, leaf) or did_you_mean(leaf, allowed)}"
     return None
 
 
@@ -92,9 +92,15 @@ def _composition_message(text: str) -> str | None:
     return None
 
 
-def _keys_at(config_name: str, overrides: list[str], dotted: str) -> list[str]:
-    """Keys of the node `dotted` of the config composed with `overrides` (sweep values: the first);
-    [] when that cannot be composed."""
+def _other_group(group: str, value: str) -> str:
+    """"; 'gspo' is an option of the group 'method': did you mean method=gspo?" when another config
+    group has the option, else "" (algo=gspo: GSPO is MAGRPO with other keys, a method)."""
+    there = [g for g in config_groups() if g != group and value in group_options(g)]
+    return f"; {value!r} is an option of the group {there[0]!r}: did you mean {there[0]}={value}?" if there else ""
+
+
+def _composed(config_name: str, overrides: list[str]):
+    """The config composed with `overrides` (sweep values: the first); None when it cannot be."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -105,10 +111,32 @@ def _keys_at(config_name: str, overrides: list[str], dotted: str) -> list[str]:
                   f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" for o in parsed]
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            cfg = compose(config_name=config_name, overrides=single)
+            return compose(config_name=config_name, overrides=single)
+    except Exception:
+        return None
+    finally:
+        GlobalHydra.instance().clear()
+
+
+def _keys_at(config_name: str, overrides: list[str], dotted: str, cfg=None) -> list[str]:
+    """Keys of the node `dotted` of the config composed with `overrides`; [] when that cannot be
+    composed."""
+    cfg = cfg if cfg is not None else _composed(config_name, overrides)
+    if cfg is None:
+        return []
+    try:
         node = OmegaConf.select(cfg, dotted) if dotted else cfg
     except Exception:
         return []
-    finally:
-        GlobalHydra.instance().clear()
     return sorted(str(k) for k in node.keys()) if OmegaConf.is_dict(node) else []
+
+
+def _elsewhere(cfg, parent: str, leaf: str) -> str:
+    """"; 'lr' is a key of optimizer: did you mean 'optimizer.lr'?" when another top-level node of
+    the composed config has the key, else ""."""
+    if cfg is None or not leaf:
+        return ""
+    top = parent.split(".")[0]
+    raw = OmegaConf.to_container(cfg, resolve=False)       # keys only: nothing is resolved
+    there = sorted(str(k) for k, v in raw.items() if str(k) != top and isinstance(v, dict) and leaf in v)
+    return f"; {leaf!r} is a key of {there[0]}: did you mean '{there[0]}.{leaf}'?" if there else ""
