@@ -312,3 +312,18 @@ def test_expert_degradation_is_counted_in_training_metrics(make_cfg, tmp_path):
     assert train and all(r["train/feedback/degraded"] == 2 * 2 for r in train)   # B=2 items x G=2 nodes
     assert [r["eval/feedback/degraded"] for r in rows if "eval/feedback/degraded" in r] == [4.0, 4.0]
     assert json.loads((out / "summary.json").read_text())["status"] == "finished"
+
+
+@pytest.mark.parametrize("mode", ["passed", "diagnostics"])
+def test_a_task_family_a_mode_has_no_words_for_is_an_error_not_a_generic_message(mode):
+    # feedback=passed|diagnostics word their message per task family (Task.feedback_kind); a kind
+    # they do not know used to fall back to the generic words silently.
+    class Poem:
+        name, feedback_kind = "poem", "poetry"
+
+    with pytest.raises(ConfigError, match=rf"feedback={mode}: task 'poem' declares feedback_kind='poetry'.*"
+                                          r"known kinds: coding, generic, math, writing"):
+        FEEDBACKS[mode](None, Poem())
+    Poem.feedback_kind = "generic"
+    assert FEEDBACKS[mode](None, Poem()).kind() == "generic"
+    FEEDBACKS["plain"](None, type("Any", (), {"feedback_kind": "poetry"})())      # a mode with no per-family words

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from magrpo.registry import Registry, registrar
-from magrpo.schema import option
+from magrpo.schema import ConfigError, option
 
 FEEDBACKS: Registry[type[Feedback]] = Registry("feedback mode", "feedback.mode", set_name=True, builtins=(
     "magrpo.feedback.diagnostics", "magrpo.feedback.expert"))
@@ -67,6 +67,21 @@ class Feedback:
         self.cfg = OmegaConf.merge(OmegaConf.structured(self.config_schema), given)
         self.task = task
         self.degraded = 0              # items that fell back to plain feedback (expert), over the run
+        known = self.kinds()
+        kind = getattr(task, "feedback_kind", "generic")
+        if known is not None and kind not in known:
+            raise ConfigError(f"feedback={self.name or type(self).__name__}: task {getattr(task, 'name', task)!r} "
+                              f"declares feedback_kind={kind!r}, which this mode has no words for; known kinds: "
+                              f"{', '.join(sorted(known))} (set the task's feedback_kind to one of them)")
+
+    @classmethod
+    def kinds(cls) -> Any:
+        """The task families (`Task.feedback_kind`) this mode words its message for; None = any."""
+        return None
+
+    def kind(self) -> str:
+        """The task's family, checked against `kinds()` when the mode was built."""
+        return getattr(self.task, "feedback_kind", "generic")
 
     def __call__(self, views: list[NodeView]) -> list[list[str]]:
         """[node][agent] messages for a batch of nodes (a mode that calls a model batches here)."""
@@ -113,9 +128,13 @@ def passed_of(view: NodeView) -> bool | None:
 
 @register_feedback("passed")
 class PassedFeedback(Feedback):
+    @classmethod
+    def kinds(cls) -> Any:
+        return PASS_TEXT
+
     def message(self, view: NodeView, agent: int) -> str:
         ok = passed_of(view)
-        yes, no = PASS_TEXT.get(getattr(self.task, "feedback_kind", "generic"), PASS_TEXT["generic"])
+        yes, no = PASS_TEXT[self.kind()]
         verdict = (yes if ok else no) if ok is not None else f"The team's answer scored {view.reward:.3f}."
         return f"{verdict}\n\n{self.instruction(view, agent)}"
 

@@ -40,9 +40,12 @@ class DiagnosticsConfig(FeedbackConfig):
 class DiagnosticsFeedback(Feedback):
     config_schema = DiagnosticsConfig
 
+    @classmethod
+    def kinds(cls) -> dict[str, Diagnoser]:
+        return DIAGNOSERS
+
     def message(self, view: NodeView, agent: int) -> str:
-        kind = getattr(self.task, "feedback_kind", "generic")
-        text = DIAGNOSERS.get(kind, DIAGNOSERS["generic"])(view, agent, self.cfg, self.task)
+        text = DIAGNOSERS[self.kind()](view, agent, self.cfg, self.task)
         return f"{text}\n\n{self.instruction(view, agent)}"
 
 
