@@ -126,9 +126,9 @@ def test_a_sigterm_stops_the_table_as_a_ctrl_c_does(tmp_path):
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:
         deadline = time.time() + 300
-        while not list((out / "train").glob("*/train.log")) and time.time() < deadline and proc.poll() is None:
+        # polled, not slept: the job is training once it has logged a step (its stop is then recorded)
+        while not list((out / "train").glob("*/metrics.jsonl")) and time.time() < deadline and proc.poll() is None:
             time.sleep(0.2)
-        time.sleep(2)
         proc.terminate()                                  # to magrpo-paper alone, as a scheduler sends it
         _, err = proc.communicate(timeout=120)
     finally:
