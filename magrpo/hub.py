@@ -71,10 +71,12 @@ def ensure_mode() -> bool:
     return True
 
 
-def unreachable_hint(kind: str, hub_id: str, key: str) -> str:
-    """The one line for a hub model or dataset that is neither reachable nor cached."""
+def unreachable_hint(kind: str, hub_id: str, key: str, config_name: str | None = None) -> str:
+    """The one line for a hub model or dataset that is neither reachable nor cached; a dataset's
+    `config_name` (mbpp's "sanitized") is part of the command it gives."""
     reason = offline_reason() or "the hub is out of reach"
+    subset = f", {config_name!r}" if config_name else ""
     fetch = (f"hf download {hub_id} --local-dir DIR" if kind == "model" else
-             f"python -c \"import datasets; datasets.load_dataset({hub_id!r}).save_to_disk('DIR')\"")
+             f"python -c \"import datasets; datasets.load_dataset({hub_id!r}{subset}).save_to_disk('DIR')\"")
     return (f"{kind} {hub_id!r} is not in the local cache and {reason}; on a machine with a network run "
             f"`{fetch}`, copy DIR here and set {key}=DIR (docs/install.md, 'Offline')")

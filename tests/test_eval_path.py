@@ -153,3 +153,20 @@ def test_the_hub_probe_names_why_it_failed():
         port = s.getsockname()[1]
         why = hub._probe(f"http://127.0.0.1:{port}", timeout=2.0)
     assert why is not None and "Connection" in why
+
+
+def test_the_offline_hint_for_a_dataset_fetches_the_subset_the_config_uses(monkeypatch):
+    # mbpp reads the "sanitized" subset: the command the hint gives must save that one, not the full set.
+    from magrpo import hub
+    from magrpo.tasks.data import DataUnavailableError, load_hub
+
+    monkeypatch.setattr(hub, "_state", {})
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(DataUnavailableError) as e:
+        load_hub("magrpo-tests/no-such-set", "test", "sanitized")
+    msg = str(e.value)
+    assert "load_dataset('magrpo-tests/no-such-set', 'sanitized').save_to_disk('DIR')" in msg, msg
+    assert "task.data.path=DIR" in msg and "\n" not in msg
+    with pytest.raises(DataUnavailableError) as e:
+        load_hub("magrpo-tests/no-such-set", "test")
+    assert "load_dataset('magrpo-tests/no-such-set').save_to_disk('DIR')" in str(e.value)

@@ -130,7 +130,7 @@ def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> li
         ds = datasets.load_dataset(hub_id, config_name, split=split_expr)
     except Exception as e:  # connection, offline mode, missing cache: all mean "not here"
         if hub.offline_reason() is not None:
-            raise DataUnavailableError(hub.unreachable_hint("dataset", hub_id, "task.data.path")) from e
+            raise DataUnavailableError(hub.unreachable_hint("dataset", hub_id, "task.data.path", config_name)) from e
         raise DataUnavailableError(
             f"could not load hub dataset {hub_id!r} (split {split_expr!r}): {type(e).__name__}: {e}\n"
             f"Download it where the hub is reachable, e.g. "
