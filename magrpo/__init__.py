@@ -6,7 +6,7 @@ __version__ = "0.1.0"
 # The public API, importable from the top (`from magrpo import Task, register_task, Experiment`),
 # each loaded on first use: `import magrpo` stays cheap (no torch, no transformers).
 _PUBLIC = {
-    "Team": "magrpo.team",
+    "Team": "magrpo.team", "TeamAnswer": "magrpo.team",
     "Experiment": "magrpo.experiment",
     "Task": "magrpo.tasks.base", "Item": "magrpo.tasks.base", "Scores": "magrpo.tasks.base",
     "register_task": "magrpo.tasks", "register_reward": "magrpo.rewards",

@@ -160,6 +160,7 @@ class Team:
     # -- using ------------------------------------------------------------------------------------
 
     def answer(self, item: dict, **kwargs: Any) -> TeamAnswer:
+        """The team's joint answer to one task item: `answer_batch([item], **kwargs)[0]`."""
         return self.answer_batch([item], **kwargs)[0]
 
     @torch.no_grad()

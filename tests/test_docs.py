@@ -338,3 +338,14 @@ def test_the_license_file_is_the_license_pyproject_declares():
     text = (root / "LICENSE").read_text()
     assert declared == "Apache-2.0" and text.lstrip().startswith("Apache License") and "Version 2.0" in text[:200]
     assert "END OF TERMS AND CONDITIONS" in text
+
+
+def test_the_api_page_documents_every_public_name():
+    # Everything `from magrpo import ...` offers is on the Python API page (Team.answer and
+    # TeamAnswer were missing), and each documented method has a docstring to render.
+    import magrpo
+    from magrpo.team import Team
+
+    text = (ROOT / "docs" / "reference" / "api.md").read_text()
+    assert [n for n in magrpo.__all__ if n not in text] == []
+    assert "::: magrpo.team.TeamAnswer" in text and Team.answer.__doc__ and Team.answer_batch.__doc__
