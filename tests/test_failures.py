@@ -129,9 +129,7 @@ def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path):
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert needle in proc.stderr and "config error" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
-    summary = _summary(run_dir)
-    assert summary["status"] == "failed" and summary["phase"] == "config" and needle in summary["reason"]
-    assert not (run_dir / "metrics.jsonl").exists()        # no work was done
+    assert not run_dir.exists()          # no work was done: the refused run leaves no folder behind
 
 
 def _train_here(args: list[str], capsys) -> tuple[int, str]:
@@ -155,9 +153,21 @@ def test_other_bad_values_exit_2_on_stderr_without_traceback(tmp_path, capsys, o
     code, err = _train_here([*overrides, f"hydra.run.dir={run_dir}"], capsys)
     assert code == 2, err[-2000:]
     assert needle in err and "config error" in err and "Traceback" not in err
-    summary = _summary(run_dir)
-    assert summary["status"] == "failed" and summary["phase"] == "config" and needle in summary["reason"]
-    assert not (run_dir / "metrics.jsonl").exists()        # no work was done
+    assert not run_dir.exists()          # no work was done: the refused run leaves no folder behind
+
+
+def test_a_refused_config_keeps_a_folder_that_holds_anything_else_and_a_sweeps_record(tmp_path, capsys):
+    # Only what the refused attempt wrote is removed: a folder with the user's file stays (with the
+    # refusal recorded), and a sweep keeps each refused job's summary for its table.
+    run_dir = tmp_path / "mine"
+    run_dir.mkdir()
+    (run_dir / "notes.txt").write_text("mine")
+    code, err = _train_here(["logger.log_every=0", f"hydra.run.dir={run_dir}"], capsys)
+    assert code == 2 and (run_dir / "notes.txt").read_text() == "mine"
+    assert _summary(run_dir)["phase"] == "config"
+    code, err = _train_here(["-m", "logger.log_every=0", f"hydra.sweep.dir={tmp_path / 'sweep'}"], capsys)
+    (job,) = [d for d in (tmp_path / "sweep").iterdir() if d.is_dir()]
+    assert _summary(job)["status"] == "failed" and _summary(job)["phase"] == "config"
 
 
 def test_empty_resume_dir_exits_2(tmp_path, capsys):

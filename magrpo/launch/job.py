@@ -108,6 +108,8 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
         code = 1
     except ConfigError as e:
         report(prog, f"{where}{getattr(e, 'label', 'config error')}: {e}")    # a RewardError: "reward error"
+        if not multirun and run_dir is not None:
+            discard_unstarted(run_dir)     # a sweep keeps its failed jobs' records: its table lists them
         code = 2
     except SetupError as e:
         report(prog, f"{where}setup error: {e}")
@@ -121,6 +123,39 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
     if multirun:
         return None
     sys.exit(code)
+
+
+# What a single run leaves when its config is refused before any work: Hydra's saved config, the
+# log, and the summary that records the refusal.
+UNSTARTED = (".hydra", "train.log", "summary.json")
+
+
+def discard_unstarted(run_dir: Path) -> bool:
+    """Remove the folder of a single run whose config was refused (its summary: failed in phase
+    "config"), when it holds nothing but what that attempt wrote (UNSTARTED): the error line on
+    stderr said everything, and an empty failed run would sit among the real ones. A folder with
+    anything else in it (an earlier run, the user's files) is left as it is. True when removed."""
+    import json
+    import shutil
+
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        names = {p.name for p in run_dir.iterdir()}
+    except (OSError, ValueError):
+        return False
+    if summary.get("status") != "failed" or summary.get("phase") != "config" or not names <= set(UNSTARTED):
+        return False
+    hydra = run_dir / ".hydra"
+    if hydra.is_dir() and not hydra.is_symlink() and \
+            {p.name for p in hydra.iterdir()} <= {"config.yaml", "hydra.yaml", "overrides.yaml"}:
+        shutil.rmtree(hydra)
+    for name in ("train.log", "summary.json"):
+        (run_dir / name).unlink(missing_ok=True)
+    try:
+        run_dir.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 # -- interrupts ----------------------------------------------------------------------------------
