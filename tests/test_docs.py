@@ -278,7 +278,8 @@ def test_the_readme_tour_runs_as_printed(tmp_path):
     assert json.loads((tmp_path / "runs" / "first" / "summary.json").read_text())["status"] == "finished"
     assert len(list((tmp_path / "runs" / "sweep").glob("*/summary.json"))) == 2
     rows = (tmp_path / "tables" / "table.md").read_text()
-    assert "| magrpo | 3 |" in rows and "| team | 1 |" in rows       # the three training runs, the evaluation
+    # the sweep's two seeds, once each: not runs/first (seed 0 again) nor the evaluation as a method
+    assert "| magrpo | 2 |" in rows and "| team |" not in rows
     assert (tmp_path / "teams" / "first" / "team.json").is_file()
     python = re.search(r"```python\n(from magrpo import Team.*?)```", text, re.S).group(1)
     py = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, env=_env(), capture_output=True, text=True,
