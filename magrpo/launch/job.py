@@ -3,8 +3,10 @@ line an interrupt (Ctrl-C) ends with."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import sys
 import traceback
 from collections.abc import Callable
@@ -135,9 +137,6 @@ def discard_unstarted(run_dir: Path) -> bool:
     "config"), when it holds nothing but what that attempt wrote (UNSTARTED): the error line on
     stderr said everything, and an empty failed run would sit among the real ones. A folder with
     anything else in it (an earlier run, the user's files) is left as it is. True when removed."""
-    import json
-    import shutil
-
     try:
         summary = json.loads((run_dir / "summary.json").read_text())
         names = {p.name for p in run_dir.iterdir()}

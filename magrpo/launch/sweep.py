@@ -4,6 +4,7 @@ the command exits 1."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 
-def job_dirs(sweep_dir: Path) -> list[Path]:
-    from magrpo.table.runs import natural_key
+def natural_key(text: str) -> list:
+    """Sort `10_seed=1` after `9_seed=0`: Hydra numbers multirun jobs without padding."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
     found = {p.parent.parent for p in sweep_dir.rglob(".hydra/overrides.yaml")}
     return sorted(found, key=lambda p: natural_key(str(p)))
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from magrpo.launch.sweep import natural_key
+
 PROG = "magrpo-table"
 
 # Directories that never contain runs of their own; skipping them keeps the walk fast.
@@ -64,11 +66,6 @@ class Run:
         if key == "task":
             return True, self.task
         return False, None
-
-
-def natural_key(text: str) -> list:
-    """Sort `10_seed=1` after `9_seed=0`: Hydra numbers multirun jobs without padding."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text)]
 
 
 def walk(top: Path, skip: Iterable[Path] = ()) -> Iterator[tuple[str, list[str], list[str]]]:
