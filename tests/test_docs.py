@@ -350,3 +350,27 @@ def test_the_api_page_documents_every_public_name():
     text = (ROOT / "docs" / "reference" / "api.md").read_text()
     assert [n for n in magrpo.__all__ if n not in text] == []
     assert "::: magrpo.team.TeamAnswer" in text and Team.answer.__doc__ and Team.answer_batch.__doc__
+
+
+def test_every_algorithm_page_opens_with_its_loss_typeset_by_the_sites_own_katex():
+    # Each trainer's page starts with "## The loss" holding display math ($$...$$), which the
+    # site's own KaTeX copy renders (no CDN: the site reads offline and from file://); every font
+    # its stylesheet names ships with it.
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    scripts, styles = cfg["extra_javascript"], cfg["extra_css"]
+    assert all(not s.startswith(("http:", "https:", "//")) for s in [*scripts, *styles])
+    for asset in [*scripts, *styles]:
+        assert (ROOT / "docs" / asset).is_file(), asset
+    assert any(s.endswith("katex.min.js") for s in scripts) and any(s.endswith("katex.min.css") for s in styles)
+    css = (ROOT / "docs" / "assets" / "katex" / "katex.min.css").read_text()
+    fonts = re.findall(r"url\((fonts/[^)]+)\)", css)
+    assert fonts and all((ROOT / "docs" / "assets" / "katex" / f).is_file() for f in fonts)
+    pages = [p for p in (ROOT / "docs" / "algorithms").glob("*.md") if p.stem not in ("index", "prompting")]
+    assert len(pages) >= 10
+    for page in pages:
+        text = page.read_text()
+        first_section = text.split("\n## ", 2)[1]
+        assert first_section.startswith("The loss\n"), page.name
+        assert re.search(r"\$\$\n.+?\n\$\$", first_section, re.S), page.name
