@@ -3,6 +3,7 @@
 In a sequential team (agent i answers after seeing agents 1..i-1), a joint reward cannot say which
 agent's message made it. C3 asks, for each decision, what would have happened had the agent said
 something else, with everything else held fixed:
+
   1. freeze the context of agent i's decision: the answers of agents 1..i-1;
   2. sample K alternatives a_1..a_K of agent i from that context (K = `algo.num_generations`);
   3. score each by replaying a fixed continuation: agents i+1..N answer greedily (argmax decoding,
@@ -13,6 +14,7 @@ something else, with everything else held fixed:
   5. a PPO-style update of agent i on its alternatives: the clipped surrogate over
      `num_iterations` passes (the group-relative update MAGRPO uses, group_relative.py, with its
      ratio and loss options).
+
 The context of agent i + 1's decision is agent i's first alternative (a sample of the policy)
 after the same context, so every context is on-policy.
 

@@ -3,6 +3,7 @@
 Each agent i is an actor pi_i with its own critic V_i, and treats the other agents as part of its
 environment: it learns from the team's joint reward (or, with `algo.reward=individual`, from its
 own share where the task can split it). One step, for a batch of B items and N agents:
+
   1. every agent samples G completions per item (one batched generate each; same budget as MAGRPO);
   2. the team is rewarded once per joint action; agent i's sample k gets its return R (its joint
      reward, or the mean over the joint actions containing it under `joint_mode=cross`);
@@ -13,6 +14,7 @@ own share where the task can split it). One step, for a batch of B items and N a
      A <- (A - mean A) / max(std A, whiten_min_std) (whiten_min_std = 0: plain). With the defaults
      gamma = lam = 1, A_t = (R minus the KL penalties from t on) - V_t: the critic is a baseline,
      not a stand-in for the return;
+
   4. `ppo_epochs` passes over `num_mini_batches` shuffled mini-batches minimise, per token,
         L = -min(r A, clip(r, 1 - eps, 1 + eps) A)                                  (clipped surrogate)
           + vf_coef * 0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-c) - R)^2)     (clipped value loss)

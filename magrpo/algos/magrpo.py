@@ -1,6 +1,7 @@
 """MAGRPO: Multi-Agent Group Relative Policy Optimization (Liu et al., arXiv 2508.04652).
 
 One step, for a batch of B items and N agents:
+
   1. every agent samples G completions per item from its own prompt (one batched generate each);
   2. the team is rewarded once per joint action (aligned: G per item, cross: G^N);
   3. each agent's sample k gets a return R_k (its joint reward, or under `cross` the mean over
@@ -8,6 +9,7 @@ One step, for a batch of B items and N agents:
   4. each agent minimises its own loss  L_i = -E[A * log pi_i(completion | own prompt)]
      (with PPO clipping when num_iterations > 1, and a k3 KL to a reference when beta > 0): the
      update every group-relative method shares, group_relative.py.
+
 The advantage is shared through the joint reward; the gradient of each agent uses only its own
 log-probs (centralised training, decentralised execution).
 
@@ -17,22 +19,27 @@ over the samples of every node of every turn.
 
 Options of MAGRPO and the methods that subclass it (grpo, dr_mas, at_grpo; c3 shares only the
 update's: ratio_level, epsilon_high, loss_agg, loss):
+
   * `ratio_level=sequence` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
     completion, the geometric mean of its token ratios
         s = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
     clipped at sequence level: L = -min(s A, clip(s, 1 - eps, 1 + eps_high) A), placed on each of
     the completion's tokens (with `loss_agg=seq_mean_token_mean` this is GSPO's (1/G) sum_i L_i);
+
   * `dynamic_sampling` (DAPO, Yu et al., arXiv 2503.14476): groups whose returns are all equal
     carry no gradient; they are dropped, and up to `dynamic_sampling_rounds` more batches are drawn
     until B items with signal are held (the first B kept);
+
   * `overlong_penalty` (DAPO's soft overlong punishment): with L_max = max_new_tokens and a buffer
     of `overlong_buffer` tokens, a completion of L tokens adds to its agent's return
         overlong_penalty * min(0, max(-1, ((L_max - buffer) - L) / buffer)),
     0 up to L_max - buffer, falling linearly to -overlong_penalty at L_max (a cut-off answer);
+
   * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`);
   * `loss`: the policy loss by name (core.POLICY_LOSSES, each with its equation: `reinforce`,
     `clip`, `gspo`, or a plugin's `register_policy_loss`); left null it follows the keys above:
     gspo at `ratio_level=sequence`, clip when `num_iterations` > 1, else reinforce.
+
 The update of one policy (group_relative.py) reads: the ratio's pi_old (the rollout policy, fixed
 on the first pass), the policy loss, then the aggregation (`loss_agg`).
 
