@@ -10,12 +10,16 @@ answer: the agent's own for iac, the joint answer for maac), and V(h) is taken a
 over the answers sampled from h.
 
 The turn-level TD(0) error (gamma = `algo.discount`, V = 0 after the last turn or a stopped one):
+
     y_t     = r_t + gamma * V(h_{t+1})                        (the critic's target, no gradient)
     delta_t = y_t - V(h_t)
+
 Each agent's actor follows its own log-probability times the team's TD error, on-policy, with no
 ratio and no clipping (as in the paper):
+
     L_actor  = -delta_t * log pi_i(a_{i,t} | h_{i,t})  - ent_coef * H(pi_i)   (aggregated by `loss_agg`)
     L_critic = vf_coef * 0.5 * (V(h_t) - y_t)^2         (Q(h_t, a_t) for critic_type=q)
+
 r_t is the turn's reward (the team's, or for iac with `reward=individual` the agent's share),
 credited to a sample as MAGRPO credits it (the mean over the joint actions that contain it). A
 node left unexpanded by `max_branches` takes its expanded siblings' mean V(h_{t+1}).

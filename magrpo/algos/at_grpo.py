@@ -4,8 +4,10 @@ MAGRPO's group is a sibling set: the samples that answer one prompt. AT-GRPO key
 (item, agent, turn): every sample agent i produced at turn t of one item is compared with the
 others, A = R - b({R of the same key}) (`advantage` and `scale` as MAGRPO's). Its tree sampling,
 `branch=best`, continues only the best joint action of each sibling set into the next turn:
+
     turn t: each agent samples G answers from the one state of the item; the team is scored;
     turn t+1: only the highest-reward joint action is expanded (the first of equals).
+
 So each item holds one sibling set per turn, and a candidate that was not continued is compared
 with the continued one on its own turn reward: the returns of a set share the continuation of
 its expanded node (magrpo.turns.tree_returns), so A reduces to the turn reward's r_k - b(r).

@@ -7,10 +7,12 @@ An algorithm is a class registered by name (`@register_algo("ippo")`) that decla
     and whether the task is posed in its multi-agent or single-agent form;
   * optionally `check_config(cfg, task_cls)`, a classmethod: checks ACROSS groups of the typed config
     (this algorithm with that task, topology or team); one node's own keys: its schema's `check_node`;
+
 and, once built from (cfg, agents, task), offers
   * `step(items) -> metrics` for one update on a batch of items, and
   * `state_dict()` / `load_state_dict()` covering every optimizer, scheduler, critic and
     controller it owns (the agents' weights are saved by the loop).
+
 The loop (magrpo.trainer) never tests which algorithm it runs.
 
 This module is the contract alone. What the built-in algorithms share to keep it lives beside it:

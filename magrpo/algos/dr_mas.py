@@ -5,7 +5,9 @@ over all agents: A = (R - mu) / (sigma + eps). When the agents' rewards have dif
 distributions (a planner and an executor, or each agent's own share of the reward), that global
 baseline is off for every agent and the gradient norm spikes. Dr. MAS normalizes each agent's
 samples by that agent's own statistics of the query:
+
     A_{i,k} = (R_{i,k} - mu_i) / (sigma_i + eps),   mu_i, sigma_i over agent i's samples of the item
+
 (per turn, `normalization=agent`); `normalization=global` pools every agent's samples of the item,
 the baseline the paper compares against. The estimator and scale are MAGRPO's keys (defaults:
 mean and group, i.e. the formula above).

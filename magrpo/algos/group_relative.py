@@ -3,6 +3,7 @@
 MAGRPO (magrpo.py, and grpo, dr_mas, at_grpo, which subclass it) and C3 (c3.py) compute their
 advantages differently, then train each policy alike: for `num_iterations` passes over its rows,
 per micro-batch
+
     log pi_old     the rollout policy's log-probs, fixed on the first pass (ratio 1 there);
     L_t            the policy loss (core.POLICY_LOSSES: reinforce, clip, gspo; `algo.loss`);
     + beta * KL_t  a k3 KL to the frozen reference when beta > 0;
@@ -11,6 +12,7 @@ per micro-batch
                    IPPO carries): it pays the policy for keeping its options open, so a group whose
                    rewards all favour one answer does not collapse the policy onto it at once;
     aggregate      over tokens and sequences (core.LOSS_AGG, `algo.loss_agg`);
+
 then one clipped optimizer step per pass.
 """
 

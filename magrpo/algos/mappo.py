@@ -3,7 +3,9 @@
 The actors stay decentralised (each sees only its own prompt); each agent's critic reads the whole
 joint action -- every agent's prompt, then the other agents' answers, then the agent's own
 completion -- and predicts the team return at every token of the agent's completion:
+
     V_i(s_t) = V_i(prompt_1, ..., prompt_N, answer_{-i}, answer_i[:t]).
+
 The prompts are the same for the G samples of an item, so they run once per item (the shared
 prompt pass); only the answers are read per sample (ippo.CriticInput).
 Everything else (GAE, clipped surrogate and value loss, epochs) is IPPO's (ippo.py).

@@ -3,6 +3,7 @@
 One policy writes the whole joint answer from the task's single-agent prompt. The update is
 IPPO's with N = 1 (ippo.py: per-token values, GAE, clipped surrogate and value loss), and the
 reward carries a KL penalty to the frozen reference whose coefficient is fixed, or adaptive:
+
     beta <- beta * (1 + clip(KL / kl_target - 1, -0.2, 0.2) * batch_size / kl_horizon).
 """
 

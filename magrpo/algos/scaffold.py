@@ -1,6 +1,7 @@
 """The scaffold every team algorithm stands on, so that each algorithm's file holds only its math.
 
 One step of any algorithm is
+
     episode = self.collect(items)             # grow the turn tree, score it (magrpo.turns)
     for each policy:                          # a shared policy gathers every role it plays
         signal = <the algorithm's advantages> # from episode.returns(...), a critic, ...
