@@ -15,6 +15,10 @@ _PUBLIC = {
     "register_loss_agg": "magrpo.algos.core", "register_policy_loss": "magrpo.algos.core",
     "register_feedback": "magrpo.feedback", "Feedback": "magrpo.feedback", "FeedbackConfig": "magrpo.feedback",
     "ConfigError": "magrpo.schema", "SetupError": "magrpo.schema", "option": "magrpo.schema",
+    "at_least": "magrpo.schema", "within": "magrpo.schema", "positive": "magrpo.schema",
+    # writing an algorithm from outside: the scaffold every team algorithm builds on
+    "TeamAlgorithm": "magrpo.algos.scaffold", "Episode": "magrpo.algos.scaffold",
+    "GroupRelativeAlgorithm": "magrpo.algos.group_relative", "GroupRelativeConfig": "magrpo.algos.group_relative",
 }
 __all__ = sorted(_PUBLIC)
 

@@ -325,3 +325,22 @@ def test_import_magrpo_and_its_public_names_change_nothing_in_the_environment():
     env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_what_an_algorithm_plugin_needs_comes_from_the_top_of_the_package():
+    import magrpo
+    from magrpo import (
+        AlgoConfig,
+        Episode,
+        GroupRelativeAlgorithm,
+        GroupRelativeConfig,
+        TeamAlgorithm,
+        at_least,
+    )
+    from magrpo.algos.c3 import C3
+    from magrpo.algos.magrpo import MAGRPO
+
+    assert issubclass(GroupRelativeAlgorithm, TeamAlgorithm) and issubclass(GroupRelativeConfig, AlgoConfig)
+    assert issubclass(MAGRPO, GroupRelativeAlgorithm) and issubclass(C3, GroupRelativeAlgorithm)
+    assert Episode.__module__ == "magrpo.algos.scaffold" and callable(at_least)
+    assert {"TeamAlgorithm", "Episode", "GroupRelativeAlgorithm", "within", "positive"} <= set(magrpo.__all__)

@@ -36,9 +36,9 @@ import torch
 
 from magrpo.algos.base import register_algo
 from magrpo.algos.core import ADVANTAGES, advantages
-from magrpo.algos.group_relative import GroupRelativeConfig, group_relative_update
-from magrpo.algos.scaffold import Episode, TeamAlgorithm
-from magrpo.algos.step_metrics import reward_metrics, update_phase
+from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
+from magrpo.algos.scaffold import Episode
+from magrpo.algos.step_metrics import reward_metrics
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, Sampling, chain_prompt, generate, team_budget
 from magrpo.schema import ConfigError, at_least, option
@@ -98,11 +98,8 @@ def counterfactual_rollouts(agents: list[Agent], task: Task, items: list[dict],
 
 
 @register_algo("c3")
-class C3(TeamAlgorithm):
+class C3(GroupRelativeAlgorithm):
     config_schema = C3Config
-
-    def steps_per_update(self) -> int:
-        return self.algo.num_iterations          # the schedule spans every optimizer step
 
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
@@ -157,8 +154,3 @@ class C3(TeamAlgorithm):
                         "train/completions/mean_length": tokens / max(rows, 1),
                         "speed/tokens_per_s": tokens / metrics["time/step_s"]})
         return metrics
-
-    @update_phase
-    def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
-        return group_relative_update(self.algo, self.policies[i], self.optimizers[i], self.schedulers[i],
-                                     self.cfg.optimizer.max_grad_norm, gen, adv)

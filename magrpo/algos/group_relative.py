@@ -38,6 +38,8 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.algos.optim import clip_and_step
+from magrpo.algos.scaffold import TeamAlgorithm
+from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation
 from magrpo.schema import ConfigError, at_least, option, positive
@@ -145,3 +147,16 @@ def group_relative_update(algo: Any, agent: Agent, optimizer, scheduler, max_gra
             "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
             "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
             "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}
+
+
+class GroupRelativeAlgorithm(TeamAlgorithm):
+    """A team algorithm whose update is `group_relative_update` (MAGRPO and its family, C3): each
+    subclass adds only how it samples and how it sets the advantages."""
+
+    def steps_per_update(self) -> int:
+        return self.algo.num_iterations          # the schedule spans every optimizer step
+
+    @update_phase
+    def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
+        return group_relative_update(self.algo, self.policies[i], self.optimizers[i], self.schedulers[i],
+                                     self.cfg.optimizer.max_grad_norm, gen, adv)

@@ -55,11 +55,9 @@ import torch
 
 from magrpo.algos.base import register_algo
 from magrpo.algos.core import advantages, keyed_advantages
-from magrpo.algos.group_relative import GroupRelativeConfig, group_relative_update
-from magrpo.algos.scaffold import Episode, TeamAlgorithm, group_items
-from magrpo.algos.step_metrics import update_phase
+from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
+from magrpo.algos.scaffold import Episode, group_items
 from magrpo.models import Agent
-from magrpo.rollout import Generation
 from magrpo.schema import at_least, option
 from magrpo.turns import select_prompts
 
@@ -81,12 +79,9 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: f
 
 
 @register_algo("magrpo")
-class MAGRPO(TeamAlgorithm):
+class MAGRPO(GroupRelativeAlgorithm):
     config_schema = MAGRPOConfig
     reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
-
-    def steps_per_update(self) -> int:
-        return self.algo.num_iterations          # the schedule spans every optimizer step
 
     # -- one training step ----------------------------------------------------------------------
     def step(self, items: list[dict]) -> dict[str, float]:
@@ -190,7 +185,3 @@ class MAGRPO(TeamAlgorithm):
         return keep
 
     # -- the update of one policy (group_relative.py, shared with C3) -----------------------------
-    @update_phase
-    def _update(self, i: int, gen: Generation, adv: torch.Tensor) -> dict[str, float]:
-        return group_relative_update(self.algo, self.policies[i], self.optimizers[i], self.schedulers[i],
-                                     self.cfg.optimizer.max_grad_norm, gen, adv)
