@@ -319,3 +319,23 @@ def test_the_machinery_that_left_the_contract_module_still_imports_from_it_with_
             assert getattr(base, name) is getattr(home, name)
     with pytest.raises(AttributeError):
         _ = base.no_such_name
+
+
+def test_every_algo_key_is_declared_once():
+    # A key several algorithms read is declared in one place (magrpo/algos/keys.py, or a shared
+    # base) and composed in; a subclass may set another default for a key it inherits, but two
+    # unrelated schemas never declare the same key (each with its own default, check and words).
+    import dataclasses
+
+    schemas = {k for cls in ALGOS.values() for k in cls.config_schema.__mro__ if dataclasses.is_dataclass(k)}
+    declared: dict[str, list[type]] = {}
+    for k in schemas:
+        for name in k.__dict__.get("__annotations__", {}):
+            declared.setdefault(name, []).append(k)
+    # a declaration is a root when no base class of its own declares the key; more than one root
+    # means unrelated declarations
+    roots = {name: sorted(k.__name__ for k in owners if not any(o is not k and issubclass(k, o) for o in owners))
+             for name, owners in declared.items()}
+    twice = {name: r for name, r in roots.items() if len(r) > 1}
+    assert twice == {}, twice
+    assert roots["cross_credit"] == ["CrossCreditKeys"] and roots["ent_coef"] == ["EntropyKeys"]

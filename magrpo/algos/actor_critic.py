@@ -45,29 +45,22 @@ from magrpo import distributed
 from magrpo.algos.base import register_algo
 from magrpo.algos.core import LOSS_AGG, AggContext, row_chunks, row_logprobs, shares_prompt
 from magrpo.algos.critics import CriticConfig, TurnCritic
+from magrpo.algos.keys import AggregationKeys, CrossCreditKeys, EntropyKeys, RewardKeys, ValueKeys
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
 from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, credit
-from magrpo.schema import ConfigError, at_least, option
+from magrpo.schema import ConfigError, option
 from magrpo.tasks import Task
 
 
 @dataclass
-class IACConfig(CriticConfig):
+class IACConfig(CriticConfig, RewardKeys, CrossCreditKeys, AggregationKeys, ValueKeys, EntropyKeys):
     """critic_model (critic=model) may have its own tokenizer: a turn-level critic reads text."""
 
     name: str = "iac"
     critic_type: str = option("v", choices=["v", "q"])             # V(h_t) or Q(h_t, a_t)
-    # team reward, or each agent's own share (tasks that split it)
-    reward: str = option("team", choices=["team", "individual"])
-    # joint_mode=cross: a sample's return is the mean or sum of its joints'
-    cross_credit: str = option("mean", choices=["mean", "sum"])
-    # how the actor's token losses become one scalar (core.LOSS_AGG)
-    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
-    vf_coef: float = at_least(0, 0.5)                              # weight of the critic loss
-    ent_coef: float = at_least(0, 0.0)                             # entropy bonus of the actor
 
 
 @dataclass

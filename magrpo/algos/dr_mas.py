@@ -29,6 +29,7 @@ import torch
 
 from magrpo.algos.base import register_algo
 from magrpo.algos.core import ADVANTAGE_SCALES, keyed_advantages
+from magrpo.algos.keys import RewardKeys
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode, check_individual_reward
 from magrpo.models import Agent
@@ -37,10 +38,9 @@ from magrpo.tasks import Task
 
 
 @dataclass
-class DrMASConfig(MAGRPOConfig):
+class DrMASConfig(MAGRPOConfig, RewardKeys):
     name: str = "dr_mas"
     scale: str = option("group", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide by the agent's own std
-    reward: str = option("team", choices=["team", "individual"])   # individual: each agent's own share
     normalization: str = option("agent", choices=["agent", "global"])   # whose samples give mu and sigma
 
 

@@ -37,6 +37,7 @@ from magrpo.algos.core import (
     row_logprobs,
     shares_prompt,
 )
+from magrpo.algos.keys import AggregationKeys, ClipKeys, EntropyKeys
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
@@ -46,24 +47,18 @@ from magrpo.schema import ConfigError, at_least, option, positive
 
 
 @dataclass
-class GroupRelativeConfig(AlgoConfig):
+class GroupRelativeConfig(AlgoConfig, AggregationKeys, ClipKeys, EntropyKeys):
     """The keys of a group-relative update: its advantage within a group and its loss."""
 
     advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))  # raw = MAREINFORCE, rloo = MARLOO, max = MAReMax
     scale: str = option("none", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide advantages by (std + 1e-4)
-    # how token losses become one scalar (core.LOSS_AGG)
-    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
     num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout with PPO-clipped ratios
-    # lower clip range of the ratio: 1 - epsilon (num_iterations > 1 or gspo)
-    epsilon: float = positive(0.2)
     # upper clip range of the ratio: 1 + epsilon_high
     epsilon_high: float = positive(0.2)
     ratio_level: str = option("token", choices=["token", "sequence"])   # sequence: GSPO
     # The policy loss (core.POLICY_LOSSES: reinforce, clip, gspo, or a plugin's); null = the one the
     # keys above imply (policy_loss_name).
     loss: str | None = option(None, choices=lambda: sorted(POLICY_LOSSES))
-    # Entropy bonus c_H: the loss gains -c_H * H_t per completion token (0 = off, the paper's setting)
-    ent_coef: float = at_least(0, 0.0)
 
     @staticmethod
     def check_node(node, prefix: str) -> None:

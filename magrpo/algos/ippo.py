@@ -58,6 +58,7 @@ from magrpo.algos.core import (
     shares_prompt,
 )
 from magrpo.algos.critics import Critic, CriticConfig
+from magrpo.algos.keys import ClipKeys, CrossCreditKeys, EntropyKeys, RewardKeys, ValueKeys
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
 from magrpo.algos.step_metrics import update_phase
@@ -68,14 +69,10 @@ from magrpo.tasks import Task
 
 
 @dataclass
-class IPPOConfig(CriticConfig):
+class IPPOConfig(CriticConfig, RewardKeys, CrossCreditKeys, ClipKeys, ValueKeys, EntropyKeys):
     """critic_model (critic=model) must share the actor's tokenizer: it values the actor's tokens."""
 
     name: str = "ippo"
-    # team reward, or each agent's own share (tasks that split it)
-    reward: str = option("team", choices=["team", "individual"])
-    # joint_mode=cross: a sample's return is the mean or sum of its joints'
-    cross_credit: str = option("mean", choices=["mean", "sum"])
     gamma: float = within(0, 1, 1.0)     # per-token discount of GAE
     # 1 (Monte-Carlo) by default. The reward comes once, at the last token, and the critic starts
     # as a zero head; with lam < 1 token t gets lam^(T-t) of the return's signal and the rest from
@@ -83,10 +80,7 @@ class IPPOConfig(CriticConfig):
     # shape it) got 1/7 of the tail's advantage, and single-agent PPO stalled on the embedded
     # default. lam < 1 pays off once a critic predicts the return (explained_variance well above 0).
     lam: float = within(0, 1, 1.0)
-    epsilon: float = positive(0.2)       # clip range of the ratio: [1 - epsilon, 1 + epsilon]
     cliprange_value: float = positive(0.2)  # clip range of the value update around V_old
-    vf_coef: float = at_least(0, 0.5)    # weight of the value loss
-    ent_coef: float = at_least(0, 0.0)   # entropy bonus
     whiten_advantages: bool = True       # normalise advantages over the batch's tokens
     # divide by max(std, whiten_min_std) rather than std: 0 = plain whitening. A floor keeps a
     # batch whose returns are all alike (a solved game) from turning critic noise into full steps

@@ -56,16 +56,16 @@ import torch
 from magrpo.algos.base import register_algo
 from magrpo.algos.core import advantages, keyed_advantages
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
+from magrpo.algos.keys import CrossCreditKeys
 from magrpo.algos.scaffold import Episode, group_items
 from magrpo.models import Agent
-from magrpo.schema import at_least, option
+from magrpo.schema import at_least
 from magrpo.turns import select_prompts
 
 
 @dataclass
-class MAGRPOConfig(GroupRelativeConfig):
+class MAGRPOConfig(GroupRelativeConfig, CrossCreditKeys):
     name: str = "magrpo"
-    cross_credit: str = option("mean", choices=["mean", "sum"])   # cross: a sample's return over its joints
     dynamic_sampling: bool = False               # DAPO: drop groups without signal, draw more
     dynamic_sampling_rounds: int = at_least(1, 3)   # extra batches drawn at most per step
     overlong_penalty: float = at_least(0, 0.0)   # DAPO soft overlong punishment (0 = off; DAPO: 1.0)

@@ -1,0 +1,46 @@
+"""`algo.*` keys that several algorithms share, each declared once: an algorithm's schema composes
+the ones it reads (`class IPPOConfig(CriticConfig, RewardKeys, CrossCreditKeys, ...)`), so a key
+means one thing, with one default and one check, wherever it appears."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from magrpo.algos.core import LOSS_AGG
+from magrpo.schema import at_least, option, positive
+
+
+@dataclass
+class RewardKeys:
+    # team reward, or each agent's own share (tasks that split it)
+    reward: str = option("team", choices=["team", "individual"])
+
+
+@dataclass
+class CrossCreditKeys:
+    # joint_mode=cross: a sample's return is the mean or sum of its joints'
+    cross_credit: str = option("mean", choices=["mean", "sum"])
+
+
+@dataclass
+class ClipKeys:
+    # clip range of the importance ratio: [1 - epsilon, 1 + epsilon] (the group-relative update's
+    # upper bound is epsilon_high)
+    epsilon: float = positive(0.2)
+
+
+@dataclass
+class ValueKeys:
+    vf_coef: float = at_least(0, 0.5)    # weight of the value (critic) loss
+
+
+@dataclass
+class EntropyKeys:
+    # entropy bonus c_H: the loss gains -c_H * H_t per completion token (0 = off, the paper's setting)
+    ent_coef: float = at_least(0, 0.0)
+
+
+@dataclass
+class AggregationKeys:
+    # how token losses become one scalar (core.LOSS_AGG)
+    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
