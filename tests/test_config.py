@@ -116,7 +116,7 @@ def test_unknown_task_lists_the_known_ones(make_cfg):
 
 
 SCHEMA_GROUPS = ["agents", "algo", "optimizer", "hardware", "logger", "task", "reward", "feedback"]
-BUNDLES = ["experiment", "recipe", "scale", "debug", "hparams_search"]   # `# @package _global_` overrides
+BUNDLES = ["experiment", "recipe", "scale", "debug", "hparams_search", "method", "default_run"]   # `# @package _global_` overrides
 
 
 def _yaml(path: Path) -> dict:
@@ -307,3 +307,15 @@ def test_compositions_share_the_config_store_and_see_what_is_registered_later(ma
         assert store.load("experiment/_shared_store_probe.yaml").node == {"max_steps": 7}
     finally:
         del store.repo["experiment"]["_shared_store_probe.yaml"]
+
+
+def test_every_yaml_file_in_conf_is_checked_against_a_schema():
+    # Each file under conf/ is read by one of the key checks above: a group option against its
+    # schema, an entry config, or an override bundle (experiments, recipes, methods, default runs,
+    # scales...). Hydra's own configs (conf/hydra/: launchers, --help texts) are Hydra's schema.
+    conf = Path(CONF_DIR)
+    checked = {conf / g / f"{o}.yaml" for g in SCHEMA_GROUPS for o in _options(g)}
+    checked |= {conf / "train.yaml", conf / "eval.yaml", *_bundle_files()}
+    hydra_own = set((conf / "hydra").rglob("*.yaml"))
+    unchecked = sorted(str(p.relative_to(conf)) for p in conf.rglob("*.yaml") if p not in checked | hydra_own)
+    assert unchecked == []
