@@ -368,34 +368,45 @@ class LeanDecoder:
     def _static_step(self, tokens: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[0]
         col = self.P + t                                             # [1] the new token's column
-        cos, sin = self.cos.index_select(2, t), self.sin.index_select(2, t)
         seen = torch.arange(self.total, device=tokens.device) <= col   # columns written so far
         mask = self.mask & seen
-        x = self.body.embed_tokens(tokens.unsqueeze(1))
-        for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp, qk_norm), keys, values in \
-                zip(self.blocks, self.keys, self.values):
-            d = attn.head_dim
-            h = _rms_norm(norm1, x)
-            q, k = q_proj(h).view(n, 1, -1, d), k_proj(h).view(n, 1, -1, d)
-            if qk_norm is not None:
-                q, k = _rms_norm(qk_norm[0], q), _rms_norm(qk_norm[1], k)
-            q = _rotate(q.transpose(1, 2), cos, sin)
-            keys.index_copy_(2, col, _rotate(k.transpose(1, 2), cos, sin))
-            values.index_copy_(2, col, v_proj(h).view(n, 1, -1, d).transpose(1, 2))
-            out = F.scaled_dot_product_attention(q.reshape(n, keys.shape[1], -1, d), keys, values, attn_mask=mask,
-                                                 scale=attn.scaling)
-            x = x + o_proj(out.reshape(n, 1, -1))
-            x = x + mlp(_rms_norm(norm2, x))
-        x = _rms_norm(self.body.norm, x)
-        if self.keep_hidden:
-            self.hidden = x[:, -1]
-        return self.lm_head(x)[:, -1]
 
+        def write(keys, values, k, v):
+            keys.index_copy_(2, col, k)
+            values.index_copy_(2, col, v)
+
+        def attend(attn, q, keys, values):
+            return F.scaled_dot_product_attention(q.reshape(n, keys.shape[1], -1, attn.head_dim), keys, values,
+                                                  attn_mask=mask, scale=attn.scaling)
+
+        return self._layers(tokens, self.cos.index_select(2, t), self.sin.index_select(2, t), write, attend)
 
     def _step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         n, end = tokens.shape[0], self.P + t + 1
-        cos, sin = self.cos[:, :, t:t + 1], self.sin[:, :, t:t + 1]
         mask = self.mask[..., :end] if self.mask is not None else None
+
+        def write(keys, values, k, v):
+            keys[:, :, end - 1:end] = k
+            values[:, :, end - 1:end] = v
+
+        def attend(attn, q, keys, values):
+            dropout = getattr(attn, "attention_dropout", 0.0) if attn.training else 0.0
+            if mask is None:
+                return F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], dropout_p=dropout,
+                                                      scale=attn.scaling, enable_gqa=q.shape[1] != keys.shape[1])
+            # One query token: its heads become kv_heads x group queries against the shared
+            # key/value heads (transformers' pack_gqa), with the row mask broadcast over them.
+            return F.scaled_dot_product_attention(q.reshape(n, keys.shape[1], -1, attn.head_dim), keys[:, :, :end],
+                                                  values[:, :, :end], attn_mask=mask, dropout_p=dropout,
+                                                  scale=attn.scaling)
+
+        return self._layers(tokens, self.cos[:, :, t:t + 1], self.sin[:, :, t:t + 1], write, attend)
+
+    def _layers(self, tokens: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, write, attend) -> torch.Tensor:
+        """The decoder's layers on one new token per row: `write(keys, values, k, v)` stores its
+        key/value, `attend(attn, q, keys, values)` reads the cache (the lean and the static step
+        differ only in these two)."""
+        n = tokens.shape[0]
         x = self.body.embed_tokens(tokens.unsqueeze(1))             # [n, 1, hidden]
         for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp, qk_norm), keys, values in \
                 zip(self.blocks, self.keys, self.values):
@@ -405,19 +416,8 @@ class LeanDecoder:
             if qk_norm is not None:
                 q, k = _rms_norm(qk_norm[0], q), _rms_norm(qk_norm[1], k)
             q = _rotate(q.transpose(1, 2), cos, sin)                 # [n, heads, 1, head_dim]
-            keys[:, :, end - 1:end] = _rotate(k.transpose(1, 2), cos, sin)
-            values[:, :, end - 1:end] = v_proj(h).view(n, 1, -1, d).transpose(1, 2)
-            dropout = getattr(attn, "attention_dropout", 0.0) if attn.training else 0.0
-            if mask is None:
-                out = F.scaled_dot_product_attention(q, keys[:, :, :end], values[:, :, :end], dropout_p=dropout,
-                                                     scale=attn.scaling, enable_gqa=q.shape[1] != keys.shape[1])
-            else:
-                # One query token: its heads become kv_heads x group queries against the shared
-                # key/value heads (transformers' pack_gqa), with the row mask broadcast over them.
-                out = F.scaled_dot_product_attention(q.reshape(n, keys.shape[1], -1, d), keys[:, :, :end],
-                                                     values[:, :, :end], attn_mask=mask, dropout_p=dropout,
-                                                     scale=attn.scaling)
-            x = x + o_proj(out.reshape(n, 1, -1))
+            write(keys, values, _rotate(k.transpose(1, 2), cos, sin), v_proj(h).view(n, 1, -1, d).transpose(1, 2))
+            x = x + o_proj(attend(attn, q, keys, values).reshape(n, 1, -1))
             x = x + mlp(_rms_norm(norm2, x))
         x = _rms_norm(self.body.norm, x)
         if self.keep_hidden:
