@@ -244,7 +244,7 @@ class Experiment:
         from hydra.core.global_hydra import GlobalHydra
 
         from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema, register_schemas, validate
-        from magrpo.launch import explain_override_error, register_resolvers, stamp
+        from magrpo.launch import explain_override_error, register_resolvers, resumed_run, stamp
         from magrpo.paper_grid import names_paper_alias
         from magrpo.plugins import conf_dirs, load_plugins, plugins_in_argv
         from magrpo.run_config import reward_modules_in_argv
@@ -282,7 +282,10 @@ class Experiment:
                 raise ConfigError(f"{given_run_dir[-1]!r} names no directory; give hydra.run.dir=DIR")
             self.hydra_run_dir = Path(str(run_dir))
             cfg.pop("hydra")
-        if not given_dir:
+        resumed = resumed_run(cfg.get("resume")) if not (given_dir or given_run_dir) else None
+        if resumed is not None:     # resume=RUN continues RUN in place, as on the command line
+            cfg.output_dir = literal(str(resumed))
+        elif not given_dir:
             cfg.output_dir = literal(str(self.hydra_run_dir)) if self.hydra_run_dir else (
                 f"outputs/experiment/{stamp()}_{cfg.task.name}_{cfg.algo.get('name', 'algo')}_s{cfg.seed}")
         OmegaConf.set_struct(cfg, True)

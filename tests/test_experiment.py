@@ -296,3 +296,16 @@ def test_a_run_lands_in_hydra_run_dir_and_its_record_keeps_strings_verbatim(tmp_
     assert OmegaConf.create({"v": parse_override(line).value()}).v == label
     assert not any(x.startswith("hydra.") for x in saved)
     assert OmegaConf.load(tmp_path / "run" / ".hydra" / "config.yaml").label == label
+
+
+def test_a_resume_from_python_continues_the_run_in_place(tmp_path):
+    """Experiment(resume=RUN) writes into RUN, as `magrpo-train resume=RUN` does."""
+    small = {**TINY, "debug": "smoke", "save_every": 1}
+    first = Experiment("task=cover", output_dir=str(tmp_path / "r"), **small)
+    first.run()
+    again = Experiment("task=cover", resume=str(tmp_path / "r" / "checkpoints" / "step_2"), max_steps=3, **small)
+    assert again.run_dir == tmp_path / "r"
+    assert again.run()["steps"] == 3
+    steps = [json.loads(x)["step"] for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()
+             if "train/reward_mean" in x]
+    assert steps == [1, 2, 3]

@@ -153,6 +153,22 @@ def test_resume_continues_a_run_without_its_overrides_exactly(tmp_path, capsys):
     assert code == 2 and "agents.num_agents: 3 -> 2" in err and "Traceback" not in err
 
 
+
+def test_resume_without_a_directory_continues_the_run_in_place(tmp_path, monkeypatch):
+    """`resume=RUN` alone writes into RUN (one curve, one metrics.jsonl), from the run directory or
+    from one of its checkpoints; a directory the command line gives is still a new run's."""
+    monkeypatch.chdir(tmp_path)
+    first = _train(COVER, tmp_path / "first")                       # 2 steps (debug=smoke)
+    assert run_cli(train_main, "magrpo-train", [f"resume={first}", "max_steps=3"]) == 0
+    assert not (tmp_path / "outputs").exists()                       # no second folder was started
+    summary = _json(first / "summary.json")
+    assert summary["status"] == "finished" and summary["steps"] == 3 and sorted(train_rows(first)) == [1, 2, 3]
+    assert run_cli(train_main, "magrpo-train", [f"resume={first / 'checkpoints' / 'step_3'}", "max_steps=4"]) == 0
+    assert sorted(train_rows(first)) == [1, 2, 3, 4] and not (tmp_path / "outputs").exists()
+    elsewhere = tmp_path / "elsewhere"
+    assert run_cli(train_main, "magrpo-train", [f"resume={first}", "max_steps=5", f"output_dir={elsewhere}"]) == 0
+    assert sorted(train_rows(elsewhere)) == [5] and sorted(train_rows(first)) == [1, 2, 3, 4]
+
 # -- runs with no saved overrides -------------------------------------------------------------------
 
 

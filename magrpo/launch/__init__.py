@@ -52,6 +52,8 @@ from magrpo.launch.run_dirs import (
     check_run_dir,
     is_run_dir,
     keep_saved_config,
+    resume_in_place,
+    resumed_run,
     run_dir_around,
     run_dir_follows_output_dir,
     stamp,
@@ -63,6 +65,6 @@ __all__ = [
     "Interrupted", "RunDirGuard", "SweepReport", "as_setup_error", "check_out_dir", "check_run_dir", "cli_main",
     "conf_dir", "config_groups", "explain_override_error", "failed_jobs", "group_options", "help_groups",
     "interrupt_report", "is_run_dir", "job_dirs", "keep_saved_config", "load_cli_plugins", "output_dir",
-    "parse_plain_cli", "quiet_progress_bars", "register_resolvers", "report", "run_dir_around",
+    "parse_plain_cli", "quiet_progress_bars", "register_resolvers", "report", "resume_in_place", "resumed_run", "run_dir_around",
     "run_dir_follows_output_dir", "run_hydra", "run_job", "stamp",
 ]

@@ -17,7 +17,7 @@ from magrpo.config import CONF_DIR
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
 from magrpo.launch.override_errors import explain_override_error
-from magrpo.launch.run_dirs import STAMP_RESOLVER, run_dir_follows_output_dir, stamp
+from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
 from magrpo.plugins import PluginInterrupt, add_option, conf_dirs, load_option, load_plugins, plugins_in_argv
 from magrpo.schema import ConfigError
@@ -111,6 +111,8 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
         sys.exit(130)
     register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
+    if config_name == "train" and taken:    # resume=RUN continues RUN's own directory
+        argv = resume_in_place(argv, taken)
     user_full_error = os.environ.get("HYDRA_FULL_ERROR") == "1"
     try:
         run_hydra(HydraJob(job, taken), config_name, argv)

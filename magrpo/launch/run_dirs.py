@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterable
@@ -49,6 +50,46 @@ def run_dir_follows_output_dir(argv: list[str]) -> list[str]:
     if not value or value.startswith("${"):
         return argv
     return [*argv, f"hydra.run.dir={value}"]
+
+
+
+def resumed_run(resume: Any) -> Path | None:
+    """The training run that `resume=` continues: the directory named (a run with records) or the
+    run of a checkpoint `RUN/checkpoints/step_N`; None for anything else (an exported team, a bare
+    checkpoint, a path that does not exist: its own check reports it)."""
+    from magrpo.checkpoint import is_team_dir
+
+    if resume in (None, "") or not isinstance(resume, (str, Path)):
+        return None
+    p = Path(str(resume)).expanduser()
+    for run in (p, p.parent.parent if p.parent.name == "checkpoints" else None):
+        if run is not None and run.is_dir() and not is_team_dir(run) and \
+                any((run / name).exists() for name in RUN_RECORDS):
+            return run
+    return None
+
+
+def resume_in_place(argv: list[str], runs: Iterable[str | Path]) -> list[str]:
+    """`resume=RUN` of a single run continues RUN itself: RUN becomes Hydra's run directory unless
+    the command line gives `hydra.run.dir` or `output_dir` (a new directory on purpose), so the run's
+    curve stays one `metrics.jsonl`. `runs`: the training runs the resume names (one, or none taken
+    up). An exported team is no run to write into; it is left to the new directory."""
+    runs = [Path(r) for r in runs]
+    if len(runs) != 1 or any(a in ("-m", "--multirun") for a in argv):
+        return argv
+    if any(override_key(a) in ("hydra.run.dir", "output_dir") for a in argv if not a.startswith("~")):
+        return argv
+    run = resumed_run(runs[0])
+    if run is None:
+        return argv
+    text = str(run)
+    if re.fullmatch(r"[\w./~+-]+", text):
+        return [*argv, f"hydra.run.dir={text}"]
+    if any(c in text for c in "'\\$"):    # no quoting of ours reads back: the resume goes to a new directory
+        log.warning("resume=%s: the run's directory name cannot be passed on as hydra.run.dir; the resumed run "
+                    "writes to a new directory (give hydra.run.dir=... to choose it)", text)
+        return argv
+    return [*argv, f"hydra.run.dir='{text}'"]
 
 
 # -- one run per directory -----------------------------------------------------------------------
