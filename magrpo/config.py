@@ -441,8 +441,8 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     the trust rule has taken up already (magrpo.trust): nothing is imported for it here."""
     from magrpo.algos import ALGOS
     from magrpo.plugins import load_plugins
-    from magrpo.rewards import check_reward_node
     from magrpo.tasks import TASKS, available_tasks, reward_schema_of
+    from magrpo.tasks.reward_fns import check_reward_node
 
     # The user's plugins first: they may register the task, algorithm or feedback mode named below.
     wanted = cfg.get("plugins") if "plugins" in cfg else None

@@ -118,8 +118,8 @@ def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
     """The value a Hydra sweeper (Optuna...) optimises: `optimized_metric` of the final evaluation,
     by default the task's primary metric (pass@1 for coding, the normalized return for writing).
     The trainer checks at start that the evaluation reports it (Trainer.check_metrics)."""
-    from magrpo.rewards import primary_metric
     from magrpo.tasks import TASKS, available_tasks
+    from magrpo.tasks.reward_fns import primary_metric
 
     available_tasks()
     name = optimized_metric(cfg, primary_metric(TASKS[cfg.task.name], cfg.reward))

@@ -37,9 +37,9 @@ from magrpo.models import (
     save_agent,
     team_level,
 )
-from magrpo.rewards import ZERO_SPREAD_STEPS, ZeroSpread, check_splits, fallback_note, reward_specs
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import TASKS, Task, build_task
+from magrpo.tasks.reward_fns import ZERO_SPREAD_STEPS, ZeroSpread, check_splits, fallback_note, reward_specs
 from magrpo.tracking import RunLogger, read_status, run_identity
 from magrpo.turns import TurnSpec
 

@@ -32,10 +32,10 @@ from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
 from magrpo.feedback import build_feedback
 from magrpo.models import Agent, policy_agents, policy_groups
-from magrpo.rewards import reward_specs
 from magrpo.rollout import Generation, Rollout, Sampling, credit
 from magrpo.schema import ConfigError
 from magrpo.tasks import Task
+from magrpo.tasks.reward_fns import reward_specs
 from magrpo.turns import (
     TreeStats,
     TurnSpec,
@@ -51,7 +51,7 @@ from magrpo.turns import (
 def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
     """`algo.reward=individual` needs a task whose reward splits per agent. Reward functions
     (`reward.fn`) split when they return per-agent lists: the trainer checks that before training
-    (magrpo.rewards.check_splits)."""
+    (magrpo.tasks.reward_fns.check_splits)."""
     if reward_specs(cfg.get("reward")):
         return
     if cfg.algo.get("reward", "team") == "individual" and not task_cls.splits_reward:

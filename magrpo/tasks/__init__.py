@@ -6,6 +6,7 @@ from typing import Any
 
 from magrpo.registry import Registry, registrar
 from magrpo.tasks.base import Item, RewardConfig, Scores, Task, columns, raw_reward, reward_schema_of
+from magrpo.tasks.reward_fns import task_class
 
 # The built-in task families register on the first lookup; one whose optional dependency is
 # missing does not break the others.
@@ -24,8 +25,6 @@ def available_tasks() -> list[str]:
 def build_task(cfg: Any, reward_cfg: Any, sandbox: Any = None) -> Task:
     """The task named by the `task` node; `sandbox` is the `sandbox` node (None = defaults). When the
     `reward` node names reward functions (`reward.fn`, `reward.fns`), they replace its reward."""
-    from magrpo.rewards import task_class
-
     return task_class(TASKS[cfg.name], reward_cfg)(cfg, reward_cfg, sandbox)
 
 

@@ -27,7 +27,7 @@ Item = dict[str, Any]
 
 class RewardError(ConfigError):
     """A reward failed on an item while the run scored answers: a task's own `reward` (or a reward
-    function, `magrpo.rewards.RewardFunctionError`) raised, or returned the wrong number of values or
+    function, `magrpo.tasks.reward_fns.RewardFunctionError`) raised, or returned the wrong number of values or
     a value that is not a finite number. One line naming the reward, the item, the value and the
     user's file and line; the commands report it as a "reward error" (exit 2, as a config error),
     never as a reward of 0."""
@@ -39,7 +39,7 @@ class RewardError(ConfigError):
 class RewardConfig:
     """The keys every task's `reward` node accepts: each task's reward schema inherits them (a
     schema that does not is given them by `reward_schema_of`). Reward functions that replace the
-    task's own reward, for any task and algorithm (magrpo.rewards; docs/tasks.md, "Reward functions")."""
+    task's own reward, for any task and algorithm (magrpo.tasks.reward_fns; docs/tasks.md, "Reward functions")."""
 
     fn: str | None = None                  # a registered reward function, or module:function
     fns: list[str] | None = None           # several of them, summed: total = sum_i weights[i] * f_i
