@@ -30,6 +30,8 @@ class Method:
     entry: str      # "eval": magrpo-eval (untrained); "train": magrpo-train
 
 
+# The untrained prompting baselines: rows of the tables, and what magrpo-eval runs without a checkpoint
+# (each is a scheme of magrpo.rollout.SCHEMES).
 PROMPTING = ("single", "naive_concat", "sequential", "discussion")
 # Feedback modes of the two-turn MAGRPO rows (conf/feedback/<mode>.yaml); `none` is the one-turn row.
 FEEDBACK_MODES = ("plain", "diagnostics", "passed", "expert", "discussion")

@@ -36,6 +36,7 @@ import torch
 
 from magrpo import distributed
 from magrpo.models import Agent, transcript
+from magrpo.paper_grid import PROMPTING
 from magrpo.sampler import VocabLimitProcessor, sample_shared_prompt, shares_prompt, vocab_limit
 from magrpo.tasks import Scores, Task
 
@@ -316,8 +317,9 @@ def credit(rewards: torch.Tensor, joint: torch.Tensor, agent: int, num_generatio
 
 Scheme = Callable[[list[Agent], Task, list[dict], Sampling], Rollout]
 SCHEMES: dict[str, Scheme] = {}
-# The untrained prompting baselines `magrpo-eval` runs when no checkpoint is given.
-BASELINES = ["single", "naive_concat", "sequential", "discussion"]
+# The untrained prompting baselines `magrpo-eval` runs when no checkpoint is given (declared once,
+# with the paper's table rows: magrpo.paper_grid.PROMPTING).
+BASELINES = list(PROMPTING)
 
 
 def register_scheme(*names: str) -> Callable[[Scheme], Scheme]:

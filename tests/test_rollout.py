@@ -55,3 +55,11 @@ def test_one_model_writing_the_joint_answer_gets_the_teams_token_budget():
     assert team_budget(s, TwoAgentTask(), 1).max_new_tokens == 48     # grpo, ppo, the single baseline
     assert team_budget(s, TwoAgentTask(), 2).max_new_tokens == 24     # each agent of the team
     assert s.max_new_tokens == 24                                      # the caller's sampling is untouched
+
+
+def test_every_prompting_baseline_is_a_scheme():
+    """The baselines are declared once (paper_grid.PROMPTING) and each names a registered scheme."""
+    from magrpo.paper_grid import PROMPTING
+    from magrpo.rollout import BASELINES, SCHEMES
+
+    assert BASELINES == list(PROMPTING) and set(PROMPTING) <= set(SCHEMES)
