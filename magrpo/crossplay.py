@@ -12,13 +12,22 @@ source's own team (self-play) and that team with ONE slot swapped for another so
 
     self-play   the mean of the pairings whose agents all come from one source (the diagonal)
     cross-play  the mean of the others
-    gap         self-play - cross-play: large when each run learned its own convention
+    gap         self-play - cross-play: large when each run learned its own convention (the
+                zero-shot coordination gap)
+
+Zero-shot coordination (docs/zsc.md). With `--partners P1 P2 ...`, a population none of the sources
+trained with, every source team also plays with every partner: for each partner and each agent
+slot, the source's team with that slot filled by the partner's agent. Its mean is the held-out
+partner score. Each score comes with the 95% confidence interval of its mean over the sources
+(Student's t, t_{0.975, R-1} * s / sqrt(R), R sources; a source's cross-play is the mean of the
+pairings it plays in with other sources): the sources are the independently trained teams.
 
 The value of a pairing is the task's primary metric (normalized_return on the coordination suite)
 with its std over the eval items. Writes into --out:
     crossplay.csv   one row per pairing: each slot's source, the metric's mean and std, reward_mean,
-                    reward_std, whether it is self-play
-    crossplay.md    the matrix (2 agents) or the pairings table, and self-play, cross-play, gap
+                    reward_std, whether it is self-play, whether a held-out partner plays in it
+    crossplay.md    the matrix (2 agents) or the pairings table, and self-play, cross-play, gap (and
+                    the held-out partner score), each with its 95% interval
     crossplay.png   a heatmap: host team (row) x partner source (column); for 2 agents the matrix
     crossplay.json  every pairing's full metrics and the settings
 --out is never inside a run or an exported team, and one that already holds any of these files is
@@ -58,11 +67,19 @@ MUST_MATCH = ("task", "reward", "algo.topology", "algo.num_turns", "feedback")
 
 @dataclass
 class Pairing:
-    slots: tuple[int, ...]          # source index per agent slot
+    slots: tuple[int, ...]          # source index per agent slot (partners --partners gives come after the sources)
+    held_out: bool = False          # a held-out partner fills a slot
 
     @property
     def self_play(self) -> bool:
         return len(set(self.slots)) == 1
+
+
+def held_out_pairings(num_sources: int, num_partners: int, num_agents: int) -> list[Pairing]:
+    """Each source's team with one slot filled by a held-out partner's agent, for every partner and
+    every slot (partner j is index num_sources + j)."""
+    return [Pairing(tuple(num_sources + j if slot == k else i for slot in range(num_agents)), held_out=True)
+            for i in range(num_sources) for j in range(num_partners) for k in range(num_agents)]
 
 
 def resolve_source(source: str) -> tuple[str, Path]:
@@ -161,8 +178,9 @@ def pairings(num_sources: int, num_agents: int, mode: str) -> list[Pairing]:
     return selfs + others
 
 
-def labels_of(sources: list[str], given: str | None) -> list[str]:
-    """--labels, else each source's directory name (with its parent's where names repeat)."""
+def labels_of(sources: list[str], given: str | None, prefix: str = "") -> list[str]:
+    """--labels, else each source's directory name (with its parent's where names repeat), after
+    `prefix` (the held-out partners are `partner:NAME`)."""
     if given:
         labels = [x.strip() for x in given.split(",")]
         if len(labels) != len(sources) or any(not x for x in labels):
@@ -173,7 +191,7 @@ def labels_of(sources: list[str], given: str | None) -> list[str]:
             labels = ["/".join(Path(s).expanduser().parts[-2:]) for s in sources]
     if len(set(labels)) < len(labels):
         raise ConfigError(f"the sources' labels repeat ({', '.join(labels)}); give --labels a,b,...")
-    return labels
+    return [prefix + x for x in labels]
 
 
 def evaluate_pairing(teams: list[Any], pairing: Pairing, items: list[dict], args: argparse.Namespace) -> dict:
@@ -199,12 +217,37 @@ def evaluate_pairing(teams: list[Any], pairing: Pairing, items: list[dict], args
     return {"metric": metric, "mean": mean, "std": std, "num_items": len(items), "metrics": metrics}
 
 
-def summarize(results: list[tuple[Pairing, dict]]) -> dict[str, float]:
+def summarize(results: list[tuple[Pairing, dict]], num_sources: int | None = None) -> dict[str, Any]:
+    """Self-play, cross-play, their gap and (with partners) the held-out partner score: each the
+    mean over its pairings, with the 95% interval of the mean over the sources (module docstring)."""
+    from magrpo.table.stats import mean_std
+
+    R = num_sources if num_sources is not None else 1 + max(s for p, _ in results for s in p.slots if not p.held_out)
     own = [r["mean"] for p, r in results if p.self_play]
-    cross = [r["mean"] for p, r in results if not p.self_play]
+    cross = [r["mean"] for p, r in results if not p.self_play and not p.held_out]
+    held = [r["mean"] for p, r in results if p.held_out]
+
+    def per_source(keep) -> list[float]:
+        out = []
+        for i in range(R):
+            vals = [r["mean"] for p, r in results if keep(p) and i in p.slots]
+            if vals:
+                out.append(sum(vals) / len(vals))
+        return out
+
     self_mean = sum(own) / len(own)
     cross_mean = sum(cross) / len(cross) if cross else float("nan")
-    return {"self_play": self_mean, "cross_play": cross_mean, "gap": self_mean - cross_mean}
+    out: dict[str, Any] = {"self_play": self_mean, "cross_play": cross_mean, "gap": self_mean - cross_mean,
+                           "self_play_ci95": mean_std(per_source(lambda p: p.self_play)).ci95,
+                           "cross_play_ci95": mean_std(per_source(lambda p: not p.self_play and not p.held_out)).ci95}
+    if held:
+        out["held_out"] = sum(held) / len(held)
+        out["held_out_ci95"] = mean_std(per_source(lambda p: p.held_out)).ci95
+    return out
+
+
+def _pm(value: float, ci: float | None) -> str:
+    return f"{value:.3f}" + (f" ± {ci:.3f}" if ci is not None else "")
 
 
 def host_partner_matrix(results: list[tuple[Pairing, dict]], num_sources: int, num_agents: int) -> list[list[float]]:
@@ -235,21 +278,23 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
     with open(out / "crossplay.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow([f"agent_{k + 1}" for k in range(n)] + ["metric", "mean", "std", "reward_mean", "reward_std",
-                                                            "num_items", "self_play"])
+                                                            "num_items", "self_play", "held_out"])
         for p, r in results:
             w.writerow([labels[s] for s in p.slots] + [metric, f"{r['mean']:.6f}", f"{r['std']:.6f}",
                                                       f"{r['metrics']['reward_mean']:.6f}",
                                                       f"{r['metrics']['reward_std']:.6f}", r["num_items"],
-                                                      int(p.self_play)])
-    matrix = host_partner_matrix(results, len(labels), n)
+                                                      int(p.self_play), int(p.held_out)])
+    R = len(settings["sources"])
+    among = [(p, r) for p, r in results if not p.held_out]
+    matrix = host_partner_matrix(among, R, n)
     by_slots = {p.slots: r for p, r in results}
     lines = [f"# Cross-play: {settings['task']}, {metric} (mean ± std over {settings['num_items']} eval items)", ""]
     if n == 2:
         lines += ["Row: agent 1's source; column: agent 2's source. The diagonal is self-play.", "",
-                  "| agent 1 \\ agent 2 | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]
-        for i, a in enumerate(labels):
+                  "| agent 1 \\ agent 2 | " + " | ".join(labels[:R]) + " |", "|---|" + "---|" * R]
+        for i, a in enumerate(labels[:R]):
             cells = []
-            for j in range(len(labels)):
+            for j in range(R):
                 r = by_slots.get((i, j))
                 cell = f"{r['mean']:.3f} ± {r['std']:.3f}" if r else ""
                 cells.append(f"**{cell}**" if i == j and r else cell)
@@ -257,18 +302,33 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
     else:
         lines += ["| " + " | ".join(f"agent {k + 1}" for k in range(n)) + " | mean ± std |",
                   "|" + "---|" * (n + 1)]
-        for p, r in results:
+        for p, r in among:
             lines.append("| " + " | ".join(labels[s] for s in p.slots) + f" | {r['mean']:.3f} ± {r['std']:.3f} |")
-    lines += ["", f"- self-play mean: {summary['self_play']:.3f}",
-              f"- cross-play mean: {summary['cross_play']:.3f}",
-              f"- gap (self-play - cross-play): {summary['gap']:.3f}", "",
-              "Sources: " + "; ".join(f"{lab} = {src}" for lab, src in zip(labels, settings["sources"])), ""]
+    held = [(p, r) for p, r in results if p.held_out]
+    if held:
+        lines += ["", "Held-out partners (a source's team with one slot filled by a partner's agent):", "",
+                  "| " + " | ".join(f"agent {k + 1}" for k in range(n)) + " | mean ± std |", "|" + "---|" * (n + 1)]
+        lines += ["| " + " | ".join(labels[s] for s in p.slots) + f" | {r['mean']:.3f} ± {r['std']:.3f} |"
+                  for p, r in held]
+    lines += ["", f"- self-play mean: {_pm(summary['self_play'], summary.get('self_play_ci95'))}",
+              f"- cross-play mean: {_pm(summary['cross_play'], summary.get('cross_play_ci95'))}",
+              f"- gap (self-play - cross-play): {summary['gap']:.3f}"]
+    if "held_out" in summary:
+        lines.append(f"- held-out partner mean: {_pm(summary['held_out'], summary.get('held_out_ci95'))} "
+                     f"({len(settings['partners'])} partner team(s) none of the sources trained with)")
+    lines += ["", "Intervals: 95% of the mean over the sources (Student's t)." if len(settings["sources"]) > 1 else "",
+              "Sources: " + "; ".join(f"{lab} = {src}" for lab, src in zip(labels, settings["sources"]))]
+    if settings.get("partners"):
+        lines.append("Held-out partners: " + "; ".join(f"{lab} = {src}" for lab, src in
+                                                       zip(labels[len(settings["sources"]):], settings["partners"])))
+    lines.append("")
     (out / "crossplay.md").write_text("\n".join(lines))
     (out / "crossplay.json").write_text(json.dumps({
         **settings, "labels": labels, "metric": metric, **summary, "matrix": matrix,
-        "pairings": [{"slots": [labels[s] for s in p.slots], "self_play": p.self_play, **r} for p, r in results]},
+        "pairings": [{"slots": [labels[s] for s in p.slots], "self_play": p.self_play, "held_out": p.held_out, **r}
+                     for p, r in results]},
         indent=2, default=str) + "\n")
-    _heatmap(out / "crossplay.png", matrix, labels, metric, n, summary)
+    _heatmap(out / "crossplay.png", matrix, labels[:R], metric, n, summary)
     return [out / name for name in OUTPUTS]
 
 
@@ -301,8 +361,12 @@ def _heatmap(path: Path, matrix: list[list[float]], labels: list[str], metric: s
 
 def crossplay(sources: list[str], out: str | Path, labels: str | None = None, num_items: int | None = None,
               num_samples: int = 1, seed: int = 0, split: str = "eval", batch_size: int = 64, greedy: bool = False,
-              pairing_mode: str = "one_swap", device: str | None = None, force: bool = False) -> dict[str, Any]:
-    """Everything `magrpo-crossplay` does (module docstring); returns crossplay.json's content."""
+              pairing_mode: str = "one_swap", device: str | None = None, force: bool = False,
+              partners: list[str] | None = None) -> dict[str, Any]:
+    """Everything `magrpo-crossplay` does (module docstring); returns crossplay.json's content.
+    `partners`: held-out partner teams (runs, checkpoints or exported teams) none of the sources
+    trained with."""
+    partners = list(partners or [])
     args = argparse.Namespace(num_samples=num_samples, seed=seed, batch_size=batch_size, greedy=greedy)
     if len(sources) < 2:
         raise ConfigError(f"cross-play needs at least 2 sources (runs or exported teams), got {len(sources)}")
@@ -311,17 +375,21 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     if split not in ("eval", "train"):
         raise ConfigError(f"--split {split!r} is not allowed; choose one of: eval, train")
     out = Path(out).expanduser()
-    check_out_dir(out, sources)          # never into a run, a source's or any other
+    check_out_dir(out, [*sources, *partners])       # never into a run, a source's or any other
     check_overwrite(out, OUTPUTS, force)  # nor over a file, unless --force
     if pairing_mode not in ("one_swap", "all"):
         raise ConfigError(f"--pairings {pairing_mode!r} is not allowed; choose one of: one_swap, all")
-    resolved = [resolve_source(s) for s in sources]
-    check_distinct(sources, resolved)    # before the labels: `R R` repeats a source, not only a label
-    names = labels_of(sources, labels)
-    teams = [load_source(s, device, r) for s, r in zip(sources, resolved)]
+    everyone = [*sources, *partners]
+    resolved = [resolve_source(s) for s in everyone]
+    check_distinct(everyone, resolved)   # before the labels: `R R` repeats a source, not only a label
+    names = labels_of(sources, labels) + labels_of(partners, None, prefix="partner:") if partners else \
+        labels_of(sources, labels)
+    if len(set(names)) < len(names):
+        raise ConfigError(f"the sources' and partners' labels repeat ({', '.join(names)}); give --labels a,b,...")
+    teams = [load_source(s, device, r) for s, r in zip(everyone, resolved)]
     check_compatible(teams, names)
     n = teams[0].num_agents
-    plan = pairings(len(teams), n, pairing_mode)
+    plan = pairings(len(sources), n, pairing_mode) + held_out_pairings(len(sources), len(partners), n)
     if len(plan) > 512:
         raise ConfigError(f"{len(plan)} pairings (R={len(teams)} sources, N={n} agents, --pairings "
                           f"{pairing_mode}); use --pairings one_swap or fewer sources")
@@ -336,8 +404,9 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
         r = evaluate_pairing(teams, p, items, args)
         results.append((p, r))
         log.info("%s: %s=%.3f ± %.3f", " + ".join(names[s] for s in p.slots), r["metric"], r["mean"], r["std"])
-    summary = summarize(results)
-    settings = {"task": teams[0].task.name, "sources": [str(s) for s in sources], "num_agents": n,
+    summary = summarize(results, len(sources))
+    settings = {"task": teams[0].task.name, "sources": [str(s) for s in sources],
+                "partners": [str(s) for s in partners], "num_agents": n,
                 "num_items": len(items), "num_samples": num_samples, "seed": seed, "split": split,
                 "greedy": greedy, "pairings_mode": pairing_mode, "wall_seconds": time.time() - started}
     publish(out, lambda stage: write_outputs(stage, names, results, summary, settings), force)
@@ -355,6 +424,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="replace crossplay.{md,csv,png,json} where --out already "
                    "holds them (nothing else there is touched)")
     p.add_argument("--labels", default=None, help="comma-separated names of the sources (default: directory names)")
+    p.add_argument("--partners", nargs="+", default=None, metavar="RUN_OR_TEAM",
+                   help="held-out partners: teams none of the sources trained with (another seed's runs, another "
+                        "method's); each source's team plays with each of them, one slot at a time, for the "
+                        "held-out partner score")
     p.add_argument("--num-items", type=int, default=None, help="eval items (default: the whole split)")
     p.add_argument("--num-samples", type=int, default=1, help="samples per item (default 1, as magrpo-eval)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every pairing (default 0)")
@@ -374,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
                         num_samples=args.num_samples, seed=args.seed, split=args.split, batch_size=args.batch_size,
-                        greedy=args.greedy, pairing_mode=args.pairings, device=args.device, force=args.force)
+                        greedy=args.greedy, pairing_mode=args.pairings, device=args.device, force=args.force,
+                        partners=args.partners)
     except ConfigError as e:
         print(f"magrpo-crossplay: error: {e}", file=sys.stderr)
         return 2
@@ -385,8 +459,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"magrpo-crossplay: {e if str(e) else 'interrupted'}; nothing was written", file=sys.stderr)
         return 130
     print((Path(args.out) / "crossplay.md").read_text())
+    held = f", held-out partners {res['held_out']:.3f}" if "held_out" in res else ""
     print(f"magrpo-crossplay: wrote {args.out}/crossplay.{{md,csv,png,json}} (self-play {res['self_play']:.3f}, "
-          f"cross-play {res['cross_play']:.3f}, gap {res['gap']:.3f})")
+          f"cross-play {res['cross_play']:.3f}, gap {res['gap']:.3f}{held})")
     return 0
 
 

@@ -221,3 +221,45 @@ def test_a_source_paired_with_itself_is_refused_whatever_the_paths_and_labels(sm
     line = _one_error_line(main([str(a), str(a), "--out", str(tmp_path / "cp")]), capsys)
     assert "are one checkpoint" in line
     assert not (tmp_path / "cp").exists() and tree_digest(a) == before
+
+
+def test_zsc_summary_by_hand():
+    """Self-play, cross-play and held-out scores, each with the 95% interval over the sources."""
+    from magrpo.crossplay import held_out_pairings, summarize
+    from magrpo.table.stats import t_quantile_975
+
+    # 2 sources, 2 agents: diagonal 1.0 and 0.8, off-diagonal 0.2 and 0.4; one partner (index 2).
+    values = {(0, 0): 1.0, (1, 1): 0.8, (0, 1): 0.2, (1, 0): 0.4, (2, 0): 0.6, (0, 2): 0.7, (2, 1): 0.5, (1, 2): 0.3}
+    plan = pairings(2, 2, "one_swap") + held_out_pairings(2, 1, 2)
+    assert [p.slots for p in plan if p.held_out] == [(2, 0), (0, 2), (2, 1), (1, 2)]
+    s = summarize([(p, {"mean": values[p.slots]}) for p in plan], 2)
+    assert s["self_play"] == pytest.approx(0.9) and s["cross_play"] == pytest.approx(0.3)
+    assert s["gap"] == pytest.approx(0.6)
+    t = t_quantile_975(1)
+    # per source: self 1.0 / 0.8; cross (both pairings include both sources) 0.3 / 0.3; held-out 0.65 / 0.4
+    assert s["self_play_ci95"] == pytest.approx(t * math.sqrt(0.02) / math.sqrt(2))
+    assert s["cross_play_ci95"] == pytest.approx(0.0)
+    assert s["held_out"] == pytest.approx(0.525)
+    assert s["held_out_ci95"] == pytest.approx(t * math.sqrt(0.03125) / math.sqrt(2))
+
+
+def test_held_out_partners_play_with_every_source(smoke_runs, tmp_path, capsys):
+    out = tmp_path / "zsc"
+    args = [str(smoke_runs["agree_a"]), str(smoke_runs["agree_b"]), "--partners", str(smoke_runs["agree3_a"])]
+    assert main([*args, "--out", str(out)]) == 2          # a partner must play the same game with the same team
+    assert "agent(s)" in capsys.readouterr().err
+    partner = _train(tmp_path / "agree_c", ["debug=smoke", "task=agree", "seed=2"])
+    assert main([str(smoke_runs["agree_a"]), str(smoke_runs["agree_b"]), "--partners", str(partner),
+                 "--out", str(out)]) == 0
+    res = json.loads((out / "crossplay.json").read_text())
+    held = [p for p in res["pairings"] if p["held_out"]]
+    assert len(held) == 4 and all("partner:agree_c" in p["slots"] for p in held)
+    assert res["held_out"] == pytest.approx(sum(p["mean"] for p in held) / 4)
+    assert res["partners"] == [str(partner)] and res["cross_play_ci95"] is not None
+    md = (out / "crossplay.md").read_text()
+    assert "held-out partner mean" in md and "Held-out partners: partner:agree_c" in md
+    rows = list(csv.DictReader(open(out / "crossplay.csv")))
+    assert sum(r["held_out"] == "1" for r in rows) == 4
+    # a partner that is one of the sources is no held-out partner
+    assert main([str(smoke_runs["agree_a"]), str(partner), "--partners", str(partner), "--out",
+                 str(tmp_path / "x")]) == 2
