@@ -256,6 +256,13 @@ class TrainSchema:
     output_dir: str = "outputs/run"      # the run directory (metrics, checkpoints, summary.json)
     label: str | None = None             # the method's name in tables and W&B (a paper row); null = the algo
     optimized_metric: str | None = None  # final-eval metric returned to a sweeper; null = the task's primary metric
+    # Frozen partners (magrpo/partners.py, Fictitious Co-Play): runs, checkpoints, RUN/checkpoints (every
+    # one), exported teams or populations (magrpo-population) whose agents fill partner roles in training
+    partners: list[str] = field(default_factory=list)
+    # the roles partners fill, numbered from 1; null = one role per step, drawn (every role learns)
+    partner_roles: list[int] | None = None
+    # which member plays each step: uniform (drawn) or cycle (in order)
+    partner_sampling: str = option("uniform", choices=["uniform", "cycle"])
     # A paper row's search space for `magrpo-paper --tune-trials K` (override key -> Optuna sweeper
     # spec); inert in a run itself.
     tune: dict[str, str] | None = None
@@ -285,7 +292,7 @@ class EvalRunSchema(TrainSchema):
 # its schema are the config groups, or keys the other entry point reads (magrpo-eval does not train).
 ENTRY_KEYS = {
     "train": ("seed", "plugins", "trust_plugins", "max_steps", "resume", "save_every", "save_final", "output_dir",
-              "label", "optimized_metric", "eval", "sandbox"),
+              "label", "optimized_metric", "partners", "partner_roles", "partner_sampling", "eval", "sandbox"),
     "eval": ("seed", "plugins", "trust_plugins", "methods", "checkpoint", "team", "split", "output_dir", "label",
              "eval", "sandbox"),
 }
@@ -522,11 +529,13 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     _validate_agents(typed, task_cls)
     if task_cls.uses_sandbox:
         _validate_sandbox(typed.sandbox)
-    from magrpo.algos.scaffold import check_signalling, check_tree
+    from magrpo.algos.scaffold import check_other_play, check_signalling, check_tree
 
     num_agents = ALGOS[algo_name].team(typed).num_agents
     check_tree(typed, num_agents)
     check_signalling(typed, ALGOS[algo_name], num_agents)
+    check_other_play(typed, task_cls, num_agents)
+    _validate_partners(typed, num_agents)
     # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
     # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
     # whole typed config across groups (this algorithm with that task, topology, team).
@@ -538,6 +547,25 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     elif typed.resume:
         _validate_resume(typed)
     return typed
+
+
+def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
+    """`partners=` (magrpo.partners) on a team that has a role for a partner, `partner_roles` naming roles it has and
+    leaving one to train (at validation, before anything loads)."""
+    if not cfg.get("partners"):
+        if cfg.get("partner_roles") is not None:
+            raise ConfigError(f"partner_roles={list(cfg.partner_roles)} without partners=[...]: name the partners")
+        return
+    if num_agents < 2:
+        raise ConfigError(f"partners: algo.name={cfg.algo.name} trains a team of {num_agents} agent (one model "
+                          f"writes the whole answer), which has no role for a partner; algorithms with a role for "
+                          f"one: every one with agents.num_agents >= 2")
+    roles = cfg.get("partner_roles")
+    if roles is not None:
+        bad = [r for r in roles if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= num_agents]
+        if bad or not roles or len(set(roles)) >= num_agents:
+            raise ConfigError(f"partner_roles={list(roles)}: give the roles partners fill, numbered 1..{num_agents}, "
+                              f"leaving at least one role to train; or null (one role per step, drawn)")
 
 
 def _fold_renamed_keys(cfg: DictConfig) -> None:

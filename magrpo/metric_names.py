@@ -66,6 +66,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("train/completions/mean_length", "mean completion length (tokens) over every agent", UPDATE),
     Metric("train/feedback/degraded", "items whose feedback fell back to `plain` (an expert that failed)",
            when="algo.num_turns > 1"),
+    Metric("partners/member", "the population member (its index in partners=) that filled the partner roles this "
+           "step (magrpo.partners)", when="partners=[...]"),
+    Metric("partners/role_<k>", "1 when a partner played role k this step", when="partners=[...]"),
     Metric("train/dynamic_sampling/rounds", "DAPO: batches drawn this step", when="algo.dynamic_sampling=true"),
     Metric("train/dynamic_sampling/items_drawn", "DAPO: items drawn over those rounds", when="algo.dynamic_sampling=true"),
     Metric("train/dynamic_sampling/items_kept", "DAPO: items kept (groups with signal)", when="algo.dynamic_sampling=true"),

@@ -37,6 +37,7 @@ from magrpo.config import _typed
 from magrpo.schema import ConfigError, check_values
 from magrpo.source import raised_at
 from magrpo.tasks import TASKS, Item, Task, columns
+from magrpo.tasks.symmetry import Symmetry
 
 # How far a normalized return may stray outside [0, 1], and an individual reward row from the
 # joint reward, before it is a problem (float rounding, not a bug).
@@ -356,6 +357,7 @@ class _Checker:
         if type(self.task).splits_reward and n >= 2:
             self.check_individual(team, n, batch, scores)
         self.check_metrics(team, batch, scores)
+        self.check_symmetries(team, n, batch, prompts)
 
     def items_of(self, batch: list) -> list[Item]:
         return [self.pool[p][1] for p, _, _ in batch]
@@ -567,6 +569,50 @@ class _Checker:
                          f"{len(rows)} answers: {self.describe(batch, k)} sums to {sum(map(float, rows[k]))!r}, "
                          f"the joint reward is {scores[k]!r}")
 
+    def check_symmetries(self, team: str, n: int, batch: list, prompts: list) -> None:
+        """Each declared symmetry leaves the reward as it is: the answers above and answers written
+        in its own symbols, scored as they are and with a random permutation of the symbols applied
+        to every agent's answer and prompt alike (where it acts), get the same rewards."""
+        try:
+            declared = tuple(self.task.symmetries())
+        except Exception as e:
+            self.problem(f"symmetries() raised {_exc(e)}")
+            return
+        bad = [s for s in declared if not isinstance(s, Symmetry)]
+        if bad:
+            self.problem(f"symmetries() returned {type(bad[0]).__name__} {bad[0]!r}, not a Symmetry "
+                         f"(magrpo.tasks.symmetry)")
+            return
+        for sym in declared:
+            rng = random.Random(f"{self.seed}/{n}/{sym.name}")
+            own = [(rng.randrange(len(self.pool)), [f"symbols of {sym.name!r}"] * n,
+                    [" ".join(rng.choice(sym.symbols) for _ in range(rng.randint(1, 3))) for _ in range(n)])
+                   for _ in range(self.num_answers)]
+            tried = [*batch, *own]
+            before, lines = self.try_score(team, tried, prompts, "answers")
+            if before is None or lines:
+                continue            # the reward's own problems are reported above
+            for _ in range(3):
+                perm = sym.draw(rng)
+                moved = [(p, kinds, [self.task.relabel(t, sym, perm, "answer", a) if sym.acts("answer") else t
+                                     for a, t in enumerate(ans)]) for p, kinds, ans in tried]
+                moved_prompts = [None if row is None else
+                                 [self.task.relabel(t, sym, perm, "prompt", a) if sym.acts("prompt") else t
+                                  for a, t in enumerate(row)] for row in prompts]
+                after, lines = self.try_score(team, moved, moved_prompts, "relabelled answers")
+                if after is None:
+                    self.problem(lines[0] if lines else f"reward of relabelled answers failed for a {team}")
+                    return
+                differ = [k for k, (x, y) in enumerate(zip(before, after)) if not math.isclose(x, y, rel_tol=1e-9,
+                                                                                               abs_tol=1e-12)]
+                if differ:
+                    k = differ[0]
+                    shown = ", ".join(f"{a}->{b}" for a, b in zip(sym.symbols, perm) if a != b)
+                    self.problem(f"symmetry {sym.name!r} changes the reward for a {team}: relabelled ({shown}), "
+                                 f"{self.describe(tried, k)} scored {after[k]!r} instead of {before[k]!r} "
+                                 f"({len(differ)} of {len(tried)} answers differ)")
+                    return
+
     def check_metrics(self, team: str, batch: list, scores: list) -> None:
         items = copy.deepcopy(self.items_of(batch))
         try:
@@ -646,7 +692,10 @@ def check_task(task: type[Task] | Task | str, *, cfg: Any = None, reward_cfg: An
     * a task with `splits_reward`: `individual_rewards(scores, n)` gives one row of n finite
       floats per joint answer, summing to its joint reward (for teams of 2 and more; the
       single-model form writes the whole team's answer and is not split);
-    * `metrics` gives a dict of finite floats (a NotImplementedError means it has none).
+    * `metrics` gives a dict of finite floats (a NotImplementedError means it has none);
+    * every symmetry the task declares (`symmetries()`, magrpo.tasks.symmetry) leaves the reward as
+      it is: the answers above and answers written in its symbols get the same rewards with a
+      random permutation of the symbols applied to every agent's answer and prompt (where it acts).
 
     An exception the task raises becomes a problem line ("load('eval') raised ..."), and the
     checks go on where they can. Raises only for a bad call: an unknown name (RegistryError), or

@@ -37,9 +37,11 @@ from magrpo.models import (
     save_agent,
     team_level,
 )
+from magrpo.partners import PartnerPool
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import TASKS, Task, build_task
 from magrpo.tasks.reward_fns import ZERO_SPREAD_STEPS, ZeroSpread, check_splits, fallback_note, reward_specs
+from magrpo.tasks.symmetry import other_play, with_views
 from magrpo.tracking import RunLogger, read_status, run_identity
 from magrpo.turns import TurnSpec
 
@@ -129,6 +131,8 @@ class Trainer:
             torch.use_deterministic_algorithms(True, warn_only=True)
         seed_everything(cfg.seed)
         self.task: Task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
+        if cfg.algo.other_play:      # agents 2..N see training items under random relabellings
+            self.task = other_play(self.task)
         self.task_info = self.task.run_info()   # e.g. the sandbox level that will run the code
         self.train_items = self.task.load("train")
         eval_items = self.task.load("eval")
@@ -157,6 +161,9 @@ class Trainer:
                     distributed.shard_model(model)
         self.algo = algo_cls(cfg, self.agents, self.task)   # its optimizers hold the (sharded) parameters
         self.algo.refill = self.refill                      # more items for dynamic sampling (DAPO)
+        # Frozen partners (magrpo.partners): loaded once, before the first step.
+        self.partners = PartnerPool(list(cfg.partners), cfg.partner_roles, cfg.partner_sampling, team.num_agents,
+                                    cfg.task.name, str(self.agents[0].device), cfg.seed) if cfg.partners else None
         if self.world.distributed:      # every rank samples its own completions: a random stream per rank
             seed_everything(cfg.seed + 1_000_003 * self.world.rank)
         self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
@@ -184,7 +191,16 @@ class Trainer:
         training set with its own seed, this rank's block of it (at most `n` items)."""
         cfg = self.cfg
         idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed + 7919 * round_)
-        return [self.train_items[i] for i in idx[distributed.shard(len(idx))]][:n]
+        return self.views([self.train_items[i] for i in idx[distributed.shard(len(idx))]][:n], round_)
+
+    def views(self, items: list[dict], round_: int = 0) -> list[dict]:
+        """The training items as each agent sees them: under `algo.other_play`, copies that carry a
+        fresh random relabelling per partner (magrpo.tasks.symmetry), drawn from the run's seed, the
+        step, the round and the rank (a resumed run draws the same ones); else the items."""
+        if not self.cfg.algo.other_play:
+            return items
+        rng = random.Random(f"other_play/{self.cfg.seed}/{self.step}/{round_}/{self.world.rank}")
+        return with_views(items, self.task.symmetries(), len(self.agents), rng)
 
     def _shared_run_dir(self, run_dir: Path) -> Path:
         """Rank 0's run directory on every rank. Hydra timestamps each process's directory, so a rank
@@ -344,7 +360,10 @@ class Trainer:
             for _ in bar:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
                 idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
-                metrics = self.algo.step([self.train_items[i] for i in idx])
+                seated = {}
+                if self.partners is not None:    # who fills the partner roles this step
+                    self.algo.seat, seated = self.partners.seat(self.step)
+                metrics = {**self.algo.step(self.views([self.train_items[i] for i in idx])), **seated}
                 metrics = distributed.mean_metrics({**metrics, **cuda_memory_metrics(self.agents)})
                 self.step += 1
                 if (notice := spread.see(metrics)) and self.world.is_main:

@@ -125,9 +125,10 @@ def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):
 # -- every suite task runs its default run (conf/default_run/<task>.yaml) --------------------------
 
 SUITE = ["agree", "cover", "signal", "convention", "stag_hunt", "budget_signal", "invest", "crowd"]
+DEFAULT_RUNS = [*SUITE, "lever"]         # the benchmark's games and the zero-shot coordination game
 
 
-@pytest.mark.parametrize("task", SUITE)
+@pytest.mark.parametrize("task", DEFAULT_RUNS)
 def test_task_alone_runs_its_default_run_and_smoke_caps_it(make_cfg, task):
     import yaml
 
@@ -147,8 +148,8 @@ def test_every_default_run_belongs_to_a_registered_task_and_the_others_keep_the_
     from magrpo.config import CONF_DIR
     from magrpo.tasks import TASKS
 
-    assert sorted(p.stem for p in (Path(CONF_DIR) / "default_run").glob("*.yaml")) == sorted(SUITE)
-    assert set(SUITE) <= set(TASKS)
+    assert sorted(p.stem for p in (Path(CONF_DIR) / "default_run").glob("*.yaml")) == sorted(DEFAULT_RUNS)
+    assert set(DEFAULT_RUNS) <= set(TASKS)
     generic = validate(make_cfg(["task=length_ratio"]))
     assert generic.max_steps == 120 and generic.algo.num_generations == 4
     assert validate(make_cfg(["task=tldr"])).max_steps == 120      # the paper tasks: recipe=tldr is their run

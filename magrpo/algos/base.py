@@ -76,6 +76,9 @@ class AlgoConfig:
     # positive signalling (magrpo/algos/signalling.py): each sample's return gains lam * pmi(move; prompt) in bits
     signal_bonus: float = at_least(0, 0.0)
     signal_agents: list[int] | None = None       # the agents (numbered from 1) that get it; null = every agent
+    # Other-Play (magrpo/tasks/symmetry.py): agents 2..N train on the game relabelled by a random symmetry
+    # of the task per item and step (a task that declares none is refused); evaluation plays it as it is
+    other_play: bool = False
 
 
 @dataclass(frozen=True)

@@ -116,7 +116,7 @@ class C3(GroupRelativeAlgorithm):
 
     def collect(self, items: list[dict]) -> Episode:
         t0 = time.perf_counter()
-        decisions, generated = counterfactual_rollouts(self.agents, self.task, items, self.sampling)
+        decisions, generated = counterfactual_rollouts(self.players, self.task, items, self.sampling)
         t_gen = time.perf_counter()
         for d in decisions:
             d.score(self.task)
@@ -131,7 +131,10 @@ class C3(GroupRelativeAlgorithm):
 
     def step(self, items: list[dict]) -> dict[str, float]:
         ep = self.collect(items)
-        for p, roles in enumerate(self.roles):
+        for p in range(len(self.roles)):
+            roles = self.trained_roles(p)
+            if not roles:                    # a partner plays every role of this policy this step
+                continue
             # Agent i trains on its own decision's alternatives, each with its leave-one-out advantage.
             gens, advs = [], []
             for agent in roles:

@@ -232,7 +232,7 @@ class IPPO(TeamAlgorithm):
     def step(self, items: list[dict]) -> dict[str, float]:
         ep = self.collect(items)
         for p, policy, gen, R in self.policy_batches(ep, lambda agent: self.role_returns(agent, ep)):
-            texts = [self.critic_prompts(lv, a.index) for a in self.roles[p] for lv in ep.levels()]
+            texts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p) for lv in ep.levels()]
             texts = None if texts[0] is None else [t for part in texts for t in part]
             batch, stats = self._prepare(p, gen, R, texts)        # values, GAE advantages, returns
             stats.update(self._update(p, batch))                   # PPO epochs

@@ -93,7 +93,7 @@ class MAGRPO(GroupRelativeAlgorithm):
         # advantages computed within its own groups.
         for p, policy, gen, adv in self.policy_batches(ep, lambda agent: self.role_advantages(agent, ep)):
             if keep is not None:
-                rows = torch.cat([keep[a.index] for a in self.roles[p]])
+                rows = torch.cat([keep[a.index] for a in self.trained_roles(p)])
                 if rows.any():         # else every group is flat: all advantages are 0, keep the batch
                     gen, adv = select_prompts(gen, rows), adv[rows]
             self.log_policy(ep, policy, self._update(p, gen, adv))

@@ -34,7 +34,7 @@ from magrpo.feedback import build_feedback
 from magrpo.models import Agent, policy_agents, policy_groups
 from magrpo.rollout import Generation, Rollout, Sampling, credit
 from magrpo.schema import ConfigError
-from magrpo.tasks import Task
+from magrpo.tasks import TASKS, Task
 from magrpo.tasks.reward_fns import reward_specs
 from magrpo.turns import (
     TreeStats,
@@ -104,6 +104,28 @@ def check_signalling(cfg: Any, algo_cls: type, num_agents: int) -> None:
         takes = sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
         raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
                           f"credit does not come from the team's returns); allowed with: {', '.join(takes)}")
+
+
+def check_other_play(cfg: Any, task_cls: type, num_agents: int) -> None:
+    """`algo.other_play=true` needs partners to relabel (a team of 2 or more agents) and a task that
+    declares the symmetries to relabel them by (Task.symmetries)."""
+    if not cfg.algo.get("other_play"):
+        return
+    if num_agents < 2:
+        raise ConfigError(f"algo.other_play=true relabels each partner's view of the game, but algo.name="
+                          f"{cfg.algo.name} trains a team of {num_agents} agent; use a team of 2 or more")
+    if not task_cls(cfg.task, cfg.reward).symmetries():
+        having = sorted(n for n in TASKS if _declares_symmetries(TASKS[n]))
+        raise ConfigError(f"algo.other_play=true: task {cfg.task.name!r} declares no symmetry to relabel "
+                          f"(Task.symmetries); tasks that do: {', '.join(having)}")
+
+
+def _declares_symmetries(cls: type) -> bool:
+    try:
+        return bool(cls(cls.config_schema() if cls.config_schema else None,
+                        cls.reward_schema() if cls.reward_schema else None).symmetries())
+    except Exception:
+        return False
 
 
 def group_items(root: Rollout) -> list[torch.Tensor]:
@@ -248,6 +270,19 @@ class TeamAlgorithm:
         # Dynamic sampling draws more items through this, when the training loop provides it:
         # refill(round, n) -> n items (magrpo.trainer); without it the same items are sampled again.
         self.refill: Callable[[int, int], list[dict]] | None = None
+        # Frozen partners (magrpo.partners): role index -> the partner's agent that plays that role in
+        # this step's rollouts. Set by the training loop before each step; a role a partner fills is
+        # not updated (its policy's other roles are).
+        self.seat: dict[int, Agent] = {}
+
+    @property
+    def players(self) -> list[Agent]:
+        """The agents that play this step's rollouts: the team's own, a partner in each seated role."""
+        return [self.seat.get(a.index, a) for a in self.agents]
+
+    def trained_roles(self, policy: int) -> list[Agent]:
+        """The roles policy `policy` plays and trains on this step (a partner's role is not its)."""
+        return [a for a in self.roles[policy] if a.index not in self.seat]
 
     def attach_critics(self, owners: list[Agent], lr: float | None) -> None:
         """An optimizer for each critic that is a separate model (`kind != "head"`), with the
@@ -283,7 +318,7 @@ class TeamAlgorithm:
     # -- one episode --------------------------------------------------------------------------------
     def grow(self, items: list[dict]) -> tuple[Rollout, TreeStats]:
         """One scored turn tree of `items` (the algorithm's sampling, turns and topology)."""
-        return grow_tree(self.agents, self.task, self.feedback, items, self.sampling, self.turns)
+        return grow_tree(self.players, self.task, self.feedback, items, self.sampling, self.turns)
 
     def collect(self, items: list[dict]) -> Episode:
         t0 = time.perf_counter()
@@ -299,7 +334,10 @@ class TeamAlgorithm:
         """For each policy: (index, its agent, the rows of every role it plays as one Generation,
         `per_role(role)` of each role concatenated). `per_role` returns a tensor per row, or a tuple
         of them; each role's values are computed within its own groups before they are joined."""
-        for p, roles in enumerate(self.roles):
+        for p in range(len(self.roles)):
+            roles = self.trained_roles(p)
+            if not roles:                    # every role of this policy is a partner's this step
+                continue
             parts = [per_role(agent) for agent in roles]
             gen = concat_generations([ep.generation(a) for a in roles], roles[0].tokenizer.pad_token_id)
             if isinstance(parts[0], tuple):

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from magrpo.schema import ConfigError, SetupError, option
 from magrpo.source import defined_at, first_line, is_magrpo, raised_at
+from magrpo.tasks.symmetry import Symmetry
 
 Item = dict[str, Any]
 
@@ -213,6 +214,19 @@ class Task:
         """The team's joint answer to `item` as one text, from each agent's part (what a user of a
         trained team reads; the reward reads the parts themselves)."""
         return "\n\n".join(p.strip() for p in parts)
+
+    # -- symmetries (Other-Play) ------------------------------------------------------------
+    def symmetries(self) -> tuple[Symmetry, ...]:
+        """The relabellings the reward does not see (magrpo.tasks.symmetry): interchangeable option
+        letters, colour names, channel symbols. `algo.other_play=true` trains under random ones, and
+        `check_task` checks that each leaves the reward as it is. None by default."""
+        return ()
+
+    def relabel(self, text: str, symmetry: Symmetry, perm: Sequence[str], place: str, agent: int = 0) -> str:
+        """`text`, agent `agent`'s "prompt" or "answer" (`place`), with `symmetry.symbols[i]` relabelled
+        `perm[i]` (`Symmetry.apply`). A game that reads a move in its own way (or in letters of each
+        agent's own) overrides it."""
+        return symmetry.apply(text, perm)
 
     # -- reward -----------------------------------------------------------------------------
     def move(self, text: str) -> Hashable | None:

@@ -28,6 +28,7 @@ from typing import Any
 from magrpo.schema import ConfigError, at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, RewardConfig, Scores, Task
+from magrpo.tasks.symmetry import Symmetry
 
 LABELS = "abcdefghijklmnop"     # option labels: K <= 16
 # Prompt scenes, so that items differ in wording while the game stays the same.
@@ -163,6 +164,9 @@ class AgreeTask(_Game):
     agent_counts = tuple(range(1, 9))
     splits_reward = True
     passed_metric = "all_agree"
+
+    def symmetries(self) -> tuple[Symmetry, ...]:
+        return (Symmetry("option letters", tuple(self.labels), "letter", "answers"),)
 
     def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         return [f"Team of {num_agents}, {item['scene']}. You are agent {i + 1}. Every agent picks one option "
@@ -320,6 +324,10 @@ class SignalTask(_Game):
         """Which run of the alphabet the answer's first letter is in (None without a letter)."""
         m = re.search("[a-z]", text.lower())
         return None if m is None else (ord(m.group(0)) - ord("a")) * self.cfg.num_options // 26
+
+    def symmetries(self) -> tuple[Symmetry, ...]:
+        # which symbol means which object is a convention: the listener's prompt may name any of them
+        return (Symmetry("channel symbols", tuple(SYMBOLS[:self.cfg.num_options]), "word", "prompts"),)
 
     def signal(self, message: str) -> str:
         """The symbol a message sends: its move's name ("-" without a letter)."""

@@ -8,6 +8,8 @@
               past a small budget: the team must learn a short code.
   invest      credit over turns: the first turn earns nothing but sets what the second can earn.
   crowd       cover for a large team: 8 agents take 8 of 16 parts; every agent's move counts.
+  lever       zero-shot coordination: K - 1 levers pay alike and one odd lever a little less; a
+              team settles on a best lever by chance, the odd one is what any partner finds (Other-Play's game).
 
 Moves are read as in the rest of the suite (magrpo.tasks.coordination): an option letter, or the
 run of the alphabet an answer's first letter falls in, so a random-init model moves from the
@@ -23,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magrpo.metrics import mutual_information
-from magrpo.schema import at_least, option, within
+from magrpo.schema import ConfigError, at_least, option, within
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores
 from magrpo.tasks.coordination import (
@@ -39,7 +41,9 @@ from magrpo.tasks.coordination import (
     pick,
     team_moves,
 )
+from magrpo.tasks.symmetry import Symmetry
 
+WORD = re.compile(r"[A-Za-z]\S*")     # a word of an answer, from its first letter (the lever game)
 WORDS = ["red", "blue", "green", "gold", "pink", "gray", "teal", "plum"]
 
 
@@ -98,6 +102,10 @@ class ConventionTask(_Game):
             return rng.sample(words, len(words))
         step = rng.randrange(len(words))
         return words[step:] + words[:step]
+
+    def symmetries(self) -> tuple[Symmetry, ...]:
+        # the colours are interchangeable names; the answer is a letter, read through the listing
+        return (Symmetry("colours", tuple(WORDS[:self.cfg.num_options]), "word", "prompts"),)
 
     def listing(self, item: Item, agent: int) -> str:
         return " ".join(f"{LABELS[k]}={w}" for k, w in enumerate(self.order(item, agent)))
@@ -309,6 +317,110 @@ class InvestTask(_Game):
                       {"passed": passed, "individual": self.compose_shares(shares)})
 
 
+# -- zero-shot coordination: the lever game -------------------------------------------------------
+
+@dataclass
+class LeverTaskConfig(CoordinationTaskConfig):
+    name: str = "lever"
+    num_options: int = at_least(3, 5)      # K levers; lever 1 is the odd one, the other K - 1 pay the same
+    odd_pay: float = within(0.0, 1.0, 0.9)  # what lever 1 pays when every agent pulls it; the others pay 1
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if node.num_options > 13:
+            raise ConfigError(f"{prefix}num_options={node.num_options}: a lever needs at least 2 letters of the "
+                              f"alphabet; choose 3..13")
+
+
+@register_task("lever")
+class LeverTask(_Game):
+    """The lever game of Other-Play (Hu et al., ICML 2020), played with first letters: K levers, and
+    the team is paid when its agents pull the same one. An agent pulls lever (i mod K) + 1, i the
+    position in the alphabet of its answer's first letter (a = 0): with K = 5, lever 1 is a, f, k,
+    p, u, z. Lever 1 pays `odd_pay` (0.9); the other K - 1 pay 1 and are interchangeable. The team is
+    paid, as in `agree`, the share of agent pairs that pulled the same lever, each pair at that
+    lever's pay.
+
+    What it measures: zero-shot coordination. The letters of a lever are spread over the alphabet,
+    so an untrained agent pulls every lever about as often, and a team that trains together settles
+    on one of the K - 1 best levers by chance: which one depends on the run, and a team from another
+    seed has likely settled on another (cross-play near 1/(K - 1)). The odd lever is the one answer
+    that every agent can tell apart on its own: an agent that pulls it scores 0.9 with any partner
+    that does. Other-Play (`algo.other_play=true`: the K - 1 levers are relabelled at random for each
+    partner, `symmetries`) makes each best lever worth 1/(K - 1) in expectation and leaves the odd
+    one at 0.9, so it learns the odd lever.
+    """
+
+    name = "lever"
+    agent_counts = tuple(range(1, 9))
+    splits_reward = True
+    passed_metric = "all_agree"
+    config_schema = LeverTaskConfig
+
+    def move(self, text: str) -> int | None:
+        """The lever an answer pulls (0 = lever 1): its first letter's position, mod K (None: no letter)."""
+        m = re.search("[a-z]", text.lower())
+        return None if m is None else (ord(m.group(0)) - ord("a")) % self.cfg.num_options
+
+    def symmetries(self) -> tuple[Symmetry, ...]:
+        # The K - 1 levers that pay alike, each named by its first letter (b, c, ...; `relabel` moves a
+        # whole lever, whichever of its letters an answer starts with).
+        return (Symmetry("levers that pay alike", tuple(LABELS[1:self.cfg.num_options]), "letter", "answers"),)
+
+    def relabel(self, text: str, symmetry: Symmetry, perm: Sequence[str], place: str, agent: int = 0) -> str:
+        """An answer with lever symbols[i] pulled instead as lever perm[i]: the first letter of each of
+        its words (what pulls a lever) moved by the levers' difference, within the alphabet."""
+        if place != "answer":
+            return text
+        K = self.cfg.num_options
+        to = {LABELS.index(a): LABELS.index(b) for a, b in zip(symmetry.symbols, perm)}
+
+        def move(m: re.Match) -> str:
+            i = ord(m.group(0)[0].lower()) - ord("a")
+            j = i - i % K + to.get(i % K, i % K)
+            letter = chr(ord("a") + (j - K if j > 25 else j))
+            return (letter.upper() if m.group(0)[0].isupper() else letter) + m.group(0)[1:]
+
+        return WORD.sub(move, text)
+
+    def team_prompts(self, item: Item, num_agents: int) -> list[str]:
+        K = self.cfg.num_options
+        return [f"Team of {num_agents}, {item['scene']}. You are agent {i + 1}. Levers 1 to {K}: your answer's first "
+                f"letter pulls one (a, b, c ... count 1, 2, 3 ... round {K}). Lever 1 pays {self.cfg.odd_pay:g} when "
+                f"every agent pulls it; any other pays 1 when every agent pulls that same one. Your lever:"
+                for i in range(num_agents)]
+
+    def single_prompt(self, item: Item) -> str:
+        n, K = self.cfg.num_team, self.cfg.num_options
+        return (f"Team of {n}, {item['scene']}. Levers 1 to {K}, each pulled by a word's first letter (a, b, c ... "
+                f"count 1, 2, 3 ... round {K}); lever 1 pays {self.cfg.odd_pay:g}, the others 1, when every agent "
+                f"pulls the same. Write one word per agent, {n} words:")
+
+    def moves_of(self, joint: list[str]) -> list[int | None]:
+        if len(joint) > 1:
+            return [self.move(t) for t in joint]
+        words = WORD.findall(joint[0])[:self.cfg.num_team]        # the single form: one word per agent
+        return [self.move(w) for w in words] + [None] * (self.cfg.num_team - len(words))
+
+    def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
+        raw, shares, agreed, odd = [], [], [], []
+        for joint in completions:
+            levers = self.moves_of(joint)
+            n = len(levers)
+            pay = [0.0 if c is None else (self.cfg.odd_pay if c == 0 else 1.0) for c in levers]
+            if n == 1:
+                mine = [pay[0]]
+            else:
+                mine = [sum(pay[i] for j in range(n) if j != i and levers[j] == levers[i]) / (n * (n - 1))
+                        for i in range(n)]
+            raw.append(sum(mine))
+            shares.append(mine)
+            agreed.append(None not in levers and len(set(levers)) == 1)
+            odd.append(sum(c == 0 for c in levers) / n)
+        return Scores(self.compose(raw), {"agreement": raw, "odd_lever": odd},
+                      {"passed": agreed, "individual": self.compose_shares(shares)})
+
+
 # -- a large team ---------------------------------------------------------------------------------
 
 @dataclass
@@ -339,5 +451,5 @@ class CrowdTask(CoverTask):
     config_schema = CrowdTaskConfig
 
 
-__all__ = ["BudgetSignalTask", "ConventionTask", "CrowdTask", "InvestTask", "StagHuntTask", "mutual_information",
+__all__ = ["BudgetSignalTask", "ConventionTask", "CrowdTask", "InvestTask", "LeverTask", "StagHuntTask", "mutual_information",
            "pair_agreement", "pick"]
