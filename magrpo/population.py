@@ -103,7 +103,7 @@ def population(args: argparse.Namespace) -> dict:
                                f"before it are in {root / POPULATION_FILE}:\n{tail}")
         summary = json.loads((run / "summary.json").read_text())
         final = summary.get("final_eval") or {}
-        metric = summary.get("primary_metric") or "reward_mean"
+        metric = (summary.get("best") or {}).get("metric") or "reward_mean"     # the task's primary metric
         members.append({"seed": seed, "run": str(run.relative_to(root)), "checkpoints": member_checkpoints(run, root),
                         "final": {metric: final.get(metric)}, "wall_seconds": round(time.time() - t0, 1)})
         write_manifest(root, members, args, started, complete=k + 1 == args.size)

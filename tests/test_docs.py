@@ -374,3 +374,51 @@ def test_every_algorithm_page_opens_with_its_loss_typeset_by_the_sites_own_katex
         first_section = text.split("\n## ", 2)[1]
         assert first_section.startswith("The loss\n"), page.name
         assert re.search(r"\$\$\n.+?\n\$\$", first_section, re.S), page.name
+
+
+def _headings(text: str) -> list[tuple[int, str]]:
+    out, fence = [], False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        elif not fence and (m := re.match(r"^(#{1,6}) (.+)", line)):
+            out.append((len(m.group(1)), m.group(2).strip()))
+    return out
+
+
+def test_every_page_has_one_title_then_an_overview_then_sections_in_order():
+    """One H1 first; some text before the first section; no section repeats the title; no level is
+    skipped (no page opens on an H3)."""
+    bad = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        if "assets" in page.parts:
+            continue
+        text = page.read_text()
+        heads = _headings(text)
+        name = str(page.relative_to(ROOT))
+        if not heads or heads[0][0] != 1 or sum(level == 1 for level, _ in heads) != 1:
+            bad.append(f"{name}: one H1, first")
+            continue
+        if any(level == 2 and title.lower() == heads[0][1].lower() for level, title in heads):
+            bad.append(f"{name}: a section repeats the title")
+        if any(b[0] > a[0] + 1 for a, b in zip(heads, heads[1:])):
+            bad.append(f"{name}: a heading level is skipped")
+        lines = text.splitlines()
+        start = next(k for k, line in enumerate(lines) if line.startswith("# "))
+        stop = next((k for k in range(start + 1, len(lines)) if re.match(r"^#{2,6} ", lines[k])), len(lines))
+        if not any(line.strip() for line in lines[start + 1:stop]):
+            bad.append(f"{name}: no overview before the first section")
+    assert bad == []
+
+
+def test_numbers_the_pages_and_help_give_agree_with_the_code():
+    """`make test`'s time is the same wherever it is given; --help's count of the suite's games is
+    the coordination table's."""
+    from magrpo.paper_grid import TABLES
+
+    minutes = {p: re.findall(r"make test +# the test suite \(about (\d+) minutes", (ROOT / p).read_text())
+               for p in ("README.md", "docs/quickstart.md")}
+    assert all(minutes.values()) and len({m[0] for m in minutes.values()}) == 1, minutes
+    help_text = (ROOT / "conf" / "hydra" / "help" / "magrpo.yaml").read_text()
+    counts = re.findall(r"coordination suite's (\d+) games", help_text)
+    assert counts == [str(len(TABLES["coordination"].tasks))]
