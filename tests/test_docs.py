@@ -97,6 +97,11 @@ def test_the_site_builds_strict_offline(tmp_path):
     assert (tmp_path / "site" / "reference" / "api.html").is_file()
     api = (tmp_path / "site" / "reference" / "api.html").read_text()
     assert "from_pretrained" in api and "check_task" in api        # mkdocstrings rendered the docstrings
+    # From the file system: search's index ships as a script (the offline plugin), and the 404 page's
+    # links are relative to the site's root, where it sits.
+    assert (tmp_path / "site" / "search" / "search_index.js").is_file()
+    missing = (tmp_path / "site" / "404.html").read_text()
+    assert 'href="./index.html"' in missing and not re.search(r'(href|src)="/(?!/)', missing)
 
 
 def test_readme_fits_on_a_few_screens():
