@@ -317,6 +317,10 @@ def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
     }
 
 
+# Fewer eval items than this, and the card says its scores are too few to read as the team's.
+CARD_MIN_ITEMS = 16
+
+
 def model_card(info: dict[str, Any], repo_id: str | None = None) -> str:
     """README.md of an exported team: what it is, how it was trained, how it scored, how to load it."""
     models = sorted({r["model"] for r in info["roles"]})
@@ -345,6 +349,11 @@ def model_card(info: dict[str, Any], repo_id: str | None = None) -> str:
     shown = {k: v for k, v in final.items() if isinstance(v, (int, float)) and "/" not in k
              and not k.endswith("_s") and k not in ("num_items", "output_tokens_mean")}
     if shown:
+        n = final.get("num_items")
+        if isinstance(n, (int, float)) and n > 0:
+            lines += [f"On {int(n)} item(s) of the task's eval split" + (
+                f": too few to read as the team's score (a smoke-sized evaluation); `magrpo-eval team={where}` "
+                f"evaluates it on the whole split." if n < CARD_MIN_ITEMS else "."), ""]
         lines += ["| metric | value |", "|---|---|"] + [f"| {k} | {v:.4f} |" for k, v in shown.items()]
     else:
         lines.append("The run recorded no final evaluation (summary.json).")

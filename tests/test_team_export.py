@@ -209,6 +209,10 @@ def test_team_json_the_model_card_and_the_manifest(trained, exported):
     assert f"| reward_mean | {summary['final_eval']['reward_mean']:.4f} |" in card
     assert f"| reward_std | {summary['final_eval']['reward_std']:.4f} |" in card
     assert "task=length_ratio" in card
+    # how many items the score came from, and a word when they are too few to be the team's score
+    n = int(summary["final_eval"]["num_items"])
+    assert f"On {n} item(s) of the task's eval split" in card
+    assert ("too few to read as the team's score" in card) == (n < 16)
 
     manifest = _json(team_dir / "manifest.json")
     on_disk = {p.relative_to(team_dir).as_posix() for p in team_dir.rglob("*") if p.is_file()}
