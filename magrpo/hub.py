@@ -9,6 +9,7 @@ the local cache still loads and anything else fails at once with one line (`unre
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -80,3 +81,27 @@ def unreachable_hint(kind: str, hub_id: str, key: str, config_name: str | None =
              f"python -c \"import datasets; datasets.load_dataset({hub_id!r}{subset}).save_to_disk('DIR')\"")
     return (f"{kind} {hub_id!r} is not in the local cache and {reason}; on a machine with a network run "
             f"`{fetch}`, copy DIR here and set {key}=DIR (docs/install.md, 'Offline')")
+
+
+@contextlib.contextmanager
+def quiet_bars(library: str):
+    """No progress bar from `library` ("transformers" or "datasets") inside the block: a model load
+    or a small local file draws one per call ("Loading weights", "Generating train split"), noise in a
+    log and in a notebook. The library's own setting is put back after (a user who wants bars keeps
+    them elsewhere)."""
+    if library == "transformers":
+        from transformers.utils import logging as lib
+
+        on, off, is_on = lib.enable_progress_bar, lib.disable_progress_bar, lib.is_progress_bar_enabled
+    else:
+        import datasets
+
+        on, off, is_on = (datasets.enable_progress_bars, datasets.disable_progress_bars,
+                          datasets.is_progress_bar_enabled)
+    was = is_on()
+    off()
+    try:
+        yield
+    finally:
+        if was:
+            on()

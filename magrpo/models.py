@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 import magrpo.cpu_bf16
+from magrpo import hub
 from magrpo.cpu_bf16 import use_float32_products
 from magrpo.sampler import set_vocab_limit
 from magrpo.schema import CheckpointError, SetupError
@@ -247,7 +248,8 @@ def _load_model(spec: Any, path: str, device: torch.device, safetensors_only: bo
                     spec.name_or_path)
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
-    model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    with hub.quiet_bars("transformers"):        # one "Loading weights" bar per agent is noise
+        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model.to(device)
 
 
@@ -256,13 +258,9 @@ def _loading(spec: Any, index: int | str):
     """Any failure to load agent `index`'s model or tokenizer is a SetupError that names the model."""
     try:
         if not looks_local(spec.name_or_path) and not str(spec.name_or_path).startswith(BUILTIN_PREFIX):
-            from magrpo import hub
-
             hub.ensure_mode()       # offline: the cache only, and a fast failure
         yield
     except Exception as e:
-        from magrpo import hub
-
         if not looks_local(spec.name_or_path) and hub.offline_reason() is not None:
             raise SetupError(f"could not load agents.models[{index}]: "
                              + hub.unreachable_hint("model", spec.name_or_path, f"agents.models.{index}.name_or_path")

@@ -22,6 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from magrpo import hub
 from magrpo.schema import ConfigError, SetupError, option
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
@@ -112,7 +113,8 @@ def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]
     level = logger.level
     logger.setLevel(logging.CRITICAL)   # its parse-error log line would repeat the error raised below
     try:
-        ds = datasets.load_dataset(builder, data_files=str(p), split="train")
+        with hub.quiet_bars("datasets"):     # "Generating train split" for a small local file is noise
+            ds = datasets.load_dataset(builder, data_files=str(p), split="train")
     except Exception as e:              # datasets raises many kinds for a file it cannot parse
         raise UnreadableDataError(p, builder, root_cause(e)) from e
     finally:
@@ -123,11 +125,10 @@ def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]
 def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> list[dict[str, Any]]:
     import datasets
 
-    from magrpo import hub
-
     hub.ensure_mode()       # offline: the cache only, and a fast failure
     try:
-        ds = datasets.load_dataset(hub_id, config_name, split=split_expr)
+        with hub.quiet_bars("datasets"):
+            ds = datasets.load_dataset(hub_id, config_name, split=split_expr)
     except Exception as e:  # connection, offline mode, missing cache: all mean "not here"
         if hub.offline_reason() is not None:
             raise DataUnavailableError(hub.unreachable_hint("dataset", hub_id, "task.data.path", config_name)) from e
