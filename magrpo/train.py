@@ -136,15 +136,16 @@ def train_job(cfg: DictConfig, taken: dict | None) -> float:
 
 
 def quiet_other_ranks(argv: list[str]) -> list[str]:
-    """Under torchrun, ranks other than 0 log to stdout only and write no .hydra/ copy: rank 0
-    owns the run directory."""
+    """Under torchrun, ranks other than 0 write no .hydra/ copy (rank 0 owns the run directory) and
+    print only their warnings and errors, each with its rank (conf/hydra/job_logging/other_rank.yaml):
+    rank 0's lines are every rank's, printed once."""
     if int(os.environ.get("RANK", "0")) == 0:
         return argv
     given, argv = " ".join(argv), list(argv)
     if "hydra.output_subdir" not in given:
         argv.append("hydra.output_subdir=null")
     if "hydra/job_logging" not in given:
-        argv.append("hydra/job_logging=stdout")
+        argv.append("hydra/job_logging=other_rank")
     return argv
 
 

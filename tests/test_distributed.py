@@ -149,6 +149,11 @@ def test_two_rank_run_writes_one_run_directory_resumes_and_stops_as_a_whole(tmp_
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["world_size"] == 2 and summary["steps"] == 2
     assert _train_steps(run) == [1, 2]
+    # One copy of every log line, from rank 0: another rank prints only its own warnings, prefixed.
+    console = (proc.stdout + proc.stderr).splitlines()
+    assert sum("finished: 2 steps" in line for line in console) == 1, console[-20:]
+    assert sum("eval @ step 2" in line for line in console) == 1
+    assert all(line.startswith("[rank 1]") for line in console if "rank 1" in line and "[rank" in line)
 
     # Resumed at step 2: step 3 runs on both ranks, then rank 1 fails and the whole job stops.
     script = tmp_path / "failing_rank.py"
