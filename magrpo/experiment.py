@@ -32,9 +32,11 @@ at module level in an importable module (a `my_rewards.py` next to the notebook)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -165,6 +167,36 @@ def _recorded_module(obj: Any, what: str, advice: str) -> str:
                           f"and magrpo-export could not find it again; {advice} in an importable module (e.g. "
                           f"a .py file next to the notebook) and pass that")
     return obj.__module__
+
+
+# The line format of the command line's train.log (Hydra's default job logging).
+LOG_FORMAT = "[%(asctime)s][%(name)s][%(levelname)s] - %(message)s"
+
+
+@contextlib.contextmanager
+def run_logging(run_dir: Path, quiet: bool = False):
+    """For the block: magrpo's log lines (INFO and up) go to `run_dir/train.log`, and to stderr unless
+    `quiet` or the program has logging set up already (a handler on the root logger). Put back after."""
+    logger = logging.getLogger("magrpo")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handlers: list[logging.Handler] = [logging.FileHandler(run_dir / "train.log", encoding="utf-8")]
+    handlers[0].setFormatter(logging.Formatter(LOG_FORMAT))
+    if not quiet and not logging.getLogger().handlers:
+        console = logging.StreamHandler()
+        console.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+        handlers.append(console)
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)
+    for h in handlers:
+        logger.addHandler(h)
+    try:
+        yield
+    finally:
+        for h in handlers:
+            logger.removeHandler(h)
+            h.close()
+        logger.setLevel(level)
 
 
 class Experiment:
@@ -310,8 +342,11 @@ class Experiment:
                                                                      allow_unicode=True))
             (hydra_dir / "config.yaml").write_text(OmegaConf.to_yaml(self._composed))
 
-    def run(self) -> dict[str, Any]:
-        """Train (magrpo.train.run) and return the run's summary (summary.json's content)."""
+    def run(self, quiet: bool = False) -> dict[str, Any]:
+        """Train (magrpo.train.run) and return the run's summary (summary.json's content). As on the
+        command line, the run's log goes to `train.log` in its directory, and its progress lines
+        (`step 20/120 reward ...`, the evaluations, `finished: ...`) to stderr unless `quiet=True`
+        or your program has set up logging itself (then they go where your handlers send them)."""
         import json
 
         from magrpo.launch import check_run_dir
@@ -321,7 +356,8 @@ class Experiment:
         if self.hydra_run_dir not in (None, self.run_dir):
             check_run_dir(self.hydra_run_dir, self.config.get("resume"), "hydra.run.dir")
         self._save_record()
-        run(self._composed)
+        with run_logging(self.run_dir, quiet):
+            run(self._composed)
         self.summary = json.loads((self.run_dir / "summary.json").read_text())
         return self.summary
 

@@ -32,3 +32,25 @@ def test_a_tasks_data_file_loads_without_a_progress_bar(tmp_path, capfd):
     out, err = capfd.readouterr()
     assert len(got) == 4
     assert "Generating" not in err + out and "%|" not in err, err
+
+
+def test_an_experiment_from_python_logs_to_train_log_and_shows_progress(tmp_path, monkeypatch, capfd):
+    """As the command line: train.log in the run directory, and progress lines on stderr when the
+    program has not set up logging (here: no handler on the root logger); quiet=True keeps stderr quiet."""
+    import logging
+
+    from magrpo import Experiment
+
+    monkeypatch.setattr(logging.getLogger(), "handlers", [])
+    exp = Experiment("task=agree", "debug=smoke", output_dir=str(tmp_path / "r"), **{"logger.log_every": 1})
+    exp.run()
+    err = capfd.readouterr().err
+    log_text = (tmp_path / "r" / "train.log").read_text()
+    for line in ("step 1/2 reward", "eval @ step 2", "finished: 2 steps"):
+        assert line in log_text and line in err, line
+    assert "[magrpo.trainer][INFO]" in log_text
+    quiet = Experiment("task=agree", "debug=smoke", output_dir=str(tmp_path / "q"))
+    quiet.run(quiet=True)
+    assert "finished: 2 steps" not in capfd.readouterr().err
+    assert "finished: 2 steps" in (tmp_path / "q" / "train.log").read_text()
+    assert not logging.getLogger("magrpo").handlers          # put back as it was
