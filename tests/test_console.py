@@ -54,3 +54,24 @@ def test_an_experiment_from_python_logs_to_train_log_and_shows_progress(tmp_path
     assert "finished: 2 steps" not in capfd.readouterr().err
     assert "finished: 2 steps" in (tmp_path / "q" / "train.log").read_text()
     assert not logging.getLogger("magrpo").handlers          # put back as it was
+
+
+def test_a_data_file_without_the_tasks_columns_is_one_line_naming_both(tmp_path):
+    """task.data.path with none of a task's columns: the columns found and the ones expected."""
+    import pytest
+
+    from magrpo.config import validate
+    from magrpo.tasks import build_task
+    from magrpo.tasks.data import DataUnavailableError
+
+    path = tmp_path / "rows.jsonl"
+    path.write_text('{"q": "one", "a": 1}\n{"q": "two", "a": 2}\n')
+    expected = {"tldr": "prompt, post, content, text", "arxiv": "abstract_text, abstract, text, prompt",
+                "humaneval": "(prompt, test, entry_point) or (code, test_list)",
+                "mbpp": "(prompt, test, entry_point) or (code, test_list)", "maporl_qa": "(question, answer)"}
+    for task, needs in expected.items():
+        cfg = validate(compose_cfg([f"output_dir={tmp_path / task}", f"task={task}", f"task.data.path={path}"]))
+        with pytest.raises(DataUnavailableError) as info:
+            build_task(cfg.task, cfg.reward).load("eval")
+        msg = str(info.value)
+        assert "\n" not in msg and needs in msg and ("q, a" in msg or "a, q" in msg), (task, msg)

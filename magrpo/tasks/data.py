@@ -76,6 +76,22 @@ def limit_option() -> Any:
     return option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null for all rows")
 
 
+def require_columns(task: str, data: Any, rows: list[dict[str, Any]], needs: list[tuple[str, ...]]) -> None:
+    """The data has every column of one of `needs` (each a set of column names that a row of `task`
+    may have), or one line names the columns it has and the ones expected, and where the data came
+    from (task.data.path, or the hub id)."""
+    if not rows:
+        return
+    have = set(rows[0])
+    if any(set(cols) <= have for cols in needs):
+        return
+    path = data.get("path") if hasattr(data, "get") else getattr(data, "path", None)
+    where = f"task.data.path={str(path)!r}" if path else f"the hub dataset {getattr(data, 'hub_id', None)!r}"
+    wanted = " or ".join("(" + ", ".join(cols) + ")" for cols in needs)
+    raise DataUnavailableError(f"task {task}: {where} has columns {', '.join(sorted(have)) or '(none)'}; a {task} row "
+                               f"needs {wanted} (docs/tasks.md, \"Your own data\")")
+
+
 def check_data_path(node: Any, prefix: str) -> None:
     """`task.data.path`, when set, must exist: a missing file is a config error, not a crash mid-setup."""
     path = node.get("path") if hasattr(node, "get") else getattr(node, "path", None)

@@ -17,10 +17,10 @@ from magrpo.schema import at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.coding import prompts as _prompts
-from magrpo.tasks.coding.data import load_rows, normalize
+from magrpo.tasks.coding.data import HUMANEVAL_COLUMNS, MBPP_COLUMNS, load_rows, normalize
 from magrpo.tasks.coding.extract import build_program
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
-from magrpo.tasks.data import check_data_path, limit_option, split_option
+from magrpo.tasks.data import check_data_path, limit_option, require_columns, split_option
 
 PASS_AT_KS = (1, 3, 5, 10)
 
@@ -75,6 +75,7 @@ class CodingTask(Task):
     # -- data ---------------------------------------------------------------------------------
     def load(self, split: str) -> list[Item]:
         rows = load_rows(self.cfg.data, split)
+        require_columns(self.name, self.cfg.data, rows, [HUMANEVAL_COLUMNS, MBPP_COLUMNS])
         items = [normalize(r, helpers_in_setup=self.cfg.get("prompt_helpers_in_setup", True),
                            show_tests=self.cfg.get("show_tests", 1)) for r in rows]
         # A split expression may name the same rows twice ("test[:10]+test[:5]"); ids stay unique.

@@ -197,13 +197,18 @@ def normalize_mbpp(row: dict[str, Any], show_tests: int = 1) -> dict[str, Any]:
     }
 
 
+# The columns a coding row needs: HumanEval's form, or MBPP's.
+HUMANEVAL_COLUMNS = ("prompt", "test", "entry_point")
+MBPP_COLUMNS = ("code", "test_list")
+
+
 def normalize(row: dict[str, Any], helpers_in_setup: bool = True, show_tests: int = 1) -> dict[str, Any]:
-    if "test_list" in row and "code" in row:
+    if set(MBPP_COLUMNS) <= row.keys():
         return normalize_mbpp(row, show_tests)
-    if {"prompt", "test", "entry_point"} <= row.keys():
+    if set(HUMANEVAL_COLUMNS) <= row.keys():
         return normalize_humaneval(row, helpers_in_setup)
-    raise ValueError(f"coding data row has neither HumanEval columns (prompt, test, entry_point) nor "
-                     f"MBPP columns (code, test_list); it has: {', '.join(sorted(row))}")
+    raise ValueError(f"coding data row has neither HumanEval columns ({', '.join(HUMANEVAL_COLUMNS)}) nor "
+                     f"MBPP columns ({', '.join(MBPP_COLUMNS)}); it has: {', '.join(sorted(row))}")
 
 
 # -- loading -------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magrpo.schema import at_least, within
-from magrpo.tasks.data import load_split
+from magrpo.tasks.data import load_split, require_columns
 
 NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jo", "Kofi", "Lena", "Mateo",
          "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sami", "Tara"]
@@ -119,6 +119,7 @@ def load_items(cfg: Any, split: str) -> list[dict[str, Any]]:
         n = cfg.num_train if split == "train" else cfg.num_eval
         return builtin_items(split, n, cfg.generator_seed, cfg.max_steps)
     rows = load_split(data, split)
+    require_columns("maporl_qa", data, rows, [("question", "answer")])
     return [{"id": f"maporl_qa/{split}/{i}", "question": str(r["question"]).strip(), "answer": gsm8k_answer(r["answer"])}
             for i, r in enumerate(rows)]
 
