@@ -93,8 +93,30 @@ def _nested(f: dataclasses.Field, hints: dict) -> type | None:
     return t if dataclasses.is_dataclass(t) else None
 
 
-def key_rows(schema: type, prefix: str, skip: frozenset[str] = frozenset(), comments: dict | None = None) -> list[str]:
-    """One table row per key of `schema` (nested dataclasses flattened as a.b)."""
+def entry_values(config_name: str) -> dict[str, str]:
+    """The top-level values an entry point's YAML (conf/<name>.yaml) gives over its schema's defaults,
+    as a command run sees them: `output_dir` is Hydra's run directory, whose pattern is shown with
+    each interpolation as <its last name> (`outputs/train/<stamp>_<name>_<name>_s<seed>`)."""
+    import yaml
+
+    from magrpo.config import CONF_DIR
+
+    conf = yaml.safe_load((Path(CONF_DIR) / f"{config_name}.yaml").read_text())
+    out = {}
+    for key, value in conf.items():
+        if key in ("defaults", "hydra") or isinstance(value, dict):
+            continue
+        if value == "${hydra:runtime.output_dir}":
+            value = conf["hydra"]["run"]["dir"].replace("${hydra.job.name}", config_name)
+        text = str(value).replace("${magrpo.stamp:}", "<date>_<time>-p<pid>")
+        out[key] = re.sub(r"\$\{([^}:]*?)(?:\.name)?\}", lambda m: f"<{m.group(1).split('.')[-1]}>", text)
+    return out
+
+
+def key_rows(schema: type, prefix: str, skip: frozenset[str] = frozenset(), comments: dict | None = None,
+             shown: dict[str, str] | None = None) -> list[str]:
+    """One table row per key of `schema` (nested dataclasses flattened as a.b); `shown`: the default
+    a key has as a command runs it, where its entry point's YAML sets one over the schema's."""
     rows = []
     notes = {}
     for base in reversed(schema.__mro__):            # a subclass's comment wins over its parent's
@@ -109,12 +131,13 @@ def key_rows(schema: type, prefix: str, skip: frozenset[str] = frozenset(), comm
         if sub is not None:
             rows += key_rows(sub, f"{prefix}{f.name}.")
             continue
-        rows.append(f"| `{prefix}{f.name}` | {_fmt(_default(f))} | {_allowed(f)} | {_cell(notes.get(f.name, ''))} |")
+        default = f"`{shown[f.name]}`" if shown and f.name in shown else _fmt(_default(f))
+        rows.append(f"| `{prefix}{f.name}` | {default} | {_allowed(f)} | {_cell(notes.get(f.name, ''))} |")
     return rows
 
 
-def key_table(schema: type, prefix: str, skip: frozenset[str] = frozenset()) -> str:
-    rows = key_rows(schema, prefix, skip)
+def key_table(schema: type, prefix: str, skip: frozenset[str] = frozenset(), shown: dict[str, str] | None = None) -> str:
+    rows = key_rows(schema, prefix, skip, shown=shown)
     if not rows:
         return "(no keys of its own)\n"
     return "| key | default | allowed | meaning |\n|---|---|---|---|\n" + "\n".join(rows) + "\n"
@@ -251,9 +274,10 @@ def config_page() -> str:
                 ("`eval`", EvalSchema, "eval.", frozenset()),
                 ("`sandbox`", SandboxSchema, "sandbox.", frozenset()),
                 ("`reward`: your own reward functions, under every task", RewardConfig, "reward.", frozenset())]
+    entries = {TrainSchema: entry_values("train"), EvalRunSchema: entry_values("eval")}
     for title, schema, prefix, skip in sections:
         doc = _first_line(schema) if schema.__doc__ and not schema.__doc__.startswith(schema.__name__ + "(") else ""
-        out += [f"## {title}\n", *([doc, ""] if doc else []), key_table(schema, prefix, skip)]
+        out += [f"## {title}\n", *([doc, ""] if doc else []), key_table(schema, prefix, skip, entries.get(schema))]
     out.append("## `feedback`: one schema per mode\n")
     for name, cls in FEEDBACKS.items():
         out += [f"### `feedback={name}`\n", _first_line(cls), "", key_table(cls.config_schema, "feedback.")]

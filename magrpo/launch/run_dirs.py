@@ -26,16 +26,23 @@ log = logging.getLogger("magrpo")
 
 # -- names -----------------------------------------------------------------------------------------
 # `${now:...}` has one-second resolution, so two runs started in the same second got the same
-# directory. The stamp adds microseconds and the pid (two live processes never share a pid).
-# Registered with use_cache (magrpo.launch.command.register_resolvers), so a multirun's jobs see
-# the sweep directory the launcher made.
+# directory. The stamp adds this process's id (two live processes never share one) and, for a
+# second stamp of one process within the same second, a count: unique, sorted by time, and typed in
+# a shell as it is (no `=`, `,`, `.` or microseconds). Registered with use_cache
+# (magrpo.launch.command.register_resolvers), so a multirun's jobs see the sweep directory the
+# launcher made. A sweep's job folders are its job numbers; each job's overrides are in its
+# `.hydra/overrides.yaml`.
 STAMP_RESOLVER = "magrpo.stamp"
+_last_stamp: list[str] = ["", "0"]        # this process's last (second, count)
 
 
 def stamp() -> str:
-    """`2025-01-31_12-00-00.123456-p4242`: the time to the microsecond and this process's id."""
-    now = datetime.now()
-    return f"{now:%Y-%m-%d_%H-%M-%S}.{now.microsecond:06d}-p{os.getpid()}"
+    """`2025-01-31_12-00-00-p4242` (then `...-p4242-2`, `-3` within the same second): the time to
+    the second and this process's id."""
+    second = f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
+    count = int(_last_stamp[1]) + 1 if _last_stamp[0] == second else 1
+    _last_stamp[:] = [second, str(count)]
+    return f"{second}-p{os.getpid()}" + (f"-{count}" if count > 1 else "")
 
 
 def run_dir_follows_output_dir(argv: list[str]) -> list[str]:

@@ -19,7 +19,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from magrpo.schema import ConfigError, SetupError, option
+from magrpo.schema import ConfigError, SetupError, option, positive
 from magrpo.source import defined_at, first_line, is_magrpo, raised_at
 from magrpo.tasks.symmetry import Symmetry
 
@@ -54,6 +54,9 @@ class RewardConfig:
     # (the agents' prompts in agent order, joined by a blank line): what a TRL function written
     # for strings (`len(completion)`) expects.
     completions: str = option("parts", choices=["parts", "text"])
+    # total = raw * scale + shift: raw is the task's own reward, or the functions' total
+    shift: float = 0.0                     # added to every total alike
+    scale: float = positive(1.0)           # multiplies raw; positive, so answers keep their order (tables undo it)
 
 
 def reward_schema_of(task_cls: type) -> type | None:

@@ -73,9 +73,6 @@ class LengthRatioRewardConfig(RewardConfig):
     name: str = "length_ratio"           # the reward variant (its task's name)
     min_ratio: float = at_least(0, 2.0)  # low edge of the paid band of chars(a2) / chars(a1)
     max_ratio: float = positive(3.0)     # high edge of that band
-    shift: float = 0.0                   # added to the reward: total = raw * scale + shift
-    # A zero scale pays every answer the same; a negative one rewards missing the band.
-    scale: float = positive(1.0)
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

@@ -69,8 +69,6 @@ class CodingRewardConfig(RewardConfig):
     max_workers: int | None = None      # parallel sandbox processes; null = the sandbox's default
     # Quirk switch (false = the reference's behaviour).
     fix_ignored_result: bool = False
-    shift: float = 0.0                  # added to the total: total = levels * scale + shift
-    scale: float = 1.0                  # multiplies the sum of the levels
 
 
 @dataclass

@@ -97,8 +97,6 @@ class CoordinationTaskConfig:
 @dataclass
 class CoordinationRewardConfig(RewardConfig):
     name: str = "agree"                  # the reward variant (its task's name)
-    shift: float = 0.0                   # added to the reward: total = raw * scale + shift
-    scale: float = 1.0                   # multiplies the [0, 1] game reward
 
 
 class _Game(Task):

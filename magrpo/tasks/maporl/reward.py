@@ -50,8 +50,6 @@ class MaporlRewardConfig(RewardConfig):
     persuasion: float = 0.5                # weight of moving peers to one's right answer
     correction: float = 0.5                # weight of turning wrong to right after a right peer
     regression: float = 0.5                # penalty for right -> wrong
-    shift: float = 0.0                     # added to the reward: total = raw * scale + shift
-    scale: float = 1.0                     # multiplies the mean of the agents' raw rewards
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

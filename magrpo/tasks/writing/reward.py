@@ -111,9 +111,6 @@ class WritingRewardConfig(RewardConfig):
     jaccard_weight: float = _weight(0.6)     # weight of the style term J
     jaccard_cap: float = positive(0.03)      # content-word Jaccard that pays in full: J = min(Jaccard, cap) / cap
     lexicon: str | None = None               # null = the shipped lexicon.json
-    # total = raw * scale + shift; a zero scale pays every answer the same
-    shift: float = 0.0
-    scale: float = positive(1.0)             # multiplies the raw total
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
