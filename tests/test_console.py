@@ -75,3 +75,19 @@ def test_a_data_file_without_the_tasks_columns_is_one_line_naming_both(tmp_path)
             build_task(cfg.task, cfg.reward).load("eval")
         msg = str(info.value)
         assert "\n" not in msg and needs in msg and ("q, a" in msg or "a, q" in msg), (task, msg)
+
+
+def test_run_and_job_folder_names_are_typed_in_a_shell_as_they_are():
+    """No `=`, `,`, `.` or microseconds; unique within one second; in time order."""
+    import re
+
+    import yaml
+
+    from magrpo.launch import CONF_DIR, stamp
+
+    names = [stamp() for _ in range(5)]
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d-p\d+(-\d+)?", n) for n in names), names
+    assert len(set(names)) == 5
+    for entry in ("train", "eval"):
+        conf = yaml.safe_load(open(f"{CONF_DIR}/{entry}.yaml"))
+        assert str(conf["hydra"]["sweep"]["subdir"]) == "${hydra.job.num}"

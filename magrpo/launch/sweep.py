@@ -23,6 +23,17 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: natural_key(str(p)))
 
 
+def job_overrides(job_dir: Path) -> str:
+    """A sweep job's overrides as one line (its folder is its number; they are in .hydra/)."""
+    import yaml
+
+    try:
+        lines = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
+    except (OSError, yaml.YAMLError):
+        return "overrides unknown"
+    return " ".join(str(x) for x in lines) if isinstance(lines, list) else "overrides unknown"
+
+
 def failed_jobs(sweep_dir: Path) -> list[tuple[str, str]]:
     """Jobs under `sweep_dir` that did not finish: (job directory, why). A training job finishes
     with summary.json status "finished"; an evaluation job with eval.json written."""
@@ -56,6 +67,6 @@ class SweepReport(Callback):
         if not failed:
             return
         lines = [f"{self.prog}: {len(failed)} of {len(job_dirs(sweep_dir))} job(s) failed in {sweep_dir}:"]
-        lines += [f"  {Path(d).name}: {why}" for d, why in failed]
+        lines += [f"  {Path(d).name} ({job_overrides(Path(d))}): {why}" for d, why in failed]
         print("\n".join(lines), file=sys.stderr, flush=True)
         sys.exit(1)
