@@ -106,7 +106,7 @@ def test_the_site_builds_strict_offline(tmp_path):
 
 def test_readme_fits_on_a_few_screens():
     lines = (ROOT / "README.md").read_text().splitlines()
-    assert len(lines) <= 160, len(lines)
+    assert len(lines) <= 150, len(lines)
 
 
 # -- metric names ------------------------------------------------------------------------------------
