@@ -45,7 +45,7 @@ test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up, the Ra
 test-gpu: setup ## the CUDA paths (tests/test_gpu.py) on this machine's GPU; skipped without one
 	$(PY) -m pytest -q -m gpu $(ARGS)
 
-bench: setup ## throughput of MAGRPO on the builtin "small" model (README, "Tests and benchmark")
+bench: setup ## throughput of MAGRPO on the builtin "small" model (docs/benchmarks.md)
 	$(PY) scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64 --threads 1 $(ARGS)
 
 bench-compare: setup ## MAGRPO vs a bare generate+update loop vs comlrl 1.4.3, one thread each

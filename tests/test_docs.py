@@ -427,3 +427,11 @@ def test_numbers_the_pages_and_help_give_agree_with_the_code():
     help_text = (ROOT / "conf" / "hydra" / "help" / "magrpo.yaml").read_text()
     counts = re.findall(r"coordination suite's (\d+) games", help_text)
     assert counts == [str(len(TABLES["coordination"].tasks))]
+
+
+def test_the_quickstart_names_every_make_target():
+    """`make help`'s targets (each `target: ... ## text` in the Makefile) are the ones the quickstart names."""
+    targets = re.findall(r"^([a-z][a-z-]*):[^#\n]*## ", (ROOT / "Makefile").read_text(), re.M)
+    line = next(x for x in (ROOT / "docs" / "quickstart.md").read_text().splitlines()
+                if x.startswith("`make help` lists every target"))
+    assert set(re.findall(r"`([a-z-]+)`", line)) == set(targets) - {"help", "train", "test"}
