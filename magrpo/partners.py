@@ -5,7 +5,7 @@
     magrpo-train task=lever partners=[pop] partner_roles=[2]                # agent 2 is always a partner
 
 Fictitious Co-Play (Strouse, McKee, Botvinick, Hughes, Everett, "Collaborating with Humans without
-Human Data", NeurIPS 2021) trains an agent against a frozen population of self-play partners and
+Human Data", NeurIPS 2021, arXiv 2110.08176) trains an agent against a frozen population of self-play partners and
 their earlier checkpoints, so that what it learns is what works with many partners rather than one
 private convention. Here, at each training step one member of the population is drawn
 (`partner_sampling`: `uniform`, or `cycle` through the members in order) and fills the partner

@@ -13,7 +13,7 @@ acts (`acts_on`: the agents' answers, the prompts they read, or both). The contr
 that reads its moves in its own way (the first letter's run of the alphabet, say) overrides it.
 
 Other-Play (Hu, Lerer, Peysakhovich, Foerster, "Other-Play for Zero-Shot Coordination", ICML
-2020) trains a team on the game with each partner's view relabelled by a random symmetry:
+2020, arXiv 2003.02979) trains a team on the game with each partner's view relabelled by a random symmetry:
 
     max_pi  E_{phi ~ Phi}  J(pi^1, phi(pi^2))                                   (OP, their eq. 2)
 
