@@ -56,6 +56,7 @@ from omegaconf import OmegaConf
 
 from magrpo.launch import check_out_dir
 from magrpo.schema import ConfigError, SetupError
+from magrpo.table.stats import mean_std
 from magrpo.writes import check_overwrite, publish
 
 log = logging.getLogger("magrpo")
@@ -220,8 +221,6 @@ def evaluate_pairing(teams: list[Any], pairing: Pairing, items: list[dict], args
 def summarize(results: list[tuple[Pairing, dict]], num_sources: int | None = None) -> dict[str, Any]:
     """Self-play, cross-play, their gap and (with partners) the held-out partner score: each the
     mean over its pairings, with the 95% interval of the mean over the sources (module docstring)."""
-    from magrpo.table.stats import mean_std
-
     R = num_sources if num_sources is not None else 1 + max(s for p, _ in results for s in p.slots if not p.held_out)
     own = [r["mean"] for p, r in results if p.self_play]
     cross = [r["mean"] for p, r in results if not p.self_play and not p.held_out]

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magrpo.checkpoint import is_team_dir, step_dirs
 from magrpo.schema import ConfigError
+from magrpo.team import Team
 
 log = logging.getLogger("magrpo")
 
@@ -55,8 +57,6 @@ class Member:
 
 def expand(entries: list[str]) -> list[str]:
     """The checkpoints and teams a `partners=` list names, each entry expanded (module docstring)."""
-    from magrpo.checkpoint import is_team_dir, step_dirs
-
     out: list[str] = []
     for entry in entries:
         p = Path(str(entry)).expanduser()
@@ -102,8 +102,6 @@ class PartnerPool:
 
     def __init__(self, entries: list[str], roles: list[int] | None, sampling: str, num_agents: int,
                  task_name: str, device: str | None, seed: int):
-        from magrpo.team import Team, is_team_dir
-
         if sampling not in SAMPLING:
             raise ConfigError(f"partner_sampling={sampling!r} is not allowed; choose one of: {', '.join(SAMPLING)}")
         self.roles = None if roles is None else tuple(sorted(r - 1 for r in roles))

@@ -28,6 +28,8 @@ import sys
 import time
 from pathlib import Path
 
+from magrpo.checkpoint import step_dirs
+from magrpo.launch import check_out_dir
 from magrpo.overrides import override_key
 from magrpo.partners import POPULATION_FILE
 from magrpo.schema import ConfigError
@@ -59,8 +61,6 @@ def check_args(args: argparse.Namespace) -> None:
         if "=" not in o or override_key(o) in OWN_KEYS:
             raise ConfigError(f"{o!r}: give magrpo-train overrides as KEY=VALUE, but not {', '.join(OWN_KEYS)} "
                               f"(set per member)")
-    from magrpo.launch import check_out_dir
-
     out = Path(args.out).expanduser()
     check_out_dir(out, [])
     if (out / POPULATION_FILE).exists():
@@ -68,8 +68,6 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def member_checkpoints(run: Path, root: Path) -> list[str]:
-    from magrpo.checkpoint import step_dirs
-
     return [str(d.relative_to(root)) for _, d in sorted(step_dirs(run / "checkpoints"))]
 
 
