@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import tomllib
 import subprocess
 import sys
 from pathlib import Path
@@ -155,11 +156,11 @@ def test_every_summary_key_is_documented(logged):
 # -- commands in the docs ----------------------------------------------------------------------------
 
 BLOCK = re.compile(r"(?:<!-- (?P<mark>[\w:.\-]+) -->\n)?```(?:bash|sh|shell)\n(?P<body>.*?)```", re.S)
-ENTRY_POINTS = {"magrpo-train", "magrpo-eval", "magrpo-table", "magrpo-score", "magrpo-paper", "magrpo-dashboard",
-                "magrpo-export", "magrpo-crossplay", "magrpo-trust"}
+ENTRY_POINTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
 MODULE_OF = {"magrpo-table": "magrpo/table", "magrpo-score": "magrpo/score.py", "magrpo-paper": "magrpo/paper.py",
              "magrpo-dashboard": "magrpo/dashboard.py", "magrpo-export": "magrpo/export.py",
-             "magrpo-crossplay": "magrpo/crossplay.py", "magrpo-trust": "magrpo/trust.py", "magrpo-train": "magrpo",
+             "magrpo-crossplay": "magrpo/crossplay.py", "magrpo-trust": "magrpo/trust.py",
+             "magrpo-population": "magrpo/population.py", "magrpo-train": "magrpo",
              "magrpo-eval": "magrpo"}
 OTHER_PROGRAMS = {"pip", "python", "python3", "hf", "wandb", "torchrun", "sh", "bash", "export", "for", "cd", "srun",
                   "sbatch", "HF_HUB_OFFLINE=1", "git", "ls", "cat", "mkdir"}
@@ -258,6 +259,8 @@ def test_every_command_in_the_docs_is_real(where, mark, line):
         if program in ("magrpo-train", "magrpo-eval") and not any(u in line for u in USER_CODE) \
                 and "--help" not in args and mark != "docs:run" and not mark.startswith("extending"):
             _compose_and_validate(program, args, illustrative=mark == "docs:illustrative")
+        if program == "magrpo-population":          # its KEY=VALUE words are magrpo-train's overrides
+            _compose_and_validate("magrpo-train", [a for a in args if "=" in a and not a.startswith("-")])
     elif program in ("python", "python3") and args[:1] == ["-m"]:
         module = args[1]
         if module.startswith("magrpo"):

@@ -213,11 +213,11 @@ def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, caps
     code, err = _train_here(["-m", "algo.epsilon=-1,0.2", "debug=smoke", "save_final=false", *TINY,
                              f"hydra.sweep.dir={sweep}"], capsys)
     assert code == 1, err[-3000:]
-    assert "1 of 2 job(s) failed" in err and "0_algo.epsilon=-1" in err
+    assert "1 of 2 job(s) failed" in err and "  0 (algo.epsilon=-1" in err     # job 0, named with its overrides
     assert "algo.epsilon=-1.0 is out of range" in err
     assert "Traceback" not in err
-    bad, good = sorted(sweep.glob("*_algo.epsilon=*"))
-    assert bad.name.startswith("0_") and _summary(bad)["status"] == "failed"
+    bad, good = sorted(p.parent for p in sweep.glob("*/summary.json"))
+    assert bad.name == "0" and _summary(bad)["status"] == "failed"
     assert "algo.epsilon=-1.0" in _summary(bad)["reason"]
     assert _summary(good)["status"] == "finished" and _summary(good)["steps"] == 2
     # The failed sweep is the last command's news only: the next command in this process succeeds.

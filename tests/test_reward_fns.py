@@ -319,7 +319,8 @@ def test_a_reward_schema_without_the_keys_is_given_them():
         reward_schema = OldReward
 
     schema = reward_schema_of(OldTask)
-    assert [f.name for f in fields(schema)] == ["name", "bonus", "fn", "fns", "weights", "max", "completions"]
+    assert [f.name for f in fields(schema)] == ["name", "bonus", "fn", "fns", "weights", "max", "completions",
+                                                 "shift", "scale"]
     with pytest.raises(ConfigError, match="own check ran"):
         schema.check_node(None, "reward.")
 
