@@ -10,12 +10,12 @@ import json
 import os
 import re
 import shlex
-import tomllib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import tomllib
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
