@@ -33,15 +33,16 @@ log = logging.getLogger("magrpo")
 # launcher made. A sweep's job folders are its job numbers; each job's overrides are in its
 # `.hydra/overrides.yaml`.
 STAMP_RESOLVER = "magrpo.stamp"
-_last_stamp: list[str] = ["", "0"]        # this process's last (second, count)
+_last_stamp: dict[str, int] = {}         # this process's last second -> stamps given in it
 
 
 def stamp() -> str:
     """`2025-01-31_12-00-00-p4242` (then `...-p4242-2`, `-3` within the same second): the time to
     the second and this process's id."""
     second = f"{datetime.now():%Y-%m-%d_%H-%M-%S}"
-    count = int(_last_stamp[1]) + 1 if _last_stamp[0] == second else 1
-    _last_stamp[:] = [second, str(count)]
+    count = _last_stamp.get(second, 0) + 1
+    _last_stamp.clear()
+    _last_stamp[second] = count
     return f"{second}-p{os.getpid()}" + (f"-{count}" if count > 1 else "")
 
 
