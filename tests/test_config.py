@@ -309,6 +309,62 @@ def test_compositions_share_the_config_store_and_see_what_is_registered_later(ma
         del store.repo["experiment"]["_shared_store_probe.yaml"]
 
 
+def test_defaults_of_reads_each_schema_as_omegaconf_does():
+    # defaults_of walks the dataclass fields itself (every command registers ~50 schemas when it
+    # starts); it must give exactly OmegaConf's plain data: the same keys, values and value types.
+    from omegaconf import OmegaConf
+
+    from magrpo.algos import ALGOS
+    from magrpo.config import GROUP_SCHEMAS, EvalRunSchema, TrainSchema, defaults_of
+    from magrpo.feedback import FEEDBACKS
+    from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
+
+    schemas = {TrainSchema, EvalRunSchema, RewardConfig, *GROUP_SCHEMAS.values(),
+               *(c.config_schema for c in [*ALGOS.values(), *FEEDBACKS.values(), *TASKS.values()] if c.config_schema),
+               *filter(None, map(reward_schema_of, TASKS.values()))}
+    assert len(schemas) >= 40
+    for schema in schemas:
+        mine, theirs = defaults_of(schema), OmegaConf.to_container(OmegaConf.structured(schema))
+        assert repr(mine) == repr(theirs), schema.__name__
+    assert defaults_of(TrainSchema)["eval"]["num_samples"] == TrainSchema().eval.num_samples
+
+
+def test_register_schemas_again_stores_nothing_unless_something_was_registered_since(make_cfg):
+    # A second call with nothing new stores nothing (a command run in this process before); after
+    # an algorithm is registered, the next call stores it and it composes.
+    from dataclasses import dataclass
+
+    from hydra.core.config_store import ConfigStore
+
+    from magrpo.algos import ALGOS, register_algo
+    from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
+    from magrpo.config import register_schemas
+
+    store = ConfigStore.instance()
+    register_schemas()
+    node = store.repo["schema"]["algo"]["magrpo.yaml"]
+    register_schemas()
+    assert store.repo["schema"]["algo"]["magrpo.yaml"] is node
+
+    @dataclass
+    class ProbeConfig(MAGRPOConfig):
+        name: str = "_probe_algo"
+        probe_knob: float = 0.25
+
+    @register_algo("_probe_algo")
+    class Probe(MAGRPO):
+        config_schema = ProbeConfig
+
+    try:
+        register_schemas()
+        assert "_probe_algo.yaml" in store.repo["schema"]["algo"]
+        assert make_cfg(["algo=_probe_algo"]).algo.probe_knob == 0.25
+    finally:
+        ALGOS.unregister("_probe_algo")
+        store.repo["schema"]["algo"].pop("_probe_algo.yaml", None)
+        store.repo["algo"].pop("_probe_algo.yaml", None)
+
+
 def test_every_yaml_file_in_conf_is_checked_against_a_schema():
     # Each file under conf/ is read by one of the key checks above: a group option against its
     # schema, an entry config, or an override bundle (experiments, recipes, methods, default runs,

@@ -118,6 +118,31 @@ def test_multirun_sweep_with_the_joblib_launcher_outlives_a_bad_job(tmp_path):
     assert (sweep / "multirun.yaml").exists()
 
 
+CLOCKS = ("time/", "speed/", "memory/", "_time_s")
+
+
+def learning(run: Path) -> list[dict]:
+    """A run's metrics.jsonl without what a clock or the allocator measures."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not any(c in k for c in CLOCKS)} for r in rows]
+
+
+def test_a_job_in_a_warm_joblib_worker_learns_what_a_fresh_process_learns(tmp_path):
+    # One worker (n_jobs=1) runs MAGRPO, then IPPO, then the same MAGRPO job again: the third reuses
+    # the interpreter the first two ran in (imports, torch state, registries, the builtin models'
+    # cache), which is what makes a table's later jobs cheap; the first ran in a process that had
+    # run nothing. The third must learn exactly what the first did.
+    proc, sweep = multirun(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=1", "algo=magrpo,ippo,magrpo",
+                           "max_steps=3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    first, between, warm = (Path(sweep) / str(k) for k in range(3))
+    assert [json.loads((d / "summary.json").read_text())["config"]["algo"] for d in (first, between, warm)] == \
+        ["magrpo", "ippo", "magrpo"]
+    got, want = learning(warm), learning(first)
+    assert len(want) >= 4 and any(k.startswith("train/") for k in want[1])
+    assert got == want
+
+
 def test_a_run_that_raises_finishes_its_wandb_run_as_failed(make_cfg, tmp_path, monkeypatch):
     from magrpo.algos.magrpo import MAGRPO
     from magrpo.train import run
