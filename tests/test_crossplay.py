@@ -54,6 +54,7 @@ def _convention(run: Path) -> tuple[str, ...]:
                  for k in range(team.num_agents))
 
 
+@pytest.mark.slow      # a learning check: two seeds of 100 updates must each solve cover first
 def test_crossplay_reports_the_gap_of_two_seeds_conventions(cover_seeds, tmp_path, capsys):
     out = tmp_path / "cp"
     assert main([*map(str, cover_seeds), "--out", str(out), "--labels", "s0,s1"]) == 0

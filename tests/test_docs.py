@@ -5,6 +5,7 @@ README's tour, as printed) or is at least composed and validated."""
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import json
 import os
@@ -277,19 +278,53 @@ def _env() -> dict[str, str]:
             "PYTHONPATH": "", "MAGRPO_PLUGINS": ""}
 
 
-def test_the_readme_tour_runs_as_printed(tmp_path):
+def _readme_tour() -> tuple[str, str]:
+    """The README's tour: its shell block and the Python block after it."""
     text = (ROOT / "README.md").read_text()
     tour = re.search(r"<!-- docs:run -->\n```bash\n(.*?)```", text, re.S).group(1)
+    python = re.search(r"```python\n(from magrpo import Team.*?)```", text, re.S).group(1)
+    return tour, python
+
+
+def _check_tour_outputs(folder: Path) -> None:
+    assert json.loads((folder / "runs" / "first" / "summary.json").read_text())["status"] == "finished"
+    assert len(list((folder / "runs" / "sweep").glob("*/summary.json"))) == 2
+    rows = (folder / "tables" / "table.md").read_text()
+    # the sweep's two seeds, once each: not runs/first (seed 0 again) nor the evaluation as a method
+    assert "| magrpo | 2 |" in rows and "| team |" not in rows
+    assert (folder / "teams" / "first" / "team.json").is_file()
+
+
+def test_the_readme_tour_runs_in_this_process(tmp_path, monkeypatch, capsys):
+    # Each line of the tour, word for word, through the entry point its program names in
+    # pyproject.toml (the same argv a shell would hand it), then the Python block: what the tour
+    # does, without an interpreter start per line. The slow suite runs it in bash as printed.
+    from tests.conftest import run_cli
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    tour, python = _readme_tour()
+    monkeypatch.chdir(tmp_path)
+    lines = [ln.split("#")[0].strip() for ln in tour.splitlines()]
+    assert len([ln for ln in lines if ln]) >= 5
+    for line in filter(None, lines):
+        program, *args = shlex.split(line)
+        module, func = scripts[program].split(":")
+        main = getattr(importlib.import_module(module), func)
+        hydra_app = program in ("magrpo-train", "magrpo-eval")
+        code = run_cli(main, program, args) if hydra_app else main(args)
+        assert code in (0, None), (line, capsys.readouterr().err[-3000:])
+    _check_tour_outputs(tmp_path)
+    exec(compile(python, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip()
+
+
+@pytest.mark.slow
+def test_the_readme_tour_runs_as_printed(tmp_path):
+    tour, python = _readme_tour()
     done = subprocess.run(["bash", "-e", "-c", tour], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads((tmp_path / "runs" / "first" / "summary.json").read_text())["status"] == "finished"
-    assert len(list((tmp_path / "runs" / "sweep").glob("*/summary.json"))) == 2
-    rows = (tmp_path / "tables" / "table.md").read_text()
-    # the sweep's two seeds, once each: not runs/first (seed 0 again) nor the evaluation as a method
-    assert "| magrpo | 2 |" in rows and "| team |" not in rows
-    assert (tmp_path / "teams" / "first" / "team.json").is_file()
-    python = re.search(r"```python\n(from magrpo import Team.*?)```", text, re.S).group(1)
+    _check_tour_outputs(tmp_path)
     py = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                         timeout=600)
     assert py.returncode == 0, py.stderr[-3000:]

@@ -1,5 +1,5 @@
-"""The extension API from outside the repository: the docs' "Extending" page, run exactly as printed, and the
-plugin mechanism's refusals (magrpo.plugins, magrpo.registry)."""
+"""The extension API from outside the repository: the docs' "Extending" page, run exactly as printed (slow:
+nine fresh interpreters), and the plugin mechanism's refusals (magrpo.plugins, magrpo.registry)."""
 
 from __future__ import annotations
 
@@ -53,10 +53,28 @@ def outside(tmp_path_factory) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def plugin_run(tmp_path_factory) -> Path:
+    """A folder outside the repository holding the Extending page's my_game.py, the run of its first
+    training command (runs/sum) and that run's export (exports/sum-team), those lines run as printed:
+    what the trust tests below take up (the `outside` fixture runs every line, in the slow suite)."""
+    folder = tmp_path_factory.mktemp("plugin_run")
+    (folder / "my_game.py").write_text(readme_block("my_game.py"))
+    lines = readme_block("commands").splitlines()
+    wanted = [lines[0], next(ln for ln in lines if ln.endswith("output_dir=runs/sum")),
+              next(ln for ln in lines if ln.startswith("magrpo-export runs/sum "))]
+    assert wanted[0].startswith("export PYTHONPATH=")
+    done = subprocess.run(["bash", "-e", "-c", "\n".join(wanted)], cwd=folder, env=_env(folder), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return folder
+
+
 def _json(path: Path) -> dict:
     return json.loads(path.read_text())
 
 
+@pytest.mark.slow      # nine fresh interpreters (~90 s); the plugin take-up they show is tests/test_trust.py's
 def test_the_readme_commands_train_evaluate_resume_export_crossplay_and_tabulate(outside):
     # no take-up command repeats plugins=
     for line in readme_block("commands").splitlines():
@@ -82,6 +100,7 @@ def test_the_readme_commands_train_evaluate_resume_export_crossplay_and_tabulate
     assert "sum_game" in "".join(p.read_text() for p in (outside / "tables").glob("*.md"))
 
 
+@pytest.mark.slow
 def test_the_readme_python_block_trains_and_loads_the_team(outside):
     summary = _json(outside / "runs" / "py" / "summary.json")
     assert summary["status"] == "finished" and summary["steps"] == 2
@@ -89,8 +108,9 @@ def test_the_readme_python_block_trains_and_loads_the_team(outside):
     assert (outside / "example.out").read_text().strip() != ""
 
 
-def test_the_example_task_learns_nothing_it_should_not_and_its_reward_is_hand_computed(outside, monkeypatch):
-    monkeypatch.syspath_prepend(str(outside))
+def test_the_example_task_learns_nothing_it_should_not_and_its_reward_is_hand_computed(tmp_path, monkeypatch):
+    (tmp_path / "my_game.py").write_text(readme_block("my_game.py"))
+    monkeypatch.syspath_prepend(str(tmp_path))
     import my_game
 
     task = my_game.SumGame(my_game.SumGameConfig(), {})
@@ -172,7 +192,7 @@ def test_env_and_entry_point_plugins_are_imported(tmp_path):
         assert _json(out / "summary.json")["status"] == "finished"
 
 
-def test_a_plugin_algorithms_schema_is_checked_like_a_builtin(tmp_path, outside):
+def test_a_plugin_algorithms_schema_is_checked_like_a_builtin(tmp_path):
     (tmp_path / "my_game.py").write_text(readme_block("my_game.py"))
     code, err = _cli(["plugins=[my_game]", "task=sum_game", "algo=clipped_magrpo", "algo.advantage_clip=-1",
                       "debug=smoke", f"hydra.run.dir={tmp_path / 'r'}"], tmp_path)
@@ -182,24 +202,24 @@ def test_a_plugin_algorithms_schema_is_checked_like_a_builtin(tmp_path, outside)
     assert code == 2 and "advantage_clipp" in err and "did you mean 'advantage_clip'" in err, err
 
 
-def test_a_run_whose_plugin_is_gone_is_one_line_naming_module_and_run(outside, tmp_path):
+def test_a_run_whose_plugin_is_gone_is_one_line_naming_module_and_run(plugin_run, tmp_path):
     """The run's folder without my_game.py on the path: every take-up says which plugin is missing."""
     empty = tmp_path / "elsewhere"
     empty.mkdir()
-    run = outside / "runs" / "sum"
+    run = plugin_run / "runs" / "sum"
     code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], empty, module="magrpo.evaluate")
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "'my_game'" in err and str(run) in err
 
 
-def test_a_team_cannot_bring_its_plugin_along(outside, tmp_path, monkeypatch):
+def test_a_team_cannot_bring_its_plugin_along(plugin_run, tmp_path, monkeypatch):
     """A team that records a plugin whose module sits inside the team is refused, even when the team
     directory is on the path: a team names what you installed, it never brings code."""
     import shutil
 
     from magrpo.team import Team
 
-    team = Path(shutil.copytree(outside / "exports" / "sum-team", tmp_path / "team"))
+    team = Path(shutil.copytree(plugin_run / "exports" / "sum-team", tmp_path / "team"))
     marker = tmp_path / "RAN"
     (team / "team_code.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     info = _json(team / "team.json")
@@ -207,7 +227,7 @@ def test_a_team_cannot_bring_its_plugin_along(outside, tmp_path, monkeypatch):
     (team / "team.json").write_text(json.dumps(info))
     rehash(team)                     # the manifest rewritten to match, as a sender would
     monkeypatch.syspath_prepend(str(team))
-    monkeypatch.syspath_prepend(str(outside))
+    monkeypatch.syspath_prepend(str(plugin_run))
     with pytest.raises(ConfigError, match="not trusted: .*plugin 'team_code'"):    # an edit your signature lacks
         Team.from_pretrained(team, device="cpu")
     with pytest.raises(ConfigError, match="would be imported from inside"):                   # trusted, still never from inside
@@ -244,12 +264,12 @@ class YamlAlgo(MAGRPO):
     assert stored["name"] == "yaml_algo" and stored["num_generations"] == 3 and stored["extra_knob"] == 7
 
 
-def test_the_plain_commands_take_plugins_too(outside, tmp_path, capsys):
+def test_the_plain_commands_take_plugins_too(plugin_run, tmp_path, capsys):
     from magrpo import export
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
-        export.main(["--plugins", "no_such_plugin_mod", str(outside / "runs" / "sum"), str(tmp_path / "t")])
+        export.main(["--plugins", "no_such_plugin_mod", str(plugin_run / "runs" / "sum"), str(tmp_path / "t")])
     err = capsys.readouterr().err.strip().splitlines()
     assert info.value.code == 2
     assert len(err) == 1 and "'no_such_plugin_mod' (--plugins) is not installed here" in err[0], err
@@ -272,12 +292,12 @@ def test_a_run_remembers_its_extra_config_directory(tmp_path):
     assert _json(tmp_path / "ev" / "eval.json")["config"]["algo"]["num_generations"] == 3
 
 
-def test_a_teams_config_cannot_bring_its_plugin_along_either(outside, tmp_path, monkeypatch):
+def test_a_teams_config_cannot_bring_its_plugin_along_either(plugin_run, tmp_path, monkeypatch):
     import shutil
 
     from magrpo.team import Team
 
-    team = Path(shutil.copytree(outside / "exports" / "sum-team", tmp_path / "team"))
+    team = Path(shutil.copytree(plugin_run / "exports" / "sum-team", tmp_path / "team"))
     marker = tmp_path / "RAN"
     (team / "cfg_code.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     info = _json(team / "team.json")
@@ -285,7 +305,7 @@ def test_a_teams_config_cannot_bring_its_plugin_along_either(outside, tmp_path, 
     (team / "team.json").write_text(json.dumps(info))
     rehash(team)
     monkeypatch.syspath_prepend(str(team))
-    monkeypatch.syspath_prepend(str(outside))
+    monkeypatch.syspath_prepend(str(plugin_run))
     with pytest.raises(ConfigError, match="not trusted: .*plugin 'cfg_code'"):
         Team.from_pretrained(team, device="cpu")
     with pytest.raises(ConfigError, match="would be imported from inside"):
@@ -293,17 +313,17 @@ def test_a_teams_config_cannot_bring_its_plugin_along_either(outside, tmp_path, 
     assert not marker.exists()
 
 
-def test_a_runs_saved_plugins_line_cannot_bring_code_from_the_run(outside, tmp_path):
+def test_a_runs_saved_plugins_line_cannot_bring_code_from_the_run(plugin_run, tmp_path):
     """`python -m` puts the working directory on the path: run from inside a run whose saved overrides
     name a module lying in that run, the take-up refuses it."""
     import shutil
 
-    run = Path(shutil.copytree(outside / "runs" / "sum", tmp_path / "run"))
+    run = Path(shutil.copytree(plugin_run / "runs" / "sum", tmp_path / "run"))
     marker = tmp_path / "RAN"
     (run / "run_code.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
     saved = run / ".hydra" / "overrides.yaml"
     saved.write_text(saved.read_text().replace("plugins=[my_game]", "plugins=[my_game,run_code]"))
-    env = {"PYTHONPATH": str(outside)}
+    env = {"PYTHONPATH": str(plugin_run)}
     code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], run, env, module="magrpo.evaluate")
     assert code == 2 and "not trusted" in err and "plugin 'run_code'" in err, err      # an edit your signature lacks
     code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}", "trust_plugins=true"], run, env,
