@@ -57,6 +57,7 @@ from omegaconf import OmegaConf
 from magrpo.launch import check_out_dir
 from magrpo.schema import ConfigError, SetupError
 from magrpo.table.stats import mean_std
+from magrpo.trust import one_command
 from magrpo.writes import check_overwrite, publish
 
 log = logging.getLogger("magrpo")
@@ -439,6 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@one_command
 def main(argv: list[str] | None = None) -> int:
     from magrpo.launch import parse_plain_cli
 

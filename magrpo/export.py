@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from magrpo.schema import ConfigError, SetupError
+from magrpo.trust import one_command
 
 log = logging.getLogger("magrpo")
 
@@ -103,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@one_command
 def main(argv: list[str] | None = None) -> int:
     from magrpo.launch import parse_plain_cli
 

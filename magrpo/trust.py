@@ -30,6 +30,7 @@ module or a package's `__main__` is never taken as a plugin or reward module.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -38,7 +39,7 @@ import os
 import secrets
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -394,14 +395,30 @@ def check_refs(root: Path, refs: list[Ref]) -> None:
 # -- the decision -------------------------------------------------------------------------------------
 
 _allowed: dict[str, str] = {}       # code -> how it was allowed in this process (the strongest)
-_command: dict[str, Any] = {"flag": False, "hint": "trust_plugins=True"}
+_OUTSIDE_A_COMMAND = {"flag": False, "hint": "trust_plugins=True"}     # Python: Team, Experiment
+_command: dict[str, Any] = dict(_OUTSIDE_A_COMMAND)
 
 
 def on_this_command(trust_plugins: bool, hint: str, said: Iterable[str] = ()) -> None:
     """What the command line says (its entry point calls this): `trust_plugins` given, how the
     refusal's line words the one-command trust (`trust_plugins=true`, `--trust-plugins`), and the
-    caller-only keys it sets itself (`said`: trust_remote_code, isolation)."""
+    caller-only keys it sets itself (`said`: trust_remote_code, isolation). It holds until the
+    command returns (`one_command`)."""
     _command.update(flag=bool(trust_plugins), hint=hint, said=set(said))
+
+
+def one_command(main: Callable[..., Any]) -> Callable[..., Any]:
+    """An entry point's main: what its command line said about trust ends with it, however it ends.
+    A command run from Python (a notebook, a test, a population's members) leaves no
+    `--trust-plugins` behind for the Team or Experiment calls that follow it."""
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return main(*args, **kwargs)
+        finally:
+            _command.clear()
+            _command.update(_OUTSIDE_A_COMMAND)
+    return run
 
 
 def _allow(code: str, how: str) -> None:

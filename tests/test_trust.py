@@ -612,3 +612,21 @@ def test_a_table_never_reads_the_environment_a_record_names(tmp_path, monkeypatc
     flat = read_hydra_config(f)
     assert flat["eval.temperature"] == 0.5                          # its own keys still resolve
     assert "s3cr3t" not in json.dumps(flat, default=str)            # the environment never does
+
+
+def test_a_commands_trust_plugins_ends_with_the_command(made, receiver, capsys):
+    # A command run from Python (a notebook, a script) with --trust-plugins trusts for that command
+    # only: the Team call after it refuses the received team again, with the Python API's words.
+    from magrpo.table import main as table_main
+    from magrpo.team import Team
+
+    team = received(made, receiver, "team")
+    (receiver / "runs").mkdir()
+    try:
+        table_main(["--trust-plugins", str(receiver / "runs"), "--out", str(receiver / "tables")])
+    except SystemExit:
+        pass                                # nothing to tabulate: the command ends with an error
+    with pytest.raises(trust.UntrustedError) as e:
+        Team.from_pretrained(team, device="cpu")
+    assert "trust_plugins=True on this command" in str(e.value) and "--trust-plugins" not in str(e.value)
+    assert not ran(receiver)

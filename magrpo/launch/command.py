@@ -76,6 +76,7 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
             os.environ["HYDRA_FULL_ERROR"] = saved_full_error
 
 
+@trust.one_command
 def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = None) -> None:
     """What every Hydra entry point runs on its command line `argv` (default: sys.argv[1:]): register
     the schemas and resolvers, put the overrides of the run that `resume=`/`checkpoint=` names before

@@ -12,6 +12,7 @@ from magrpo.launch import check_out_dir
 from magrpo.schema import ConfigError, SetupError
 from magrpo.table import generic, paper, tuning
 from magrpo.table.runs import PROG, Run, TableError, collect
+from magrpo.trust import one_command
 from magrpo.writes import check_overwrite, publish
 
 TABLE_FILES = ("table.md", "table.csv", "table.tex")     # always written; the curves depend on the runs
@@ -77,6 +78,7 @@ def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequen
     return metrics
 
 
+@one_command
 def main(argv: Sequence[str] | None = None) -> int:
     from magrpo import trust
     from magrpo.plugins import add_option, load_option
