@@ -198,8 +198,18 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> tor
     return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin
 
 
+# transformers installs these on a model's layers the first time a forward asks for hidden states or
+# attentions, and keeps them; each returns at once unless that model's own forward is collecting.
+_IDLE_HOOKS = ("transformers.utils.output_capturing",)
+
+
 def _plain(module) -> bool:
-    return not (module._forward_hooks or module._forward_pre_hooks)
+    """No hook would run on `module` that a step calling its parts directly would skip. transformers'
+    output-capturing hooks do not count: outside a forward that collects they do nothing (without
+    this, one `output_hidden_states=True` forward, which the PPO family's value head makes, sent
+    every later decoding step of that model down the slow `model(...)` path)."""
+    hooks = [*module._forward_hooks.values(), *module._forward_pre_hooks.values()]
+    return all(getattr(getattr(h, "func", h), "__module__", None) in _IDLE_HOOKS for h in hooks)
 
 
 def _linear(module):

@@ -293,6 +293,25 @@ def test_lean_step_samples_the_same_tokens_as_the_plain_step(kind, monkeypatch):
     assert torch.equal(lean, plain)
 
 
+def test_the_lean_step_still_serves_a_model_after_a_forward_that_asked_for_hidden_states():
+    # transformers puts output-capturing hooks on the layers at the first forward that asks for hidden
+    # states (a PPO value head's) and keeps them; outside a collecting forward they do nothing, so the
+    # lean step keeps the model. A hook of anyone else's still sends it to the plain step.
+    from magrpo.sampler import LeanDecoder
+
+    model = _random_lm("qwen2")
+    ids, mask = _prompt_batch(False)
+    assert not any(m._forward_hooks for m in model.modules())
+    model(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+    assert any(m._forward_hooks for m in model.model.layers)
+    assert LeanDecoder.of(model) is not None
+    handle = model.model.layers[0].register_forward_hook(lambda module, args, out: None)
+    try:
+        assert LeanDecoder.of(model) is None
+    finally:
+        handle.remove()
+
+
 def test_lean_step_serves_the_builtin_model_and_lora_agents(make_cfg, monkeypatch):
     from magrpo.sampler import LeanDecoder
 
