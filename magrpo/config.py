@@ -318,17 +318,17 @@ def defaults_of(schema: type) -> dict:
             value = f.default_factory()
         else:
             value = MISSING
-        out[f.name] = _plain(value)
+        out[f.name] = _as_plain_data(value)
     return out
 
 
-def _plain(value: Any) -> Any:
+def _as_plain_data(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: _as_plain_data(getattr(value, f.name)) for f in dataclasses.fields(value)}
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: _as_plain_data(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [_as_plain_data(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     return value
