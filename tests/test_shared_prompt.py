@@ -533,3 +533,42 @@ def test_decode_step_is_an_algo_key_with_named_choices(make_cfg, tmp_path):
     ids, mask = _prompt_batch(False)
     with pytest.raises(ValueError, match="'fast'.*lean"):
         sample_shared_prompt(_random_lm("llama"), ids, mask, 2, 4, [], 0, decode_step="fast")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("norm", ["qwen3", "llama"])
+def test_the_steps_fused_rms_norm_gives_the_modules_bits(dtype, norm):
+    """The decoding steps' RMSNorm (torch's fused kernel; in bf16/fp16 normalised in float32 and
+    rounded before the weight, as the module) equals the model's own module bit for bit."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+    from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
+
+    from magrpo.sampler import _rms_norm
+
+    torch.manual_seed(0)
+    for d, shape in ((64, (5, 1, 64)), (128, (6, 1, 4, 128)), (96, (3, 7, 96))):
+        module = (Qwen3RMSNorm if norm == "qwen3" else LlamaRMSNorm)(d, eps=1e-6).to(dtype)
+        with torch.no_grad():
+            module.weight.normal_()
+        x = (torch.randn(*shape) * 3).to(dtype)
+        assert torch.equal(_rms_norm(module, x), module(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_additive_mask_made_once_per_step_attends_as_the_boolean_one(dtype):
+    """scaled_dot_product_attention turns a boolean mask into 0 / -inf in every call; the steps
+    make that additive mask once per step: the same attention output, bit for bit."""
+    import torch.nn.functional as F
+
+    from magrpo.sampler import _additive
+
+    torch.manual_seed(0)
+    q = torch.randn(4, 2, 3, 16).to(dtype)
+    k, v = torch.randn(4, 2, 9, 16).to(dtype), torch.randn(4, 2, 9, 16).to(dtype)
+    mask = torch.rand(4, 1, 1, 9) > 0.4
+    mask[..., 0] = True                                  # every row attends somewhere
+    bias = _additive(mask, dtype)
+    assert bias.dtype == dtype and set(bias.unique().tolist()) <= {0.0, float("-inf")}
+    assert torch.equal(F.scaled_dot_product_attention(q, k, v, attn_mask=bias),
+                       F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    assert _additive(None, dtype) is None
