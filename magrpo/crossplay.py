@@ -46,6 +46,7 @@ import csv
 import itertools
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -405,8 +406,16 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
         results.append((p, r))
         log.info("%s: %s=%.3f ± %.3f", " + ".join(names[s] for s in p.slots), r["metric"], r["mean"], r["std"])
     summary = summarize(results, len(sources))
+    # Each source and partner also relative to --out: magrpo-table matches them to its runs, also after
+    # the whole directory tree moved (magrpo.table.zsc).
+    here = os.path.realpath(out)
+
+    def beside(paths) -> list[str]:
+        return [os.path.relpath(os.path.realpath(Path(s).expanduser()), here) for s in paths]
+
     settings = {"task": teams[0].task.name, "sources": [str(s) for s in sources],
-                "partners": [str(s) for s in partners], "num_agents": n,
+                "partners": [str(s) for s in partners], "source_dirs": beside(sources),
+                "partner_dirs": beside(partners), "num_agents": n,
                 "num_items": len(items), "num_samples": num_samples, "seed": seed, "split": split,
                 "greedy": greedy, "pairings_mode": pairing_mode, "wall_seconds": time.time() - started}
     publish(out, lambda stage: write_outputs(stage, names, results, summary, settings), force)

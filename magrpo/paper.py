@@ -26,6 +26,13 @@ Every command is printed before it runs, and `--dry-run` prints them only, as a 
 shell-quoted (Hydra's `${...}` interpolations stay literal), so the output can be pasted into a
 shell or piped to `sh` as it is.
 
+`--crossplay` adds zero-shot coordination (docs/zsc.md): once the trained rows have run, each
+(task, row) with two or more finished seeds goes through `magrpo-crossplay` (its seeds' agents
+paired with one another; with `--crossplay-partners ROWS`, also with those rows' runs of the task as
+held-out partners), and the table gets its self-play, cross-play, ZSC gap and held-out columns:
+
+    crossplay/<task>_<row>/              crossplay.{md,csv,png,json} (done again only when its seeds changed)
+
 `--tune-trials K` gives every trained row the same tuning budget before its seeds run: per (task,
 row), K trials of Hydra's Optuna sweeper (TPE, sampler seed 0) on seed 0 over the search space in
 the row's config (`tune:`, its learning rate and one more key), maximizing the final evaluation's
@@ -51,6 +58,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from magrpo import crossplay as crossplay_cli
 from magrpo.paper_grid import METHODS, TABLES
 
 PROG = "magrpo-paper"
@@ -210,6 +218,59 @@ def record_command(args: argparse.Namespace, root: Path) -> list[str]:
     return cmd + ["--record-tuning"]
 
 
+def crossplay_command(args: argparse.Namespace, root: Path) -> list[str]:
+    """The step between the trained rows and the table (run in this process; a command in --dry-run)."""
+    cmd = [sys.executable, "-m", "magrpo.paper", args.table, "--out", str(root)]
+    for option, values in (("--tasks", args.tasks), ("--rows", args.rows), ("--crossplay-partners", args.crossplay_partners)):
+        if values:
+            cmd += [option, ",".join(values)]
+    return cmd + ["--record-crossplay"]
+
+
+def crossplay_dir(root: Path) -> Path:
+    return root / "crossplay"
+
+
+def finished_runs(sweep_dir: Path) -> dict[tuple[str, str], list[Path]]:
+    """(task, row) -> its finished runs in a sweep directory, one per seed (the last job of a seed
+    run again), ordered by seed."""
+    out: dict[tuple[str, str], list[tuple[str, Path]]] = {}
+    for (task, row, seed), jobs in job_dirs(sweep_dir).items():
+        done = [job for job, status in jobs if status == "finished"]
+        if done:
+            out.setdefault((task, row), []).append((seed, done[-1]))
+    return {cell: [job for _, job in sorted(runs, key=lambda x: (len(x[0]), x[0]))] for cell, runs in out.items()}
+
+
+def record_crossplay(args: argparse.Namespace, root: Path) -> list[str]:
+    """magrpo-crossplay over each trained (task, row)'s seeds into crossplay/<task>_<row>/ (with
+    --crossplay-partners, those rows' runs of the task as held-out partners); a row whose
+    crossplay.json already covers the same runs is not paired again. The problems, one line each."""
+    finished = finished_runs(root / "train")
+    problems = []
+    for task, row in runnable(args.table, "train", args):
+        runs = finished.get((task, row), [])
+        if len(runs) < 2:
+            problems.append(f"crossplay {task}/{row}: {len(runs)} finished seed(s) in {root / 'train'}; "
+                            "cross-play pairs two or more")
+            continue
+        partners = [run for other in args.crossplay_partners or [] if other != row
+                    for run in finished.get((task, other), [])]
+        out = crossplay_dir(root) / f"{task}_{row}"
+        wanted = {"sources": [str(r) for r in runs], "partners": [str(r) for r in partners]}
+        before = read_summary(out / "crossplay.json") or {}
+        if all(before.get(key) == value for key, value in wanted.items()):
+            print(f"{PROG}: crossplay {task}/{row}: already done in {out}, not run again", flush=True)
+            continue
+        argv = [*wanted["sources"], "--out", str(out), "--force"] + (["--partners", *wanted["partners"]] if partners else [])
+        print(f"{PROG}: crossplay {task}/{row}: {len(runs)} seed(s)"
+              + (f", {len(partners)} held-out partner run(s)" if partners else "") + f" -> {out}", flush=True)
+        rc = crossplay_cli.main(argv)
+        if rc != 0:
+            problems.append(f"crossplay {task}/{row}: magrpo-crossplay exited with {rc}")
+    return problems
+
+
 def table_command(root: Path, tuning: Path | None = None) -> list[str]:
     """magrpo-table over the whole sweep directory, in the paper layout (run in this process); with
     `tuning`, its records become tuning.md and its trials stay out of the table."""
@@ -271,6 +332,12 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
             what = (f"{entry}: {len(sweep_rows(cmd))} row(s) x seeds {seeds}" + (" at their tuned values" if extra else "")
                     + ("" if extra else f": {' '.join(rows)}"))
             steps.append((entry, f"{what} -> {root / entry}", cmd))
+    if args.crossplay and args.only != "eval" and runnable(args.table, "train", args):
+        partners = f"; held-out partners: the runs of {', '.join(args.crossplay_partners)}" \
+            if args.crossplay_partners else ""
+        steps.append(("crossplay", f"crossplay: each trained row's seeds paired with one another (magrpo-crossplay)"
+                                   f"{partners} -> {crossplay_dir(root)}/<task>_<row>",
+                      crossplay_command(args, root)))
     steps.append(("table", f"table: magrpo-table --layout paper -> {root / 'table'}",
                   table_command(root, tuning_dir(root) if tune else None)))
     return steps
@@ -694,6 +761,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record-tuning", action="store_true",
                    help="only record the finished tuning sweeps under --out (tuning/*.json and the tuned configs): "
                         "the step a run with --tune-trials takes between the tuning and the seeds")
+    p.add_argument("--crossplay", action="store_true",
+                   help="zero-shot coordination: pair each trained row's seeds with magrpo-crossplay after training, "
+                        "and add self-play, cross-play and the ZSC gap to the table (docs/zsc.md)")
+    p.add_argument("--crossplay-partners", type=_names, default=None, metavar="A,B",
+                   help="with --crossplay: these rows' runs of each task are every other row's held-out partners "
+                        "(the held-out partner column)")
+    p.add_argument("--record-crossplay", action="store_true",
+                   help="only run the cross-play of the finished trained rows under --out: the step --crossplay "
+                        "adds between the training and the table")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     return p
 
@@ -705,6 +781,13 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         bad = [x for x in given or [] if x not in allowed]
         if bad:
             p.error(f"{option} {','.join(bad)}: not in the {args.table} table; it has: {', '.join(allowed)}")
+    bad = [x for x in args.crossplay_partners or [] if x not in t.rows]
+    if bad:
+        p.error(f"--crossplay-partners {','.join(bad)}: not in the {args.table} table; it has: {', '.join(t.rows)}")
+    if args.crossplay_partners and not (args.crossplay or args.record_crossplay):
+        p.error("--crossplay-partners names the held-out partners of --crossplay: give --crossplay too")
+    if args.record_crossplay and args.out is None:
+        p.error("--record-crossplay pairs the seeds of a table run: give its --out")
     if args.record_tuning and (args.out is None or args.tune_trials == 0):
         p.error("--record-tuning records the tuning sweeps of a table run: give its --out and its --tune-trials")
     if args.tune_trials == 0 or args.only == "eval":
@@ -741,6 +824,11 @@ def main(argv: list[str] | None = None) -> int:
         for msg in problems:
             print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 1 if problems else 0
+    if args.record_crossplay:
+        problems = record_crossplay(args, root)
+        for msg in problems:
+            print(f"{PROG}: error: {msg}", file=sys.stderr)
+        return 1 if problems else 0
     steps = plan(args, root)
     if args.dry_run:
         try:
@@ -771,6 +859,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             if step in ("tune", "eval", "train") and sweep_done(cmd):
                 print(f"{PROG}: already done in {root}, not run again", flush=True)
+                continue
+            if step == "crossplay":     # in this process; a row it cannot pair is named, the others go on
+                rc = main(cmd[3:])
+                if rc != 0:
+                    failed.append("cross-play did not cover every trained row (above)")
                 continue
             if step == "record":    # in this process; a row whose tuning failed runs at its own values
                 rc = main(cmd[3:])

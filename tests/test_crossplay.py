@@ -264,3 +264,90 @@ def test_held_out_partners_play_with_every_source(smoke_runs, tmp_path, capsys):
     # a partner that is one of the sources is no held-out partner
     assert main([str(smoke_runs["agree_a"]), str(partner), "--partners", str(partner), "--out",
                  str(tmp_path / "x")]) == 2
+
+
+# -- zero-shot coordination in the paper's table: magrpo-paper --crossplay, magrpo-table -------------
+
+
+@pytest.fixture(scope="module")
+def paper_root(tmp_path_factory) -> Path:
+    """A coordination table's sweep directory as magrpo-paper leaves it: agree, the magrpo row's
+    seeds 0 and 1 and the ippo row's seed 0 (smoke runs), under train/."""
+    root = tmp_path_factory.mktemp("paper")
+    for n, (row, seed) in enumerate((("magrpo", 0), ("magrpo", 1), ("ippo", 0))):
+        _train(root / "train" / f"{n}_agree_{row}_s{seed}",
+               ["debug=smoke", "task=agree", f"algo={row}", f"label={row}", f"seed={seed}"])
+    return root
+
+
+def test_paper_crossplay_pairs_each_rows_seeds_and_the_table_shows_it(paper_root, capsys):
+    from magrpo import paper
+    from magrpo.table import main as table_main
+
+    argv = ["coordination", "--out", str(paper_root), "--tasks", "agree", "--rows", "magrpo,ippo",
+            "--crossplay-partners", "ippo", "--record-crossplay"]
+    assert paper.main(argv) == 1          # ippo has one seed: named, magrpo's still paired
+    err = capsys.readouterr().err
+    assert "crossplay agree/ippo: 1 finished seed(s)" in err
+    res = json.loads((paper_root / "crossplay" / "agree_magrpo" / "crossplay.json").read_text())
+    train = sorted((paper_root / "train").iterdir())
+    assert res["sources"] == [str(train[0]), str(train[1])] and res["partners"] == [str(train[2])]
+    assert paper.main(argv) == 1 and "agree/magrpo: already done" in capsys.readouterr().out
+
+    out = paper_root / "table"
+    assert table_main([str(paper_root), "--layout", "paper", "--out", str(out), "--no-plots"]) == 0
+    md = (out / "table.md").read_text()
+    header = next(line for line in md.splitlines() if line.startswith("| method"))
+    assert all(h in header for h in ("self-play", "cross-play", "ZSC gap (self - cross)", "held-out partner"))
+    rows = {r["label"]: r for r in csv.DictReader(open(out / "table.csv"))}
+    for key in ("self_play", "cross_play", "gap", "held_out"):
+        assert float(rows["magrpo"][f"zsc/{key}_mean"]) == pytest.approx(res[key])
+        ci = res.get(f"{key}_ci95")           # none for the gap
+        assert rows["magrpo"][f"zsc/{key}_ci95"] == ("" if ci is None else repr(ci))
+        assert rows["ippo"][f"zsc/{key}_mean"] == ""        # no cross-play of its own: an empty cell
+    assert "magrpo-crossplay over the row's seeds" in md and "`zsc/" not in md   # a row without one is no gap
+
+
+def test_the_table_takes_a_crossplay_json_only_for_runs_it_holds(paper_root, tmp_path, capsys):
+    """A crossplay.json is data: its sources are matched against the table's runs, by the path
+    relative to the file where it records one (a moved tree) or as recorded; anything else is named
+    under the table and left out."""
+    from magrpo.table import main as table_main
+    from magrpo.table.runs import collect as collect_runs
+    from magrpo.table.zsc import collect
+
+    runs, _ = collect_runs([paper_root / "train"], None, False)
+    magrpo = sorted((paper_root / "train").glob("*_magrpo_*"))
+    found = tmp_path / "found"
+    cases = {
+        "moved": {"sources": ["/nowhere/a", "/nowhere/b"], "source_dirs": [str(Path("..") / p.relative_to(paper_root))
+                                                                          for p in magrpo],
+                  "self_play": 0.5, "self_play_ci95": 0.1, "cross_play": 0.25, "gap": 0.25},
+        "stranger": {"sources": [str(tmp_path)], "self_play": 0.9},
+        "mixed": {"sources": [str(p) for p in sorted((paper_root / "train").iterdir())[1:]], "self_play": 0.9},
+        "broken": "{not json",
+        "no_sources": {"self_play": 1.0},
+    }
+    for name, data in cases.items():
+        d = (paper_root if name == "moved" else found) / f"cp_{name}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "crossplay.json").write_text(data if isinstance(data, str) else json.dumps(data))
+    try:
+        results, notes = collect([paper_root / "train", paper_root / "cp_moved", found], runs)
+        assert set(results) == {("agree", "magrpo")}
+        cell = results[("agree", "magrpo")].values
+        assert (cell["zsc/self_play"].mean, cell["zsc/self_play"].ci95, cell["zsc/gap"].mean) == (0.5, 0.1, 0.25)
+        assert "zsc/held_out" not in cell
+        joined = "\n".join(notes)
+        assert len(notes) == 4 and "is not a run of this table" in joined and "several rows" in joined
+        assert "not readable as JSON" in joined and "no list of sources" in joined
+        out = tmp_path / "table"
+        assert table_main([str(paper_root / "train"), str(paper_root / "cp_moved"), str(found), "--layout", "paper",
+                           "--out", str(out), "--no-plots"]) == 0
+        md = (out / "table.md").read_text()
+        assert "Not in the table: `" in md and "| 0.500 ± 0.100 (n=2) |" not in md   # n=2 of 2 runs: no (n=)
+        assert "0.500 ± 0.100" in md and "held-out partner" not in md.split("\n\n")[1]
+    finally:
+        import shutil
+
+        shutil.rmtree(paper_root / "cp_moved")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from magrpo.launch import check_out_dir
 from magrpo.schema import ConfigError, SetupError
-from magrpo.table import generic, paper, tuning
-from magrpo.table.runs import PROG, Run, TableError, collect
+from magrpo.table import generic, paper, tuning, zsc
+from magrpo.table.runs import PROG, Run, TableError, collect, warn
 from magrpo.trust import one_command
 from magrpo.writes import check_overwrite, publish
 
@@ -111,10 +111,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                       metrics=metrics, extra=[c.removeprefix("eval/") for c in args.columns or []])
         rc = 0
 
+        if args.layout == "paper":      # magrpo-crossplay's results for the rows they cover (magrpo.table.zsc)
+            crossplay, unused = zsc.collect(args.dirs, runs, skip=[out, *([args.tuning] if args.tuning else [])])
+            for note in unused:
+                warn(f"crossplay: {note}")
+            notes += [f"Not in the table: {note}" for note in unused]
+
         def fill(stage: Path) -> None:
             nonlocal rc
             if args.layout == "paper":
-                rc = paper.write(runs, skipped, stage, **common)
+                rc = paper.write(runs, skipped, stage, zsc=crossplay, **common)
             else:
                 rc = generic.write(runs, skipped, stage, group_by=args.group_by, **common)
             if records:

@@ -22,6 +22,8 @@ multi-agent baselines, MAGRPO, multi-turn MAGRPO. Columns are the task's paper m
                  over a run's steps), where any run logged it: what differs where a method's
                  sampling does (DAPO's refills, C3's counterfactual alternatives)
   every task     response time: generation seconds per item (lower is better)
+  cross-play     self-play, cross-play, ZSC gap and held-out partner, for the rows a magrpo-crossplay
+                 result under the DIRs covers (magrpo.table.zsc; `magrpo-paper --crossplay` makes them)
 
 A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; in the
 coordination table (a matched-budget comparison of every method, FAIR_FAMILIES) it is the mean ±
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from magrpo.paper_grid import FAMILY, METHODS, title
+from magrpo.table import zsc as zsc_mod
 from magrpo.table.render import (
     CI_NOTE,
     STD_NOTE,
@@ -116,6 +119,10 @@ FAMILY_COLUMNS: dict[str, list[Column]] = {
                      Column("reward/correct", "listener right"), Column("reward/leaked", "object named",
                                                                         higher_is_better=False)],
 }
+# Zero-shot coordination, from magrpo-crossplay over a row's seeds (magrpo.table.zsc): a row may lack
+# them by design (no crossplay run for it), so no gap is noted.
+ZSC_COLUMNS = [Column(key, header, higher_is_better=better, trained_only=True, censored=True)
+               for key, header, _, better in zsc_mod.FIELDS]
 # The collaboration diagnostics (magrpo.diagnostics) as --columns may add them: no better direction.
 DIAGNOSTIC_HEADERS = {"lazy_agent_rate": "lazy-agent rate", "answer_similarity": "answer similarity (ROUGE-L)"}
 
@@ -356,9 +363,11 @@ def _row_key(label: str, found: int) -> tuple[int, int]:
     return (ROW_ORDER.index(label), 0) if label in ROW_ORDER else (len(ROW_ORDER), found)
 
 
-def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> list[RenderedTable]:
+def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequence[str] = (),
+          zsc: dict[tuple[str, str], zsc_mod.Result] | None = None) -> list[RenderedTable]:
     """One table per task. `extra` (--columns) adds columns after the task's (or `metrics`'), empty
-    where a run lacks them."""
+    where a run lacks them. `zsc` ((task, row label) -> magrpo-crossplay's scores, magrpo.table.zsc)
+    adds the zero-shot coordination columns to the tables of the tasks it covers."""
     by_task: dict[str, list[Run]] = {}
     for r in runs:
         by_task.setdefault(r.task, []).append(r)
@@ -372,6 +381,9 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
             known = {c.key: c for c in columns}
             columns = [known.get(m, Column(m, m)) for m in metrics]
         columns += [extra_column(c) for c in extra if c not in {col.key for col in columns}]
+        crossplay = {lab: res for (t, lab), res in (zsc or {}).items() if t == task}
+        columns += [c for c in ZSC_COLUMNS if c.key not in {col.key for col in columns}
+                    and any(c.key in res.values for res in crossplay.values())]
         groups: dict[str, list[Run]] = {}
         for r in task_runs:
             groups.setdefault(r.label, []).append(r)
@@ -379,11 +391,15 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
         rows = [PaperRow(label, groups[label], finals=[finals[id(r)] for r in groups[label]]) for label in labels]
         missing = list(dict.fromkeys(derived_notes))   # an eval run split per method would say it twice
         for col in columns:
-            if not any(col.key in finals[id(r)] for r in task_runs):
+            if col not in ZSC_COLUMNS and not any(col.key in finals[id(r)] for r in task_runs):
                 missing.append(f"`{col.key}` ({col.header}): no run reports it (a metric the task's data or "
                                "settings do not give, e.g. ROUGE-L without references, pass@k with fewer samples)")
         for row in rows:
             for col in columns:
+                if col in ZSC_COLUMNS:      # one value per row, over its seeds: magrpo-crossplay's
+                    res = crossplay.get(row.label)
+                    row.cells[col.key] = res.values.get(col.key, Cell(None, None, 0)) if res else Cell(None, None, 0)
+                    continue
                 have = [finals[id(r)][col.key] for r in row.runs if col.key in finals[id(r)]]
                 row.cells[col.key] = mean_std(have)
                 if (col.trained_only and row.eval_only) or col.censored:
@@ -607,6 +623,8 @@ def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] =
         out.append(AUC_NOTE + " B: " + ", ".join(f"{task} {b:,.0f}" for task, b in budgets) + ".")
     if shows_codebleu(tables):
         out.append(codebleu_note())
+    if any(c in ZSC_COLUMNS for t in tables for c in t.columns):
+        out.append(zsc_mod.NOTE)
     out += list(notes)
     return "\n".join(out) + "\n"
 
@@ -767,9 +785,10 @@ def plot_curves(tables: list[RenderedTable], out: Path, smooth_window: int = 1) 
 
 def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digits: int = 3,
           notes: Sequence[str] = (), plots: bool = True, smooth_window: int = 1,
-          metrics: Sequence[str] | None = None, extra: Sequence[str] = ()) -> int:
+          metrics: Sequence[str] | None = None, extra: Sequence[str] = (),
+          zsc: dict[tuple[str, str], zsc_mod.Result] | None = None) -> int:
     """Write table.md, table.csv, table.tex and the curves into `out`; print the markdown."""
-    tables = build(runs, metrics, extra)
+    tables = build(runs, metrics, extra, zsc)
     checks = [discrimination(t).as_dict() for t in tables if t.family in FAIR_FAMILIES]
     if checks:
         out.mkdir(parents=True, exist_ok=True)
