@@ -777,15 +777,15 @@ def build_parser() -> argparse.ArgumentParser:
 def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     """Refuse, naming the bad value and what is allowed, what the parser alone cannot check."""
     t = TABLES[args.table]
-    for option, given, allowed in (("--tasks", args.tasks, list(t.tasks)), ("--rows", args.rows, list(t.rows))):
+    for option, given, allowed in (("--tasks", args.tasks, list(t.tasks)), ("--rows", args.rows, list(t.rows)),
+                                   ("--crossplay-partners", args.crossplay_partners, list(t.rows))):
         bad = [x for x in given or [] if x not in allowed]
         if bad:
             p.error(f"{option} {','.join(bad)}: not in the {args.table} table; it has: {', '.join(allowed)}")
-    bad = [x for x in args.crossplay_partners or [] if x not in t.rows]
-    if bad:
-        p.error(f"--crossplay-partners {','.join(bad)}: not in the {args.table} table; it has: {', '.join(t.rows)}")
     if args.crossplay_partners and not (args.crossplay or args.record_crossplay):
         p.error("--crossplay-partners names the held-out partners of --crossplay: give --crossplay too")
+    if args.record_crossplay and args.record_tuning:
+        p.error("--record-crossplay and --record-tuning are two steps of a table run: give one at a time")
     if args.record_crossplay and args.out is None:
         p.error("--record-crossplay pairs the seeds of a table run: give its --out")
     if args.record_tuning and (args.out is None or args.tune_trials == 0):
@@ -819,13 +819,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     check(parser, args)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
-    if args.record_tuning:
-        problems = record_tuning(args.table, runnable(args.table, "train", args), root, args.tune_trials)
-        for msg in problems:
-            print(f"{PROG}: error: {msg}", file=sys.stderr)
-        return 1 if problems else 0
-    if args.record_crossplay:
-        problems = record_crossplay(args, root)
+    if args.record_tuning or args.record_crossplay:     # a step between the sweeps and the table, alone
+        problems = record_tuning(args.table, runnable(args.table, "train", args), root, args.tune_trials) \
+            if args.record_tuning else record_crossplay(args, root)
         for msg in problems:
             print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 1 if problems else 0

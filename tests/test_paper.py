@@ -819,6 +819,11 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     (["--rows", "magrpo,ppo"], "--rows ppo: not in the coordination table; it has: untrained, magrpo, ippo,"),
     (["--tune-trials", "2", "optimizer.lr=1e-3"], "optimizer.lr=1e-3: optimizer.lr is what --tune-trials 2 tunes"),
     (["--record-tuning"], "--record-tuning records the tuning sweeps of a table run: give its --out and its"),
+    (["--crossplay", "--crossplay-partners", "ippo,ppo"], "--crossplay-partners ppo: not in the coordination table"),
+    (["--crossplay-partners", "ippo"], "--crossplay-partners names the held-out partners of --crossplay: give"),
+    (["--record-crossplay"], "--record-crossplay pairs the seeds of a table run: give its --out"),
+    (["--record-crossplay", "--record-tuning", "--tune-trials", "1", "--out", "x"],
+     "--record-crossplay and --record-tuning are two steps of a table run: give one at a time"),
 ])
 def test_bad_paper_options_exit_2_naming_the_value_and_what_is_allowed(argv, message, capsys):
     from magrpo.paper import main as paper_main
@@ -826,6 +831,18 @@ def test_bad_paper_options_exit_2_naming_the_value_and_what_is_allowed(argv, mes
     with pytest.raises(SystemExit) as e:
         paper_main(["coordination", *argv, "--dry-run"])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_crossplay_is_a_step_between_the_trained_rows_and_the_table(tmp_path, capsys):
+    from magrpo.paper import main as paper_main
+
+    argv = ["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--out", str(tmp_path), "--dry-run"]
+    assert paper_main([*argv, "--crossplay", "--crossplay-partners", "ippo"]) == 0
+    steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# magrpo-paper:")]
+    assert [s.split(":")[1].strip() for s in steps] == ["train", "crossplay", "table"]
+    assert "held-out partners: the runs of ippo" in steps[1]
+    assert paper_main([*argv, "--crossplay", "--only", "eval"]) == 0     # no trained row: nothing to pair
+    assert "--record-crossplay" not in capsys.readouterr().out
 
 
 def test_seeds_with_spaces_are_given_to_the_sweep_as_hydra_reads_them(tmp_path, capsys):
