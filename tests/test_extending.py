@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from magrpo.schema import ConfigError
-from tests import zygote
+from tests import preloaded
 from tests.test_artifact_safety import rehash
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,13 +66,13 @@ def plugin_run(tmp_path_factory) -> Path:
     wanted = [lines[0], next(ln for ln in lines if ln.endswith("output_dir=runs/sum")),
               next(ln for ln in lines if ln.startswith("magrpo-export runs/sum "))]
     assert wanted[0].startswith("export PYTHONPATH=")
-    # The export line through the shell (what it sets), each command as its console script (tests.zygote).
+    # The export line through the shell (what it sets), each command as its console script (tests.preloaded).
     shell = subprocess.run(["bash", "-e", "-c", f'{wanted[0]}\nprintf %s "$PYTHONPATH"'], cwd=folder,
                            env=_env(folder), capture_output=True, text=True, timeout=60, check=True)
     env = {**_env(folder), "PYTHONPATH": shell.stdout}
     for line in wanted[1:]:
         name, *args = shlex.split(line)
-        done = zygote.script(name, args, cwd=folder, env=env, timeout=600)
+        done = preloaded.script(name, args, cwd=folder, env=env, timeout=600)
         assert done.returncode == 0, done.stderr[-3000:]
     return folder
 
@@ -170,7 +170,7 @@ def test_an_unknown_name_lists_the_known_ones():
 
 
 def _cli(args: list[str], cwd: Path, env: dict | None = None, module: str = "magrpo.train") -> tuple[int, str]:
-    done = zygote.run(module, args, cwd=cwd, env={**_env(cwd), "PYTHONPATH": str(cwd), **(env or {})})
+    done = preloaded.run(module, args, cwd=cwd, env={**_env(cwd), "PYTHONPATH": str(cwd), **(env or {})})
     lines = [x for x in done.stderr.splitlines() if x.strip() and not x.startswith("[") and "arning" not in x]
     return done.returncode, "\n".join(lines)
 

@@ -22,7 +22,7 @@ from magrpo.config import EvalRunSchema, validate
 from magrpo.schema import ConfigError, SetupError
 from magrpo.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
 from magrpo.train import run
-from tests import zygote
+from tests import preloaded
 from tests.conftest import compose_cfg, run_cli, small_tmpfs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,7 +118,7 @@ def test_bad_eval_values(tmp_path, overrides, needle):
 
 
 def _cli(args: list[str], cwd: Path, module: str = "magrpo.train", timeout: int = 300):
-    return zygote.run(module, args, cwd=cwd, timeout=timeout)
+    return preloaded.run(module, args, cwd=cwd, timeout=timeout)
 
 
 def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path):

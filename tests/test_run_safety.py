@@ -17,7 +17,7 @@ import pytest
 
 from magrpo.schema import ConfigError
 from magrpo.train import run
-from tests import zygote
+from tests import preloaded
 from tests.conftest import compose_cfg
 
 SMOKE = ["debug=smoke", "eval.num_items=2"]
@@ -30,8 +30,8 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 def cli(module: str, args: list[str], monkeypatch=None, capsys=None) -> tuple[int, str]:
     """Run an entry point as `python -m` would, in its own process (Hydra configures the process's
-    logging, which must not leak into the test runner), forked with its libraries imported (tests.zygote)."""
-    done = zygote.run(module, args, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    logging, which must not leak into the test runner), forked with its libraries imported (tests.preloaded)."""
+    done = preloaded.run(module, args, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     return done.returncode, done.stderr
 
 
@@ -162,7 +162,7 @@ def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp
     assert all(a in cmd for a in args)
     # The printed command resumes the run in place (only max_steps shortened, which a resume may change).
     over = [a if not a.startswith("max_steps=") else "max_steps=" + str(summary["steps"] + 1) for a in cmd[1:]]
-    done = zygote.run("magrpo.train", over, cwd=tmp_path, env=env)
+    done = preloaded.run("magrpo.train", over, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     final = json.loads((d / "summary.json").read_text())
     assert final["status"] == "finished" and final["resumed_from"]["run_status"] == "interrupted"
@@ -172,7 +172,7 @@ def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp
 def test_output_dir_is_the_whole_run_and_nothing_is_left_elsewhere(tmp_path):
     """output_dir=DIR holds the run's .hydra/ and log; no outputs/train/<stamp>/ appears beside it."""
     out = tmp_path / "mine"
-    done = zygote.run("magrpo.train", [*SMOKE, f"output_dir={out}"], cwd=tmp_path,
+    done = preloaded.run("magrpo.train", [*SMOKE, f"output_dir={out}"], cwd=tmp_path,
                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert (out / ".hydra" / "overrides.yaml").is_file() and (out / "train.log").is_file()
@@ -182,7 +182,7 @@ def test_output_dir_is_the_whole_run_and_nothing_is_left_elsewhere(tmp_path):
 
 @pytest.mark.parametrize("module, prog", [("magrpo.train", "magrpo-train"), ("magrpo.evaluate", "magrpo-eval")])
 def test_help_lists_the_users_groups_not_the_internal_ones(module, prog, tmp_path):
-    done = zygote.run(module, ["--help"], cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    done = preloaded.run(module, ["--help"], cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert done.returncode == 0, done.stderr[-2000:]
     groups = done.stdout.split("Config groups", 1)[1].split("Composed config", 1)[0]
     assert "schema/" not in groups and "hydra/" not in groups

@@ -16,7 +16,7 @@ import pytest
 
 from magrpo import trust
 from magrpo.schema import ConfigError
-from tests import zygote
+from tests import preloaded
 from tests.test_artifact_safety import rehash
 
 PAYLOAD = "open(__import__('os').environ['TRUST_MARKER'], 'a').write(__name__ + '\\n')\n"
@@ -57,10 +57,10 @@ def made(tmp_path_factory):
     home_a, home_b = root / "home_a", root / "home_b"
     env = _env(home_a, lib)
     run, team = root / "made" / "run", root / "made" / "team"
-    train = zygote.script("magrpo-train", ["plugins=[trust_game]", "algo.advantage=trust_median",
+    train = preloaded.script("magrpo-train", ["plugins=[trust_game]", "algo.advantage=trust_median",
                             "reward.fn=trust_game:score", "reward.max=1", "debug=smoke", f"output_dir={run}"], cwd=root, env=env, timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
-    export = zygote.script("magrpo-export", [str(run), str(team)], cwd=root, env=env, timeout=600)
+    export = preloaded.script("magrpo-export", [str(run), str(team)], cwd=root, env=env, timeout=600)
     assert export.returncode == 0, export.stderr[-3000:]
     return {"root": root, "lib": lib, "home_a": home_a, "home_b": home_b, "run": run, "team": team}
 
@@ -253,7 +253,7 @@ def test_a_pkg_search_path_inside_the_run_is_refused_even_trusted(made, receiver
 def test_a_run_resumed_from_a_trusted_one_does_not_inherit_the_trust(made, receiver, capsys):
     run = received(made, receiver, "run")
     mine = receiver / "mine"
-    done = zygote.script("magrpo-train", [f"resume={run}", "trust_plugins=true", "max_steps=3",
+    done = preloaded.script("magrpo-train", [f"resume={run}", "trust_plugins=true", "max_steps=3",
                            f"output_dir={mine}"], cwd=receiver, env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((mine / "signature.json").read_text())["code"] == []     # the sender's plugin is not yours
@@ -460,7 +460,7 @@ def test_a_plugin_failing_on_import_is_one_line_naming_it(tmp_path, monkeypatch,
 
 def test_a_plugin_calling_os_exit_is_one_line_and_trains_nothing(tmp_path):
     (tmp_path / "exit_plug.py").write_text("import os\nos._exit(0)\n")
-    done = zygote.script("magrpo-train", ["plugins=[exit_plug]", "debug=smoke", f"output_dir={tmp_path / 'r'}"], cwd=tmp_path, env=_env(tmp_path / "home", tmp_path), timeout=300)
+    done = preloaded.script("magrpo-train", ["plugins=[exit_plug]", "debug=smoke", f"output_dir={tmp_path / 'r'}"], cwd=tmp_path, env=_env(tmp_path / "home", tmp_path), timeout=300)
     err = [x for x in done.stderr.splitlines() if not x.startswith("[magrpo]")]
     assert done.returncode == 2 and len(err) == 1 and "called os._exit(0)" in err[0], done.stderr
     assert not (tmp_path / "r").exists()
@@ -490,7 +490,7 @@ def test_a_run_that_a_plugin_ends_says_so_in_its_last_line(tmp_path):
     (tmp_path / "ending_reward.py").write_text("import sys\n\n\ndef score(prompts, completions, **columns):\n"
                                                "    sys.exit(0)\n")
     out = tmp_path / "r"
-    done = zygote.script("magrpo-train", ["reward.fn=ending_reward:score", "reward.max=1", "debug=smoke",
+    done = preloaded.script("magrpo-train", ["reward.fn=ending_reward:score", "reward.max=1", "debug=smoke",
                            f"output_dir={out}"], cwd=tmp_path, env=_env(tmp_path / "home", tmp_path), timeout=300)
     last = done.stderr.strip().splitlines()[-1]
     assert done.returncode == 1 and "the run was ended by sys.exit(0), called at ending_reward.py:5" in last, done.stderr
@@ -576,7 +576,7 @@ def test_trust_remote_code_made_by_an_interpolation_is_refused(made, receiver):
     lines = yaml.safe_load((team / "overrides.yaml").read_text())
     (team / "overrides.yaml").write_text(yaml.safe_dump([*lines, trick]))
     rehash(team)
-    done = zygote.script("magrpo-eval", [f"team={team}", "trust_plugins=true", "eval.num_items=2",
+    done = preloaded.script("magrpo-eval", [f"team={team}", "trust_plugins=true", "eval.num_items=2",
                            f"hydra.run.dir={receiver / 'o'}"], cwd=receiver, env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")), timeout=300)
     err = [x for x in done.stderr.splitlines() if x.startswith("magrpo-eval:")]
     assert done.returncode == 2 and len(err) == 1 and "trust_remote_code is true, but not by your command line" \

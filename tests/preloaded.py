@@ -105,7 +105,7 @@ def run(module: str, args: list[str], cwd: str | Path | None = None, env: dict[s
     `subprocess.run(..., capture_output=True, text=True)` gives."""
     env = dict(os.environ if env is None else env)
     cwd = str(cwd if cwd is not None else os.getcwd())
-    with tempfile.TemporaryDirectory(prefix="zygote-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="preloaded-") as tmp:
         out, err = os.path.join(tmp, "out"), os.path.join(tmp, "err")
         proc = _server().Process(target=_child, args=(module, script or module, list(args), cwd, env, out, err,
                                                       script is not None))

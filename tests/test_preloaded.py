@@ -1,4 +1,4 @@
-"""tests.zygote: a command forked from a server that imported its libraries is still a process of
+"""tests.preloaded: a command forked from a server that imported its libraries is still a process of
 its own: its environment, directory, argv, import path, output and exit code, nothing left behind."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from tests import zygote
+from tests import preloaded
 
 PROBE = '''import json, os, sys
 def main():
@@ -22,11 +22,11 @@ def main():
 
 def test_a_forked_command_runs_in_its_own_process_as_python_m_would(tmp_path):
     (tmp_path / "probe_cmd.py").write_text(PROBE)
-    done = zygote.run("probe_cmd", ["3"], cwd=tmp_path, env={**os.environ, "PROBE": "given"})
+    done = preloaded.run("probe_cmd", ["3"], cwd=tmp_path, env={**os.environ, "PROBE": "given"})
     assert done.returncode == 3 and done.stderr == "a line on stderr\n"
     seen = json.loads(done.stdout)
     assert seen["cwd"] == str(tmp_path) and seen["argv"] == ["probe_cmd", "3"] and seen["probe"] == "given"
     assert seen["path0"] == str(tmp_path) and seen["torch"]          # python -m: the directory first; preloaded
-    done = zygote.run("probe_cmd", ["message"], cwd=tmp_path)
+    done = preloaded.run("probe_cmd", ["message"], cwd=tmp_path)
     assert done.returncode == 1 and done.stderr.endswith("stopped: a message\n")
     assert "probe_cmd" not in sys.modules and "PROBE" not in os.environ      # nothing came back
