@@ -47,10 +47,12 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib.util
 import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -58,8 +60,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from magrpo import crossplay as crossplay_cli
+from magrpo import table as table_cli
+from magrpo.launch import CONF_DIR, group_options
 from magrpo.paper_grid import METHODS, TABLES
+from magrpo.table import natural_key
 
 PROG = "magrpo-paper"
 
@@ -94,7 +101,6 @@ def choices(found: list[tuple[str, str]]) -> list[list[str]]:
 
 
 def _yaml(path: Path) -> dict[str, Any]:
-    import yaml
 
     return (yaml.safe_load(path.read_text()) or {}) if path.is_file() else {}
 
@@ -104,7 +110,6 @@ def row_files(task: str, row: str) -> tuple[Path, ...]:
     """The files that hold a row's own keys on a task: conf/method/<row>.yaml, and the parts of it
     that the task's recipe takes up for that method (`- optional /method/<group>@_here_:
     <folder>/${method}`: conf/method/<group>/<folder>/<row>.yaml), in the order they compose."""
-    from magrpo.launch import CONF_DIR
 
     conf = Path(CONF_DIR)
     parts = []
@@ -122,7 +127,6 @@ def row_files(task: str, row: str) -> tuple[Path, ...]:
 
 def row_algo(row: str) -> str:
     """The algorithm a trained row runs: its method's `override /algo:` (train.yaml's default otherwise)."""
-    from magrpo.launch import CONF_DIR
 
     for entry in _yaml(Path(CONF_DIR) / "method" / f"{row}.yaml").get("defaults") or []:
         if isinstance(entry, dict) and "override /algo" in entry:
@@ -149,7 +153,6 @@ def for_every_job(overrides: list[str]) -> list[str]:
     rows define (a recipe's `max_steps` under magrpo-eval, whose own config has none) is
     refused by Hydra when it composes the sweep, before any row is chosen. Config groups
     (`logger=wandb`), `hydra.*` keys and overrides that already carry a +/~ stay as they are."""
-    from magrpo.launch import group_options
 
     out = []
     for o in overrides:
@@ -361,9 +364,7 @@ def _scalar(text: Any) -> Any:
 def read_trials(sweep_dir: Path, space: dict[str, str]) -> list[dict[str, Any]]:
     """The trials of one tuning sweep, from its job directories (<n>/): the values the sweeper gave
     each (`.hydra/overrides.yaml`) and the objective its final evaluation reached (summary.json)."""
-    import yaml
 
-    from magrpo.table import natural_key
 
     trials = []
     jobs = [d for d in sweep_dir.iterdir() if d.is_dir() and d.name.isdigit()] if sweep_dir.is_dir() else []
@@ -388,7 +389,6 @@ def read_trials(sweep_dir: Path, space: dict[str, str]) -> list[dict[str, Any]]:
 
 def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any]) -> None:
     """experiment/tuned/<task>/<row>.yaml: the row's own config with its best values on top."""
-    import yaml
 
     values: dict[str, Any] = {}
     for key, value in best.items():
@@ -446,7 +446,6 @@ def _cell_of(job: Path, summary: dict[str, Any] | None) -> tuple[str, str, str] 
     cfg = summary.get("config") if summary else None
     if isinstance(cfg, dict) and cfg.get("task") is not None:
         return (str(cfg.get("task")), str(cfg.get("label")), str(cfg.get("seed")))     # an edited [1] stays a key
-    import yaml
 
     try:
         hydra_cfg = yaml.safe_load((job / ".hydra" / "config.yaml").read_text())
@@ -641,7 +640,6 @@ def reuse_best_run(root: Path, task: str, row: str, record: dict[str, Any]) -> P
     """Copy the best candidate's seed-0 run (a trial, or the row at its own values) into train/ as
     the row's seed-0 run: it is the run the seeds phase would repeat (same config, same seed), so
     it is not run twice. Returns the copy."""
-    import shutil
 
     best = record["best"]
     if best.get("own_values"):
@@ -662,7 +660,6 @@ def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: 
     """For each tuned (task, row): tuning/<task>_<row>.json (space, trials, best) and the tuned
     config its seeds run. The best values are the sweeper's (optimization_results.yaml); a sweep
     without that file (it stopped early) leaves the row at its own values. Returns what went wrong."""
-    import yaml
 
     problems = []
     for task, row in tuned:
@@ -792,7 +789,6 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
         p.error("--record-tuning records the tuning sweeps of a table run: give its --out and its --tune-trials")
     if args.tune_trials == 0 or args.only == "eval":
         return
-    import importlib.util
 
     if not args.dry_run and importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is None:
         p.error(f"--tune-trials {args.tune_trials} runs Hydra's Optuna sweeper, which is not installed here: "
@@ -812,7 +808,6 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from magrpo import table as table_cli
 
     # Intermixed: overrides may follow options (`make paper` appends ARGS after --jobs).
     parser = build_parser()
