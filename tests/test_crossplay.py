@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -332,6 +333,8 @@ def test_the_table_takes_a_crossplay_json_only_for_runs_it_holds(paper_root, tmp
         d = (paper_root if name == "moved" else found) / f"cp_{name}"
         d.mkdir(parents=True, exist_ok=True)
         (d / "crossplay.json").write_text(data if isinstance(data, str) else json.dumps(data))
+    (found / "cp_fifo").mkdir()
+    os.mkfifo(found / "cp_fifo" / "crossplay.json")          # a read would wait for a writer forever
     try:
         results, notes = collect([paper_root / "train", paper_root / "cp_moved", found], runs)
         assert set(results) == {("agree", "magrpo")}
@@ -339,7 +342,8 @@ def test_the_table_takes_a_crossplay_json_only_for_runs_it_holds(paper_root, tmp
         assert (cell["zsc/self_play"].mean, cell["zsc/self_play"].ci95, cell["zsc/gap"].mean) == (0.5, 0.1, 0.25)
         assert "zsc/held_out" not in cell
         joined = "\n".join(notes)
-        assert len(notes) == 4 and "is not a run of this table" in joined and "several rows" in joined
+        assert len(notes) == 5 and "is not a run of this table" in joined and "several rows" in joined
+        assert "is not a regular file" in joined
         assert "not readable as JSON" in joined and "no list of sources" in joined
         out = tmp_path / "table"
         assert table_main([str(paper_root / "train"), str(paper_root / "cp_moved"), str(found), "--layout", "paper",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 import struct
 import subprocess
@@ -338,6 +339,14 @@ def test_errors_exit_2_naming_the_path(tmp_path, capsys):
     assert "algo.no_such_key" in capsys.readouterr().err
     assert main([str(done), str(done)]) == 2     # several DIRs: --out is required
     assert "--out" in capsys.readouterr().err
+
+    # A FIFO (or a device) under a run file's name is skipped, never read: the read would block.
+    fifo = tmp_path / "fifo_run"
+    fifo.mkdir()
+    os.mkfifo(fifo / "summary.json")
+    capsys.readouterr()
+    assert main([str(fifo), str(done), "--out", str(tmp_path / "t_fifo")]) == 0
+    assert "summary.json is not a regular file" in capsys.readouterr().err
 
     # The installed entry point: one line on stderr, no traceback.
     proc = subprocess.run([sys.executable, "-m", "magrpo.table", str(missing)], capture_output=True, text=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -121,12 +122,24 @@ _RESOLVER_CALL = re.compile(r"\$\{\s*[\w.-]+\s*:")     # ${oc.env:X}, ${hydra:..
 _KEY_REF = re.compile(r"\$\{\s*([\w.\[\]-]+)\s*\}")
 
 
+def check_regular(path: Path, limit: int | None = None) -> None:
+    """Refuse (OSError) a file a run directory holds that is not a regular file, or is larger than
+    `limit` bytes: a FIFO or a device under a file's name (someone else's run directory) would block
+    the read or never end it."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise OSError(f"{path} is not a regular file")
+    if limit is not None and st.st_size > limit:
+        raise OSError(f"{path} is larger than {limit >> 20} MB")
+
+
 def read_hydra_config(path: Path) -> dict[str, Any]:
     """`.hydra/config.yaml` flattened, with interpolations between its own keys resolved
     (`${algo.temperature}`); one that calls a resolver (`${oc.env:TOKEN}`, `${hydra:...}`), or leads to
     one, stays as written: a run's record never reads this machine's environment into a table."""
     from omegaconf import OmegaConf
 
+    check_regular(path)
     cfg = OmegaConf.load(path)
     flat = flatten(OmegaConf.to_container(cfg, resolve=False))
     raw = {k: v for k, v in flat.items() if isinstance(v, str) and "${" in v}
@@ -154,6 +167,7 @@ def read_curves(path: Path) -> dict[str, dict[int, float]]:
     curves: dict[str, dict[int, float]] = {}
     if not path.exists():
         return curves
+    check_regular(path)
     with open(path) as f:
         for line in f:
             line = line.strip()
@@ -181,8 +195,9 @@ def _numbers(d: Any) -> dict[str, float]:
 def load_run(path: Path) -> Run:
     """One run directory. Raises TableError when its summary.json cannot be read."""
     try:
+        check_regular(path / "summary.json")
         summary = json.loads((path / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError) as e:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise TableError(f"cannot read {path / 'summary.json'}: {e}") from None
     if not isinstance(summary, dict):
         raise TableError(f"{path / 'summary.json'} is not a JSON object")

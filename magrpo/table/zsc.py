@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from magrpo.table.runs import Run, walk
+from magrpo.table.runs import Run, check_regular, walk
 from magrpo.table.stats import Cell
 
 FILE = "crossplay.json"
@@ -63,8 +63,10 @@ def _candidates(here: Path, recorded: str, relative: str | None) -> list[str]:
 def read(path: Path, runs_by_path: dict[str, Run]) -> tuple[tuple[str, str] | None, Result | None, str | None]:
     """(task, row label), its Result, or a note saying why the file is not used."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            return None, None, f"`{path}`: larger than {MAX_BYTES >> 20} MB, not read"
+        check_regular(path, MAX_BYTES)
+    except OSError as e:
+        return None, None, f"`{path}`: not read ({e})"
+    try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
         return None, None, f"`{path}`: not readable as JSON ({e.__class__.__name__}), not used"
