@@ -217,7 +217,10 @@ def load_run(path: Path) -> Run:
     algo = scfg.get("algo", hc.get("algo.name", "unknown"))
     seed = _hashable(scfg.get("seed", hc.get("seed")))     # a hand-edited [1] must not break the grouping
     final = _numbers(summary.get("final_eval"))
-    curves = read_curves(path / "metrics.jsonl")
+    try:
+        curves = read_curves(path / "metrics.jsonl")
+    except (OSError, UnicodeDecodeError) as e:
+        raise TableError(f"cannot read {path / 'metrics.jsonl'}: {e}") from None
     if not final:
         final = last_eval(curves, summary)
     from magrpo.tracking import effective_status
