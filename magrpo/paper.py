@@ -225,7 +225,8 @@ def record_command(args: argparse.Namespace, root: Path) -> list[str]:
 def crossplay_command(args: argparse.Namespace, root: Path) -> list[str]:
     """The step between the trained rows and the table (run in this process; a command in --dry-run)."""
     cmd = [sys.executable, "-m", "magrpo.paper", args.table, "--out", str(root)]
-    for option, values in (("--tasks", args.tasks), ("--rows", args.rows), ("--crossplay-partners", args.crossplay_partners)):
+    for option, values in (("--tasks", args.tasks), ("--rows", args.rows),
+                           ("--crossplay-partners", args.crossplay_partners)):
         if values:
             cmd += [option, ",".join(values)]
     return cmd + ["--record-crossplay"]
@@ -266,7 +267,8 @@ def record_crossplay(args: argparse.Namespace, root: Path) -> list[str]:
         if all(before.get(key) == value for key, value in wanted.items()):
             print(f"{PROG}: crossplay {task}/{row}: already done in {out}, not run again", flush=True)
             continue
-        argv = [*wanted["sources"], "--out", str(out), "--force"] + (["--partners", *wanted["partners"]] if partners else [])
+        argv = [*wanted["sources"], "--out", str(out), "--force"]
+        argv += ["--partners", *wanted["partners"]] if partners else []
         print(f"{PROG}: crossplay {task}/{row}: {len(runs)} seed(s)"
               + (f", {len(partners)} held-out partner run(s)" if partners else "") + f" -> {out}", flush=True)
         rc = crossplay_cli.main(argv)

@@ -58,7 +58,8 @@ def made(tmp_path_factory):
     env = _env(home_a, lib)
     run, team = root / "made" / "run", root / "made" / "team"
     train = preloaded.script("magrpo-train", ["plugins=[trust_game]", "algo.advantage=trust_median",
-                            "reward.fn=trust_game:score", "reward.max=1", "debug=smoke", f"output_dir={run}"], cwd=root, env=env, timeout=600)
+                                              "reward.fn=trust_game:score", "reward.max=1", "debug=smoke",
+                                              f"output_dir={run}"], cwd=root, env=env, timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
     export = preloaded.script("magrpo-export", [str(run), str(team)], cwd=root, env=env, timeout=600)
     assert export.returncode == 0, export.stderr[-3000:]
@@ -254,7 +255,8 @@ def test_a_run_resumed_from_a_trusted_one_does_not_inherit_the_trust(made, recei
     run = received(made, receiver, "run")
     mine = receiver / "mine"
     done = preloaded.script("magrpo-train", [f"resume={run}", "trust_plugins=true", "max_steps=3",
-                           f"output_dir={mine}"], cwd=receiver, env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")), timeout=600)
+                           f"output_dir={mine}"], cwd=receiver,
+                            env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads((mine / "signature.json").read_text())["code"] == []     # the sender's plugin is not yours
     code, err = _cli("eval", [f"checkpoint={mine}", f"hydra.run.dir={receiver / 'ev'}"], capsys)
@@ -460,7 +462,8 @@ def test_a_plugin_failing_on_import_is_one_line_naming_it(tmp_path, monkeypatch,
 
 def test_a_plugin_calling_os_exit_is_one_line_and_trains_nothing(tmp_path):
     (tmp_path / "exit_plug.py").write_text("import os\nos._exit(0)\n")
-    done = preloaded.script("magrpo-train", ["plugins=[exit_plug]", "debug=smoke", f"output_dir={tmp_path / 'r'}"], cwd=tmp_path, env=_env(tmp_path / "home", tmp_path), timeout=300)
+    done = preloaded.script("magrpo-train", ["plugins=[exit_plug]", "debug=smoke", f"output_dir={tmp_path / 'r'}"],
+                            cwd=tmp_path, env=_env(tmp_path / "home", tmp_path), timeout=300)
     err = [x for x in done.stderr.splitlines() if not x.startswith("[magrpo]")]
     assert done.returncode == 2 and len(err) == 1 and "called os._exit(0)" in err[0], done.stderr
     assert not (tmp_path / "r").exists()
@@ -577,7 +580,8 @@ def test_trust_remote_code_made_by_an_interpolation_is_refused(made, receiver):
     (team / "overrides.yaml").write_text(yaml.safe_dump([*lines, trick]))
     rehash(team)
     done = preloaded.script("magrpo-eval", [f"team={team}", "trust_plugins=true", "eval.num_items=2",
-                           f"hydra.run.dir={receiver / 'o'}"], cwd=receiver, env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")), timeout=300)
+                           f"hydra.run.dir={receiver / 'o'}"], cwd=receiver,
+                            env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")), timeout=300)
     err = [x for x in done.stderr.splitlines() if x.startswith("magrpo-eval:")]
     assert done.returncode == 2 and len(err) == 1 and "trust_remote_code is true, but not by your command line" \
         in err[0], done.stderr[-2000:]

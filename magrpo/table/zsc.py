@@ -95,7 +95,8 @@ def read(path: Path, runs_by_path: dict[str, Run]) -> tuple[tuple[str, str] | No
     return rows.pop(), Result(path, values), None
 
 
-def collect(dirs: Iterable[Path], runs: Sequence[Run], skip: Iterable[Path] = ()) -> tuple[dict[tuple[str, str], Result], list[str]]:
+def collect(dirs: Iterable[Path], runs: Sequence[Run],
+            skip: Iterable[Path] = ()) -> tuple[dict[tuple[str, str], Result], list[str]]:
     """Every usable crossplay.json under `dirs` by (task, row label), and notes on those not used
     (one per file; where two cover one row, the one over more seeds, then the first found)."""
     by_path = {os.path.realpath(r.path): r for r in runs}
