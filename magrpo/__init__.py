@@ -1,4 +1,5 @@
 """MAGRPO: multi-agent group relative policy optimization for teams of cooperating LLMs."""
+import importlib
 
 __version__ = "0.1.0"
 
@@ -25,8 +26,6 @@ __all__ = sorted(_PUBLIC)
 
 def __getattr__(name: str):
     if name in _PUBLIC:
-        import importlib
-
         return getattr(importlib.import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'magrpo' has no attribute {name!r}")
 

@@ -16,10 +16,13 @@ keys listed in MAY_CHANGE_ON_RESUME (docs/outputs.md, "Resuming").
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import importlib
 import json
 import logging
 import os
+import pickle
 import re
 import shutil
 import time
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from magrpo.schema import CheckpointError, ConfigError  # noqa: F401  (CheckpointError: its home for callers)
+from magrpo.writes import disk_full_error, disk_full_is_one_line, is_temp_name, remove_stale_temps, temp_dir
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +82,6 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
     (unless None: an exported team keeps its own in team.json) and the manifest are added and the
     directory is renamed to `dest` (replacing an older one). A failure removes the temporary
     directory; one for a full disk is raised as magrpo.writes.DiskFullError (one line)."""
-    from magrpo.writes import disk_full_error, disk_full_is_one_line, remove_stale_temps, temp_dir
-
     with disk_full_is_one_line(dest.parent, dest.name):
         dest.parent.mkdir(parents=True, exist_ok=True)
         # what a killed save or export left (a SIGKILL cleans nothing): of this destination, or of any
@@ -248,9 +250,6 @@ def _own_enums(names: list[str]) -> list:
     """The Enum classes of magrpo's own config schemas among `names` (module.Class), which an older
     magrpo pickled inside the saved config: constructing one from its value runs no code of the
     file's. Anything else stays refused."""
-    import enum
-    import importlib
-
     out = []
     for name in names:
         module, _, attr = name.rpartition(".")
@@ -269,8 +268,6 @@ def load_state(path: Path, name: str = STATE_FILE) -> Any:
     """A checkpoint's trainer state (`trainer_state.pt`, or an fsdp rank's optimizer shard) loaded as
     data only: tensors, numbers, strings, lists and dicts (torch's weights_only unpickler, plus
     numpy's RNG arrays). A file that holds anything else is refused, never executed."""
-    import pickle
-
     import torch
 
     f = Path(path) / name
@@ -339,7 +336,6 @@ def resolve(path: str | os.PathLike, key: str) -> Path:
     if not p.is_dir():
         raise ConfigError(f"{key}={str(path)!r} is a file; give a checkpoint directory (.../checkpoints/step_N) "
                           f"or a run directory")
-    from magrpo.writes import is_temp_name
 
     if is_temp_name(p.resolve().name):
         raise ConfigError(f"{key}={str(path)!r} is the temporary directory of a save that did not finish; it is no "

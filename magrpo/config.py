@@ -17,7 +17,9 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from magrpo.plugins import conf_dirs, load_plugins
+from magrpo.feedback import FEEDBACKS
+from magrpo.plugins import conf_dirs, load_plugins, loaded
+from magrpo.sandbox import SandboxUnavailable, isolation_level
 from magrpo.sandbox.limits import ISOLATION_CHOICES
 from magrpo.schema import (
     ConfigError,
@@ -30,6 +32,9 @@ from magrpo.schema import (
     warn_renamed,
     within,
 )
+from magrpo.tasks import TASKS, RewardConfig, available_tasks, reward_schema_of
+from magrpo.tasks.reward_fns import check_reward_node
+from magrpo.tiny import BUILTIN_MODELS
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
 DEVICES = "cpu, cuda, cuda:N, mps"
@@ -373,9 +378,7 @@ def register_schemas(paper_aliases: bool = False) -> None:
     from hydra.core.config_store import ConfigStore
 
     from magrpo.algos import ALGOS
-    from magrpo.feedback import FEEDBACKS
     from magrpo.paper_grid import register_aliases
-    from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
 
     share_config_store()
     store = ConfigStore.instance()
@@ -482,16 +485,12 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     `recorded`: the config a run or team recorded (magrpo.team), whose plugins and reward modules
     the trust rule has taken up already (magrpo.trust): nothing is imported for it here."""
     from magrpo.algos import ALGOS
-    from magrpo.tasks import TASKS, available_tasks, reward_schema_of
-    from magrpo.tasks.reward_fns import check_reward_node
 
     # The user's plugins first: they may register the task, algorithm or feedback mode named below.
     wanted = cfg.get("plugins") if "plugins" in cfg else None
     if wanted is not None and not OmegaConf.is_list(wanted) and not isinstance(wanted, list):
         raise ConfigError(f"plugins={wanted!r}: give a list of module names, e.g. plugins=[my_pkg.tasks]")
     if recorded:
-        from magrpo.plugins import loaded
-
         missing = [str(m) for m in wanted or [] if str(m) not in loaded()]
         if missing:
             raise ConfigError(f"plugins={missing}: not taken up (magrpo.trust.take_up imports a run's or team's "
@@ -523,7 +522,6 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     typed = _typed(OmegaConf.create(raw), schema, "")
 
     # The feedback node is checked against the schema of the mode it names.
-    from magrpo.feedback import FEEDBACKS
 
     mode = raw_feedback.get("mode", "none")
     if mode not in FEEDBACKS:
@@ -634,7 +632,6 @@ def _validate_sandbox(node: DictConfig) -> None:
     back instead, with a warning, when the task first runs code)."""
     if node.isolation == "auto":
         return
-    from magrpo.sandbox import SandboxUnavailable, isolation_level
 
     try:
         isolation_level(node.isolation)
@@ -656,7 +653,6 @@ def _validate_resume(cfg: DictConfig) -> None:
 def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
     from magrpo.algos import ALGOS
     from magrpo.models import BUILTIN_PREFIX, looks_local
-    from magrpo.tiny import BUILTIN_MODELS
 
     agents = cfg.agents
     n = ALGOS[cfg.algo.name].team(cfg).num_agents

@@ -55,7 +55,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo.launch import check_out_dir
+from magrpo.checkpoint import missing_checkpoint, read_manifest
+from magrpo.launch import check_out_dir, parse_plain_cli
 from magrpo.schema import ConfigError, SetupError
 from magrpo.table.stats import mean_std
 from magrpo.trust import one_command
@@ -96,8 +97,6 @@ def resolve_source(source: str) -> tuple[str, Path]:
         read_team(root)                 # whole, before anything is loaded
         return "team", root.resolve()
     if not p.exists():
-        from magrpo.checkpoint import missing_checkpoint
-
         raise ConfigError(f"{source}: {missing_checkpoint(p) or 'no such run, checkpoint or exported team'}")
     return "run", checkpoint_of(p, None, source).resolve()
 
@@ -105,8 +104,6 @@ def resolve_source(source: str) -> tuple[str, Path]:
 def policy_weights(kind: str, path: Path) -> dict[str, tuple[str, ...]]:
     """Per policy directory (agent_<k>, policy), the sha256 of its weight files, from the manifest:
     equal for two sources that hold the same trained weights (a run and its export, a copy)."""
-    from magrpo.checkpoint import read_manifest
-
     out: dict[str, list[str]] = {}
     for name, meta in read_manifest(path, "team" if kind == "team" else "checkpoint")["files"].items():
         top, _, rest = name.partition("/")
@@ -451,8 +448,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 @one_command
 def main(argv: list[str] | None = None) -> int:
-    from magrpo.launch import parse_plain_cli
-
     args = parse_plain_cli(build_parser(), argv)
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,

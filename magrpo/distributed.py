@@ -33,6 +33,10 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.utils import get_total_norm
 
 log = logging.getLogger(__name__)
 
@@ -207,8 +211,6 @@ _BUCKET = 1 << 25           # elements per all-reduce (128 MB in float32)
 
 
 def _is_sharded(p: torch.Tensor) -> bool:
-    from torch.distributed.tensor import DTensor
-
     return isinstance(p, DTensor)
 
 
@@ -258,8 +260,6 @@ def broadcast_module(module: torch.nn.Module) -> None:
 
 
 def _fsdp_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
-    from torch.distributed.fsdp import FSDPModule
-
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
@@ -271,8 +271,6 @@ def shard_model(model: torch.nn.Module) -> torch.nn.Module:
     already its share of the whole-batch loss (AggContext.of). The optimizer built on the sharded
     parameters then keeps only its shard of the state.
     """
-    from torch.distributed.fsdp import fully_shard
-
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     block_names = set(getattr(base, "_no_split_modules", None) or [])
     blocks = [m for m in model.modules() if type(m).__name__ in block_names]
@@ -315,15 +313,12 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
     rank calls it); None for a model that is not sharded (its own state_dict serves)."""
     if not (_WORLD.distributed and is_sharded(model)):
         return None
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
     return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
 
 def grad_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
     """The L2 norm of all gradients, sharded (FSDP) and plain ones together."""
-    from torch.nn.utils import get_total_norm
-
     sharded = [p.grad for p in params if p.grad is not None and _is_sharded(p)]
     plain = [p.grad for p in params if p.grad is not None and not _is_sharded(p)]
     sq = torch.zeros((), dtype=torch.float32)

@@ -31,7 +31,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo import trust
+from magrpo.checkpoint import resolve
 from magrpo.config import ConfigError, EvalRunSchema, validate
+from magrpo.diagnostics import DiagnosticsConfig
+from magrpo.eval_loop import eval_sampling, evaluate
+from magrpo.feedback import build_feedback
 from magrpo.launch import (
     as_setup_error,
     check_run_dir,
@@ -40,8 +44,13 @@ from magrpo.launch import (
     output_dir,
     run_job,
 )
+from magrpo.models import load_agents
 from magrpo.rollout import BASELINES
 from magrpo.run_config import from_run
+from magrpo.tasks import build_task
+from magrpo.team import Team, check_team_option, load_team_agents
+from magrpo.tracking import RunLogger, RunStatus, run_identity, write_json
+from magrpo.turns import TurnSpec
 
 log = logging.getLogger("magrpo")
 
@@ -54,8 +63,6 @@ HEADLINE = ["reward_mean", "reward_std", "turn_1/reward_mean", "accuracy", "majo
 def resolve_checkpoint(path: str | Path) -> Path:
     """A checkpoint directory as given, or the newest complete checkpoint of a run directory;
     damaged ones are named and skipped (magrpo.checkpoint)."""
-    from magrpo.checkpoint import resolve
-
     return resolve(path, "checkpoint")
 
 
@@ -83,8 +90,6 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
     """Validate, load, evaluate every method; returns {"results": {method: metrics}, ...}.
     A failure leaves summary.json (status failed, phase, reason); success leaves eval.json.
     `taken`: what the command line took up from the run `checkpoint=`/`team=` names (magrpo.run_config)."""
-    from magrpo.tracking import RunStatus
-
     out = output_dir(cfg)
     check_run_dir(out)
     keep_saved_config(out)
@@ -95,22 +100,13 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
         trust.sign_run(out, cfg, bool(taken))  # made by you: magrpo-table takes up its plugins (magrpo.trust)
         if cfg.get("team"):
-            from magrpo.team import check_team_option
-
             check_team_option(cfg)            # the exported team, whole, with this config's agents
         status.phase = "setup"
         return _evaluate(cfg, out, status, origin)
 
 
 def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
-    from magrpo.diagnostics import DiagnosticsConfig
-    from magrpo.eval_loop import eval_sampling, evaluate
-    from magrpo.feedback import build_feedback
-    from magrpo.tasks import build_task
-    from magrpo.team import Team, load_team_agents
-    from magrpo.tracking import RunLogger, run_identity, write_json
     from magrpo.trainer import seed_everything
-    from magrpo.turns import TurnSpec
 
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
     team_dir = cfg.get("team")
@@ -147,8 +143,6 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
         if weights is None:
             return agents
         if not base:
-            from magrpo.models import load_agents
-
             base.extend(load_agents(cfg.agents, cfg.hardware, len(agents), need_reference=False))
         return base
 

@@ -36,17 +36,23 @@ import contextlib
 import functools
 import importlib
 import inspect
+import json
 import logging
 import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magrpo import trust
+from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema, register_schemas, validate
 from magrpo.overrides import override_key, parse_override
+from magrpo.plugins import conf_dirs, import_plugin, load_plugins, plugins_in_argv
+from magrpo.run_config import reward_modules_in_argv
 from magrpo.schema import ConfigError, literal
+from magrpo.tasks import TASKS, Task
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
 _BACKSLASHES_BEFORE_QUOTE = re.compile(r"(\\*)'")
@@ -206,8 +212,6 @@ class Experiment:
 
     def __init__(self, *overrides: str, task: Any = None, reward_fn: Any = None, config_name: str = "train",
                  **keys: Any):
-        from magrpo.plugins import import_plugin, plugins_in_argv
-
         for o in overrides:
             if not isinstance(o, str):
                 raise ConfigError(f"Experiment({o!r}): overrides are strings like 'algo=ippo'; give keys as "
@@ -243,8 +247,6 @@ class Experiment:
     def _task_name(task: Any, lines: list[str]) -> tuple[str, str]:
         """A Task class or instance: its `name` (registered once; another class under that name is an
         error naming both) and the module that defines it."""
-        from magrpo.tasks import TASKS, Task
-
         cls = task if isinstance(task, type) else type(task)
         if not (isinstance(cls, type) and issubclass(cls, Task)):
             raise ConfigError(f"task={task!r}: give a magrpo.Task subclass (or an instance of one)")
@@ -275,11 +277,8 @@ class Experiment:
         from hydra import compose, initialize_config_dir
         from hydra.core.global_hydra import GlobalHydra
 
-        from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema, register_schemas, validate
         from magrpo.launch import explain_override_error, register_resolvers, resumed_run, stamp
         from magrpo.paper_grid import names_paper_alias
-        from magrpo.plugins import conf_dirs, load_plugins, plugins_in_argv
-        from magrpo.run_config import reward_modules_in_argv
 
         named = plugins_in_argv(self.overrides)
         trust.allow_named([*named, *reward_modules_in_argv(self.overrides)])   # yours: the run signs them
@@ -332,8 +331,6 @@ class Experiment:
     def _save_record(self) -> None:
         """.hydra/overrides.yaml and config.yaml in the run directory, as magrpo-train leaves them (the
         config as composed, interpolations as written: a literal `${` stays escaped)."""
-        import yaml
-
         saved = [x for x in self.overrides if override_key(x) not in ("output_dir", "hydra.run.dir")]
         for d in self._record_dirs():
             hydra_dir = d / ".hydra"
@@ -347,8 +344,6 @@ class Experiment:
         command line, the run's log goes to `train.log` in its directory, and its progress lines
         (`step 20/120 reward ...`, the evaluations, `finished: ...`) to stderr unless `quiet=True`
         or your program has set up logging itself (then they go where your handlers send them)."""
-        import json
-
         from magrpo.launch import check_run_dir
         from magrpo.train import run
 

@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from magrpo.tiny import SHAPES
+
 GB = 1e9
 DEVICES = {"24 GB": 24, "80 GB (H100)": 80, "141 GB (H200)": 141}
 USABLE = 0.92
@@ -57,8 +59,6 @@ class Arch:
 
     @classmethod
     def of(cls, name: str) -> Arch:
-        from magrpo.tiny import SHAPES
-
         s = SHAPES[name]
         return cls(s["num_hidden_layers"], s["hidden_size"], s["intermediate_size"], s["num_attention_heads"],
                    s["num_key_value_heads"], s.get("head_dim", s["hidden_size"] // s["num_attention_heads"]),

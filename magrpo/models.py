@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 import magrpo.cpu_bf16
-from magrpo import hub
+from magrpo import distributed, hub
 from magrpo.cpu_bf16 import use_float32_products
 from magrpo.sampler import set_vocab_limit
 from magrpo.schema import CheckpointError, SetupError
@@ -211,8 +212,6 @@ def _check_chat_template(tok: Any, spec: Any) -> None:
 def _peft(wrap, model, *args, **kwargs):
     """peft's `get_peft_model`, without the FutureWarning it triggers itself: peft reads the model's
     `is_gradient_checkpointing`, which transformers 5 renamed (nothing the user can act on)."""
-    import warnings
-
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
         return wrap(model, *args, **kwargs)
@@ -274,8 +273,6 @@ def _loading(spec: Any, index: int | str):
 
 
 def agent_devices(hw: Any, n: int) -> list[torch.device]:
-    from magrpo import distributed
-
     world = distributed.world()
     if world.distributed and world.backend == "nccl":
         if hw.agent_devices:

@@ -39,6 +39,7 @@ import sys
 import traceback
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
@@ -298,8 +299,6 @@ def env_plugins() -> list[str]:
 
 
 def entry_point_plugins() -> list[str]:
-    from importlib.metadata import entry_points
-
     return [ep.value.partition(":")[0].strip() for ep in entry_points(group=ENTRY_POINT_GROUP)]
 
 

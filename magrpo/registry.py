@@ -135,7 +135,19 @@ class Registry(Mapping[str, T]):
 
     def __iter__(self) -> Iterator[str]:
         self.fill()
-        return iter(dict(self._items))
+        return iter(sorted(self._items, key=lambda name: self._rank(self._items[name])))
+
+    def _rank(self, obj: Any) -> int:
+        """Where an entry stands: those defined beside the registry first, then the built-in families
+        in the order of `builtins` (whichever module happened to be imported first), then the plugins'
+        entries, each group in the order it registered."""
+        module = str(getattr(obj, "__module__", "") or "")
+        if module in self.builtins:
+            return self.builtins.index(module)
+        prefixes = [b for b in self.builtins if module.startswith(b + ".")]
+        if prefixes:
+            return self.builtins.index(max(prefixes, key=len))
+        return -1 if module.startswith("magrpo.") else len(self.builtins)
 
     def __len__(self) -> int:
         self.fill()

@@ -33,10 +33,15 @@ import re
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import OmegaConf
 
+from magrpo import checkpoint
+from magrpo.checkpoint import CALLER_KEYS
+from magrpo.config import CONF_DIR
 from magrpo.overrides import check_saved_line, override_key
 from magrpo.overrides import parse_override as _parse
+from magrpo.plugins import conf_dirs
 from magrpo.schema import ConfigError
 
 log = logging.getLogger("magrpo")
@@ -135,8 +140,6 @@ def run_dir_of(path: str | Path) -> Path | None:
 
 def saved_overrides(run_dir: Path) -> list[str]:
     """The overrides a run (or an exported team) was composed with, each checked (`check_saved_line`)."""
-    import yaml
-
     f = _saved_file(Path(run_dir))
     try:
         if f.stat().st_size > MAX_SAVED_BYTES:
@@ -155,8 +158,6 @@ def saved_overrides(run_dir: Path) -> list[str]:
 def caller_only(line: str) -> bool:
     """Whether a saved override sets a key only the caller may set (trust_remote_code,
     trust_plugins): a run, a checkpoint or a team never opts in to running code on the user's behalf."""
-    from magrpo.checkpoint import CALLER_KEYS
-
     if re.split(r"[./\[\]]", override_key(line))[-1] in CALLER_KEYS:
         return True
     value = line.partition("=")[2]
@@ -187,9 +188,6 @@ def check_inheritable(line: str, where: Path | str) -> None:
 def _is_group(key: str) -> bool:
     """Whether an override's key picks an option of a config group (`task`, `method/task/agree`)
     rather than setting a value."""
-    from magrpo.config import CONF_DIR
-    from magrpo.plugins import conf_dirs
-
     if not key or "." in key or "[" in key:
         return False
     return "/" in key or any((Path(d) / key).is_dir() for d in [CONF_DIR, *conf_dirs()])
@@ -313,8 +311,6 @@ def reward_modules_in_argv(argv: list[str]) -> list[str]:
 def caller_keys_in_argv(argv: list[str]) -> set[str]:
     """The caller-only keys (trust_remote_code, sandbox isolation...) a command line sets anywhere
     itself: only the user's own command line may."""
-    from magrpo.checkpoint import CALLER_KEYS
-
     said = set()
     for a in argv:
         if a.startswith("~") or "=" not in a:
@@ -416,7 +412,6 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
     """A run with no saved overrides: its team is what the command line says. Refuse when the
     checkpoint's config.json says the team was trained otherwise in a key the command line leaves
     at its default."""
-    from magrpo import checkpoint
     from magrpo.team import is_team_dir
 
     key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])

@@ -32,6 +32,7 @@ lean step, which calls the layers without that forward, runs under the same auto
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 
 import torch
@@ -96,8 +97,6 @@ _CACHE_KW: dict[type, str] = {}
 
 def cache_keyword(model) -> str:
     """The forward keyword that passes a key/value cache to `model`: `cache` or `past_key_values`."""
-    import inspect
-
     cls = type(_base(model))
     if cls not in _CACHE_KW:
         try:

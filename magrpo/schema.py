@@ -20,9 +20,12 @@ algorithm's classmethod `check_config(cfg, task_cls)`, called by config.validate
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import math
 import re
 import typing
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -50,8 +53,6 @@ Choices = Sequence[Any] | Callable[[], Sequence[Any]]
 
 def did_you_mean(bad: Any, allowed: Sequence[Any]) -> str:
     """"; did you mean 'X'?" for the allowed name closest to a misspelt one, else ""."""
-    import difflib
-
     close = difflib.get_close_matches(str(bad), [str(a) for a in allowed], n=1, cutoff=0.6)
     return f"; did you mean {close[0]!r}?" if close else ""
 
@@ -141,9 +142,6 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
 def warn_renamed(old: str, new: str, why: str = "") -> None:
     """A renamed config key or public name, still honoured for one release: a DeprecationWarning and
     a log line, both naming the old and the new name."""
-    import logging
-    import warnings
-
     message = f"{old} is deprecated (removed in the next release): use {new} instead{why}"
     warnings.warn(message, DeprecationWarning, stacklevel=3)
     logging.getLogger("magrpo").warning(message)

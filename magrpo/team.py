@@ -33,11 +33,28 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from magrpo import checkpoint, trust
+from magrpo import __version__, checkpoint, hub, trust
 from magrpo.checkpoint import TEAM_FILE, is_team_dir  # noqa: F401  (re-exported: a team's marker)
+from magrpo.config import TrainSchema, validate
+from magrpo.feedback import build_feedback
+from magrpo.models import (
+    _load_model,
+    _load_tokenizer,
+    _loading,
+    load_agent_weights,
+    load_agents,
+    policy_agents,
+    resolve_model_path,
+    save_agent,
+    team_level,
+)
+from magrpo.overrides import check_saved_line
 from magrpo.schema import ConfigError
+from magrpo.tasks import build_task
+from magrpo.writes import is_temp_name
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +87,6 @@ class Team:
 
     def __init__(self, config: DictConfig, agents: list, source: dict[str, Any] | None = None,
                  info: dict[str, Any] | None = None, loaded_from: DictConfig | None = None):
-        from magrpo.feedback import build_feedback
-        from magrpo.tasks import build_task
         from magrpo.turns import TurnSpec
 
         self.config = config
@@ -124,7 +139,6 @@ class Team:
         config = OmegaConf.create({k: v for k, v in info["config"].items() if k != "sandbox"})   # this machine's
         agents_cfg = with_trust(_agents_at(config.agents, info, root), trust_remote_code)
         hw = hardware or default_hardware(device)
-        from magrpo.models import load_agent_weights, load_agents, policy_agents
 
         agents = load_agents(agents_cfg, hw, info["num_agents"], need_reference=False, safetensors_only=True)
         if info["weights"] == "adapters":
@@ -141,8 +155,6 @@ class Team:
 
     @property
     def level(self) -> str:
-        from magrpo.models import team_level
-
         return team_level(self.config.agents)
 
     def sampling(self, num_samples: int = 1, do_sample: bool | None = None, temperature: float | None = None):
@@ -230,8 +242,6 @@ def _base_key(spec: Any) -> tuple:
 def _layout(team: Any) -> tuple[list[dict], dict[tuple, str]]:
     """Per policy, where its weights go and what loading reads (`models` of team.json), and the
     base directory of every distinct base model a LoRA adapter rides on."""
-    from magrpo.models import policy_agents
-
     cfg = team.config.agents
     specs = list(cfg.models)
     shared_base = bool(cfg.get("share_base"))
@@ -257,10 +267,6 @@ def _layout(team: Any) -> tuple[list[dict], dict[tuple, str]]:
 
 def _write_base(spec: Any, out: Path) -> None:
     """A LoRA team's base model as it was loaded for training (from its original source)."""
-    import torch
-
-    from magrpo.models import _load_model, _load_tokenizer, _loading, resolve_model_path
-
     with _loading(spec, 0):
         path = resolve_model_path(spec.name_or_path)
         model = _load_model(spec, path, torch.device("cpu"))
@@ -285,7 +291,6 @@ def _example_prompts(team: Any) -> tuple[str | None, list[str] | None]:
 def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
                 final_eval: dict | None) -> dict[str, Any]:
     """team.json's content."""
-    from magrpo import __version__
     from magrpo.algos import ALGOS
 
     cfg = team.config
@@ -367,8 +372,6 @@ def model_card(info: dict[str, Any], repo_id: str | None = None) -> str:
 
 def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
     """Write `team` to `out` atomically (magrpo.checkpoint.write_checkpoint with no config.json)."""
-    from magrpo.models import policy_agents, save_agent
-
     entries, bases = _layout(team)
     specs = list(team.config.agents.models)
     overrides, final_eval = card_extra.get("overrides"), card_extra.get("final_eval")
@@ -390,8 +393,6 @@ def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
         trust.sign_team(tmp, info)          # made by you: you load it again without trusting it
         (tmp / "README.md").write_text(model_card(info, card_extra.get("repo_id")))
         if overrides is not None:
-            import yaml
-
             (tmp / OVERRIDES_FILE).write_text(yaml.safe_dump(list(overrides), default_flow_style=False))
 
     step = team.source.get("step") or 0
@@ -405,8 +406,6 @@ def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
 
 def checkpoint_of(path: str | Path, step: int | None, key: str) -> Path:
     """The verified checkpoint a run path (and `step`) names; an exported team is refused here."""
-    from magrpo import checkpoint
-
     p = Path(str(path)).expanduser()
     if is_team_dir(p):
         raise ConfigError(f"{key}={str(path)!r} is an exported team ({TEAM_FILE}), not a training run; load it "
@@ -424,9 +423,7 @@ def checkpoint_of(path: str | Path, step: int | None, key: str) -> Path:
 def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
     """The agents a config's algorithm builds (1 for the single-model form), with the trained
     weights of `ckpt` loaded into every policy; the base models when `ckpt` is None."""
-    from magrpo import checkpoint
     from magrpo.algos import ALGOS
-    from magrpo.models import load_agent_weights, load_agents, policy_agents
 
     spec = ALGOS[cfg.algo.name].team(cfg)
     if ckpt is not None:
@@ -445,9 +442,6 @@ def read_team(root: Path, trust_plugins: bool = False) -> dict[str, Any]:
     modules it records taken up as the trust rule says (magrpo.trust; `trust_plugins`: the
     caller's say), and what the team claims (task, algorithm, team size, topology, turns, level,
     policies) against its config."""
-    from magrpo import checkpoint
-    from magrpo.writes import is_temp_name
-
     root = Path(root)
     if is_temp_name(root.resolve().name):
         raise ConfigError(f"{root}: the temporary directory of an export that did not finish; it is no team: "
@@ -538,8 +532,6 @@ def _check_fields(info: Any, where: Path | str) -> None:
     for name, (types, expected) in OPTIONAL_FIELDS.items():
         _typed_field(where, name, info.get(name), types, expected)
     if info["overrides"] is not None:
-        from magrpo.overrides import check_saved_line
-
         for line in info["overrides"]:
             check_saved_line(line, f"{where}: overrides")
     if info["weights"] not in ("adapters", "full"):
@@ -566,8 +558,6 @@ def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
     """A team's config (team.json's `config`, or a checkpoint's config.json) validated as a run's
     config is: the one-line ConfigError names the key. Model paths are not checked here (an exported
     team's models are its own folders)."""
-    from magrpo.config import TrainSchema, validate
-
     missing = [k for k in ("task", "algo", "agents") if k not in config or not OmegaConf.is_dict(config[k])]
     if missing:
         raise ConfigError(f"{where}: the node(s) {', '.join(missing)} are missing; a team's config holds its "
@@ -593,7 +583,6 @@ def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
 def _check_claims(info: dict, cfg: DictConfig, where: Path | str) -> None:
     """What team.json says of the team must be what its config builds."""
     from magrpo.algos import ALGOS
-    from magrpo.models import team_level
     from magrpo.turns import TurnSpec
 
     spec = ALGOS[cfg.algo.name].team(cfg)
@@ -671,8 +660,6 @@ def local_team(path_or_repo: str | Path, revision: str | None = None) -> Path:
         raise ConfigError(f"{text!r}: no such directory (and not a hub repo id 'owner/name')")
     from huggingface_hub import snapshot_download
 
-    from magrpo import hub
-
     hub.ensure_mode()
     try:
         return Path(snapshot_download(repo_id=text, revision=revision))
@@ -703,7 +690,6 @@ def _agents_at(agents_cfg: DictConfig, info: dict[str, Any], root: Path) -> Dict
 def check_team_option(cfg: DictConfig) -> None:
     """magrpo-eval's `team=` names a whole exported team whose agents match the ones the (validated)
     config builds; `cfg.team` becomes the team's local directory."""
-    from magrpo import checkpoint
     from magrpo.algos import ALGOS
 
     root = local_team(cfg.team)

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from magrpo import distributed, plugins, trust
+from magrpo.checkpoint import checkpoint_step
 from magrpo.config import ConfigError, optimized_metric, validate
 from magrpo.launch import (
     CONF_DIR,
@@ -38,6 +39,9 @@ from magrpo.launch import (
     run_job,
 )
 from magrpo.run_config import from_run
+from magrpo.tasks import TASKS, available_tasks
+from magrpo.tasks.reward_fns import primary_metric
+from magrpo.tracking import RunStatus, read_status, set_aside_after
 
 log = logging.getLogger("magrpo")
 __all__ = ["CONF_DIR", "main", "run", "sweep_value"]
@@ -51,8 +55,6 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     place) and claimed (no other live run may write it); whatever stops the run after that is
     recorded in its summary.json (status, phase, reason). Under torchrun, rank 0 owns the run
     directory and its status; the other ranks only train."""
-    from magrpo.tracking import RunStatus, read_status
-
     out = output_dir(cfg)
     if taken:       # resume= took a run up: what the composed config names, resolved, is trusted
         trust.check_composed(cfg, "the composed config")
@@ -70,9 +72,6 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
         if plugins.loaded():
             log.info("plugins: %s", plugins.imported_with_why())
         if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):
-            from magrpo.checkpoint import checkpoint_step
-            from magrpo.tracking import set_aside_after
-
             step = checkpoint_step(Path(cfg.resume))
             if moved := set_aside_after(out, step):
                 log.info("resuming in place from step %d: %d later row(s) of metrics.jsonl moved to "
@@ -118,9 +117,6 @@ def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
     """The value a Hydra sweeper (Optuna...) optimises: `optimized_metric` of the final evaluation,
     by default the task's primary metric (pass@1 for coding, the normalized return for writing).
     The trainer checks at start that the evaluation reports it (Trainer.check_metrics)."""
-    from magrpo.tasks import TASKS, available_tasks
-    from magrpo.tasks.reward_fns import primary_metric
-
     available_tasks()
     name = optimized_metric(cfg, primary_metric(TASKS[cfg.task.name], cfg.reward))
     if name not in final_eval:

@@ -44,6 +44,7 @@ from magrpo.tasks.reward_fns import ZERO_SPREAD_STEPS, ZeroSpread, check_splits,
 from magrpo.tasks.symmetry import other_play, with_views
 from magrpo.tracking import RunLogger, read_status, run_identity
 from magrpo.turns import TurnSpec
+from magrpo.writes import disk_full_is_one_line
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,6 @@ class Trainer:
         weights = [distributed.full_state_dict(a.model) for a in self.policies]   # gathered when sharded
         shard_name = f"algo_rank{self.world.rank}.pt"
         if self.sharded:      # each rank keeps its shard of the optimizer state
-            from magrpo.writes import disk_full_is_one_line
 
             with disk_full_is_one_line(dest.parent, f"{dest.name}'s optimizer shard {shard_name}"):
                 dest.parent.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ module or a package's `__main__` is never taken as a plugin or reward module.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
 import hmac
@@ -43,6 +44,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from magrpo.checkpoint import CONFIG_FILE, TEAM_FILE
 from magrpo.overrides import override_key, parse_override
@@ -170,8 +173,6 @@ def _text(f: Path) -> str:
 def _plain_yaml(text: str) -> Any:
     """YAML as data, refused when it uses anchors or aliases: magrpo never writes them, and an alias
     that repeats a node grows exponentially when a config is built from it."""
-    import yaml
-
     for token in yaml.scan(text):
         if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
             raise ValueError("it uses YAML anchors or aliases, which a run's records never hold")
@@ -661,8 +662,6 @@ def revoke(path: str | Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     p = argparse.ArgumentParser(prog="magrpo-trust", description=(
         "Trust the code a run or team directory records (its plugins, reward functions, config "
         "directories), so that magrpo-eval, resume=, magrpo-export, magrpo-crossplay, magrpo-table and "

@@ -159,6 +159,23 @@ def test_a_name_registered_twice_names_both_places(tmp_path, monkeypatch):
         ADVANTAGES.unregister("dup_name")
 
 
+def test_a_registry_lists_its_builtins_in_their_order_whichever_was_imported_first():
+    # the order of `task=` choices and of the reference tables does not depend on which family some
+    # other import happened to load first (here: the coding tasks, before the registry's first lookup)
+    code = ("import json, sys\n{first}from magrpo.tasks import TASKS\nfrom magrpo.feedback import FEEDBACKS\n"
+            "print(json.dumps([list(TASKS), list(FEEDBACKS)]))")
+    orders = []
+    for first in ("", "import magrpo.tasks.coding, magrpo.feedback.expert\n"):
+        done = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True, text=True,
+                              cwd=ROOT, env={**os.environ, "MAGRPO_PLUGINS": ""}, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        orders.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert orders[0] == orders[1]
+    tasks, feedbacks = orders[0]
+    assert tasks.index("length_ratio") < tasks.index("tldr") < tasks.index("humaneval") < tasks.index("agree")
+    assert feedbacks[:2] == ["none", "plain"] and feedbacks.index("diagnostics") < feedbacks.index("expert")
+
+
 def test_an_unknown_name_lists_the_known_ones():
     from magrpo.algos.core import ADVANTAGES
     from magrpo.registry import RegistryError

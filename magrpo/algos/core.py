@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -454,8 +455,6 @@ def __getattr__(name: str) -> Any:
     # `SCALES` was ADVANTAGE_SCALES' name (it read like magrpo.paper.SCALES, the paper's run scales);
     # kept one release, with a DeprecationWarning.
     if name == "SCALES":
-        import warnings
-
         warnings.warn("magrpo.algos.core.SCALES is deprecated; use magrpo.algos.core.ADVANTAGE_SCALES",
                       DeprecationWarning, stacklevel=2)
         return ADVANTAGE_SCALES

@@ -10,12 +10,15 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from magrpo.feedback import Feedback, FeedbackConfig, NodeView, register_feedback
 from magrpo.schema import at_least
+from magrpo.tasks.coding import analysis
+from magrpo.tasks.coding.extract import HELPER_NAME, build_program
 
 Diagnoser = Callable[[NodeView, int, Any, Any], str]
 DIAGNOSERS: dict[str, Diagnoser] = {}
@@ -78,9 +81,6 @@ def _function_line(name: str, owner: str, defined: bool, returns: bool) -> str:
 
 @register_diagnoser("coding")
 def coding(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
-    from magrpo.tasks.coding import analysis
-    from magrpo.tasks.coding.extract import HELPER_NAME, build_program
-
     item, ex = view.item, view.extras
     entry, team = item["entry_point"], len(view.answers) > 1
     program = build_program(view.answers, entry, item.get("imports") or "")
@@ -123,8 +123,6 @@ def coding(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
 
 def _source_line(source: str, error: str) -> str:
     """The program's line named in a "line L, column C: msg" syntax error."""
-    import re
-
     m = re.match(r"line (\d+)", error)
     if not m:
         return ""

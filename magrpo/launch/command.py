@@ -10,16 +10,25 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo import trust
-from magrpo.config import CONF_DIR
+from magrpo.config import CONF_DIR, register_schemas
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
 from magrpo.launch.override_errors import explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
+from magrpo.paper_grid import names_paper_alias
 from magrpo.plugins import PluginInterrupt, add_option, conf_dirs, load_option, load_plugins, plugins_in_argv
+from magrpo.run_config import (
+    caller_keys_in_argv,
+    inherit_argv,
+    named_runs,
+    reward_modules_in_argv,
+    trust_plugins_in_argv,
+)
 from magrpo.schema import ConfigError
 from magrpo.trust import UntrustedError
 
@@ -60,8 +69,6 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
     place the process's state is changed for Hydra, and put back after: Hydra reads its command line
     from sys.argv only (@hydra.main parses sys.argv[1:]), and raises a composition error as an
     exception (which cli_main words) only with HYDRA_FULL_ERROR=1."""
-    import hydra
-
     app = hydra.main(config_path=CONF_DIR, config_name=config_name, version_base="1.3")(task)
     saved_argv, saved_full_error = sys.argv[:], os.environ.get("HYDRA_FULL_ERROR")
     sys.argv[1:] = argv
@@ -83,10 +90,6 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     the command line's (magrpo.run_config), import the plugins, run `job` as a Hydra app, and turn
     what Hydra would report with its own words (a mistyped key, an unknown group option) or a
     traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
-    from magrpo.config import register_schemas
-    from magrpo.paper_grid import names_paper_alias
-    from magrpo.run_config import inherit_argv, named_runs
-
     quiet_progress_bars()
     register_resolvers()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -142,12 +145,6 @@ def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = Non
     command line (`argv` holds a taken-up run's overrides too). Returns the `hydra.searchpath=[...]`
     override that adds a trusted run's config directories and the plugins' (None when there are
     none, or the command line sets the search path itself)."""
-    from magrpo.run_config import (
-        caller_keys_in_argv,
-        named_runs,
-        reward_modules_in_argv,
-        trust_plugins_in_argv,
-    )
     from magrpo.team import is_team_dir
 
     own = list(argv if given is None else given)

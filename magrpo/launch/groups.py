@@ -6,7 +6,10 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+import yaml
+
 from magrpo.config import CONF_DIR
+from magrpo.plugins import conf_dirs
 
 GROUPS_RESOLVER = "magrpo.groups"
 INTERNAL_GROUPS = ("hydra", "schema")      # Hydra's own, and the algorithms' and modes' schema defaults
@@ -29,8 +32,6 @@ def group_options(group: str) -> list[str]:
 def all_options(group: str) -> list[str]:
     """A group's options: its YAML (conf/ and the plugins' conf directories; an experiment's nested
     ones as paths) and the registered entries that compose from their schema alone."""
-    from magrpo.plugins import conf_dirs
-
     names: set[str] = set()
     for root in [Path(CONF_DIR), *map(Path, conf_dirs())]:
         d = root / group
@@ -56,8 +57,6 @@ def fold(options: list[str]) -> str:
 def help_groups(config_name: str) -> str:
     """--help's list of config groups: the user's groups and their options, not the internal ones;
     a group outside the defaults list is shown with the `+` it needs."""
-    import yaml
-
     try:
         defaults = yaml.safe_load((Path(CONF_DIR) / f"{config_name}.yaml").read_text()).get("defaults") or []
     except (OSError, ValueError, AttributeError):

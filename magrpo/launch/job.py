@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import sys
 import traceback
@@ -13,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -20,6 +23,7 @@ from magrpo.overrides import override_key
 from magrpo.plugins import ProcessExit, code_folders, exits_raise, origin_line
 from magrpo.schema import ConfigError, SetupError
 from magrpo.source import raised_at
+from magrpo.tracking import read_status
 
 log = logging.getLogger("magrpo")
 
@@ -63,9 +67,6 @@ def report(prog: str, msg: str) -> None:
 
 def _job() -> tuple[bool, str]:
     """(in a multirun, a name for this job)."""
-    from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
-
     if not HydraConfig.initialized():
         return False, ""
     hc = HydraConfig.get()
@@ -172,10 +173,6 @@ class Interrupted(KeyboardInterrupt):
 def interrupt_report(prog: str, run_dir: Path | None, argv: list[str]) -> str:
     """One line for Ctrl-C: the step reached, the status recorded and the exact resume command
     (the run's saved overrides, else the command line's `argv`)."""
-    import shlex
-
-    from magrpo.tracking import read_status
-
     if run_dir is None:
         return "interrupted before a run started; nothing was written"
     status, summary = read_status(run_dir)

@@ -6,6 +6,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
 from omegaconf import OmegaConf
 
 from magrpo.config import CONF_DIR
@@ -20,8 +24,6 @@ def _overrides(argv: list[str]) -> list[str]:
 
 def explain_override_error(exc: BaseException, config_name: str, argv: list[str]) -> str | None:
     """Our message for an override Hydra could not apply, or None for anything else."""
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-
     if isinstance(exc, MissingConfigException) and exc.missing_cfg_file and exc.options is not None:
         group, _, bad = exc.missing_cfg_file.rpartition("/")
         top = group.split("/")[0]
@@ -101,10 +103,6 @@ def _other_group(group: str, value: str) -> str:
 
 def _composed(config_name: str, overrides: list[str]):
     """The config composed with `overrides` (sweep values: the first); None when it cannot be."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
         single = [o.input_line if not o.is_sweep_override() else

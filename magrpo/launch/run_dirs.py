@@ -13,14 +13,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from magrpo.checkpoint import is_team_dir, step_dirs
 from magrpo.launch.job import report
 from magrpo.launch.sweep import job_dirs
 from magrpo.overrides import override_key
 from magrpo.schema import ConfigError
+from magrpo.tracking import read_status
 
 log = logging.getLogger("magrpo")
 
@@ -65,8 +68,6 @@ def resumed_run(resume: Any) -> Path | None:
     """The training run that `resume=` continues: the directory named (a run with records) or the
     run of a checkpoint `RUN/checkpoints/step_N`; None for anything else (an exported team, a bare
     checkpoint, a path that does not exist: its own check reports it)."""
-    from magrpo.checkpoint import is_team_dir
-
     if resume in (None, "") or not isinstance(resume, (str, Path)):
         return None
     p = Path(str(resume)).expanduser()
@@ -110,8 +111,6 @@ RUN_MARKERS = (*RUN_RECORDS, "summary.json", ".hydra/overrides.yaml")
 def is_run_dir(path: str | Path) -> bool:
     """Whether `path` is a training or evaluation run's directory (RUN_MARKERS; `checkpoints/`
     only with a `step_N` in it, so a folder of someone's own named so is none) or an exported team."""
-    from magrpo.checkpoint import is_team_dir, step_dirs
-
     p = Path(path)
     if not p.is_dir():
         return False
@@ -136,8 +135,6 @@ def check_out_dir(out: str | Path, sources: Iterable[str | Path] = (), key: str 
     (module docstring). `note` follows the path in the message (`(the default: DIR/table)`);
     `team`: `out` is an exported team's directory, written whole (an earlier export there is
     replaced with --force, so only what is around it counts)."""
-    from magrpo.checkpoint import is_team_dir
-
     target = Path(out).expanduser().resolve()
     named = f"{key} {str(out)!r}{note}"
     root = run_dir_around(target.parent if team and is_team_dir(target) else target)
@@ -173,7 +170,6 @@ def check_run_dir(run_dir: Path, resume: Any = None, key: str = "output_dir") ->
             inside = False
         if inside:
             return
-    from magrpo.tracking import read_status
 
     status, summary = read_status(run_dir)
     what = f"a {status} run" + (f" of {summary['steps']} step(s)" if summary.get("steps") else "")
@@ -188,8 +184,6 @@ def keep_saved_config(run_dir: Path) -> None:
     """Copy Hydra's record of this run (.hydra/: config, overrides) into `run_dir` when the run
     writes somewhere else than Hydra's run directory (`output_dir=DIR`), so that DIR can be taken
     up later (`resume=DIR`, `magrpo-eval checkpoint=DIR`; magrpo.run_config) like any run."""
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return
     hydra_dir = Path(HydraConfig.get().runtime.output_dir) / ".hydra"

@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
+
+from magrpo.tracking import read_status
 
 
 def natural_key(text: str) -> list:
@@ -25,8 +28,6 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 
 def job_overrides(job_dir: Path) -> str:
     """A sweep job's overrides as one line (its folder is its number; they are in .hydra/)."""
-    import yaml
-
     try:
         lines = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
     except (OSError, yaml.YAMLError):
@@ -37,8 +38,6 @@ def job_overrides(job_dir: Path) -> str:
 def failed_jobs(sweep_dir: Path) -> list[tuple[str, str]]:
     """Jobs under `sweep_dir` that did not finish: (job directory, why). A training job finishes
     with summary.json status "finished"; an evaluation job with eval.json written."""
-    from magrpo.tracking import read_status
-
     out = []
     for d in job_dirs(sweep_dir):
         status, summary = read_status(d)

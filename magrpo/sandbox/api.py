@@ -7,6 +7,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from magrpo.sandbox.limits import SandboxLimits
@@ -193,7 +194,6 @@ def _parallel(fn: Callable, items, max_workers: int | None) -> list:
     workers = max(1, min(len(items), max_workers or os.cpu_count() or 1))
     if workers == 1:
         return [fn(x) for x in items]
-    from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="sandbox") as pool:
         return list(pool.map(fn, items))

@@ -16,9 +16,12 @@ Frames and values: see codec.py. Requests are `["call", n, name, args, kwargs]`;
 
 from __future__ import annotations
 
+import atexit
 import json
+import linecache
 import os
 import sys
+import threading
 import types
 
 from magrpo.sandbox import codec
@@ -37,8 +40,6 @@ def describe(exc: BaseException) -> str:
 
 
 def source(code: str, filename: str):
-    import linecache
-
     # Registered so tracebacks show the offending lines; mtime None keeps checkcache() away.
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     return compile(code, filename, "exec")
@@ -141,9 +142,6 @@ def _exit_code(e: SystemExit) -> int:
 
 def _finish(code: int) -> int:
     """What interpreter shutdown would do: join threads, run atexit handlers, flush."""
-    import atexit
-    import threading
-
     try:
         threading._shutdown()
     except BaseException:  # noqa: B036

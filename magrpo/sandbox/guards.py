@@ -18,16 +18,20 @@ accidents and cheap tricks, not a determined adversary: that is what the namespa
 
 from __future__ import annotations
 
+import _io
+import _posixsubprocess
+import builtins
 import errno
+import io
 import os
+import posix
+import resource
 import sys
 
 from magrpo.sandbox.procs import proc_table
 
 
 def install(root: str, max_processes: int, allow_subprocess: bool) -> None:
-    import posix
-
     patches: dict = {}
     _guard_files(root, patches)
     own_group = os.getpgrp()
@@ -49,10 +53,6 @@ def _refuse(what: str):
 
 
 def _guard_files(root: str, patches: dict) -> None:
-    import _io
-    import builtins
-    import io
-
     real_open, real_readlink, realpath = _io.open, os.readlink, os.path.realpath
 
     def resolve(path, dir_fd=None) -> str | None:
@@ -128,8 +128,6 @@ def _guard_files(root: str, patches: dict) -> None:
 
 
 def _guard_signals(own_group: int, patches: dict) -> None:
-    import _io
-
     real_open = _io.open
 
     def in_group(pid: int) -> bool:
@@ -168,8 +166,6 @@ def _guard_signals(own_group: int, patches: dict) -> None:
 
 
 def _guard_processes(own_group: int, max_processes: int, allow_subprocess: bool, patches: dict) -> None:
-    import _posixsubprocess
-
     def group_size() -> int:
         return sum(1 for t in proc_table().values() if t[2] == own_group)
 
@@ -202,8 +198,6 @@ def _guard_processes(own_group: int, max_processes: int, allow_subprocess: bool,
 
 
 def _guard_rlimits() -> None:
-    import resource
-
     real_setrlimit = resource.setrlimit
 
     def setrlimit(res, limits):

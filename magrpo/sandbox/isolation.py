@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import select
 import shutil
 import stat
 import struct
@@ -59,7 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from magrpo.sandbox import guards
-from magrpo.sandbox.limits import apply_rlimits
+from magrpo.sandbox.limits import SandboxLimits, apply_rlimits
 from magrpo.sandbox.procs import (
     PR_SET_DUMPABLE,
     PR_SET_NO_NEW_PRIVS,
@@ -156,8 +157,6 @@ class _Lines:
         self.fd, self.buf = fd, b""
 
     def read(self, deadline: float) -> str:
-        import select
-
         while b"\n" not in self.buf:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self.fd], [], [], left)[0]:
@@ -796,7 +795,6 @@ def probe(level: str, plan: MountPlan, scratch_parent: str) -> str | None:
         return "it needs the trainer to run as root (it switches the program to an unprivileged uid)"
     if sys.platform != "linux":
         return f"it needs Linux (this is {sys.platform})"
-    from magrpo.sandbox.limits import SandboxLimits
 
     limits = SandboxLimits(timeout_s=5.0).to_dict()
     devnull = os.open(os.devnull, os.O_RDWR)

@@ -22,10 +22,12 @@ another run's by it (magrpo.sandbox.procs.tagged_processes).
 from __future__ import annotations
 
 import atexit
+import importlib
 import json
 import os
 import secrets
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -35,6 +37,7 @@ import time
 import warnings
 
 from magrpo.sandbox import codec
+from magrpo.sandbox.isolation import LEVELS, SandboxUnavailable, probe, scratch_parent
 from magrpo.sandbox.procs import TAG_VAR
 
 _PRELOAD = ("typing", "math", "re", "random", "collections", "itertools", "functools", "heapq", "bisect",
@@ -56,8 +59,6 @@ class SandboxWarning(RuntimeWarning):
 
 class Pool:
     def __init__(self, requested: str):
-        from magrpo.sandbox.isolation import SandboxUnavailable
-
         self.requested = requested
         self.owner = os.getpid()
         self.lock = threading.Lock()
@@ -176,7 +177,6 @@ def package_parent() -> str:
 def _site_dirs() -> list[str]:
     # The zygote starts with -S: `site` and the .pth hooks it runs are slow, while putting the
     # installed packages' directories on sys.path is enough for generated code.
-    import site
 
     return [p for p in site.getsitepackages() if os.path.isdir(p)]
 
@@ -185,8 +185,6 @@ def _site_dirs() -> list[str]:
 
 
 def zygote_main(control_fd: int, requested: str, site_dirs: list[str]) -> int:
-    import importlib
-
     from magrpo.sandbox import isolation, judge
 
     sys.path.extend(site_dirs)
@@ -247,8 +245,6 @@ def _choose_level(requested: str, plan, tmpdir: str) -> dict:
     """{"level", "scratch_parent", "scratch_note", "fallback_reason"} or {"error"}: the first
     level (of the requested one, or of all for "auto") that probes well with its scratch
     directory; probes run in a child process."""
-    from magrpo.sandbox.isolation import LEVELS
-
     def attempt(level: str) -> tuple[dict | None, str]:
         scratch, note = _scratch_in_child(level, tmpdir)
         if scratch is None:
@@ -274,14 +270,10 @@ def _choose_level(requested: str, plan, tmpdir: str) -> dict:
 
 
 def _scratch_in_child(level: str, tmpdir: str) -> tuple[str | None, str | None]:
-    from magrpo.sandbox.isolation import scratch_parent
-
     return tuple(_in_child(lambda: list(scratch_parent(level, tmpdir)), [None, "the scratch check failed"]))
 
 
 def _probe_in_child(level: str, plan, scratch: str) -> str | None:
-    from magrpo.sandbox.isolation import probe
-
     return _in_child(lambda: probe(level, plan, scratch), "the probe process failed")
 
 

@@ -16,6 +16,9 @@ import os
 import threading
 import time
 
+from magrpo.sandbox.api import run_tests_many
+from magrpo.sandbox.limits import SandboxLimits
+from magrpo.sandbox.pool import get_pool
 from magrpo.schema import SetupError
 
 # The program is trusted to be correct: if it fails, the judge is broken, not the program.
@@ -60,8 +63,6 @@ def self_check(isolation: str = "auto") -> dict:
     wall time, where scratch and working directories are, the caller's TMPDIR and the directory
     holding the package. Raises SandboxCheckFailed (a SetupError) with a one-line message when
     the judge is broken, and SandboxUnavailable when the level cannot run here at all."""
-    from magrpo.sandbox.limits import SandboxLimits
-
     SandboxLimits(isolation=isolation)  # validates the name
     key = (os.getpid(), isolation)
     with _lock:
@@ -80,10 +81,6 @@ def self_check(isolation: str = "auto") -> dict:
 
 
 def _run(isolation: str) -> dict:
-    from magrpo.sandbox.api import run_tests_many
-    from magrpo.sandbox.limits import SandboxLimits
-    from magrpo.sandbox.pool import get_pool
-
     pool = get_pool(isolation)  # started (and its level settled) before the clock: not the check's cost
     limits = SandboxLimits(timeout_s=4 * _PER_TEST_S, isolation=isolation)
     start = time.perf_counter()

@@ -8,7 +8,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from magrpo import trust
 from magrpo.launch import check_out_dir
+from magrpo.plugins import add_option, load_option
 from magrpo.schema import ConfigError, SetupError
 from magrpo.table import generic, paper, tuning, zsc
 from magrpo.table.runs import PROG, Run, TableError, collect, warn
@@ -80,9 +82,6 @@ def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequen
 
 @one_command
 def main(argv: Sequence[str] | None = None) -> int:
-    from magrpo import trust
-    from magrpo.plugins import add_option, load_option
-
     parser = build_parser()
     add_option(parser)
     args = parser.parse_args(argv)

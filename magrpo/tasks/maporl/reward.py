@@ -31,7 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from magrpo.schema import ConfigError, at_least, option
-from magrpo.tasks.base import RewardConfig
+from magrpo.tasks.base import RewardConfig, Scores
 
 COMPONENTS = ("verifier", "persuasion", "correction", "regression")
 
@@ -151,8 +151,6 @@ def majority(parsed: list[str | None]) -> str | None:
 def maporl_reward(completions: list[list[str]], questions: Sequence[str], golds: Sequence[str],
                   histories: Sequence[list[list[str]] | None], cfg: Any):
     """Score joint answers; returns Scores with the components above and per-agent extras."""
-    from magrpo.tasks.base import Scores
-
     v_now = verify(completions, questions, golds, cfg)
     prev = [h[-1] if h else None for h in histories]
     has_prev = [k for k, p in enumerate(prev) if p is not None]

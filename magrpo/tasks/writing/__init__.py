@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from magrpo.metrics import rouge_l
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.writing.data import ArxivTaskConfig, TldrTaskConfig, load_items
@@ -95,8 +96,6 @@ class WritingTask(Task):
         with_ref = [(a1 + "\n" + a2, it.get("reference")) for (a1, a2), it in zip(pairs, items)
                     if it.get("reference")]
         if with_ref:
-            from magrpo.metrics import rouge_l
-
             out["rouge_l"] = rouge_l([p for p, _ in with_ref], [r for _, r in with_ref])
         return out
 
