@@ -1,9 +1,10 @@
-"""Typed schemas for the config groups, and the start-up check that runs before any work.
+"""Typed schemas for the config groups: one dataclass per node, the one place its keys and their
+defaults are declared.
 
-Two layers: the dataclasses below catch unknown keys (typos) and wrong types by merging the
-composed config into them; `validate` then checks values against the allowed sets and ranges.
-Either way a bad config stops the run with a message that names the key, the bad value and what
-is allowed.
+Merging the composed config into them (`typed_node`) catches unknown keys (typos) and wrong types;
+`magrpo.validation.validate` then checks values against the allowed sets and ranges, and
+`magrpo.config_store` gives Hydra each node's defaults. Either way a bad config stops the run with a
+message that names the key, the bad value and what is allowed.
 """
 
 from __future__ import annotations
@@ -17,27 +18,19 @@ from typing import Any
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from magrpo.feedback import FEEDBACKS
-from magrpo.plugins import conf_dirs, load_plugins, loaded
-from magrpo.sandbox import SandboxUnavailable, isolation_level
 from magrpo.sandbox.limits import ISOLATION_CHOICES
 from magrpo.schema import (
     ConfigError,
     at_least,
-    check_values,
     did_you_mean,
-    literal_strings,
     option,
     positive,
-    warn_renamed,
     within,
 )
-from magrpo.tasks import TASKS, RewardConfig, available_tasks, reward_schema_of
-from magrpo.tasks.reward_fns import check_reward_node
-from magrpo.tiny import BUILTIN_MODELS
 
 _DEVICE_RE = re.compile(r"^(cpu|cuda|cuda:\d+|mps)$")
 DEVICES = "cpu, cuda, cuda:N, mps"
+
 
 def conf_dir() -> Path:
     """The repository's `conf/` in a source checkout (editable install), else the copy shipped
@@ -349,98 +342,13 @@ def entry_defaults(entry: str) -> dict:
     return node
 
 
-def share_config_store() -> None:
-    """Let Hydra's config repositories share the one ConfigStore instead of copying it.
-
-    Hydra 1.3 builds a CachingConfigRepository for every composition, and for every group `--help`
-    lists, by deep-copying its repository, and with it the ConfigStore singleton and every node in it:
-    with this package's schema nodes that is ~0.1 s per copy, 25 s of `magrpo-train --help`. The copy
-    protects nothing: the store is only read while composing, and `ConfigStore.load` hands out a deep
-    copy of the node it loads. Hydra's own later fix (looking the singleton up on every load instead of
-    keeping it) leads to the same sharing; this gets it on the 1.3 releases."""
-    from hydra.core.config_store import ConfigStore
-
-    if "__deepcopy__" not in vars(ConfigStore):
-        ConfigStore.__deepcopy__ = lambda self, memo: self   # type: ignore[attr-defined]
-
-
-def register_schemas(paper_aliases: bool = False) -> None:
-    """Give Hydra every config node's defaults, from its schema dataclass, as `schema/<group>/<name>`.
-    Every entry point calls it first (launch.cli_main), and so must code that composes `conf/` with
-    Hydra's compose API (the tests' conftest does); calling it again stores only what is new.
-
-    Each option under conf/<group>/ starts from them (`defaults: [/schema/<group>@_here_: <name>]`,
-    e.g. conf/algo/magrpo.yaml) and holds only what differs, so the dataclass stays the one source of
-    defaults while `group.KEY=VALUE` overrides work on the command line; conf/train.yaml and
-    conf/eval.yaml start from `schema/entry` the same way. Stored untyped: values are checked by
-    `validate`, whose messages name the key, the value and what is allowed.
-    """
-    from hydra.core.config_store import ConfigStore
-
-    from magrpo.algos import ALGOS
-    from magrpo.paper_grid import register_aliases
-
-    share_config_store()
-    store = ConfigStore.instance()
-    # What the nodes are made from: the registries (a plugin imported since adds entries) and the
-    # conf directories (an entry with a YAML of its own is not offered from its schema). The same as
-    # last time and still in the store: there is nothing to register again (a command run in this
-    # process before, a test, Experiment.run).
-    made_from = (tuple((n, c) for n, c in ALGOS.items()), tuple(FEEDBACKS.items()),
-                 tuple((n, c, reward_schema_of(c)) for n, c in TASKS.items()), tuple(conf_dirs()))
-    if _registered.get("from") != made_from or "schema" not in store.repo:
-        for entry in ENTRY_KEYS:
-            store.store(group="schema/entry", name=entry, node=entry_defaults(entry))
-        for group, schema in GROUP_SCHEMAS.items():
-            store.store(group=f"schema/{group}", name="default", node=defaults_of(schema))
-        for name, cls in ALGOS.items():
-            node = {**defaults_of(cls.config_schema), "name": name}
-            store.store(group="schema/algo", name=name, node=node)
-            _offer(store, "algo", name, node)         # algo=NAME works without a conf/algo/NAME.yaml (a plugin's)
-        for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
-            node = {**defaults_of(cls.config_schema), "mode": name}
-            store.store(group="schema/feedback", name=name, node=node)
-            _offer(store, "feedback", name, node)
-        # The keys every task's reward node has (reward.fn, fns, weights, max: magrpo.rewards), under
-        # whichever conf/reward/<task>.yaml the run picks (a plugin's too, if it does not start from its
-        # schema/reward/<task>): train.yaml and eval.yaml compose it first.
-        store.store(group="schema/reward_functions", name="default", node=defaults_of(RewardConfig))
-        for name, cls in TASKS.items():        # task=NAME from its schema dataclasses alone (a plugin's task)
-            task = {"name": name, **(defaults_of(cls.config_schema) if cls.config_schema else {})}
-            task["name"] = name               # first, and the registered name (coophumaneval shares humaneval's schema)
-            reward_schema = reward_schema_of(cls)
-            reward = defaults_of(reward_schema) if reward_schema else {}
-            if "name" in reward:
-                reward["name"] = name
-            store.store(group="schema/task", name=name, node=task)
-            store.store(group="schema/reward", name=name, node=reward)
-            _offer(store, "task", name, task)
-            _offer(store, "reward", name, reward)
-        _registered["from"] = made_from
-    # experiment=paper/<task>/<row>, the deprecated form of recipe= method=: 127 nodes that Hydra copies
-    # on every composition, so only for a command (or a run taken up) that names one
-    if paper_aliases:
-        register_aliases(store)
-
-
-_registered: dict[str, Any] = {}     # what register_schemas last stored nodes from
-
-
-def _offer(store: Any, group: str, name: str, node: dict) -> None:
-    """`group=name` for a registered entry that has no YAML in conf/ or in a plugin's conf directory:
-    its schema's defaults are the option."""
-    if any((Path(d) / group / f"{name}.yaml").is_file() for d in [CONF_DIR, *conf_dirs()]):
-        return
-    store.store(group=group, name=name, node=node)
-
-
 def optimized_metric(cfg: DictConfig, primary: str) -> str:
     """The metric a sweeper optimises and the run's closing line reports: `optimized_metric` when
     set, else the task's primary metric (`primary`)."""
     return cfg.get("optimized_metric") or primary
 
 
-def _typed(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = None) -> DictConfig:
+def typed_node(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = None) -> DictConfig:
     """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key.
     `whole`: the composed config, whose other sections an unknown key may belong to (algo.lr is
     optimizer.lr)."""
@@ -478,255 +386,6 @@ def _keys_at(schema: type, dotted: str) -> list[str]:
     if OmegaConf.is_list(node):
         node = OmegaConf.structured(ModelSchema)
     return sorted(node.keys()) if OmegaConf.is_dict(node) else []
-
-
-def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> DictConfig:
-    """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError.
-    `recorded`: the config a run or team recorded (magrpo.team), whose plugins and reward modules
-    the trust rule has taken up already (magrpo.trust): nothing is imported for it here."""
-    from magrpo.algos import ALGOS
-
-    # The user's plugins first: they may register the task, algorithm or feedback mode named below.
-    wanted = cfg.get("plugins") if "plugins" in cfg else None
-    if wanted is not None and not OmegaConf.is_list(wanted) and not isinstance(wanted, list):
-        raise ConfigError(f"plugins={wanted!r}: give a list of module names, e.g. plugins=[my_pkg.tasks]")
-    if recorded:
-        missing = [str(m) for m in wanted or [] if str(m) not in loaded()]
-        if missing:
-            raise ConfigError(f"plugins={missing}: not taken up (magrpo.trust.take_up imports a run's or team's "
-                              f"plugins when you trust it); nothing was imported")
-        plugins = [str(m) for m in wanted or []]
-    else:
-        plugins = load_plugins([str(m) for m in wanted or []])
-
-    # The algo node is checked against the schema its algorithm registers (its only source of
-    # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
-    raw_algo = _resolved(cfg.algo) if cfg.get("algo") is not None else {}
-    algo_name = raw_algo.get("name", "magrpo")
-    if algo_name not in ALGOS:
-        raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")
-    algo_schema = ALGOS[algo_name].config_schema
-    algo_node = _typed(OmegaConf.create(raw_algo), algo_schema, "algo.", OmegaConf.to_container(cfg))
-    cfg = cfg.copy()
-    with _open(cfg):
-        cfg.algo = OmegaConf.to_container(algo_node)
-
-    raw = _resolved(cfg)
-    raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
-    raw.pop("algo", None)
-    raw_feedback = raw.pop("feedback", None) or {}
-    # Each agent's entry on its own first, so that an error names it (agents.models[1].optimizer.lrr).
-    for i, spec in enumerate((raw.get("agents") or {}).get("models") or []):
-        if isinstance(spec, dict):
-            _typed(OmegaConf.create(spec), ModelSchema, f"agents.models[{i}].")
-    typed = _typed(OmegaConf.create(raw), schema, "")
-
-    # The feedback node is checked against the schema of the mode it names.
-
-    mode = raw_feedback.get("mode", "none")
-    if mode not in FEEDBACKS:
-        raise ConfigError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
-    feedback_schema = FEEDBACKS[mode].config_schema
-    feedback_node = _typed(OmegaConf.create(raw_feedback), feedback_schema, "feedback.", raw)
-
-    # Task and reward nodes are checked against the schemas their task registers.
-    if not raw_task or "name" not in raw_task:
-        raise ConfigError(f"task.name is missing; choose one of: {', '.join(available_tasks())}")
-    if raw_task["name"] not in available_tasks():
-        raise ConfigError(f"task.name={raw_task['name']!r} is not a known task; choose one of: "
-                          f"{', '.join(available_tasks())}")
-    task_cls = TASKS[raw_task["name"]]
-    task_node = _typed(OmegaConf.create(raw_task), task_cls.config_schema, "task.", raw) \
-        if task_cls.config_schema else OmegaConf.create(raw_task)
-    reward_schema = reward_schema_of(task_cls)       # the task's, with the reward-function keys (RewardConfig)
-    reward_node = _typed(OmegaConf.create(raw_reward or {}), reward_schema, "reward.") \
-        if reward_schema else OmegaConf.create(raw_reward or {})
-    with _open(typed):
-        typed.plugins = plugins           # every plugin this process imported: what the run records
-        typed.task = task_node
-        typed.reward = reward_node
-        typed.algo = algo_node
-        typed.feedback = feedback_node
-
-    _fold_renamed_keys(typed)
-    check_values(typed, schema)
-    check_values(algo_node, algo_schema, "algo.")
-    check_values(feedback_node, feedback_schema, "feedback.")
-    if task_cls.config_schema:
-        check_values(task_node, task_cls.config_schema, "task.")
-    if reward_schema:
-        check_values(reward_node, reward_schema, "reward.")
-    check_reward_node(reward_node, imports=not recorded)
-
-    _validate_agents(typed, task_cls)
-    if task_cls.uses_sandbox:
-        _validate_sandbox(typed.sandbox)
-    from magrpo.algos.scaffold import check_other_play, check_signalling, check_tree
-
-    num_agents = ALGOS[algo_name].team(typed).num_agents
-    check_tree(typed, num_agents)
-    check_signalling(typed, ALGOS[algo_name], num_agents)
-    check_other_play(typed, task_cls, num_agents)
-    _validate_partners(typed, num_agents)
-    # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
-    # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
-    # whole typed config across groups (this algorithm with that task, topology, team).
-    algo_check = getattr(ALGOS[algo_name], "check_config", None)
-    if algo_check is not None:
-        algo_check(typed, task_cls)
-    if schema is EvalRunSchema:
-        _validate_eval(typed)
-    elif typed.resume:
-        _validate_resume(typed)
-    return typed
-
-
-def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
-    """`partners=` (magrpo.partners) on a team that has a role for a partner, `partner_roles` naming roles it has and
-    leaving one to train (at validation, before anything loads)."""
-    if not cfg.get("partners"):
-        if cfg.get("partner_roles") is not None:
-            raise ConfigError(f"partner_roles={list(cfg.partner_roles)} without partners=[...]: name the partners")
-        return
-    if num_agents < 2:
-        raise ConfigError(f"partners: algo.name={cfg.algo.name} trains a team of {num_agents} agent (one model "
-                          f"writes the whole answer), which has no role for a partner; algorithms with a role for "
-                          f"one: every one with agents.num_agents >= 2")
-    roles = cfg.get("partner_roles")
-    if roles is not None:
-        bad = [r for r in roles if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= num_agents]
-        if bad or not roles or len(set(roles)) >= num_agents:
-            raise ConfigError(f"partner_roles={list(roles)}: give the roles partners fill, numbered 1..{num_agents}, "
-                              f"leaving at least one role to train; or null (one role per step, drawn)")
-
-
-def _fold_renamed_keys(cfg: DictConfig) -> None:
-    """Deprecated aliases, honoured for one release: each warns, naming the old key and the new one,
-    and its value moves to the new key (which the rest of the code reads)."""
-    alias = cfg.algo.get("eval_every")
-    if alias is not None:                 # the evaluation cadence of a training run is eval.every
-        warn_renamed("algo.eval_every", "eval.every",
-                     f" (algo.eval_every={alias} overrides eval.every={cfg.eval.every})"
-                     if cfg.eval.every != alias and cfg.eval.every != EvalSchema.every else "")
-        cfg.eval.every = alias
-    alias = cfg.agents.get("gradient_checkpointing")
-    if alias is not None:                 # a memory choice: hardware.gradient_checkpointing
-        warn_renamed("agents.gradient_checkpointing", "hardware.gradient_checkpointing")
-        cfg.hardware.gradient_checkpointing = alias
-
-
-def _resolved(node: DictConfig) -> dict:
-    """The node as plain data (its strings `literal`, so that a config created from it again keeps a
-    resolved value that reads `${...}` as text); an interpolation that does not resolve is a
-    ConfigError naming it."""
-    try:
-        return literal_strings(OmegaConf.to_container(node, resolve=True))
-    except OmegaConfBaseException as e:
-        key = getattr(e, "full_key", None)
-        raise ConfigError(f"cannot resolve the config{f' at {key}' if key else ''}: "
-                          f"{str(e).splitlines()[0]}") from None
-
-
-def _validate_sandbox(node: DictConfig) -> None:
-    """A named isolation level that cannot run here stops the run before any work (`auto` falls
-    back instead, with a warning, when the task first runs code)."""
-    if node.isolation == "auto":
-        return
-
-    try:
-        isolation_level(node.isolation)
-    except SandboxUnavailable as e:
-        raise ConfigError(f"sandbox.isolation={node.isolation!r} cannot run here ({e}); choose one of: "
-                          f"{', '.join(ISOLATION_CHOICES)} (auto takes the strongest that works)") from None
-
-
-def _validate_resume(cfg: DictConfig) -> None:
-    """`resume=` names a complete checkpoint (or a run directory holding one) of this very run."""
-    from magrpo import checkpoint
-
-    ckpt = checkpoint.resolve(cfg.resume, "resume")
-    with _open(cfg):
-        cfg.resume = str(ckpt)
-    checkpoint.check_resume(OmegaConf.to_container(cfg, resolve=True), ckpt)
-
-
-def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
-    from magrpo.algos import ALGOS
-    from magrpo.models import BUILTIN_PREFIX, looks_local
-
-    agents = cfg.agents
-    n = ALGOS[cfg.algo.name].team(cfg).num_agents
-    models = agents.models
-    if n > 1 and n not in task_cls.accepted_counts():
-        raise ConfigError(f"agents.num_agents={n}: task {cfg.task.name!r} accepts {task_cls.describe_counts()} "
-                          f"agents (1: one model writes the whole answer)")
-    if len(models) == 0:
-        raise ConfigError("agents.models is empty; give at least one model entry (name_or_path: ...)")
-    if len(models) > agents.num_agents:
-        raise ConfigError(f"agents.models has {len(models)} entries but agents.num_agents={agents.num_agents}; "
-                          f"give one entry per agent, or one entry shared by all agents")
-    if 1 < len(models) < agents.num_agents:
-        raise ConfigError(f"agents.models has {len(models)} entries for agents.num_agents={agents.num_agents}; "
-                          f"give one entry per agent, or a single entry shared by all agents")
-    for i, spec in enumerate(models[:max(n, 1)] if len(models) > 1 else models):
-        key = f"agents.models[{i}]"
-        path = spec.name_or_path
-        if path.startswith(BUILTIN_PREFIX) and path[len(BUILTIN_PREFIX):] not in BUILTIN_MODELS:
-            raise ConfigError(f"{key}.name_or_path={path!r}: unknown builtin model; choose one of: "
-                              + ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS)))
-        if looks_local(path) and not Path(path).expanduser().exists():
-            raise ConfigError(f"{key}.name_or_path={path!r}: no such local model directory")
-        if spec.tokenizer and looks_local(spec.tokenizer) and not Path(spec.tokenizer).expanduser().exists():
-            raise ConfigError(f"{key}.tokenizer={spec.tokenizer!r}: no such local tokenizer directory")
-        if agents.share_base and spec.lora is None:
-            raise ConfigError(f"agents.share_base=true needs a LoRA config: {key}.lora is null")
-    if agents.share_policy and agents.share_base:
-        raise ConfigError("agents.share_policy=true and agents.share_base=true name two team levels at once; "
-                          "choose one: share_policy (one policy plays every role) or share_base (a LoRA per role)")
-    if agents.share_policy and len(models) > 1:
-        raise ConfigError(f"agents.share_policy=true plays every role with ONE model, but agents.models has "
-                          f"{len(models)} entries; give a single entry")
-    if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
-        raise ConfigError("agents.share_base=true needs every agent on the same base model; "
-                          f"agents.models name {sorted({m.name_or_path for m in models})}")
-
-
-def _validate_eval(cfg: DictConfig) -> None:
-    from magrpo import checkpoint
-    from magrpo.algos import ALGOS
-    from magrpo.rollout import BASELINES, SCHEMES
-
-    num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
-    trained = cfg.checkpoint or cfg.get("team")
-    methods = list(cfg.methods) if cfg.methods is not None else (["team"] if trained else BASELINES)
-    for m in methods:
-        if m not in SCHEMES:
-            raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(SCHEMES)}")
-        if m not in ("single", "team") and num_agents < 2:
-            raise ConfigError(f"methods {'contains' if cfg.methods is not None else 'defaults to the baselines, with'} "
-                              f"{m!r}, which needs at least 2 agents; algo={cfg.algo.name} "
-                              f"with agents.num_agents={cfg.agents.num_agents} has {num_agents} "
-                              f"(methods=[single] evaluates one model)")
-    if len(set(cfg.methods or [])) != len(cfg.methods or []):
-        raise ConfigError(f"methods={list(cfg.methods)} names a method twice")
-    if cfg.methods is not None and len(cfg.methods) == 0:
-        raise ConfigError("methods=[] evaluates nothing; give at least one of: " + ", ".join(SCHEMES)
-                          + " (or null for the default)")
-    if cfg.split not in ("eval", "train"):
-        raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
-    if cfg.checkpoint and cfg.get("team"):
-        raise ConfigError(f"checkpoint={cfg.checkpoint!r} and team={cfg.team!r} both name the weights to evaluate; "
-                          f"give one")
-    # team= is checked by magrpo.team.check_team_option (magrpo-eval calls it after this).
-    if cfg.checkpoint:
-        if checkpoint.is_team_dir(cfg.checkpoint):
-            raise ConfigError(f"checkpoint={cfg.checkpoint!r} is an exported team (team.json), not a training "
-                              f"checkpoint; evaluate it with team={cfg.checkpoint}")
-        ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
-        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt,
-                                      ALGOS[cfg.algo.name].team(cfg).policy_dirs)
-        with _open(cfg):
-            cfg.checkpoint = str(ckpt)
 
 
 class _open:

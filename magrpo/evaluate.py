@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from magrpo import trust
 from magrpo.checkpoint import resolve
-from magrpo.config import ConfigError, EvalRunSchema, validate
+from magrpo.config import ConfigError, EvalRunSchema
 from magrpo.diagnostics import DiagnosticsConfig
 from magrpo.eval_loop import eval_sampling, evaluate
 from magrpo.feedback import build_feedback
@@ -51,6 +51,7 @@ from magrpo.tasks import build_task
 from magrpo.team import Team, check_team_option, load_team_agents
 from magrpo.tracking import RunLogger, RunStatus, run_identity, write_json
 from magrpo.turns import TurnSpec
+from magrpo.validation import validate
 
 log = logging.getLogger("magrpo")
 

@@ -47,12 +47,14 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magrpo import trust
-from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema, register_schemas, validate
+from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema
+from magrpo.config_store import register_schemas
 from magrpo.overrides import override_key, parse_override
 from magrpo.plugins import conf_dirs, import_plugin, load_plugins, plugins_in_argv
 from magrpo.run_config import reward_modules_in_argv
 from magrpo.schema import ConfigError, literal
 from magrpo.tasks import TASKS, Task
+from magrpo.validation import validate
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
 _BACKSLASHES_BEFORE_QUOTE = re.compile(r"(\\*)'")

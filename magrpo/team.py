@@ -38,7 +38,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from magrpo import __version__, checkpoint, hub, trust
 from magrpo.checkpoint import TEAM_FILE, is_team_dir  # noqa: F401  (re-exported: a team's marker)
-from magrpo.config import TrainSchema, validate
+from magrpo.config import TrainSchema
 from magrpo.feedback import build_feedback
 from magrpo.models import (
     _load_model,
@@ -54,6 +54,7 @@ from magrpo.models import (
 from magrpo.overrides import check_saved_line
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task
+from magrpo.validation import validate
 from magrpo.writes import is_temp_name
 
 log = logging.getLogger(__name__)

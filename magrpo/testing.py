@@ -33,7 +33,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo.config import _typed
+from magrpo.config import typed_node
 from magrpo.schema import ConfigError, check_values
 from magrpo.source import raised_at
 from magrpo.tasks import TASKS, Item, Task, columns
@@ -79,7 +79,7 @@ class TaskCheck:
 
 def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any, prefix: str) -> Any:
     """A config node as a run would get it: the schema's defaults under the task's own conf/ file
-    (a registered name only) and `overrides`, typed and checked as `magrpo.config.validate` does."""
+    (a registered name only) and `overrides`, typed and checked as `magrpo.validation.validate` does."""
     raw = OmegaConf.create({"name": name} if schema is None or "name" in {f.name for f in fields(schema)} else {})
     if conf_file is not None and conf_file.is_file():
         own = OmegaConf.load(conf_file)
@@ -89,7 +89,7 @@ def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any
         raw = OmegaConf.merge(raw, overrides if OmegaConf.is_config(overrides) else OmegaConf.create(overrides))
     if schema is None:
         return raw
-    node = _typed(raw, schema, prefix)
+    node = typed_node(raw, schema, prefix)
     check_values(node, schema, prefix)
     return node
 

@@ -32,6 +32,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from magrpo.schema import ConfigError, SetupError
+from magrpo.writes import pid_alive, start_ticks
 
 log = logging.getLogger(__name__)
 
@@ -98,31 +99,9 @@ STEP_METRICS = {"train/*": "last", "eval/*": "max,last", "time/*": "last", "spee
 # -- who runs where ------------------------------------------------------------------------------
 
 
-def _start_ticks(pid: int) -> int | None:
-    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat.rsplit(")", 1)[1].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def process_record() -> dict[str, Any]:
     pid = os.getpid()
-    return {"pid": pid, "host": socket.gethostname(), "pid_start": _start_ticks(pid), "started_at": time.time()}
-
-
-def pid_alive(pid: Any, pid_start: Any = None) -> bool:
-    """Whether process `pid` (started at `pid_start` ticks, when known) still exists on this host."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass   # alive, owned by someone else
-    return pid_start is None or _start_ticks(pid) in (None, pid_start)
+    return {"pid": pid, "host": socket.gethostname(), "pid_start": start_ticks(pid), "started_at": time.time()}
 
 
 def process_alive(rec: dict | None, now: float | None = None) -> bool | None:

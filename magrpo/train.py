@@ -27,7 +27,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from magrpo import distributed, plugins, trust
 from magrpo.checkpoint import checkpoint_step
-from magrpo.config import ConfigError, optimized_metric, validate
+from magrpo.config import ConfigError, optimized_metric
 from magrpo.launch import (
     CONF_DIR,
     as_setup_error,
@@ -42,6 +42,7 @@ from magrpo.run_config import from_run
 from magrpo.tasks import TASKS, available_tasks
 from magrpo.tasks.reward_fns import primary_metric
 from magrpo.tracking import RunStatus, read_status, set_aside_after
+from magrpo.validation import validate
 
 log = logging.getLogger("magrpo")
 __all__ = ["CONF_DIR", "main", "run", "sweep_value"]

@@ -36,6 +36,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from magrpo.schema import ConfigError, SetupError
 
@@ -101,8 +102,6 @@ def remove_stale_temps(parent: Path, wanted: Callable[[str], bool]) -> list[Path
     writer was on this host and is gone (killed: nothing could clean up). A live writer's, another
     host's, and one caught between the two renames of a replacement (`.NAME.old-<pid>` beside it:
     left for a person) stay. Returns the removed ones."""
-    from magrpo.tracking import pid_alive
-
     removed = []
     for d in sorted(parent.iterdir()) if parent.is_dir() else []:
         m = _TEMP_RE.match(d.name)
@@ -231,3 +230,25 @@ def publish(out: str | Path, fill: Callable[[Path], object], force: bool, key: s
         raise
     shutil.rmtree(stage, ignore_errors=True)
     return [out / n for n in names]
+
+
+def start_ticks(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (Linux), to tell a reused pid apart."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pid_alive(pid: Any, pid_start: Any = None) -> bool:
+    """Whether process `pid` (started at `pid_start` ticks, when known) still exists on this host."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass   # alive, owned by someone else
+    return pid_start is None or start_ticks(pid) in (None, pid_start)

@@ -150,8 +150,9 @@ def compose_config(args: argparse.Namespace):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from magrpo.config import register_schemas, validate
+    from magrpo.config_store import register_schemas
     from magrpo.launch import CONF_DIR
+    from magrpo.validation import validate
 
     register_schemas()
     GlobalHydra.instance().clear()

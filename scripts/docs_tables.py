@@ -362,7 +362,7 @@ PAGES = {"config.md": config_page, "algorithms.md": algorithms_page, "tasks.md":
 
 @functools.cache
 def render() -> dict[str, str]:
-    from magrpo.config import register_schemas
+    from magrpo.config_store import register_schemas
 
     register_schemas()
     return {name: make() for name, make in PAGES.items()}

@@ -30,7 +30,8 @@ def main(out: Path, form: str) -> int:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from magrpo.config import CONF_DIR, register_schemas
+    from magrpo.config import CONF_DIR
+    from magrpo.config_store import register_schemas
 
     register_schemas(paper_aliases=True)
     out.mkdir(parents=True, exist_ok=True)

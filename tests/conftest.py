@@ -14,7 +14,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from magrpo.config import register_schemas
+from magrpo.config_store import register_schemas
 from magrpo.launch import CONF_DIR
 
 register_schemas()      # what every entry point does first: conf/ composes without importing one
@@ -131,10 +131,10 @@ def build_algorithm(make_cfg, overrides: list[str]):
     """(cfg, agents, task, algorithm) of a composed train config, seeded as a run starts: for tests
     that drive an algorithm's pieces (collect, advantages, update) directly."""
     from magrpo.algos import ALGOS
-    from magrpo.config import validate
     from magrpo.models import load_agents
     from magrpo.tasks import build_task
     from magrpo.trainer import seed_everything
+    from magrpo.validation import validate
 
     cfg = validate(make_cfg(overrides))
     seed_everything(cfg.seed)

@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from magrpo.algos import ALGOS
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.rollout import team_rollout
 from magrpo.tasks import build_task
 from magrpo.train import run
+from magrpo.validation import validate
 from tests.conftest import build_algorithm, run_and_resume, train_rows
 
 GOLDEN = Path(__file__).parent / "data" / "golden_algos.json"

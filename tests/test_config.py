@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.train import CONF_DIR
+from magrpo.validation import validate
 
 GROUPS = ["agents", "task", "reward", "algo", "optimizer", "hardware", "logger", "feedback", "debug", "experiment"]
 
@@ -126,7 +127,7 @@ def _yaml(path: Path) -> dict:
 
 
 def _schema_node(group: str, name: str) -> dict:
-    """What `/schema/<group>@_here_: <name>` puts under an option (magrpo.config.register_schemas)."""
+    """What `/schema/<group>@_here_: <name>` puts under an option (magrpo.config_store.register_schemas)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
@@ -338,7 +339,7 @@ def test_register_schemas_again_stores_nothing_unless_something_was_registered_s
 
     from magrpo.algos import ALGOS, register_algo
     from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
-    from magrpo.config import register_schemas
+    from magrpo.config_store import register_schemas
 
     store = ConfigStore.instance()
     register_schemas()

@@ -60,9 +60,9 @@ def test_a_data_file_without_the_tasks_columns_is_one_line_naming_both(tmp_path)
     """task.data.path with none of a task's columns: the columns found and the ones expected."""
     import pytest
 
-    from magrpo.config import validate
     from magrpo.tasks import build_task
     from magrpo.tasks.data import DataUnavailableError
+    from magrpo.validation import validate
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"q": "one", "a": 1}\n{"q": "two", "a": 2}\n')

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from magrpo.config import validate
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task
+from magrpo.validation import validate
 
 
 def _task(name: str, **task):

@@ -124,7 +124,7 @@ def test_load_agents_widens_as_hardware_cpu_bf16_says(make_cfg, monkeypatch, nat
     a bf16 unit is simulated by the probe magrpo.cpu_bf16 asks (cpu_has_native_bf16)."""
     import magrpo.cpu_bf16
     from magrpo import models
-    from magrpo.config import validate
+    from magrpo.validation import validate
 
     monkeypatch.setattr(magrpo.cpu_bf16, "cpu_has_native_bf16", lambda: native)
     want = mode == "widen" or (mode == "auto" and not native)
@@ -139,8 +139,8 @@ def test_load_agents_widens_as_hardware_cpu_bf16_says(make_cfg, monkeypatch, nat
 
 
 def test_hardware_cpu_bf16_is_validated_naming_key_value_and_choices(make_cfg):
-    from magrpo.config import validate
     from magrpo.schema import ConfigError
+    from magrpo.validation import validate
 
     with pytest.raises(ConfigError) as e:
         validate(make_cfg(["hardware.cpu_bf16=fast"]))

@@ -12,13 +12,14 @@ import json
 
 import pytest
 
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.diagnostics import DiagnosticsConfig, answer_similarity, collaboration_metrics, similarity
 from magrpo.eval_loop import collect_answers, eval_sampling, evaluate
 from magrpo.feedback import build_feedback
 from magrpo.models import load_agents
 from magrpo.tasks import Scores, build_task
 from magrpo.turns import TurnSpec
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 
 SMALL = ["algo.max_new_tokens=6", "eval.num_items=2", "eval.num_samples=2"]

@@ -18,11 +18,11 @@ import torch.multiprocessing as mp
 
 from magrpo import distributed
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.rollout import Generation, Sampling, generate
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,9 +21,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from magrpo.config import CONF_DIR, EvalRunSchema, validate
+from magrpo.config import CONF_DIR, EvalRunSchema
 from magrpo.metric_names import METRICS, SUMMARY_KEYS, documented
 from magrpo.schema import ConfigError
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,8 +74,11 @@ def test_generated_tables_name_every_registered_algorithm_task_and_group_option(
 
 
 def test_every_key_in_the_reference_has_a_meaning():
-    """Each key's meaning is the comment beside its dataclass field: a key added without one fails here."""
-    tables = _load_script("docs_tables").render()
+    """Each key's meaning is the comment beside its dataclass field: a key added without one fails here.
+    Read from the committed tables, which the test above holds equal to the code's (rendered in this
+    process, they would list the tasks that other tests' plugins registered)."""
+    tables = {name: (ROOT / "docs" / "reference" / name).read_text() for name in ("config.md", "algorithms.md",
+                                                                                   "tasks.md")}
     bare = []
     for name in ("config.md", "algorithms.md", "tasks.md"):
         in_keys, section = False, ""

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from magrpo.config import validate
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task, raw_reward
 from magrpo.train import run
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 
 COMPOSITIONS = [(1.0, 0.0), (0.5, 3.0), (2.0, -4.0), (1 / 2.1, -1.0)]     # (scale, shift); scale > 0

@@ -18,10 +18,11 @@ import pytest
 
 from magrpo import checkpoint
 from magrpo.checkpoint import CheckpointError, write_checkpoint
-from magrpo.config import EvalRunSchema, validate
+from magrpo.config import EvalRunSchema
 from magrpo.schema import ConfigError, SetupError
 from magrpo.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
 from magrpo.train import run
+from magrpo.validation import validate
 from tests import preloaded
 from tests.conftest import compose_cfg, run_cli, small_tmpfs
 

@@ -11,13 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.feedback import FEEDBACKS, NodeView, build_feedback
 from magrpo.feedback.diagnostics import test_outcomes as outcomes_of
 from magrpo.models import load_agents
 from magrpo.rollout import Generation, Rollout, Sampling, joint_indices
 from magrpo.tasks import build_task
 from magrpo.turns import expand, node_views
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 
 HELPER = "def aux(x):\n    return x - int(x)\n"

@@ -15,10 +15,10 @@ import os
 import pytest
 import torch
 
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.rollout import Sampling, generate
 from magrpo.train import run
+from magrpo.validation import validate
 from tests.conftest import run_and_resume, train_rows
 
 DEVICE = os.environ.get("MAGRPO_TEST_DEVICE", "cuda")

@@ -1,7 +1,9 @@
 """The package's import graph: every `import` in magrpo/, function-level ones included, read with
-`ast` (nothing is imported). No module may reach itself through imports, and the package's parts
-(magrpo.X: a module or a sub-package) may form no circle but the one still open (below). A
-package's `__init__` importing its own modules (to register them) is not counted as an edge."""
+`ast` (nothing is imported). No module may reach itself through imports, the package's parts
+(magrpo.X: a module or a sub-package) may form no circle, and no import may run upward against the
+layers that docs/architecture.md draws (the page's table is read here, so page and code cannot
+drift apart). A package's `__init__` importing its own modules (to register them) is not counted as
+an edge."""
 
 from __future__ import annotations
 
@@ -104,3 +106,63 @@ def test_the_circle_finder_finds_a_planted_circle():
     # the checks above can fail: a three-module circle and a self-contained chain
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [{"a", "b", "c"}]
     assert circles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+# -- the layer order of docs/architecture.md -------------------------------------------------------
+
+ARCHITECTURE = ROOT.parent / "docs" / "architecture.md"
+
+
+def layers_from_docs(text: str) -> list[tuple[str, set[str]]]:
+    """The layers of the table after `<!-- layers` on the architecture page, top first: (label, the
+    package's parts it places). `name.py` and `name/` are parts; the words before a line's first part
+    are its layer's label, and a line with no such words continues the layer above."""
+    block = text.split("<!-- layers", 1)[1].split("```", 2)[1]
+    layers: list[tuple[str, set[str]]] = []
+    for line in block.splitlines()[2:]:                 # after the opening fence and the column heads
+        if not line.strip():
+            continue
+        words = line.split()
+        first = next((i for i, w in enumerate(words) if w.endswith((".py", "/"))), len(words))
+        label = " ".join(words[:first])
+        parts = {w.removesuffix(".py").removesuffix("/") for w in words[first:] if w.endswith((".py", "/"))}
+        if label:
+            layers.append((label, parts))
+        else:
+            layers[-1][1].update(parts)
+    return layers
+
+
+def upward(edges: dict[str, set[str]], layers: list[tuple[str, set[str]]]) -> list[str]:
+    """Each import from a module to a part in a higher layer than its own, as 'a -> b (x above y)'."""
+    rank = {p: i for i, (_, parts) in enumerate(layers) for p in parts}
+    names = [label for label, _ in layers]
+    out = []
+    for m, deps in sorted(edges.items()):
+        if part(m) == "__init__":
+            continue
+        for d in sorted(deps):
+            if part(d) != "__init__" and rank[part(d)] < rank[part(m)]:
+                out.append(f"{m} -> {d} ({names[rank[part(d)]]} above {names[rank[part(m)]]})")
+    return out
+
+
+def test_the_architecture_page_places_every_part_of_the_package_once():
+    layers = layers_from_docs(ARCHITECTURE.read_text())
+    assert len(layers) >= 8
+    placed = [p for _, parts in layers for p in parts]
+    assert len(placed) == len(set(placed)), "a part placed in two layers"
+    parts = {part(m) for m in graph()} - {"__init__"}
+    assert parts - set(placed) == set(), "parts the architecture page does not place"
+    assert set(placed) - parts == set(), "the architecture page places parts that do not exist"
+
+
+def test_no_import_runs_upward_against_the_layers_of_the_architecture_page():
+    assert upward(graph(), layers_from_docs(ARCHITECTURE.read_text())) == []
+
+
+def test_the_layer_check_finds_a_planted_upward_import():
+    layers = layers_from_docs("<!-- layers -->\n```\n head\n top     a.py\n         b/\n bottom  c.py\n```\n")
+    assert layers == [("top", {"a", "b"}), ("bottom", {"c"})]
+    assert upward({"magrpo.a": {"magrpo.c", "magrpo.b.x"}, "magrpo.c": set()}, layers) == []
+    assert upward({"magrpo.c": {"magrpo.b.x"}}, layers) == ["magrpo.c -> magrpo.b.x (top above bottom)"]

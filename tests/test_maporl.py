@@ -5,12 +5,13 @@ import json
 
 import pytest
 
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.evaluate import run_eval
 from magrpo.tasks import build_task
 from magrpo.tasks.maporl.data import builtin_items, gsm8k_answer
 from magrpo.tasks.maporl.reward import incentives, majority, parse_answer
 from magrpo.train import run
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 
 # Two samples per agent: a two-turn tree of G + G*G nodes per item, 6 instead of the default 20.

@@ -5,11 +5,11 @@ import pytest
 import torch
 
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.rollout import Sampling, generate
 from magrpo.tasks import build_task
 from magrpo.train import run
+from magrpo.validation import validate
 
 
 def _update_grads(make_cfg, overrides):

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.tiny import build_builtin
 from magrpo.train import run
+from magrpo.validation import validate
 
 TEMPLATE = ("{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")

@@ -15,11 +15,12 @@ import yaml
 from omegaconf import OmegaConf
 
 from magrpo.algos import ALGOS
-from magrpo.config import CONF_DIR, ConfigError, EvalRunSchema, TrainSchema, validate
+from magrpo.config import CONF_DIR, ConfigError, EvalRunSchema, TrainSchema
 from magrpo.metrics import codebleu
 from magrpo.paper import cells, choices, row_algo, sweep_command, tune_space
 from magrpo.paper_grid import HARDER_GAMES, METHODS, TABLES
 from magrpo.table import main as table_main
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 from tests.test_table import tex_problems
 

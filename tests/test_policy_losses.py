@@ -9,8 +9,9 @@ import torch
 
 from magrpo.algos.core import POLICY_LOSSES
 from magrpo.algos.group_relative import policy_loss_name
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.registry import RegistryError
+from magrpo.validation import validate
 
 CLIP_HIGHER = SimpleNamespace(epsilon=0.2, epsilon_high=0.28)     # DAPO's clip-higher band
 

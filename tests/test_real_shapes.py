@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from magrpo.algos.core import token_logprobs
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.rollout import Sampling, generate
 from magrpo.sampler import sample_shared_prompt, vocab_limit
 from magrpo.tiny import SHAPES, TOKENIZER_VOCAB, builtin_config
+from magrpo.validation import validate
 
 # Hand-computed from the public configs: embedding V*h (tied: the LM head adds nothing) + per layer
 # (q, k, v, o projections [+ q/k/v bias on qwen2] [+ q_norm, k_norm on qwen3] + 3*h*i MLP + 2 norms)

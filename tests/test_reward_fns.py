@@ -9,10 +9,10 @@ import logging
 
 import pytest
 
-from magrpo.config import validate
 from magrpo.rewards import REWARD_FNS, RewardFunctionError, register_reward
 from magrpo.schema import ConfigError
 from magrpo.tasks import RewardConfig, Task, build_task, reward_schema_of
+from magrpo.validation import validate
 from tests import reward_fns_example
 from tests.conftest import compose_cfg, run_cli, train_rows
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from magrpo.config import validate
 from magrpo.tasks import build_task
+from magrpo.validation import validate
 from tests.conftest import compose_cfg
 
 SHIFT, SCALE = -1.5, 2.0

@@ -11,11 +11,11 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 
 from magrpo.algos.core import LOSS_AGG, AggContext, RowBatch, row_chunks, row_logprobs, sequence_forward
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.rollout import Generation, Sampling, completion_mask, generate
 from magrpo.sampler import filter_logits, next_tokens, shares_prompt
 from magrpo.tasks import build_task
+from magrpo.validation import validate
 
 # Prompts of different lengths, so the batch is left-padded.
 PROMPTS = ["explain", "a much longer prompt about the water cycle, bees and honey", "chess and the moon"]
@@ -407,9 +407,9 @@ def test_the_cache_goes_by_the_name_this_transformers_uses():
     versions know only the latter. The decoder asks the model's forward which one it takes."""
     import inspect
 
-    from magrpo.config import validate
     from magrpo.models import load_agents
     from magrpo.sampler import cache_keyword
+    from magrpo.validation import validate
     from tests.conftest import compose_cfg
 
     cfg = validate(compose_cfg(["debug=smoke", "output_dir=unused"]))

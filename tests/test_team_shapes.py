@@ -8,11 +8,11 @@ import json
 import pytest
 
 from magrpo.algos import ALGOS
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task
 from magrpo.train import run
+from magrpo.validation import validate
 from tests.conftest import run_and_resume
 
 SHARED = ["agents.share_policy=true", "debug=smoke", "algo.max_new_tokens=8", "algo.num_generations=2"]

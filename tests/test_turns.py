@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.feedback import build_feedback
 from magrpo.models import load_agents
 from magrpo.rollout import Rollout, Sampling, joint_indices
@@ -23,6 +23,7 @@ from magrpo.turns import (
     tree_returns,
     tree_size,
 )
+from magrpo.validation import validate
 from tests.conftest import compose_cfg, run_and_resume, train_rows
 
 FAST = ["algo.max_new_tokens=6", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]

@@ -5,10 +5,10 @@ import torch
 
 from magrpo.algos.core import LOSS_AGG, AggContext, token_logprobs
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.config import validate
 from magrpo.models import load_agents
 from magrpo.rollout import Generation, Sampling, generate
 from magrpo.tasks import build_task
+from magrpo.validation import validate
 
 
 def _setup(make_cfg, overrides=()):

@@ -152,7 +152,7 @@ def test_the_lever_game_by_hand():
     (["task=agree", "partners=[x]", "partner_sampling=often"], "partner_sampling"),
 ])
 def test_bad_zsc_keys_are_one_line_config_errors(overrides, needle, tmp_path):
-    from magrpo.config import validate
+    from magrpo.validation import validate
 
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         validate(compose_cfg([f"output_dir={tmp_path}", "debug=smoke", *overrides]))
@@ -179,9 +179,9 @@ def _state(model) -> dict[str, torch.Tensor]:
 
 
 def test_partners_stay_frozen_and_fill_their_roles_as_configured(partner_runs, tmp_path):
-    from magrpo.config import validate
     from magrpo.team import Team
     from magrpo.trainer import Trainer
+    from magrpo.validation import validate
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'fcp'}", *SMALL, "max_steps=4", "logger.log_every=1",
                                 f"partners=[{partner_runs[0]},{partner_runs[1]}]", "partner_roles=[2]",
@@ -221,8 +221,8 @@ def test_drawn_partners_and_roles_follow_the_seed(partner_runs, tmp_path):
 
 
 def test_other_play_trains_and_its_views_are_drawn_per_step(tmp_path):
-    from magrpo.config import validate
     from magrpo.trainer import Trainer
+    from magrpo.validation import validate
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'op'}", *SMALL, "algo.other_play=true"]))
     trainer = Trainer(cfg, tmp_path / "op")

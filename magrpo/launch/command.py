@@ -14,7 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo import trust
-from magrpo.config import CONF_DIR, register_schemas
+from magrpo.config import CONF_DIR
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
 from magrpo.launch.override_errors import explain_override_error
@@ -113,6 +113,10 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
         report(prog, str(e) if isinstance(e, PluginInterrupt) else "interrupted before a run started; nothing was "
                                                                     "written")
         sys.exit(130)
+    # start-up: the store imports every algorithm (torch); the commands that only read runs and
+    # write tables (magrpo-table, magrpo-crossplay's argument check) import magrpo.launch without it
+    from magrpo.config_store import register_schemas  # noqa: PLC0415
+
     register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
     if config_name == "train" and taken:    # resume=RUN continues RUN's own directory

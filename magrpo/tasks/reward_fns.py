@@ -122,7 +122,7 @@ def component_name(spec: str) -> str:
 
 
 def check_reward_node(node: Any, imports: bool = True) -> None:
-    """The reward-function keys of a typed `reward` node (magrpo.config.validate): fn or fns, not
+    """The reward-function keys of a typed `reward` node (magrpo.validation.validate): fn or fns, not
     both; one weight per function; every function found (`imports`: as `resolve`); no two logged
     under one name."""
     fn, fns, weights, top = (_get(node, k) for k in ("fn", "fns", "weights", "max"))

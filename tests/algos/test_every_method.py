@@ -5,8 +5,9 @@ import json
 
 import pytest
 
-from magrpo.config import ConfigError, validate
+from magrpo.config import ConfigError
 from magrpo.train import run
+from magrpo.validation import validate
 from tests.algos import FAST
 from tests.conftest import run_and_resume
 

@@ -108,7 +108,7 @@ def test_off_by_default_and_the_returns_are_the_rewards(make_cfg):
     (["algo=c3", "algo.signal_bonus=0.1"], r"not read by algo.name=c3"),
 ])
 def test_bad_settings_stop_at_start_naming_the_key(make_cfg, overrides, match):
-    from magrpo.config import validate
+    from magrpo.validation import validate
 
     with pytest.raises(ConfigError, match=match):
         validate(make_cfg([*overrides, "task=signal", "algo.topology=sequential"]))

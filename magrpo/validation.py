@@ -1,0 +1,276 @@
+"""The start-up check of a composed config: `validate` merges each group into the schema its
+choice registers (the algorithm's, the task's, the feedback mode's: magrpo.config), checks every
+value against its allowed set or range, then the choices against each other (this algorithm with
+that task and team). A bad config stops the command before any work with one line that names the
+key, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from magrpo import checkpoint
+from magrpo.algos import ALGOS
+from magrpo.algos.scaffold import check_other_play, check_signalling, check_tree
+from magrpo.config import (
+    EvalRunSchema,
+    EvalSchema,
+    ModelSchema,
+    TrainSchema,
+    _open,
+    typed_node,
+)
+from magrpo.feedback import FEEDBACKS
+from magrpo.models import BUILTIN_PREFIX, looks_local
+from magrpo.plugins import load_plugins, loaded
+from magrpo.rollout import BASELINES, SCHEMES
+from magrpo.sandbox import SandboxUnavailable, isolation_level
+from magrpo.sandbox.limits import ISOLATION_CHOICES
+from magrpo.schema import (
+    ConfigError,
+    check_values,
+    literal_strings,
+    warn_renamed,
+)
+from magrpo.tasks import TASKS, available_tasks, reward_schema_of
+from magrpo.tasks.reward_fns import check_reward_node
+from magrpo.tiny import BUILTIN_MODELS
+
+
+def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> DictConfig:
+    """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError.
+    `recorded`: the config a run or team recorded (magrpo.team), whose plugins and reward modules
+    the trust rule has taken up already (magrpo.trust): nothing is imported for it here."""
+    # The user's plugins first: they may register the task, algorithm or feedback mode named below.
+    wanted = cfg.get("plugins") if "plugins" in cfg else None
+    if wanted is not None and not OmegaConf.is_list(wanted) and not isinstance(wanted, list):
+        raise ConfigError(f"plugins={wanted!r}: give a list of module names, e.g. plugins=[my_pkg.tasks]")
+    if recorded:
+        missing = [str(m) for m in wanted or [] if str(m) not in loaded()]
+        if missing:
+            raise ConfigError(f"plugins={missing}: not taken up (magrpo.trust.take_up imports a run's or team's "
+                              f"plugins when you trust it); nothing was imported")
+        plugins = [str(m) for m in wanted or []]
+    else:
+        plugins = load_plugins([str(m) for m in wanted or []])
+
+    # The algo node is checked against the schema its algorithm registers (its only source of
+    # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
+    raw_algo = _resolved(cfg.algo) if cfg.get("algo") is not None else {}
+    algo_name = raw_algo.get("name", "magrpo")
+    if algo_name not in ALGOS:
+        raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")
+    algo_schema = ALGOS[algo_name].config_schema
+    algo_node = typed_node(OmegaConf.create(raw_algo), algo_schema, "algo.", OmegaConf.to_container(cfg))
+    cfg = cfg.copy()
+    with _open(cfg):
+        cfg.algo = OmegaConf.to_container(algo_node)
+
+    raw = _resolved(cfg)
+    raw_task, raw_reward = raw.pop("task", None), raw.pop("reward", None)
+    raw.pop("algo", None)
+    raw_feedback = raw.pop("feedback", None) or {}
+    # Each agent's entry on its own first, so that an error names it (agents.models[1].optimizer.lrr).
+    for i, spec in enumerate((raw.get("agents") or {}).get("models") or []):
+        if isinstance(spec, dict):
+            typed_node(OmegaConf.create(spec), ModelSchema, f"agents.models[{i}].")
+    typed = typed_node(OmegaConf.create(raw), schema, "")
+
+    # The feedback node is checked against the schema of the mode it names.
+
+    mode = raw_feedback.get("mode", "none")
+    if mode not in FEEDBACKS:
+        raise ConfigError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
+    feedback_schema = FEEDBACKS[mode].config_schema
+    feedback_node = typed_node(OmegaConf.create(raw_feedback), feedback_schema, "feedback.", raw)
+
+    # Task and reward nodes are checked against the schemas their task registers.
+    if not raw_task or "name" not in raw_task:
+        raise ConfigError(f"task.name is missing; choose one of: {', '.join(available_tasks())}")
+    if raw_task["name"] not in available_tasks():
+        raise ConfigError(f"task.name={raw_task['name']!r} is not a known task; choose one of: "
+                          f"{', '.join(available_tasks())}")
+    task_cls = TASKS[raw_task["name"]]
+    task_node = typed_node(OmegaConf.create(raw_task), task_cls.config_schema, "task.", raw) \
+        if task_cls.config_schema else OmegaConf.create(raw_task)
+    reward_schema = reward_schema_of(task_cls)       # the task's, with the reward-function keys (RewardConfig)
+    reward_node = typed_node(OmegaConf.create(raw_reward or {}), reward_schema, "reward.") \
+        if reward_schema else OmegaConf.create(raw_reward or {})
+    with _open(typed):
+        typed.plugins = plugins           # every plugin this process imported: what the run records
+        typed.task = task_node
+        typed.reward = reward_node
+        typed.algo = algo_node
+        typed.feedback = feedback_node
+
+    _fold_renamed_keys(typed)
+    check_values(typed, schema)
+    check_values(algo_node, algo_schema, "algo.")
+    check_values(feedback_node, feedback_schema, "feedback.")
+    if task_cls.config_schema:
+        check_values(task_node, task_cls.config_schema, "task.")
+    if reward_schema:
+        check_values(reward_node, reward_schema, "reward.")
+    check_reward_node(reward_node, imports=not recorded)
+
+    _validate_agents(typed, task_cls)
+    if task_cls.uses_sandbox:
+        _validate_sandbox(typed.sandbox)
+    num_agents = ALGOS[algo_name].team(typed).num_agents
+    check_tree(typed, num_agents)
+    check_signalling(typed, ALGOS[algo_name], num_agents)
+    check_other_play(typed, task_cls, num_agents)
+    _validate_partners(typed, num_agents)
+    # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
+    # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
+    # whole typed config across groups (this algorithm with that task, topology, team).
+    algo_check = getattr(ALGOS[algo_name], "check_config", None)
+    if algo_check is not None:
+        algo_check(typed, task_cls)
+    if schema is EvalRunSchema:
+        _validate_eval(typed)
+    elif typed.resume:
+        _validate_resume(typed)
+    return typed
+
+
+def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
+    """`partners=` (magrpo.partners) on a team that has a role for a partner, `partner_roles` naming roles it has and
+    leaving one to train (at validation, before anything loads)."""
+    if not cfg.get("partners"):
+        if cfg.get("partner_roles") is not None:
+            raise ConfigError(f"partner_roles={list(cfg.partner_roles)} without partners=[...]: name the partners")
+        return
+    if num_agents < 2:
+        raise ConfigError(f"partners: algo.name={cfg.algo.name} trains a team of {num_agents} agent (one model "
+                          f"writes the whole answer), which has no role for a partner; algorithms with a role for "
+                          f"one: every one with agents.num_agents >= 2")
+    roles = cfg.get("partner_roles")
+    if roles is not None:
+        bad = [r for r in roles if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= num_agents]
+        if bad or not roles or len(set(roles)) >= num_agents:
+            raise ConfigError(f"partner_roles={list(roles)}: give the roles partners fill, numbered 1..{num_agents}, "
+                              f"leaving at least one role to train; or null (one role per step, drawn)")
+
+
+def _fold_renamed_keys(cfg: DictConfig) -> None:
+    """Deprecated aliases, honoured for one release: each warns, naming the old key and the new one,
+    and its value moves to the new key (which the rest of the code reads)."""
+    alias = cfg.algo.get("eval_every")
+    if alias is not None:                 # the evaluation cadence of a training run is eval.every
+        warn_renamed("algo.eval_every", "eval.every",
+                     f" (algo.eval_every={alias} overrides eval.every={cfg.eval.every})"
+                     if cfg.eval.every != alias and cfg.eval.every != EvalSchema.every else "")
+        cfg.eval.every = alias
+    alias = cfg.agents.get("gradient_checkpointing")
+    if alias is not None:                 # a memory choice: hardware.gradient_checkpointing
+        warn_renamed("agents.gradient_checkpointing", "hardware.gradient_checkpointing")
+        cfg.hardware.gradient_checkpointing = alias
+
+
+def _resolved(node: DictConfig) -> dict:
+    """The node as plain data (its strings `literal`, so that a config created from it again keeps a
+    resolved value that reads `${...}` as text); an interpolation that does not resolve is a
+    ConfigError naming it."""
+    try:
+        return literal_strings(OmegaConf.to_container(node, resolve=True))
+    except OmegaConfBaseException as e:
+        key = getattr(e, "full_key", None)
+        raise ConfigError(f"cannot resolve the config{f' at {key}' if key else ''}: "
+                          f"{str(e).splitlines()[0]}") from None
+
+
+def _validate_sandbox(node: DictConfig) -> None:
+    """A named isolation level that cannot run here stops the run before any work (`auto` falls
+    back instead, with a warning, when the task first runs code)."""
+    if node.isolation == "auto":
+        return
+
+    try:
+        isolation_level(node.isolation)
+    except SandboxUnavailable as e:
+        raise ConfigError(f"sandbox.isolation={node.isolation!r} cannot run here ({e}); choose one of: "
+                          f"{', '.join(ISOLATION_CHOICES)} (auto takes the strongest that works)") from None
+
+
+def _validate_resume(cfg: DictConfig) -> None:
+    """`resume=` names a complete checkpoint (or a run directory holding one) of this very run."""
+    ckpt = checkpoint.resolve(cfg.resume, "resume")
+    with _open(cfg):
+        cfg.resume = str(ckpt)
+    checkpoint.check_resume(OmegaConf.to_container(cfg, resolve=True), ckpt)
+
+
+def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
+    agents = cfg.agents
+    n = ALGOS[cfg.algo.name].team(cfg).num_agents
+    models = agents.models
+    if n > 1 and n not in task_cls.accepted_counts():
+        raise ConfigError(f"agents.num_agents={n}: task {cfg.task.name!r} accepts {task_cls.describe_counts()} "
+                          f"agents (1: one model writes the whole answer)")
+    if len(models) == 0:
+        raise ConfigError("agents.models is empty; give at least one model entry (name_or_path: ...)")
+    if len(models) > agents.num_agents:
+        raise ConfigError(f"agents.models has {len(models)} entries but agents.num_agents={agents.num_agents}; "
+                          f"give one entry per agent, or one entry shared by all agents")
+    if 1 < len(models) < agents.num_agents:
+        raise ConfigError(f"agents.models has {len(models)} entries for agents.num_agents={agents.num_agents}; "
+                          f"give one entry per agent, or a single entry shared by all agents")
+    for i, spec in enumerate(models[:max(n, 1)] if len(models) > 1 else models):
+        key = f"agents.models[{i}]"
+        path = spec.name_or_path
+        if path.startswith(BUILTIN_PREFIX) and path[len(BUILTIN_PREFIX):] not in BUILTIN_MODELS:
+            raise ConfigError(f"{key}.name_or_path={path!r}: unknown builtin model; choose one of: "
+                              + ", ".join(BUILTIN_PREFIX + k for k in sorted(BUILTIN_MODELS)))
+        if looks_local(path) and not Path(path).expanduser().exists():
+            raise ConfigError(f"{key}.name_or_path={path!r}: no such local model directory")
+        if spec.tokenizer and looks_local(spec.tokenizer) and not Path(spec.tokenizer).expanduser().exists():
+            raise ConfigError(f"{key}.tokenizer={spec.tokenizer!r}: no such local tokenizer directory")
+        if agents.share_base and spec.lora is None:
+            raise ConfigError(f"agents.share_base=true needs a LoRA config: {key}.lora is null")
+    if agents.share_policy and agents.share_base:
+        raise ConfigError("agents.share_policy=true and agents.share_base=true name two team levels at once; "
+                          "choose one: share_policy (one policy plays every role) or share_base (a LoRA per role)")
+    if agents.share_policy and len(models) > 1:
+        raise ConfigError(f"agents.share_policy=true plays every role with ONE model, but agents.models has "
+                          f"{len(models)} entries; give a single entry")
+    if agents.share_base and len(models) > 1 and len({m.name_or_path for m in models}) > 1:
+        raise ConfigError("agents.share_base=true needs every agent on the same base model; "
+                          f"agents.models name {sorted({m.name_or_path for m in models})}")
+
+
+def _validate_eval(cfg: DictConfig) -> None:
+    num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
+    trained = cfg.checkpoint or cfg.get("team")
+    methods = list(cfg.methods) if cfg.methods is not None else (["team"] if trained else BASELINES)
+    for m in methods:
+        if m not in SCHEMES:
+            raise ConfigError(f"methods contains {m!r}; choose from: {', '.join(SCHEMES)}")
+        if m not in ("single", "team") and num_agents < 2:
+            raise ConfigError(f"methods {'contains' if cfg.methods is not None else 'defaults to the baselines, with'} "
+                              f"{m!r}, which needs at least 2 agents; algo={cfg.algo.name} "
+                              f"with agents.num_agents={cfg.agents.num_agents} has {num_agents} "
+                              f"(methods=[single] evaluates one model)")
+    if len(set(cfg.methods or [])) != len(cfg.methods or []):
+        raise ConfigError(f"methods={list(cfg.methods)} names a method twice")
+    if cfg.methods is not None and len(cfg.methods) == 0:
+        raise ConfigError("methods=[] evaluates nothing; give at least one of: " + ", ".join(SCHEMES)
+                          + " (or null for the default)")
+    if cfg.split not in ("eval", "train"):
+        raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
+    if cfg.checkpoint and cfg.get("team"):
+        raise ConfigError(f"checkpoint={cfg.checkpoint!r} and team={cfg.team!r} both name the weights to evaluate; "
+                          f"give one")
+    # team= is checked by magrpo.team.check_team_option (magrpo-eval calls it after this).
+    if cfg.checkpoint:
+        if checkpoint.is_team_dir(cfg.checkpoint):
+            raise ConfigError(f"checkpoint={cfg.checkpoint!r} is an exported team (team.json), not a training "
+                              f"checkpoint; evaluate it with team={cfg.checkpoint}")
+        ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
+        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt,
+                                      ALGOS[cfg.algo.name].team(cfg).policy_dirs)
+        with _open(cfg):
+            cfg.checkpoint = str(ckpt)
