@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"        # written last: the completion marker
 TEAM_FILE = "team.json"           # an exported team (magrpo.team): a manifest too, but no trainer state
+OVERRIDES_FILE = "overrides.yaml"     # an exported team's saved command-line overrides
 CONFIG_FILE = "config.json"
 STATE_FILE = "trainer_state.pt"
 FORMAT = 1
@@ -237,12 +238,12 @@ def verify(path: Path, required: tuple[str, ...] = (STATE_FILE, CONFIG_FILE), wh
 
 def _numpy_globals() -> list:
     """What an RNG state saved by numpy needs (arrays of plain numbers), for weights_only loading."""
-    import numpy as np
+    import numpy as np  # noqa: PLC0415  start-up: the run files are read without numpy; only a trainer state needs it
 
     try:
-        from numpy._core.multiarray import _reconstruct
+        from numpy._core.multiarray import _reconstruct  # noqa: PLC0415  start-up: the run files are read without numpy; only a trainer state needs it
     except ImportError:          # numpy < 2
-        from numpy.core.multiarray import _reconstruct
+        from numpy.core.multiarray import _reconstruct  # noqa: PLC0415  start-up: the run files are read without numpy; only a trainer state needs it
     return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), type(np.dtype(np.float64))]
 
 
@@ -268,7 +269,7 @@ def load_state(path: Path, name: str = STATE_FILE) -> Any:
     """A checkpoint's trainer state (`trainer_state.pt`, or an fsdp rank's optimizer shard) loaded as
     data only: tensors, numbers, strings, lists and dicts (torch's weights_only unpickler, plus
     numpy's RNG arrays). A file that holds anything else is refused, never executed."""
-    import torch
+    import torch  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-table reads checkpoints without it
 
     f = Path(path) / name
     try:

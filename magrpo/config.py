@@ -169,7 +169,7 @@ class HardwareSchema:
 
 def _cpu_bf16_modes() -> tuple[str, ...]:
     # magrpo.cpu_bf16 imports torch: imported once a config is checked, not with this module
-    from magrpo.cpu_bf16 import MODES
+    from magrpo.cpu_bf16 import MODES  # noqa: PLC0415  start-up: torch loads only where a model does; the schemas are read without it
 
     return MODES
 
@@ -177,7 +177,7 @@ def _cpu_bf16_modes() -> tuple[str, ...]:
 def _check_device_available(key: str, dev: str) -> None:
     if dev in ("cpu", "auto"):
         return
-    import torch
+    import torch  # noqa: PLC0415  start-up: torch loads only where a model does; the schemas are read without it
 
     if dev.startswith("cuda"):
         if not torch.cuda.is_available():

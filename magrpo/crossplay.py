@@ -55,9 +55,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo.checkpoint import missing_checkpoint, read_manifest
+from magrpo.checkpoint import is_team_dir, missing_checkpoint, read_manifest
 from magrpo.launch import check_out_dir, parse_plain_cli
 from magrpo.schema import ConfigError, SetupError
+from magrpo.table.render import pyplot
 from magrpo.table.stats import mean_std
 from magrpo.trust import one_command
 from magrpo.writes import check_overwrite, publish
@@ -89,7 +90,7 @@ def held_out_pairings(num_sources: int, num_partners: int, num_agents: int) -> l
 def resolve_source(source: str) -> tuple[str, Path]:
     """("team", the exported team's directory) or ("run", the verified checkpoint a run or checkpoint
     path names), resolved (symlinks followed), so that one team reached by two paths is one path."""
-    from magrpo.team import checkpoint_of, is_team_dir, local_team, read_team
+    from magrpo.team import checkpoint_of, local_team, read_team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
 
     p = Path(source).expanduser()
     if is_team_dir(p) or (not p.exists() and source.count("/") == 1 and not source.startswith((".", "~"))):
@@ -130,7 +131,7 @@ def check_distinct(sources: list[str], resolved: list[tuple[str, Path]]) -> None
 
 def load_source(source: str, device: str | None, resolved: tuple[str, Path] | None = None) -> Any:
     """A run directory, a checkpoint or an exported team (a directory or a hub repo id) as a Team."""
-    from magrpo.team import Team
+    from magrpo.team import Team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
 
     kind, path = resolved or resolve_source(source)
     if kind == "team":
@@ -196,8 +197,8 @@ def labels_of(sources: list[str], given: str | None, prefix: str = "") -> list[s
 
 def evaluate_pairing(teams: list[Any], pairing: Pairing, items: list[dict], args: argparse.Namespace) -> dict:
     """The pairing's team on the items: the metric's mean and its std over items, and every metric."""
-    from magrpo.eval_loop import answer_metrics, collect_answers, eval_metrics
-    from magrpo.turns import take
+    from magrpo.eval_loop import answer_metrics, collect_answers, eval_metrics  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-crossplay's --help and argument checks answer without it
+    from magrpo.turns import take  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-crossplay's --help and argument checks answer without it
 
     host = teams[pairing.slots[0]]
     agents = [teams[src].agents[k] for k, src in enumerate(pairing.slots)]
@@ -331,10 +332,7 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
 
 
 def _heatmap(path: Path, matrix: list[list[float]], labels: list[str], metric: str, n: int, summary: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     R = len(labels)
     fig, ax = plt.subplots(figsize=(1.2 * R + 2.5, 1.0 * R + 2.0))
@@ -395,7 +393,7 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     items = items[:num_items] if num_items else items
     if not items:
         raise ConfigError(f"split {split!r} of task {teams[0].task.name!r} has no items")
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # noqa: PLC0415  start-up: the progress bar loads only when pairs are played
 
     results, started = [], time.time()
     for p in tqdm(plan, desc="cross-play", unit="pairing", disable=None):

@@ -57,9 +57,9 @@ GROUP_KEY = "algo"
 
 def build_workspace(entity: str, project: str, group: str, name: str | None = None):
     """The workspace object: runs of W&B group `group`, grouped by the `algo` config key."""
-    import wandb_workspaces.reports.v2 as wr
-    import wandb_workspaces.workspaces as ws
-    from wandb_workspaces import expr
+    import wandb_workspaces.reports.v2 as wr  # noqa: PLC0415  optional: the dashboard extra
+    import wandb_workspaces.workspaces as ws  # noqa: PLC0415  optional: the dashboard extra
+    from wandb_workspaces import expr  # noqa: PLC0415  optional: the dashboard extra
 
     sections = []
     for title, panels in SECTIONS:
@@ -101,7 +101,7 @@ def _online() -> bool:
     if os.environ.get("WANDB_MODE", "").lower() in ("offline", "disabled", "dryrun"):
         return False
     try:
-        import wandb
+        import wandb  # noqa: PLC0415  optional: W&B logging (logger=wandb) only
 
         return bool(wandb.api.api_key)
     except Exception:
@@ -146,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {out} (runs of group {args.group!r}, grouped by config.{GROUP_KEY})")
         return 0
     if not workspace.entity:
-        import wandb
+        import wandb  # noqa: PLC0415  optional: W&B logging (logger=wandb) only
 
         workspace.entity = wandb.Api().default_entity
     workspace.save()

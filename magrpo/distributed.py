@@ -71,7 +71,7 @@ def _slurm_environment() -> None:
     if "WORLD_SIZE" in os.environ or int(os.environ.get("SLURM_NTASKS", "1")) <= 1:
         return
     try:
-        from submitit.helpers import TorchDistributedEnvironment
+        from submitit.helpers import TorchDistributedEnvironment  # noqa: PLC0415  optional: the slurm extra
     except ImportError:      # plain srun: the variables are simple to derive but the address is not
         raise RuntimeError("a multi-task SLURM job needs `pip install -e '.[slurm]'` (submitit) to find the "
                            "rendezvous address, or launch each node with torchrun") from None

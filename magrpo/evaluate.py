@@ -50,6 +50,7 @@ from magrpo.run_config import from_run
 from magrpo.tasks import build_task
 from magrpo.team import Team, check_team_option, load_team_agents
 from magrpo.tracking import RunLogger, RunStatus, run_identity, write_json
+from magrpo.trainer import seed_everything
 from magrpo.turns import TurnSpec
 from magrpo.validation import validate
 
@@ -107,8 +108,6 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
 
 
 def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
-    from magrpo.trainer import seed_everything
-
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
     team_dir = cfg.get("team")
     weights = str(ckpt) if ckpt else team_dir

@@ -43,17 +43,22 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from magrpo import trust
 from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema
 from magrpo.config_store import register_schemas
+from magrpo.launch import check_run_dir, explain_override_error, register_resolvers, resumed_run, stamp
 from magrpo.overrides import override_key, parse_override
+from magrpo.paper_grid import names_paper_alias
 from magrpo.plugins import conf_dirs, import_plugin, load_plugins, plugins_in_argv
 from magrpo.run_config import reward_modules_in_argv
 from magrpo.schema import ConfigError, literal
 from magrpo.tasks import TASKS, Task
+from magrpo.team import Team
 from magrpo.validation import validate
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
@@ -276,12 +281,6 @@ class Experiment:
 
     # -- composing -------------------------------------------------------------------------------------
     def _compose(self) -> DictConfig:
-        from hydra import compose, initialize_config_dir
-        from hydra.core.global_hydra import GlobalHydra
-
-        from magrpo.launch import explain_override_error, register_resolvers, resumed_run, stamp
-        from magrpo.paper_grid import names_paper_alias
-
         named = plugins_in_argv(self.overrides)
         trust.allow_named([*named, *reward_modules_in_argv(self.overrides)])   # yours: the run signs them
         load_plugins(named)
@@ -346,8 +345,9 @@ class Experiment:
         command line, the run's log goes to `train.log` in its directory, and its progress lines
         (`step 20/120 reward ...`, the evaluations, `finished: ...`) to stderr unless `quiet=True`
         or your program has set up logging itself (then they go where your handlers send them)."""
-        from magrpo.launch import check_run_dir
-        from magrpo.train import run
+        # import magrpo (and its public names) sets nothing in the environment; the command module
+        # sets the process defaults when it loads (magrpo.process)
+        from magrpo.train import run  # noqa: PLC0415  effects: magrpo.train sets the process defaults when it loads
 
         check_run_dir(self.run_dir, self.config.get("resume"))
         if self.hydra_run_dir not in (None, self.run_dir):
@@ -360,8 +360,6 @@ class Experiment:
 
     def team(self, step: int | None = None, device: str | None = None):
         """The trained team (magrpo.team.Team) of this run's newest complete checkpoint (or `step`)."""
-        from magrpo.team import Team
-
         if not (self.run_dir / "checkpoints").is_dir():
             raise ConfigError(f"{self.run_dir} has no checkpoint yet: call .run() first (save_final=true keeps one)")
         return Team.from_run(self.run_dir, step=step, device=device)

@@ -27,6 +27,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from magrpo.checkpoint import is_team_dir
+from magrpo.launch import check_out_dir, parse_plain_cli
+from magrpo.run_config import inheritable, run_dir_of
 from magrpo.schema import ConfigError, SetupError
 from magrpo.trust import one_command
 
@@ -36,9 +39,7 @@ log = logging.getLogger("magrpo")
 def export_run(run: str | Path, out: str | Path, step: int | None = None, device: str | None = "cpu",
                force: bool = False) -> Path:
     """The team of `run` (newest complete checkpoint or `step`) written to `out`."""
-    from magrpo.launch import check_out_dir
-    from magrpo.run_config import inheritable, run_dir_of
-    from magrpo.team import Team, is_team_dir
+    from magrpo.team import Team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
 
     out = Path(out).expanduser()
     check_out_dir(out, [run], key="OUT_DIR", team=True)     # never into a run (a checkpoint path counts as its run)
@@ -74,12 +75,12 @@ def push_to_hub(team_dir: str | Path, repo_id: str, private: bool = False, api: 
                 commit_message: str = "Upload a magrpo team") -> str:
     """Upload an exported team directory to a hub model repo (created when missing); returns the
     repo's URL. `api`: an `huggingface_hub.HfApi` (or one with its create_repo/upload_folder)."""
-    from magrpo.team import read_team
+    from magrpo.team import read_team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
 
     root = Path(team_dir)
     read_team(root)          # only a whole team goes up
     if api is None:
-        from huggingface_hub import HfApi
+        from huggingface_hub import HfApi  # noqa: PLC0415  optional: the hub, only for --push-to-hub
 
         api = HfApi()
     url = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
@@ -106,8 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 @one_command
 def main(argv: list[str] | None = None) -> int:
-    from magrpo.launch import parse_plain_cli
-
     args = parse_plain_cli(build_parser(), argv)
     try:
         out = export_run(args.run_dir, args.out_dir, step=args.step, force=args.force)

@@ -48,7 +48,7 @@ def offline_reason() -> str | None:
         if os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE"):
             _state["reason"] = "HF_HUB_OFFLINE is set"
         else:
-            from huggingface_hub import constants
+            from huggingface_hub import constants  # noqa: PLC0415  effects: huggingface_hub reads HF_HUB_OFFLINE and its endpoint when first imported
 
             why = _probe(constants.ENDPOINT, PROBE_TIMEOUT_S)
             _state["reason"] = None if why is None else f"the hub cannot be reached ({why})"
@@ -61,8 +61,8 @@ def ensure_mode() -> bool:
     if reason is None:
         return False
     if not _state.get("switched"):
-        import datasets.config
-        import huggingface_hub.constants
+        import datasets.config  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
+        import huggingface_hub.constants  # noqa: PLC0415  effects: as in offline_reason
 
         huggingface_hub.constants.HF_HUB_OFFLINE = True
         datasets.config.HF_HUB_OFFLINE = True
@@ -90,11 +90,11 @@ def quiet_bars(library: str):
     log and in a notebook. The library's own setting is put back after (a user who wants bars keeps
     them elsewhere)."""
     if library == "transformers":
-        from transformers.utils import logging as lib
+        from transformers.utils import logging as lib  # noqa: PLC0415  start-up: transformers loads only where a model does
 
         on, off, is_on = lib.enable_progress_bar, lib.disable_progress_bar, lib.is_progress_bar_enabled
     else:
-        import datasets
+        import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
 
         on, off, is_on = (datasets.enable_progress_bars, datasets.disable_progress_bars,
                           datasets.is_progress_bar_enabled)

@@ -71,7 +71,7 @@ def rouge_l_scores(predictions: Sequence[str], references: Sequence[str]) -> lis
 @functools.cache
 def _rouge_scorer():
     """One scorer per process: building one costs more than scoring a pair of short answers."""
-    from rouge_score.rouge_scorer import RougeScorer
+    from rouge_score.rouge_scorer import RougeScorer  # noqa: PLC0415  start-up: ROUGE loads only for the writing tasks
 
     return RougeScorer(["rougeL"], use_stemmer=True)
 
@@ -81,7 +81,7 @@ def codebleu(predictions: Sequence[str], references: Sequence[str], lang: str = 
     _same_length(predictions, references)
     if not predictions:
         return {key: 0.0 for key in CODEBLEU_KEYS}
-    from codebleu import calc_codebleu
+    from codebleu import calc_codebleu  # noqa: PLC0415  optional: CodeBLEU, scored only when asked for
 
     # calc_codebleu takes the references first.
     scores = calc_codebleu(list(references), list(predictions), lang=lang)

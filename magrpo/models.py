@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
 import magrpo.cpu_bf16
 from magrpo import distributed, hub
@@ -169,7 +170,7 @@ def policy_agents(agents: list[Agent]) -> list[Agent]:
 
 
 def _lora_config(lora: Any):
-    from peft import LoraConfig
+    from peft import LoraConfig  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
 
     target = lora.target_modules
     target = target if isinstance(target, str) else list(target)
@@ -178,7 +179,7 @@ def _lora_config(lora: Any):
 
 
 def _load_tokenizer(spec: Any, path: str):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # noqa: PLC0415  start-up: transformers loads only where a model does
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(spec.tokenizer) if spec.tokenizer else path,
                                         revision=spec.revision, trust_remote_code=spec.trust_remote_code)
@@ -200,7 +201,7 @@ def _check_chat_template(tok: Any, spec: Any) -> None:
         tok.apply_chat_template(probe, tokenize=False, add_generation_prompt=True,
                                 **dict(spec.get("chat_template_kwargs") or {}))
     except Exception as e:
-        from jinja2.exceptions import SecurityError
+        from jinja2.exceptions import SecurityError  # noqa: PLC0415  start-up: jinja2 (transformers' templates) only on a template that fails
 
         what = ("is blocked by the Jinja sandbox" if isinstance(e, SecurityError) else "does not render")
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -236,7 +237,7 @@ def _with_autocast(model, autocast: str):
 
 def _load_model(spec: Any, path: str, device: torch.device, safetensors_only: bool = False):
     """`safetensors_only`: a shared artifact's weights (an exported team) are safetensors or nothing."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # noqa: PLC0415  start-up: transformers loads only where a model does
 
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     kwargs: dict[str, Any] = dict(revision=spec.revision, trust_remote_code=spec.trust_remote_code, dtype=dtype)
@@ -359,7 +360,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
     cpu_bf16 = getattr(hw_cfg, "cpu_bf16", "auto")
     agents: list[Agent] = []
     if agents_cfg.share_base:
-        from peft import get_peft_model
+        from peft import get_peft_model  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
 
         spec = specs[0]
         with _loading(spec, 0):
@@ -388,7 +389,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             _enable_checkpointing(model)
         reference = None
         if spec.lora is not None:
-            from peft import get_peft_model
+            from peft import get_peft_model  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
 
             model = _peft(get_peft_model, model, _lora_config(spec.lora))
         elif need_reference:
@@ -442,8 +443,6 @@ def _saved_weights(agent: Agent, src: Path, files: list[Path]) -> list[Path]:
 def load_agent_weights(agent: Agent, src: Path) -> None:
     """Restore weights saved by `save_agent` into an already built agent (for resume, a checkpoint's
     or an exported LoRA team's weights): its saved files only (`_saved_weights`)."""
-    from safetensors.torch import load_file
-
     files = _saved_weights(agent, src, sorted(src.rglob("*.safetensors")))
     if not files:
         raise SetupError(f"no weights (*.safetensors) under {src}")
@@ -456,7 +455,7 @@ def load_agent_weights(agent: Agent, src: Path) -> None:
             raise SetupError(f"cannot read the weights {f} ({type(e).__name__}: {first[:200]})") from None
     try:
         if agent.adapter is not None or hasattr(agent.model, "peft_config"):
-            from peft import set_peft_model_state_dict
+            from peft import set_peft_model_state_dict  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
 
             set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
             return

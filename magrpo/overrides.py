@@ -18,7 +18,7 @@ def override_key(line: str) -> str:
 
 def parse_override(line: str):
     """Hydra's parse of one override line (raises on a line that is none)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415  start-up: Hydra's parser loads only where an override is parsed
 
     return OverridesParser.create().parse_overrides([line])[0]
 

@@ -342,7 +342,7 @@ def plugins_in_argv(argv: list[str]) -> list[str]:
     for arg in argv:
         if arg.startswith("~") or "=" not in arg or override_key(arg) != "plugins":
             continue
-        from hydra.core.override_parser.overrides_parser import OverridesParser
+        from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: PLC0415  start-up: Hydra's parser loads only where an override is parsed
 
         try:
             parsed = OverridesParser.create().parse_overrides([arg])[0].value()

@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
+from magrpo.plugins import load_plugins
 from magrpo.schema import ConfigError, did_you_mean
 
 T = TypeVar("T")
@@ -94,7 +95,6 @@ class Registry(Mapping[str, T]):
         self._filling = True
         try:
             self._import_builtins()
-            from magrpo.plugins import load_plugins
 
             load_plugins()
             self._filled = True

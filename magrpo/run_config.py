@@ -34,10 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from hydra._internal.utils import get_args_parser
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
 from magrpo import checkpoint
-from magrpo.checkpoint import CALLER_KEYS
+from magrpo.checkpoint import CALLER_KEYS, OVERRIDES_FILE, is_team_dir
 from magrpo.config import CONF_DIR
 from magrpo.overrides import check_saved_line, override_key
 from magrpo.overrides import parse_override as _parse
@@ -120,8 +122,6 @@ def merge(run: list[str], given: list[str]) -> tuple[list[str], dict[str, str]]:
 def _saved_file(run_dir: Path) -> Path:
     """Where a run directory keeps its overrides: `.hydra/overrides.yaml`, or an exported team's
     `overrides.yaml` (magrpo.team)."""
-    from magrpo.team import OVERRIDES_FILE, is_team_dir
-
     return run_dir / OVERRIDES_FILE if is_team_dir(run_dir) else run_dir / SAVED
 
 
@@ -220,8 +220,6 @@ def inherit_argv(config_name: str, argv: list[str]) -> tuple[list[str], dict[str
     In a sweep over the key (`checkpoint=A,B`) every run named must have saved the same overrides
     to take up (checkpoints of one run, or runs differing only in keys not taken, like the seed
     for an evaluation); runs of different teams are refused."""
-    from hydra._internal.utils import get_args_parser
-
     kind = "eval" if config_name == "eval" else "train"
     try:
         given = list(get_args_parser().parse_args(argv).overrides or [])
@@ -268,7 +266,7 @@ def _fetch_hub_team(argv: list[str], given: list[str], lines: list[str]) -> tupl
     value = str(override_value(last) or "")
     if not value or Path(value).expanduser().exists() or value.count("/") != 1 or value.startswith((".", "~")):
         return argv, given, lines
-    from magrpo.team import local_team
+    from magrpo.team import local_team  # noqa: PLC0415  start-up: torch loads only where a model does; the schemas are read without it
 
     local = f"team={local_team(value)}"
     swap = {last: local}
@@ -331,8 +329,6 @@ def trust_plugins_in_argv(argv: list[str]) -> bool:
 
 
 def _job_overrides() -> list[str] | None:
-    from hydra.core.hydra_config import HydraConfig
-
     if not HydraConfig.initialized():
         return None
     return list(HydraConfig.get().overrides.task)
@@ -342,8 +338,6 @@ def _saved_value(run_dir: Path, key: str) -> Any:
     """The value `key` had in the run: the option of a group (.hydra/hydra.yaml), else the key's
     value in its composed config (.hydra/config.yaml; an interpolation as written). Of an exported
     team, the key's value in its resolved config (team.json)."""
-    from magrpo.team import is_team_dir
-
     if is_team_dir(run_dir):
         node = OmegaConf.select(OmegaConf.create(_team_config(run_dir)), key, default=None)
         return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
@@ -412,8 +406,6 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
     """A run with no saved overrides: its team is what the command line says. Refuse when the
     checkpoint's config.json says the team was trained otherwise in a key the command line leaves
     at its default."""
-    from magrpo.team import is_team_dir
-
     key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
     if key == "team" or is_team_dir(value):        # team= names no run: read_team refuses what is no team
         stored = _team_config(Path(str(value)).expanduser())
@@ -438,6 +430,6 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
 
 
 def _team_config(team_dir: Path) -> dict:
-    from magrpo.team import read_team
+    from magrpo.team import read_team  # noqa: PLC0415  start-up: torch loads only where a model does; the schemas are read without it
 
     return read_team(Path(team_dir))["config"]

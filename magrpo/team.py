@@ -32,13 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import huggingface_hub
 import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo import __version__, checkpoint, hub, trust
-from magrpo.checkpoint import TEAM_FILE, is_team_dir  # noqa: F401  (re-exported: a team's marker)
+from magrpo.algos import ALGOS
+from magrpo.checkpoint import OVERRIDES_FILE, TEAM_FILE, is_team_dir  # noqa: F401  (re-exported: a team's files)
 from magrpo.config import TrainSchema
+from magrpo.eval_loop import collect_answers
 from magrpo.feedback import build_feedback
 from magrpo.models import (
     _load_model,
@@ -52,14 +55,15 @@ from magrpo.models import (
     team_level,
 )
 from magrpo.overrides import check_saved_line
+from magrpo.rollout import Sampling, generate
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task
+from magrpo.turns import TurnSpec
 from magrpo.validation import validate
 from magrpo.writes import is_temp_name
 
 log = logging.getLogger(__name__)
 
-OVERRIDES_FILE = "overrides.yaml"
 FORMAT = 1
 # The nodes of a run's config a team carries: what shapes the team and how it is scored.
 TEAM_NODES = ("task", "reward", "algo", "agents", "feedback", "sandbox", "eval", "plugins")
@@ -88,8 +92,6 @@ class Team:
 
     def __init__(self, config: DictConfig, agents: list, source: dict[str, Any] | None = None,
                  info: dict[str, Any] | None = None, loaded_from: DictConfig | None = None):
-        from magrpo.turns import TurnSpec
-
         self.config = config
         self.agents = agents
         self.source = source or {}
@@ -161,8 +163,6 @@ class Team:
     def sampling(self, num_samples: int = 1, do_sample: bool | None = None, temperature: float | None = None):
         """How the team samples: the training run's decoding keys, `do_sample` and `temperature`
         from its eval settings unless given."""
-        from magrpo.rollout import Sampling
-
         algo, ev = self.config.algo, self.config.get("eval") or {}
         return Sampling(num_generations=num_samples, max_new_tokens=algo.max_new_tokens,
                         do_sample=ev.get("do_sample", True) if do_sample is None else do_sample,
@@ -182,8 +182,6 @@ class Team:
         """Run the team on task items (dicts as the task's data has them, e.g. `team.task.load("eval")`)
         with its trained topology and turns; one TeamAnswer per item. Every turn is scored (the
         reward decides early stops and the feedback), so items need the fields the reward reads."""
-        from magrpo.eval_loop import collect_answers
-
         if not items:
             return []
         for k, it in enumerate(items):
@@ -203,8 +201,6 @@ class Team:
                  temperature: float | None = None, seed: int = 0) -> list[str] | list[list[str]]:
         """Raw prompts, no task: one prompt per agent in, one answer per agent out; a list of such
         lists gives a list of answers lists."""
-        from magrpo.rollout import generate
-
         if not prompts:
             return []
         batch = [prompts] if isinstance(prompts[0], str) else prompts
@@ -292,8 +288,6 @@ def _example_prompts(team: Any) -> tuple[str | None, list[str] | None]:
 def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
                 final_eval: dict | None) -> dict[str, Any]:
     """team.json's content."""
-    from magrpo.algos import ALGOS
-
     cfg = team.config
     spec = ALGOS[cfg.algo.name].team(cfg)
     item_id, prompts = _example_prompts(team)
@@ -424,8 +418,6 @@ def checkpoint_of(path: str | Path, step: int | None, key: str) -> Path:
 def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
     """The agents a config's algorithm builds (1 for the single-model form), with the trained
     weights of `ckpt` loaded into every policy; the base models when `ckpt` is None."""
-    from magrpo.algos import ALGOS
-
     spec = ALGOS[cfg.algo.name].team(cfg)
     if ckpt is not None:
         checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt, spec.policy_dirs)
@@ -583,9 +575,6 @@ def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
 
 def _check_claims(info: dict, cfg: DictConfig, where: Path | str) -> None:
     """What team.json says of the team must be what its config builds."""
-    from magrpo.algos import ALGOS
-    from magrpo.turns import TurnSpec
-
     spec = ALGOS[cfg.algo.name].team(cfg)
     turns = TurnSpec.from_algo(cfg.algo)
     feedback = (cfg.get("feedback") or {}).get("mode", "none")
@@ -659,11 +648,10 @@ def local_team(path_or_repo: str | Path, revision: str | None = None) -> Path:
     text = str(path_or_repo)
     if text.startswith((".", "/", "~")) or text.count("/") != 1:
         raise ConfigError(f"{text!r}: no such directory (and not a hub repo id 'owner/name')")
-    from huggingface_hub import snapshot_download
 
     hub.ensure_mode()
     try:
-        return Path(snapshot_download(repo_id=text, revision=revision))
+        return Path(huggingface_hub.snapshot_download(repo_id=text, revision=revision))
     except Exception as e:
         reason = hub.offline_reason()
         if reason is not None:
@@ -691,8 +679,6 @@ def _agents_at(agents_cfg: DictConfig, info: dict[str, Any], root: Path) -> Dict
 def check_team_option(cfg: DictConfig) -> None:
     """magrpo-eval's `team=` names a whole exported team whose agents match the ones the (validated)
     config builds; `cfg.team` becomes the team's local directory."""
-    from magrpo.algos import ALGOS
-
     root = local_team(cfg.team)
     info = read_team(root)
     changes = checkpoint.config_changes(info["config"], OmegaConf.to_container(cfg, resolve=True),

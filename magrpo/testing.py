@@ -33,6 +33,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from magrpo.config import conf_dir as _conf_dir
 from magrpo.config import typed_node
 from magrpo.schema import ConfigError, check_values
 from magrpo.source import raised_at
@@ -103,8 +104,6 @@ def _build(task: Any, cfg: Any, reward_cfg: Any) -> tuple[str, Task | None, str 
         return task.name or type(task).__name__, task, None
     conf_dir = None
     if isinstance(task, str):
-        from magrpo.launch import conf_dir as _conf_dir
-
         conf_dir, task = _conf_dir(), TASKS[task]      # an unknown name: RegistryError listing the known ones
     if not (isinstance(task, type) and issubclass(task, Task)):
         raise TypeError(f"check_task: expected a Task subclass, a Task instance or a registered task name, "

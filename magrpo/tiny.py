@@ -109,8 +109,8 @@ def builtin_path(name: str) -> Path:
 
 
 def _train_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415  start-up: the tokenizer library loads only to build a tiny model
+    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -127,7 +127,7 @@ def _train_tokenizer(vocab_size: int):
 def builtin_config(name: str, tokenizer=None):
     """The transformers config of builtin `name` (no weights). Token ids come from `tokenizer`,
     or are the builtin tokenizer's (EOS = pad = 0) when it is not given."""
-    from transformers import Qwen2Config, Qwen3Config
+    from transformers import Qwen2Config, Qwen3Config  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
 
     if name not in BUILTIN_MODELS:
         builtin_path(name)          # the error naming the choices
@@ -146,8 +146,8 @@ def build_builtin(name: str) -> Path:
     out = builtin_path(name)
     if (out / "config.json").exists():
         return out
-    import torch
-    from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM
+    import torch  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
+    from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
 
     # The real shapes take a while on a CPU (qwen3-1.7b-shape: about 90 s), once per cache.
     log.info("building builtin:%s into %s (first use; later runs load it from there)", name, out)

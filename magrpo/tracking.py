@@ -29,6 +29,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import OmegaConf
 
 from magrpo.schema import ConfigError, SetupError
@@ -61,7 +63,7 @@ def write_json(path: Path, data: dict) -> None:
 def run_identity(cfg: Any) -> dict[str, Any]:
     """The choices a run is compared by: the same keys in summary.json's config and at the top of
     the W&B config. `algo` is the trained algorithm, or for magrpo-eval the evaluated method(s)."""
-    from magrpo.algos import ALGOS
+    from magrpo.algos import ALGOS  # noqa: PLC0415  start-up: torch loads only where a model does; reading runs and tables needs the registry's names only here
 
     job_type = "eval" if "methods" in cfg else cfg.logger.get("job_type", "train")   # magrpo-eval has `methods`
     methods = list(cfg.get("methods") or [])
@@ -81,9 +83,6 @@ def run_identity(cfg: Any) -> dict[str, Any]:
 def sweep_group() -> str | None:
     """`<job name>-<sweep dir name>` inside a Hydra multirun (one W&B group per sweep), else None."""
     try:
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
         if not HydraConfig.initialized():
             return None
         hc = HydraConfig.get()
@@ -286,7 +285,7 @@ class RunLogger:
         self.wandb = None
         lg = cfg.logger
         if lg.name == "wandb" and lg.mode != "disabled":
-            import wandb
+            import wandb  # noqa: PLC0415  optional: W&B logging (logger=wandb) only
 
             ident = run_identity(cfg)
             group = lg.group or sweep_group() or f"{ident['task']}-{ident['label']}"
@@ -315,7 +314,7 @@ class RunLogger:
             for r in rows:
                 f.write(json.dumps(_clean({"step": step, **r}), default=str) + "\n")
         if self.wandb is not None:
-            import wandb
+            import wandb  # noqa: PLC0415  optional: W&B logging (logger=wandb) only
 
             cols = ["step", "id", "prompts", "completions", "reward"]
             table = wandb.Table(columns=cols, data=[[step, str(r.get("id")), json.dumps(r.get("prompts")),

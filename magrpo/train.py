@@ -42,6 +42,7 @@ from magrpo.run_config import from_run
 from magrpo.tasks import TASKS, available_tasks
 from magrpo.tasks.reward_fns import primary_metric
 from magrpo.tracking import RunStatus, read_status, set_aside_after
+from magrpo.trainer import Trainer
 from magrpo.validation import validate
 
 log = logging.getLogger("magrpo")
@@ -90,8 +91,6 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
 
 
 def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origin: dict | None = None) -> dict:
-    from magrpo.trainer import Trainer
-
     try:
         trainer = as_setup_error(lambda: Trainer(cfg, out, status_before=before, from_run=origin))
         if status is not None:
@@ -101,7 +100,7 @@ def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origi
         # Hydra turns the exception into an exit code; torchrun's failure report (its "root
         # cause", the first rank that failed) reads the traceback from this file instead.
         if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler  # noqa: PLC0415  start-up: torch's elastic error file only under torchrun
 
             ErrorHandler().record_exception(e)
         raise

@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from omegaconf import OmegaConf
 
 from magrpo.checkpoint import CONFIG_FILE, TEAM_FILE
 from magrpo.overrides import override_key, parse_override
@@ -554,8 +555,6 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
     isolation level other than auto set by the user's own command line alone. A ConfigError line
     otherwise, before anything is imported. The entry points call it when their command line took
     a run or team up; magrpo.team for every team's or checkpoint's config."""
-    from omegaconf import OmegaConf
-
     try:
         data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
     except Exception as e:      # noqa: BLE001  (an interpolation that does not resolve: refused here)
@@ -587,8 +586,6 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
 
 def config_codes(cfg: Any, search: Iterable[str] = ()) -> list[str]:
     """The references a run's config makes (its plugins, reward modules) and its config directories."""
-    from omegaconf import OmegaConf
-
     data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
     refs = _refs_of_config(data, "config") + [Ref("config dir", str(s), "searchpath") for s in search]
     return [r.code for r in refs if needs_trust(r)]
@@ -600,7 +597,7 @@ def sign_run(run_dir: Path, cfg: Any, took_up: bool = False) -> None:
     yours), and what its earlier valid signature covered."""
     search: list[str] = []
     try:
-        from hydra.core.hydra_config import HydraConfig
+        from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415  start-up: Hydra loads only inside a Hydra command
 
         if HydraConfig.initialized():
             search = [str(s) for s in (HydraConfig.get().searchpath or [])]

@@ -45,7 +45,7 @@ class ValueHead(torch.nn.Module):
 
 
 def _backbone(critic_model: str, device):
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415  start-up: transformers loads only where a model does
 
     path = resolve_model_path(critic_model)
     return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)

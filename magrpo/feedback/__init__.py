@@ -60,7 +60,7 @@ class Feedback:
     config_schema: ClassVar[type] = FeedbackConfig
 
     def __init__(self, cfg: Any, task: Any):
-        from omegaconf import OmegaConf
+        from omegaconf import OmegaConf  # noqa: PLC0415  start-up: the tasks and feedback modes load without OmegaConf
 
         # Defaults from the mode's schema under whatever was given (a config node, a dict, None).
         given = OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)) if cfg else {}

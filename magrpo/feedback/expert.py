@@ -103,9 +103,9 @@ def post_review(url: str, model: str, key: str | None, text: str, cfg: Any) -> s
 @functools.lru_cache(maxsize=2)
 def load_reviewer(path: str):
     """A local reviewer model and tokenizer, loaded once per process."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415  start-up: transformers loads only where a model does
 
-    from magrpo.models import resolve_model_path
+    from magrpo.models import resolve_model_path  # noqa: PLC0415  start-up: torch loads only where a model does; the tasks and feedback modes load without it
 
     where = resolve_model_path(path)
     tok = AutoTokenizer.from_pretrained(where)
@@ -118,7 +118,7 @@ def load_reviewer(path: str):
 
 def local_reviews(path: str, texts: list[str], cfg: Any) -> list[str]:
     """Greedy reviews of every text in ONE batched generate call."""
-    import torch
+    import torch  # noqa: PLC0415  start-up: torch loads only where a model does; the tasks and feedback modes load without it
 
     model, tok = load_reviewer(path)
     prompts = [tok.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": t}],

@@ -14,6 +14,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo import trust
+from magrpo.checkpoint import is_team_dir
 from magrpo.config import CONF_DIR
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
@@ -115,7 +116,7 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
         sys.exit(130)
     # start-up: the store imports every algorithm (torch); the commands that only read runs and
     # write tables (magrpo-table, magrpo-crossplay's argument check) import magrpo.launch without it
-    from magrpo.config_store import register_schemas  # noqa: PLC0415
+    from magrpo.config_store import register_schemas  # noqa: PLC0415  start-up: torch loads only where a model does; the store imports every algorithm; magrpo-table imports magrpo.launch without it
 
     register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
@@ -149,8 +150,6 @@ def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = Non
     command line (`argv` holds a taken-up run's overrides too). Returns the `hydra.searchpath=[...]`
     override that adds a trusted run's config directories and the plugins' (None when there are
     none, or the command line sets the search path itself)."""
-    from magrpo.team import is_team_dir
-
     own = list(argv if given is None else given)
     own_plugins = plugins_in_argv(own)
     trust.allow_named([*own_plugins, *reward_modules_in_argv(own)])

@@ -3,6 +3,7 @@ line an interrupt (Ctrl-C) ends with."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -14,11 +15,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from magrpo.checkpoint import resolve
 from magrpo.overrides import override_key
 from magrpo.plugins import ProcessExit, code_folders, exits_raise, origin_line
 from magrpo.schema import ConfigError, SetupError
@@ -45,8 +48,8 @@ def quiet_progress_bars() -> None:
         return
     if "transformers" in sys.modules:
         sys.modules["transformers"].utils.logging.disable_progress_bar()
-    elif "huggingface_hub" in sys.modules:
-        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    elif "huggingface_hub" in sys.modules:      # its `utils` is not one of the package's lazy attributes
+        importlib.import_module("huggingface_hub.utils").disable_progress_bars()
 
 
 # -- reporting -----------------------------------------------------------------------------------
@@ -178,14 +181,10 @@ def interrupt_report(prog: str, run_dir: Path | None, argv: list[str]) -> str:
     status, summary = read_status(run_dir)
     where = f"interrupted at step {summary.get('steps', 0)}; {run_dir}/summary.json says {status}"
     try:
-        from magrpo.checkpoint import resolve
-
         ckpt = resolve(run_dir, "resume")
     except Exception:
         return f"{where}; no checkpoint was saved, so it cannot be resumed (save_every=N saves one every N steps)"
     try:
-        import yaml
-
         given = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or []
     except (OSError, ValueError):
         given = [a for a in argv if not a.startswith("-")]

@@ -22,6 +22,7 @@ import linecache
 import os
 import sys
 import threading
+import traceback
 import types
 
 from magrpo.sandbox import codec
@@ -117,8 +118,6 @@ def run_script(code: str, run_name: str, files: dict[str, str], record_fd: int) 
     except BaseException as e:  # noqa: B036
         emit({"exception": describe(e)})
         try:
-            import traceback
-
             # Skip this frame: the traceback starts in the program, as for a plain script.
             traceback.print_exception(type(e), e, e.__traceback__.tb_next if e.__traceback__ else None)
         except Exception:

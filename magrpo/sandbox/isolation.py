@@ -812,8 +812,6 @@ def probe(level: str, plan: MountPlan, scratch_parent: str) -> str | None:
         os.close(w)
         os.close(devnull)
     try:
-        import select
-
         ok = bool(select.select([r], [], [], 5.0)[0]) and os.read(r, 1) == b"\x07"
         status = cand.exit_status()
     finally:

@@ -38,7 +38,7 @@ import warnings
 
 from magrpo.sandbox import codec
 from magrpo.sandbox.isolation import LEVELS, SandboxUnavailable, probe, scratch_parent
-from magrpo.sandbox.procs import TAG_VAR
+from magrpo.sandbox.procs import TAG_VAR, die_with_parent
 
 _PRELOAD = ("typing", "math", "re", "random", "collections", "itertools", "functools", "heapq", "bisect",
             "string", "copy", "json", "hashlib", "statistics", "fractions", "decimal", "datetime",
@@ -185,7 +185,7 @@ def _site_dirs() -> list[str]:
 
 
 def zygote_main(control_fd: int, requested: str, site_dirs: list[str]) -> int:
-    from magrpo.sandbox import isolation, judge
+    from magrpo.sandbox import isolation, judge  # noqa: PLC0415  circle: magrpo.sandbox's __init__ imports this module
 
     sys.path.extend(site_dirs)
     sys.dont_write_bytecode = True
@@ -219,8 +219,6 @@ def zygote_main(control_fd: int, requested: str, site_dirs: list[str]) -> int:
         pid = os.fork()
         if pid == 0:
             try:
-                from magrpo.sandbox.procs import die_with_parent
-
                 signal.signal(signal.SIGINT, signal.SIG_DFL)
                 control.close()
                 die_with_parent(zygote)

@@ -19,6 +19,7 @@ from magrpo.table.render import (
     codebleu_note,
     line_style,
     md_escape,
+    pyplot,
     save_and_report,
     save_curve_plot,
     short_label,
@@ -278,10 +279,7 @@ def to_latex(tables: list[Table], digits: int = 3, notes: Sequence[str] = ()) ->
 
 def plot_curves(tables: list[Table], out: Path, smooth_window: int = 1) -> list[Path]:
     """One PNG per (task, metric): train/reward_mean and eval/<each table column>."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     written = []
     for t in tables:

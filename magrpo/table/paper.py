@@ -56,6 +56,7 @@ from magrpo.table.render import (
     codebleu_note,
     line_style,
     md_escape,
+    pyplot,
     save_and_report,
     save_curve_plot,
     short_label,
@@ -714,10 +715,7 @@ def plot_budget_curves(tables: list[RenderedTable], out: Path) -> list[Path]:
     (`train/completions/tokens`) and against the cumulative update time (`time/step_s`), one line
     per trained row (mean over seeds), evaluation-only rows as dashed levels. What a method reaches
     for what it spent, so a method that spends more per update (DAPO, C3) is seen doing so."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     written = []
     for t in tables:
@@ -746,10 +744,7 @@ def plot_curves(tables: list[RenderedTable], out: Path, smooth_window: int = 1) 
     """One PNG per (task, metric): trained rows as mean over seeds vs step with ± std shaded;
     evaluation-only rows (prompting baselines) as a dashed level with its band. Then the budget
     curves of the FAIR families (plot_budget_curves)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     written = []
     for t in tables:

@@ -8,7 +8,9 @@ import functools
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
+from magrpo.metrics import codebleu
 from magrpo.table.runs import warn
 from magrpo.table.stats import Cell
 
@@ -70,8 +72,6 @@ def codebleu_floor() -> float | None:
     flow in common with the reference, empty or unparsable code included, still gets that term's
     weight. None, with a warning, when the package cannot be loaded."""
     try:
-        from magrpo.metrics import codebleu
-
         return float(codebleu([""], [_CODEBLEU_REFERENCE])["codebleu"])
     except Exception as e:   # a broken tree-sitter install must not cost the whole table
         warn(f"cannot compute the CodeBLEU floor with the codebleu package ({type(e).__name__}: {e})")
@@ -115,13 +115,22 @@ LINESTYLES = ["-", "--", "-.", ":"]
 LABEL_CHARS = 40
 
 
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (files, no display): the one place the tables and
+    magrpo-crossplay import it, when they draw (matplotlib is needed for plots only)."""
+    import matplotlib  # noqa: PLC0415  optional: matplotlib loads only for a command that draws
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415  optional: matplotlib loads only for a command that draws
+
+    return plt
+
+
 def line_style(k: int, points: int = 0) -> dict:
     """Matplotlib keywords that tell line k apart from every other of a figure: one of 20 colours
     (tab20), a marker cycling with another period (11) and a line style, so no two of the first
     220 lines share all three. `points`: the line's length, to place about 10 markers on it."""
-    import matplotlib
-
-    color = matplotlib.colormaps["tab20"](k % 20)
+    color = pyplot().colormaps["tab20"](k % 20)
     return {"color": color, "marker": MARKERS[k % len(MARKERS)], "linestyle": LINESTYLES[k // 20 % len(LINESTYLES)],
             "markersize": 4, "markevery": max(1, points // 10) if points else None}
 
@@ -138,12 +147,10 @@ def save_curve_plot(fig, ax, task: str, metric: str, ylabel: str, out: Path, leg
     """Label, title and save one curves figure as OUT/<task>_<metric>.png; returns its path.
     `xlabel` other than optimizer steps (tokens, seconds) gets plain, non-integer ticks; `title`
     names what is plotted when the file name's `metric` does not read well."""
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
+    plt = pyplot()
     ax.set_xlabel(xlabel)
     if xlabel == "optimizer step":
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(plt.MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     ax.set_title(f"{task}: {title or metric}  ({spread})")
     ax.grid(alpha=0.3)

@@ -360,7 +360,7 @@ def num_answers(run: Run) -> int:
     value = run.summary_config.get("num_agents")
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    from magrpo.algos import ALGOS
+    from magrpo.algos import ALGOS  # noqa: PLC0415  start-up: torch loads only where a model does; reading runs and tables needs the registry's names only here
 
     if getattr(ALGOS.get(run.algo), "form", None) == "single":
         return 1

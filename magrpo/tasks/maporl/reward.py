@@ -84,9 +84,9 @@ def same_number(a: str | None, b: str | None, tol: float = 1e-6) -> bool:
 
 @functools.lru_cache(maxsize=2)
 def _load_verifier(path: str):
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415  start-up: transformers loads only where a model does
 
-    from magrpo.models import resolve_model_path
+    from magrpo.models import resolve_model_path  # noqa: PLC0415  start-up: torch loads only where a model does; the tasks and feedback modes load without it
 
     where = resolve_model_path(path)
     tok = AutoTokenizer.from_pretrained(where)
@@ -100,7 +100,7 @@ def _load_verifier(path: str):
 
 def model_scores(path: str, questions: Sequence[str], answers: Sequence[str], batch: int = 32) -> list[float]:
     """Reward-model scores in [0, 1] of (question, answer) pairs."""
-    import torch
+    import torch  # noqa: PLC0415  start-up: torch loads only where a model does; the tasks and feedback modes load without it
 
     model, tok = _load_verifier(path)
     out: list[float] = []

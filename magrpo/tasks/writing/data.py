@@ -103,7 +103,7 @@ def _pick(row: dict[str, Any], explicit: str | None, candidates: tuple[str, ...]
 
 def load_items(task: str, data_cfg: Any, split: str) -> list[dict[str, Any]]:
     """Items of `split` ("train"/"eval"): the source columns plus `id`, `text`, `reference`."""
-    from omegaconf import OmegaConf
+    from omegaconf import OmegaConf  # noqa: PLC0415  start-up: the tasks and feedback modes load without OmegaConf
 
     if data_cfg.get("path") or not data_cfg.builtin:
         source = data_cfg
