@@ -9,8 +9,10 @@ advantage scales, loss aggregations), as verl does: one mechanism for all of the
     ALGOS["my_algo"]                      # a name nobody registered: RegistryError listing the known ones
 
 A registry fills itself on its first lookup: it imports its built-in modules (each registers what
-it defines) and the user's plugins (magrpo.plugins), so a name is known however the process
-started, not because some entry point happened to import a module first. Registering a name that
+it defines), so a built-in name is known however the process started, not because some entry point
+happened to import a module first. The user's plugins are imported by the entry points (every
+command, `Experiment`, `validate` for `plugins=[...]`: magrpo.plugins.load_plugins), never by a
+lookup: looking a name up imports nothing but the package's own modules. Registering a name that
 another object already holds is an error naming both places; registering the same object again
 (a module imported twice) is harmless.
 """
@@ -22,7 +24,6 @@ import inspect
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
-from magrpo.plugins import load_plugins
 from magrpo.schema import ConfigError, did_you_mean
 
 T = TypeVar("T")
@@ -89,14 +90,12 @@ class Registry(Mapping[str, T]):
 
     # -- filling -------------------------------------------------------------------------------------
     def fill(self) -> None:
-        """Import the built-in modules and the plugins once; a lookup calls this first."""
+        """Import the built-in modules once; a lookup calls this first."""
         if self._filled or self._filling:
             return
         self._filling = True
         try:
             self._import_builtins()
-
-            load_plugins()
             self._filled = True
         finally:
             self._filling = False

@@ -37,6 +37,7 @@ import torch
 from magrpo import distributed
 from magrpo.models import Agent, transcript
 from magrpo.paper_grid import PROMPTING
+from magrpo.registry import Registry
 from magrpo.sampler import VocabLimitProcessor, sample_shared_prompt, shares_prompt, vocab_limit
 from magrpo.tasks import Scores, Task
 
@@ -316,7 +317,7 @@ def credit(rewards: torch.Tensor, joint: torch.Tensor, agent: int, num_generatio
 # --- schemes: how a team produces its joint answer -------------------------------------------------
 
 Scheme = Callable[[list[Agent], Task, list[dict], Sampling], Rollout]
-SCHEMES: dict[str, Scheme] = {}
+SCHEMES: Registry[Scheme] = Registry("evaluation scheme", "methods")
 # The untrained prompting baselines `magrpo-eval` runs when no checkpoint is given (declared once,
 # with the paper's table rows: magrpo.paper_grid.PROMPTING).
 BASELINES = list(PROMPTING)
@@ -325,7 +326,7 @@ BASELINES = list(PROMPTING)
 def register_scheme(*names: str) -> Callable[[Scheme], Scheme]:
     def deco(fn: Scheme) -> Scheme:
         for name in names:
-            SCHEMES[name] = fn
+            SCHEMES.register(name, fn)
         return fn
 
     return deco

@@ -61,6 +61,7 @@ from omegaconf import OmegaConf
 
 from magrpo.config import conf_dir
 from magrpo.metrics import pass_at_k_table
+from magrpo.registry import Registry
 from magrpo.sandbox import (
     SandboxCheckFailed,
     SandboxLimits,
@@ -85,7 +86,7 @@ class Scorer:
     add_arguments: Callable[[argparse.ArgumentParser], None] | None = None
 
 
-SCORERS: dict[str, Scorer] = {}
+SCORERS: Registry[Scorer] = Registry("scored task", "magrpo-score TASK")
 
 
 def register_scorer(name: str, help: str = "",
@@ -93,7 +94,7 @@ def register_scorer(name: str, help: str = "",
     """Decorator: make `fn(args)` the scorer behind `magrpo-score NAME FILE`."""
 
     def deco(fn: Callable[[argparse.Namespace], None]) -> Callable[[argparse.Namespace], None]:
-        SCORERS[name] = Scorer(fn, help, add_arguments)
+        SCORERS.register(name, Scorer(fn, help, add_arguments))
         return fn
 
     return deco

@@ -35,6 +35,7 @@ from omegaconf import OmegaConf
 
 from magrpo.config import conf_dir as _conf_dir
 from magrpo.config import typed_node
+from magrpo.plugins import load_plugins
 from magrpo.schema import ConfigError, check_values
 from magrpo.source import raised_at
 from magrpo.tasks import TASKS, Item, Task, columns
@@ -724,6 +725,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random answers (default 0)")
     args = parser.parse_args(argv)
     try:
+        load_plugins()                  # a plugin's task: MAGRPO_PLUGINS or an installed entry point
         report = check_task(args.task, num_items=args.num_items, num_answers=args.num_answers, seed=args.seed)
     except (ConfigError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)

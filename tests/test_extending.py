@@ -176,6 +176,33 @@ def test_a_registry_lists_its_builtins_in_their_order_whichever_was_imported_fir
     assert feedbacks[:2] == ["none", "plain"] and feedbacks.index("diagnostics") < feedbacks.index("expert")
 
 
+def test_a_lookup_imports_no_plugin_and_the_commands_do(tmp_path):
+    # MAGRPO_PLUGINS names a plugin; looking a name up in a registry imports only the package's own
+    # modules, while a command (here python -m magrpo.testing) imports the plugin and finds its task
+    (tmp_path / "lookup_game.py").write_text(
+        "from magrpo import Task, register_task\n"
+        "@register_task('lookup_game')\nclass LookupGame(Task):\n    pass\n")
+    env = {**os.environ, "MAGRPO_PLUGINS": "lookup_game", "PYTHONPATH": f"{tmp_path}:{ROOT}"}
+    code = ("import sys\nfrom magrpo.tasks import TASKS\nfrom magrpo.algos import ALGOS\n"
+            "print('lookup_game' in TASKS, 'magrpo' in ALGOS, 'lookup_game' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False", "True", "False"]
+    done = subprocess.run([sys.executable, "-m", "magrpo.testing", "lookup_game", "--num-items", "2"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    assert "not a known task" not in done.stderr and "lookup_game" in done.stdout + done.stderr, done.stderr
+
+
+def test_an_unknown_evaluation_scheme_lists_the_known_ones():
+    from magrpo.registry import RegistryError
+    from magrpo.rollout import SCHEMES
+
+    with pytest.raises(RegistryError, match=r"methods='taem' is not a known evaluation scheme; choose one of: "
+                                            r".*single.*team.*did you mean 'team'"):
+        SCHEMES["taem"]
+
+
 def test_an_unknown_name_lists_the_known_ones():
     from magrpo.algos.core import ADVANTAGES
     from magrpo.registry import RegistryError

@@ -16,17 +16,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from magrpo.feedback import Feedback, FeedbackConfig, NodeView, register_feedback
+from magrpo.registry import Registry
 from magrpo.schema import at_least
 from magrpo.tasks.coding import analysis
 from magrpo.tasks.coding.extract import HELPER_NAME, build_program
 
 Diagnoser = Callable[[NodeView, int, Any, Any], str]
-DIAGNOSERS: dict[str, Diagnoser] = {}
+DIAGNOSERS: Registry[Diagnoser] = Registry("diagnosed task family", "task feedback_kind")
 
 
 def register_diagnoser(kind: str) -> Callable[[Diagnoser], Diagnoser]:
     def deco(fn: Diagnoser) -> Diagnoser:
-        DIAGNOSERS[kind] = fn
+        DIAGNOSERS.register(kind, fn)
         return fn
 
     return deco
