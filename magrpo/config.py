@@ -216,7 +216,7 @@ class EvalSchema:
     temperature: float = positive(1.0)                           # sampling temperature of the evaluation
     batch_size: int = at_least(1, 64)                            # items per generate call
     log_completions: int = at_least(0, 8)                        # sample completions shown in the log and the W&B table
-    # Collaboration diagnostics (magrpo.diagnostics; docs/evaluation.md, "Collaboration diagnostics"): off by default.
+    # Collaboration diagnostics (magrpo.collaboration; docs/evaluation.md, "Collaboration diagnostics"): off by default.
     diagnostics: bool = False                                    # contribution, lazy agents, similarity, influence
     ablation: str = option("empty", choices=["empty", "base"])   # what replaces an agent's answer
     # an agent is lazy when its reward drop is at most this (reward units)

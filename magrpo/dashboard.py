@@ -40,7 +40,7 @@ SECTIONS: list[tuple[str, list[tuple[str, Any, str]]]] = [
     ("pass@k", [(f"pass@{k}", [f"eval/pass@{k}"], "lines") for k in (1, 3, 5, 10)]),
     ("Text and code similarity", [("ROUGE-L", ["eval/rouge_l"], "lines"), ("CodeBLEU", ["eval/codebleu"], "lines")]),
     ("Per-level accuracy", [("fraction of samples reaching each level", r"eval/acc/level_.*", "regex")]),
-    # eval.diagnostics=true (magrpo.diagnostics): did the agents cooperate, or did one do the work?
+    # eval.diagnostics=true (magrpo.collaboration): did the agents cooperate, or did one do the work?
     ("Collaboration", [("contribution per agent (eval)", r"eval/agent_\d+/contribution$", "regex"),
                        ("lazy-agent rate (eval)", ["eval/lazy_agent_rate"], "lines"),
                        ("answer similarity, ROUGE-L (eval)", ["eval/answer_similarity"], "lines"),

@@ -13,7 +13,7 @@ last answer), so a one-turn and a multi-turn evaluation report the same names.
 
 With `diagnostics=` (`eval.diagnostics=true`), `evaluate` also reports the collaboration
 diagnostics of the same answers: each agent's contribution and influence, the lazy-agent rate and
-the answers' similarity (magrpo.diagnostics, which defines them and what they cost).
+the answers' similarity (magrpo.collaboration, which defines them and what they cost).
 
 Sampling runs under a forked RNG seeded from the run's seed, so evaluating never changes the
 training stream (a resumed run and an uninterrupted one see the same random numbers).
@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from magrpo import distributed
-from magrpo.diagnostics import DiagnosticsConfig, collaboration_metrics
+from magrpo.collaboration import CollaborationConfig, collaboration_metrics
 from magrpo.feedback import Feedback
 from magrpo.models import Agent
 from magrpo.rollout import SCHEMES, Sampling, rollout_cost
@@ -82,11 +82,11 @@ def collect_answers(agents: list[Agent], task: Task, items: list[dict], sampling
 def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,
              seed: int, num_examples: int = 8, scheme: str = "team", turns: TurnSpec | None = None,
              feedback: Feedback | None = None,
-             diagnostics: DiagnosticsConfig | None = None) -> tuple[dict[str, float], list[dict]]:
+             diagnostics: CollaborationConfig | None = None) -> tuple[dict[str, float], list[dict]]:
     """Metrics (unprefixed: reward_mean, reward/<component>, pass@1, normalized_return, and the same
     per turn as turn_{t}/...) and example rows. One path for any number of turns: with one turn
     the path stops after the first rollout. With `diagnostics`, also the collaboration
-    diagnostics (agent_<k>/contribution, lazy_agent_rate, ...: magrpo.diagnostics)."""
+    diagnostics (agent_<k>/contribution, lazy_agent_rate, ...: magrpo.collaboration)."""
     answers = collect_answers(agents, task, items, sampling, batch_size, seed, scheme, turns, feedback)
     metrics = eval_metrics(task, answers.per_turn, answers.tokens, answers.gen_s, answers.reward_s,
                            answers.degraded, answers.num_items)

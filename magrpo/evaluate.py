@@ -32,8 +32,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from magrpo import trust
 from magrpo.checkpoint import resolve
+from magrpo.collaboration import CollaborationConfig
 from magrpo.config import ConfigError, EvalRunSchema
-from magrpo.diagnostics import DiagnosticsConfig
 from magrpo.eval_loop import eval_sampling, evaluate
 from magrpo.feedback import build_feedback
 from magrpo.launch import (
@@ -146,7 +146,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
             base.extend(load_agents(cfg.agents, cfg.hardware, len(agents), need_reference=False))
         return base
 
-    diagnostics = DiagnosticsConfig.from_eval(cfg.eval, base_agents)
+    diagnostics = CollaborationConfig.from_eval(cfg.eval, base_agents)
     logger = RunLogger(cfg, out)
     results: dict[str, dict[str, float]] = {}
     identity = {**run_identity(cfg), "methods": methods, "checkpoint": str(ckpt) if ckpt else None,

@@ -240,7 +240,7 @@ def finished_runs(sweep_dir: Path) -> dict[tuple[str, str], list[Path]]:
     """(task, row) -> its finished runs in a sweep directory, one per seed (the last job of a seed
     run again), ordered by seed."""
     out: dict[tuple[str, str], list[tuple[str, Path]]] = {}
-    for (task, row, seed), jobs in job_dirs(sweep_dir).items():
+    for (task, row, seed), jobs in cell_jobs(sweep_dir).items():
         done = [job for job, status in jobs if status == "finished"]
         if done:
             out.setdefault((task, row), []).append((seed, done[-1]))
@@ -459,7 +459,7 @@ def _cell_of(job: Path, summary: dict[str, Any] | None) -> tuple[str, str, str] 
         return None
 
 
-def job_dirs(sweep_dir: Path) -> dict[tuple[str, str, str], list[tuple[Path, str]]]:
+def cell_jobs(sweep_dir: Path) -> dict[tuple[str, str, str], list[tuple[Path, str]]]:
     """(task, label, seed) -> [(job directory, its status)] of the jobs a sweep directory holds. A
     job without a readable summary counts as "unreadable" (or "missing"), so continuing runs its cell
     again; one that says nothing of its cell is left alone."""
@@ -478,7 +478,7 @@ def job_dirs(sweep_dir: Path) -> dict[tuple[str, str, str], list[tuple[Path, str
 
 
 def finished_cells(sweep_dir: Path) -> set[tuple[str, str, str]]:
-    return {cell for cell, jobs in job_dirs(sweep_dir).items() if any(s == "finished" for _, s in jobs)}
+    return {cell for cell, jobs in cell_jobs(sweep_dir).items() if any(s == "finished" for _, s in jobs)}
 
 
 def sweep_done(cmd: list[str]) -> bool:
@@ -508,7 +508,7 @@ def continue_sweep(cmd: list[str]) -> tuple[list[list[str]], list[str]]:
     directory of such a cell (interrupted, failed) is moved into `.superseded/`, kept but no longer
     read. Also the lines saying what moved."""
     sweep_dir = _sweep_dir(cmd)
-    jobs, done = job_dirs(sweep_dir), finished_cells(sweep_dir)
+    jobs, done = cell_jobs(sweep_dir), finished_cells(sweep_dir)
     commands, notes = [], []
     for task, row, seed in sorted(wanted_cells(cmd) - done):
         name = f"{task}_{row}_s{seed}"
@@ -522,7 +522,7 @@ def continue_sweep(cmd: list[str]) -> tuple[list[list[str]], list[str]]:
     return commands, notes
 
 
-class Progress:
+class SweepProgress:
     """One line per finished job: jobs done / total, elapsed, and an estimate of the time left from
     the jobs this call finished. `poll()` reads the sweep directories; `run_all()` polls every
     second or few while the sweep's processes run."""
@@ -840,7 +840,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     failed: list[str] = []
     started = time.time()
-    progress = Progress(steps)
+    progress = SweepProgress(steps)
     on_term = _term_as_interrupt()
     try:
         for step, what, cmd in steps:

@@ -401,7 +401,7 @@ def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases:
     prompt extended with their answers by `Task.context_prompt`), `levels[i]` times each.
     `bases[b][i]`: agent i's prompt (a string) or conversation (multi-turn) for group b.
     `fixed`: the samples of the first agents, given rather than generated (a chain re-run from
-    agent len(fixed) on, as the influence diagnostic does: magrpo.diagnostics)."""
+    agent len(fixed) on, as the influence diagnostic does: magrpo.collaboration)."""
     gens: list[Generation] = list(fixed or [])
     for i, agent in enumerate(agents):
         if i < len(gens):

@@ -24,8 +24,8 @@ from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
 from magrpo.algos.optim import agent_overrides
 from magrpo.checkpoint import STATE_FILE
+from magrpo.collaboration import CollaborationConfig
 from magrpo.config import optimized_metric
-from magrpo.diagnostics import DiagnosticsConfig
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
 from magrpo.feedback import build_feedback
 from magrpo.models import (
@@ -234,7 +234,7 @@ class Trainer:
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
                                      seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
                                      turns=self.turns, feedback=self.feedback,
-                                     diagnostics=DiagnosticsConfig.from_eval(cfg.eval, self.base_agents))
+                                     diagnostics=CollaborationConfig.from_eval(cfg.eval, self.base_agents))
         self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
         self.logger.log_examples(self.step, "eval/samples", examples)
         primary = metrics.get(self.task.primary_metric, metrics["reward_mean"])

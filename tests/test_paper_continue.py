@@ -99,7 +99,7 @@ def test_a_continued_sweep_runs_as_many_jobs_at_once_as_asked(tmp_path, capsys):
     together, alone = tmp_path / "together", tmp_path / "alone"
     together.mkdir()
     alone.mkdir()
-    progress = paper.Progress([])
+    progress = paper.SweepProgress([])
     # two at a time: each job sees the other start
     assert progress.run_all([_waiter(together, "a", "b", 60), _waiter(together, "b", "a", 60)], 2) == [0, 0]
     # one at a time: the first gives up waiting for the second, which then finds the first's mark
@@ -166,7 +166,7 @@ def test_damaged_or_missing_summaries_are_set_aside_and_their_cells_run_again(tm
                                                                  "seed": [7]}}).encode())   # not a cell asked for
     (sweep / "multirun.yaml").write_text("x: 1\n")
 
-    found = paper.job_dirs(sweep)
+    found = paper.cell_jobs(sweep)
     assert {cell: [s for _, s in jobs] for cell, jobs in found.items()} == {
         ("agree", "magrpo", "0"): ["finished"], ("agree", "magrpo", "1"): ["unreadable"],
         ("agree", "magrpo", "2"): ["unreadable"], ("agree", "magrpo", "3"): ["missing"],

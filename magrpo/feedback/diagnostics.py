@@ -34,7 +34,7 @@ def register_diagnoser(kind: str) -> Callable[[Diagnoser], Diagnoser]:
 
 
 @dataclass
-class DiagnosticsConfig(FeedbackConfig):
+class DiagnosticsFeedbackConfig(FeedbackConfig):
     mode: str = "diagnostics"
     show_tests: bool = False       # show the failing assertion's source (lets an agent hard-code answers)
     max_failures: int = at_least(1, 3)   # failing tests listed per answer
@@ -42,7 +42,7 @@ class DiagnosticsConfig(FeedbackConfig):
 
 @register_feedback("diagnostics")
 class DiagnosticsFeedback(Feedback):
-    config_schema = DiagnosticsConfig
+    config_schema = DiagnosticsFeedbackConfig
 
     @classmethod
     def kinds(cls) -> dict[str, Diagnoser]:

@@ -70,7 +70,7 @@ class NotPlainData(BaseException):
     """The candidate returned a value that cannot cross (see codec.py): the test fails."""
 
 
-def run_job(sock: socket.socket, level: str, plan, scratch: dict[str, str]) -> None:
+def serve_job(sock: socket.socket, level: str, plan, scratch: dict[str, str]) -> None:
     """Serve one job on `sock` (in a fresh process forked for it): read, run, reply.
 
     The job asks for its scratch under a directory (the caller's TMPDIR); `scratch` maps the

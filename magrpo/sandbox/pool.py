@@ -224,7 +224,7 @@ def zygote_main(control_fd: int, requested: str, site_dirs: list[str]) -> int:
                 die_with_parent(zygote)
                 job = socket.socket(fileno=fds[0])
                 codec.write_frame(job.fileno(), json.dumps({"pid": os.getpid()}))
-                judge.run_job(job, level, plan, scratch)
+                judge.serve_job(job, level, plan, scratch)
             finally:
                 os._exit(0)
         os.close(fds[0])

@@ -43,8 +43,8 @@ from __future__ import annotations
 from magrpo.table.cli import build_parser, check_names, main
 from magrpo.table.generic import (
     INITIAL,
-    Method,
     Row,
+    RunGroup,
     Table,
     build_tables,
     default_columns,
@@ -82,7 +82,7 @@ from magrpo.table.runs import (
 )
 from magrpo.table.stats import Cell, aggregate, best_rows, mean_std, smooth
 
-__all__ = ["INITIAL", "PROG", "STD_NOTE", "TEX_NOTE", "Cell", "Method", "Row", "Run", "Table", "TableError",
+__all__ = ["INITIAL", "PROG", "STD_NOTE", "TEX_NOTE", "Cell", "Row", "Run", "RunGroup", "Table", "TableError",
            "aggregate", "best_rows", "build_parser", "build_tables", "cell_text", "check_names", "codebleu_floor",
            "collect", "default_columns", "find_runs", "find_unstarted", "flatten", "group_runs", "load_run", "main",
            "md_escape", "mean_std", "natural_key", "plot_curves", "read_curves", "read_hydra_config",

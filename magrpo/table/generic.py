@@ -44,7 +44,7 @@ NOT_RESULTS = {"reward_std", "num_items", "output_tokens_mean", "response_time_s
 # -- grouping ------------------------------------------------------------------------------------
 
 @dataclass
-class Method:
+class RunGroup:
     label: str
     runs: list[Run]
 
@@ -85,7 +85,7 @@ def _ignored(key: str) -> bool:
     return key in IGNORED_KEYS or key.startswith(IGNORED_PREFIXES) or key in ("task.name", "task")
 
 
-def group_runs(runs: list[Run], group_by: Sequence[str] | None = None) -> list[Method]:
+def group_runs(runs: list[Run], group_by: Sequence[str] | None = None) -> list[RunGroup]:
     """Runs of ONE task -> methods, in the order their first run was found.
 
     Default label: the algo, then `key=value` for each config key that differs between the runs
@@ -102,7 +102,7 @@ def group_runs(runs: list[Run], group_by: Sequence[str] | None = None) -> list[M
             groups.setdefault(values, []).append(run)
             labels[values] = " ".join(fmt_value(v) if k in ("algo", "algo.name") else f"{shorts[k]}={fmt_value(v)}"
                                       for k, v in zip(group_by, values))
-        return _checked([Method(labels[key], members) for key, members in groups.items()])
+        return _checked([RunGroup(labels[key], members) for key, members in groups.items()])
 
     use_hydra = all(r.hydra_config is not None for r in runs)   # compare like with like
     configs = [r.config(use_hydra) for r in runs]
@@ -125,10 +125,10 @@ def group_runs(runs: list[Run], group_by: Sequence[str] | None = None) -> list[M
         key = (run.algo, *(value(c, k) for k in differing))
         groups.setdefault(key, []).append(run)
         labels[key] = " ".join([run.algo] + [f"{shorts[k]}={fmt_value(c.get(k))}" for k in shown])
-    return _checked([Method(labels[key], members) for key, members in groups.items()])
+    return _checked([RunGroup(labels[key], members) for key, members in groups.items()])
 
 
-def _checked(methods: list[Method]) -> list[Method]:
+def _checked(methods: list[RunGroup]) -> list[RunGroup]:
     """Two runs of one method with the same seed are usually the same sweep passed twice: say so."""
     for m in methods:
         seen: dict[Any, Path] = {}
@@ -168,7 +168,7 @@ def default_columns(runs: list[Run]) -> list[str]:
 @dataclass
 class Row:
     task: str
-    method: Method
+    method: RunGroup
     cells: dict[str, Cell]       # column -> statistics; "initial/reward_mean" for the reference column
 
 

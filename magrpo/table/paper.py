@@ -124,7 +124,7 @@ FAMILY_COLUMNS: dict[str, list[Column]] = {
 # them by design (no crossplay run for it), so no gap is noted.
 ZSC_COLUMNS = [Column(key, header, higher_is_better=better, trained_only=True, censored=True)
                for key, header, _, better in zsc_mod.FIELDS]
-# The collaboration diagnostics (magrpo.diagnostics) as --columns may add them: no better direction.
+# The collaboration diagnostics (magrpo.collaboration) as --columns may add them: no better direction.
 DIAGNOSTIC_HEADERS = {"lazy_agent_rate": "lazy-agent rate", "answer_similarity": "answer similarity (ROUGE-L)"}
 
 

@@ -1,4 +1,4 @@
-"""Collaboration diagnostics (magrpo.diagnostics): hand-computed contributions and lazy agents,
+"""Collaboration diagnostics (magrpo.collaboration): hand-computed contributions and lazy agents,
 similarity, influence on real tiny chains, the config keys, the training run's files, the
 dashboard section and the table's --columns.
 
@@ -12,8 +12,8 @@ import json
 
 import pytest
 
+from magrpo.collaboration import CollaborationConfig, answer_similarity, collaboration_metrics, similarity
 from magrpo.config import ConfigError
-from magrpo.diagnostics import DiagnosticsConfig, answer_similarity, collaboration_metrics, similarity
 from magrpo.eval_loop import collect_answers, eval_sampling, evaluate
 from magrpo.feedback import build_feedback
 from magrpo.models import load_agents
@@ -58,7 +58,7 @@ def diagnose(cfg, agents, task, config=None, scheme="team", turns=None, seed=3):
     items = task.load("eval")[:cfg.eval.num_items]
     feedback = build_feedback(cfg.get("feedback"), task)
     answers = collect_answers(agents, task, items, sampling, 8, seed, scheme, turns, feedback)
-    metrics = collaboration_metrics(agents, task, answers, sampling, seed, config or DiagnosticsConfig(), scheme, turns,
+    metrics = collaboration_metrics(agents, task, answers, sampling, seed, config or CollaborationConfig(), scheme, turns,
                                     feedback)
     return answers, metrics
 
@@ -91,8 +91,8 @@ def test_an_agent_the_reward_never_reads_contributes_nothing_and_is_always_lazy(
 def test_lazy_threshold_is_an_absolute_reward_tolerance(tiny):
     cfg, agents, base = tiny
     task = Wrapped(base, lambda c: 1e-3 * len(c[1]) + 5.0 * len(c[0]))    # agent 2 barely matters
-    _, strict = diagnose(cfg, agents, task, DiagnosticsConfig(lazy_threshold=0.0))
-    _, loose = diagnose(cfg, agents, task, DiagnosticsConfig(lazy_threshold=1.0))
+    _, strict = diagnose(cfg, agents, task, CollaborationConfig(lazy_threshold=0.0))
+    _, loose = diagnose(cfg, agents, task, CollaborationConfig(lazy_threshold=1.0))
     assert loose["lazy_agent_rate"] == 1.0 and strict["lazy_agent_rate"] < 1.0
 
 
@@ -140,21 +140,21 @@ def test_base_ablation_generates_with_the_base_model_and_off_adds_nothing(tiny):
     plain, _ = evaluate(agents, plain_task, items, sampling, 8, seed=5)
     task = Wrapped(base)
     with_diag, _ = evaluate(agents, task, items, sampling, 8, seed=5,
-                            diagnostics=DiagnosticsConfig("base", load_base=lambda: agents))
+                            diagnostics=CollaborationConfig("base", load_base=lambda: agents))
     assert set(with_diag) - set(plain) == {"agent_1/contribution", "agent_2/contribution", "lazy_agent_rate",
                                            "answer_similarity"} | DIAG_KEYS
     assert {k: with_diag[k] for k in plain if "time" not in k} == {k: v for k, v in plain.items() if "time" not in k}
     assert task.calls - plain_task.calls == 2, "one extra score call per agent, none without diagnostics"
     assert with_diag["diagnostics/generations"] == 2 * 4     # one base answer per agent and joint answer
     with pytest.raises(RuntimeError, match="eval.ablation=base: agent_1 has neither an adapter nor a reference"):
-        evaluate(agents, base, items, sampling, 8, seed=5, diagnostics=DiagnosticsConfig("base"))
+        evaluate(agents, base, items, sampling, 8, seed=5, diagnostics=CollaborationConfig("base"))
 
 
 def test_base_ablation_switches_a_lora_adapter_off():
     cfg = validate(compose_cfg(["output_dir=/tmp/unused", "agents=tiny_lora", *SMALL]))
     agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
     task = build_task(cfg.task, cfg.reward)
-    _, m = diagnose(cfg, agents, task, DiagnosticsConfig("base"))     # no loader needed: the adapter is off
+    _, m = diagnose(cfg, agents, task, CollaborationConfig("base"))     # no loader needed: the adapter is off
     assert m["diagnostics/generations"] == 8 and "agent_2/contribution" in m
 
 

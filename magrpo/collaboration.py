@@ -78,7 +78,7 @@ SEED_OFFSET = 4_099     # the diagnostics' RNG stream, apart from the evaluation
 
 
 @dataclass
-class DiagnosticsConfig:
+class CollaborationConfig:
     """What `evaluate(..., diagnostics=...)` adds (module docstring). `load_base` returns the
     untrained models, one per agent, for agents whose base model is not at hand (no adapter and no
     reference); it is called at most once, by `ablation="base"`, and should cache."""
@@ -88,7 +88,7 @@ class DiagnosticsConfig:
     load_base: Callable[[], list[Agent]] | None = None
 
     @classmethod
-    def from_eval(cls, eval_cfg: Any, load_base: Callable[[], list[Agent]] | None = None) -> DiagnosticsConfig | None:
+    def from_eval(cls, eval_cfg: Any, load_base: Callable[[], list[Agent]] | None = None) -> CollaborationConfig | None:
         """From a config's `eval` node: None unless `eval.diagnostics` is true."""
         if not eval_cfg.get("diagnostics", False):
             return None
@@ -108,7 +108,7 @@ class Costs:
 
 
 def collaboration_metrics(agents: list[Agent], task: Task, answers: EvalAnswers, sampling: Sampling, seed: int,
-                          config: DiagnosticsConfig, scheme: str = "team", turns: TurnSpec | None = None,
+                          config: CollaborationConfig, scheme: str = "team", turns: TurnSpec | None = None,
                           feedback: Feedback | None = None) -> dict[str, float]:
     """The diagnostics of one evaluation's answers (module docstring), unprefixed."""
     turns = turns or TurnSpec()
@@ -179,7 +179,7 @@ def contributions(task: Task, items: list[dict], prompts: list[list[str]], compl
 
 
 def neutral_answers(agents: list[Agent], task: Task, paths: list[Path], sampling: Sampling, num_turns: int,
-                    config: DiagnosticsConfig, costs: Costs) -> list[list[str]]:
+                    config: CollaborationConfig, costs: Costs) -> list[list[str]]:
     """[N][P] the answer that stands in for agent k's in each final joint answer: "" (empty), or the
     base model's answer to the same prompt (base), generated one path batch at a time."""
     final = [path.at[num_turns - 1] for path in paths]
