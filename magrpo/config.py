@@ -386,16 +386,3 @@ def _keys_at(schema: type, dotted: str) -> list[str]:
     if OmegaConf.is_list(node):
         node = OmegaConf.structured(ModelSchema)
     return sorted(node.keys()) if OmegaConf.is_dict(node) else []
-
-
-class _open:
-    """Temporarily lift struct mode so validated nodes of a free-form type can be attached."""
-
-    def __init__(self, cfg: DictConfig):
-        self.cfg = cfg
-
-    def __enter__(self):
-        OmegaConf.set_struct(self.cfg, False)
-
-    def __exit__(self, *exc):
-        OmegaConf.set_struct(self.cfg, True)

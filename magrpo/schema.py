@@ -13,7 +13,7 @@ the bad value and what is allowed. Floats must be finite unless a field says oth
 may also define `check_node(node, prefix)` (a staticmethod) for checks across the keys of that one
 node, such as a band whose lower bound must stay below its upper bound. (Checks across config
 groups, e.g. an algorithm that needs a task's per-agent rewards, are not a schema's: they are an
-algorithm's classmethod `check_config(cfg, task_cls)`, called by config.validate.) A subclass that only changes a default
+algorithm's classmethod `check_config(cfg, task_cls)`, called by validation.validate.) A subclass that only changes a default
 (`min_tokens: int = 128`) keeps the check its parent declared for that field.
 """
 
@@ -133,7 +133,7 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
     # Checks that involve several keys of this one node (an inverted band, min > max) live on the
     # schema itself: a static `check_node(node, prefix)`. Checks across groups (an algorithm that
     # needs a task's per-agent rewards) are the algorithm's classmethod `check_config(cfg, task_cls)`,
-    # which config.validate calls once the whole config is typed.
+    # which validation.validate calls once the whole config is typed.
     cross_check = getattr(schema, "check_node", None)
     if cross_check is not None:
         cross_check(node, prefix)

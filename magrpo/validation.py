@@ -20,7 +20,6 @@ from magrpo.config import (
     EvalSchema,
     ModelSchema,
     TrainSchema,
-    _open,
     typed_node,
 )
 from magrpo.feedback import FEEDBACKS
@@ -274,3 +273,16 @@ def _validate_eval(cfg: DictConfig) -> None:
                                       ALGOS[cfg.algo.name].team(cfg).policy_dirs)
         with _open(cfg):
             cfg.checkpoint = str(ckpt)
+
+
+class _open:
+    """Temporarily lift struct mode so validated nodes of a free-form type can be attached."""
+
+    def __init__(self, cfg: DictConfig):
+        self.cfg = cfg
+
+    def __enter__(self):
+        OmegaConf.set_struct(self.cfg, False)
+
+    def __exit__(self, *exc):
+        OmegaConf.set_struct(self.cfg, True)
