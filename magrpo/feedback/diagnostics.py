@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +45,7 @@ class DiagnosticsFeedback(Feedback):
     config_schema = DiagnosticsFeedbackConfig
 
     @classmethod
-    def kinds(cls) -> dict[str, Diagnoser]:
+    def kinds(cls) -> Mapping[str, Diagnoser]:
         return DIAGNOSERS
 
     def message(self, view: NodeView, agent: int) -> str:
