@@ -240,11 +240,8 @@ def _numpy_globals() -> list:
     """What an RNG state saved by numpy needs (arrays of plain numbers), for weights_only loading."""
     import numpy as np  # noqa: PLC0415  start-up: the run files are read without numpy; only a trainer state needs it
 
-    try:
-        from numpy._core.multiarray import _reconstruct  # noqa: PLC0415  start-up: the run files are read without numpy; only a trainer state needs it
-    except ImportError:          # numpy < 2
-        from numpy.core.multiarray import _reconstruct  # noqa: PLC0415  start-up: the run files are read without numpy; only a trainer state needs it
-    return [_reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), type(np.dtype(np.float64))]
+    multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray     # numpy >= 2, < 2
+    return [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), type(np.dtype(np.float64))]
 
 
 def _own_enums(names: list[str]) -> list:

@@ -54,8 +54,9 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
+from tqdm.auto import tqdm
 
-from magrpo.checkpoint import is_team_dir, missing_checkpoint, read_manifest
+from magrpo.checkpoint import read_manifest
 from magrpo.launch import check_out_dir, parse_plain_cli
 from magrpo.schema import ConfigError, SetupError
 from magrpo.table.render import pyplot
@@ -87,21 +88,6 @@ def held_out_pairings(num_sources: int, num_partners: int, num_agents: int) -> l
             for i in range(num_sources) for j in range(num_partners) for k in range(num_agents)]
 
 
-def resolve_source(source: str) -> tuple[str, Path]:
-    """("team", the exported team's directory) or ("run", the verified checkpoint a run or checkpoint
-    path names), resolved (symlinks followed), so that one team reached by two paths is one path."""
-    from magrpo.team import checkpoint_of, local_team, read_team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
-
-    p = Path(source).expanduser()
-    if is_team_dir(p) or (not p.exists() and source.count("/") == 1 and not source.startswith((".", "~"))):
-        root = local_team(source)
-        read_team(root)                 # whole, before anything is loaded
-        return "team", root.resolve()
-    if not p.exists():
-        raise ConfigError(f"{source}: {missing_checkpoint(p) or 'no such run, checkpoint or exported team'}")
-    return "run", checkpoint_of(p, None, source).resolve()
-
-
 def policy_weights(kind: str, path: Path) -> dict[str, tuple[str, ...]]:
     """Per policy directory (agent_<k>, policy), the sha256 of its weight files, from the manifest:
     equal for two sources that hold the same trained weights (a run and its export, a copy)."""
@@ -127,16 +113,6 @@ def check_distinct(sources: list[str], resolved: list[tuple[str, Path]]) -> None
             raise ConfigError(f"the sources {both} hold the same weights (every weight file's sha256 in their "
                               f"manifests agrees: one team, e.g. a run and its export); a team paired with itself "
                               f"is self-play, not cross-play: give each source once")
-
-
-def load_source(source: str, device: str | None, resolved: tuple[str, Path] | None = None) -> Any:
-    """A run directory, a checkpoint or an exported team (a directory or a hub repo id) as a Team."""
-    from magrpo.team import Team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
-
-    kind, path = resolved or resolve_source(source)
-    if kind == "team":
-        return Team.from_pretrained(path, device=device)
-    return Team.from_run(path, device=device, key=source)
 
 
 def check_compatible(teams: list[Any], labels: list[str]) -> None:
@@ -193,29 +169,6 @@ def labels_of(sources: list[str], given: str | None, prefix: str = "") -> list[s
     if len(set(labels)) < len(labels):
         raise ConfigError(f"the sources' labels repeat ({', '.join(labels)}); give --labels a,b,...")
     return [prefix + x for x in labels]
-
-
-def evaluate_pairing(teams: list[Any], pairing: Pairing, items: list[dict], args: argparse.Namespace) -> dict:
-    """The pairing's team on the items: the metric's mean and its std over items, and every metric."""
-    from magrpo.eval_loop import answer_metrics, collect_answers, eval_metrics  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-crossplay's --help and argument checks answer without it
-    from magrpo.turns import take  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-crossplay's --help and argument checks answer without it
-
-    host = teams[pairing.slots[0]]
-    agents = [teams[src].agents[k] for k, src in enumerate(pairing.slots)]
-    sampling = host.sampling(args.num_samples, do_sample=False if args.greedy else None)
-    ans = collect_answers(agents, host.task, items, sampling, args.batch_size, seed=args.seed + 7919,
-                          scheme="team", turns=host.turns, feedback=host.feedback)
-    metrics = eval_metrics(host.task, ans.per_turn, ans.tokens, ans.gen_s, ans.reward_s, ans.degraded, len(items))
-    metric = host.task.primary_metric
-    its, _, completions, scores = ans.final
-    per_item, S = [], sampling.num_generations
-    for start in range(0, len(its), S):
-        rows = list(range(start, start + S))
-        m = answer_metrics(host.task, its[start:start + S], completions[start:start + S], take(scores, rows))
-        per_item.append(m.get(metric, m["reward_mean"]))
-    mean = metrics.get(metric, metrics["reward_mean"])
-    std = (sum((v - sum(per_item) / len(per_item)) ** 2 for v in per_item) / len(per_item)) ** 0.5 if per_item else 0.0
-    return {"metric": metric, "mean": mean, "std": std, "num_items": len(items), "metrics": metrics}
 
 
 def summarize(results: list[tuple[Pairing, dict]], num_sources: int | None = None) -> dict[str, Any]:
@@ -375,6 +328,8 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     check_overwrite(out, OUTPUTS, force)  # nor over a file, unless --force
     if pairing_mode not in ("one_swap", "all"):
         raise ConfigError(f"--pairings {pairing_mode!r} is not allowed; choose one of: one_swap, all")
+    from magrpo.pairing import evaluate_pairing, load_source, resolve_source  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-crossplay's --help and argument checks answer without it
+
     everyone = [*sources, *partners]
     resolved = [resolve_source(s) for s in everyone]
     check_distinct(everyone, resolved)   # before the labels: `R R` repeats a source, not only a label
@@ -393,11 +348,9 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     items = items[:num_items] if num_items else items
     if not items:
         raise ConfigError(f"split {split!r} of task {teams[0].task.name!r} has no items")
-    from tqdm.auto import tqdm  # noqa: PLC0415  start-up: the progress bar loads only when pairs are played
-
     results, started = [], time.time()
     for p in tqdm(plan, desc="cross-play", unit="pairing", disable=None):
-        r = evaluate_pairing(teams, p, items, args)
+        r = evaluate_pairing(teams, p.slots, items, args)
         results.append((p, r))
         log.info("%s: %s=%.3f ± %.3f", " + ".join(names[s] for s in p.slots), r["metric"], r["mean"], r["std"])
     summary = summarize(results, len(sources))

@@ -2,7 +2,7 @@
 
     python -m magrpo.memory            # the table of docs/scaling.md, "What fits where" (markdown)
 
-Per agent model of P parameters (magrpo.tiny.SHAPES gives the architectures), bytes:
+Per agent model of P parameters (magrpo.model_shapes.SHAPES gives the architectures), bytes:
 
   weights      full fine-tuning: P * w          (w = 2 for bf16 weights, 4 for fp32)
                shared base + LoRA: P * w once for the whole team, plus each adapter's p_lora * 4
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magrpo.tiny import SHAPES
+from magrpo.model_shapes import SHAPES
 
 GB = 1e9
 DEVICES = {"24 GB": 24, "80 GB (H100)": 80, "141 GB (H200)": 141}

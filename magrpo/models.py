@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import magrpo.cpu_bf16
 from magrpo import distributed, hub
@@ -179,7 +180,6 @@ def _lora_config(lora: Any):
 
 
 def _load_tokenizer(spec: Any, path: str):
-    from transformers import AutoTokenizer  # noqa: PLC0415  start-up: transformers loads only where a model does
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(spec.tokenizer) if spec.tokenizer else path,
                                         revision=spec.revision, trust_remote_code=spec.trust_remote_code)
@@ -237,7 +237,6 @@ def _with_autocast(model, autocast: str):
 
 def _load_model(spec: Any, path: str, device: torch.device, safetensors_only: bool = False):
     """`safetensors_only`: a shared artifact's weights (an exported team) are safetensors or nothing."""
-    from transformers import AutoModelForCausalLM  # noqa: PLC0415  start-up: transformers loads only where a model does
 
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
     kwargs: dict[str, Any] = dict(revision=spec.revision, trust_remote_code=spec.trust_remote_code, dtype=dtype)

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import torch
+from transformers import LogitsProcessorList
 
 from magrpo import distributed
 from magrpo.models import Agent, transcript
@@ -282,8 +283,6 @@ def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], 
     limit = vocab_limit(model)
     vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None else None
     if limit is not None and vocab is not None and limit < vocab:   # ids past the tokenizer are no tokens
-        from transformers import LogitsProcessorList  # noqa: PLC0415  start-up: transformers loads only where a model does
-
         kwargs["logits_processor"] = LogitsProcessorList([VocabLimitProcessor(limit)])
     out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)[:, prompt_ids.shape[1]:]
     return out if sampling.do_sample else out.repeat_interleave(sampling.num_generations, dim=0)

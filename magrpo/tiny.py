@@ -9,7 +9,8 @@ Two kinds:
   tiny, small          small Qwen2-style models (0.1M / 0.7M parameters), float32: the default run,
                        the tests and the benchmark;
   *-shape              the real architectures of the models users train, at their real dimensions
-                       (`SHAPES`, transcribed from the public config.json of each), random weights:
+                       (`SHAPES`, transcribed from the public config.json of each; magrpo.model_shapes holds them
+                       as data, which magrpo.memory and the schemas read without torch), random weights:
                        they exercise generation, the update, LoRA, the reference model, checkpointing
                        and bf16 at real memory and compute cost with no download (docs/scaling.md, "What
                        fits where"). They are built in bfloat16 directly (the default dtype is bf16 while
@@ -40,40 +41,14 @@ import tempfile
 import time
 from pathlib import Path
 
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from magrpo.model_shapes import BUILTIN_MODELS, SHAPES, TOKENIZER_VOCAB  # noqa: F401  (re-exported: the builtins' data)
+
 log = logging.getLogger(__name__)
 
-TOKENIZER_VOCAB = 512
-# The real architectures (public config.json of each checkpoint): keys are Qwen2Config/Qwen3Config
-# arguments, plus `model_type` (qwen2 or qwen3; qwen3 adds the per-head q_norm/k_norm) and `dtype`.
-_QWEN_COMMON = dict(vocab_size=151936, rms_norm_eps=1e-6, tie_word_embeddings=True, hidden_act="silu",
-                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, attention_dropout=0.0,
-                    initializer_range=0.02, dtype="bfloat16")
-SHAPES: dict[str, dict] = {
-    # Qwen/Qwen3-1.7B: Qwen3ForCausalLM, 1.72B parameters (1.41B without the tied embedding)
-    "qwen3-1.7b-shape": dict(_QWEN_COMMON, model_type="qwen3", hidden_size=2048, num_hidden_layers=28,
-                             num_attention_heads=16, num_key_value_heads=8, head_dim=128, intermediate_size=6144,
-                             max_position_embeddings=40960, attention_bias=False, use_sliding_window=False,
-                             max_window_layers=28),
-    # Qwen/Qwen2.5-Coder-3B(-Instruct): Qwen2ForCausalLM (q/k/v bias), 3.09B parameters (2.77B without the embedding)
-    "qwen2.5-coder-3b-shape": dict(_QWEN_COMMON, model_type="qwen2", hidden_size=2048, num_hidden_layers=36,
-                                   num_attention_heads=16, num_key_value_heads=2, intermediate_size=11008,
-                                   max_position_embeddings=32768, use_sliding_window=False, max_window_layers=70),
-    # Qwen/Qwen2.5-Coder-1.5B(-Instruct): Qwen2ForCausalLM, 1.54B parameters (agents=heterogeneous)
-    "qwen2.5-coder-1.5b-shape": dict(_QWEN_COMMON, model_type="qwen2", hidden_size=1536, num_hidden_layers=28,
-                                     num_attention_heads=12, num_key_value_heads=2, intermediate_size=8960,
-                                     max_position_embeddings=32768, use_sliding_window=False, max_window_layers=21),
-}
-# Architecture of each builtin model. "small" is the benchmark model of the foundation issue.
-# "tiny-wide" is tiny with a model vocabulary (1024) larger than its tokenizer's (512), as the shapes.
-BUILTIN_MODELS: dict[str, dict] = {
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=128, vocab_size=512),
-    "small": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                  intermediate_size=256, vocab_size=512),
-    "tiny-wide": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                      intermediate_size=128, vocab_size=1024),
-    **SHAPES,
-}
 BUILD_SEED = 1234
 EOS_TOKEN = "<|endoftext|>"
 # Bumped whenever the build recipe changes, so stale caches are rebuilt rather than reused.
@@ -109,8 +84,6 @@ def builtin_path(name: str) -> Path:
 
 
 def _train_tokenizer(vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: PLC0415  start-up: the tokenizer library loads only to build a tiny model
-    from transformers import PreTrainedTokenizerFast  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -127,7 +100,6 @@ def _train_tokenizer(vocab_size: int):
 def builtin_config(name: str, tokenizer=None):
     """The transformers config of builtin `name` (no weights). Token ids come from `tokenizer`,
     or are the builtin tokenizer's (EOS = pad = 0) when it is not given."""
-    from transformers import Qwen2Config, Qwen3Config  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
 
     if name not in BUILTIN_MODELS:
         builtin_path(name)          # the error naming the choices
@@ -146,8 +118,6 @@ def build_builtin(name: str) -> Path:
     out = builtin_path(name)
     if (out / "config.json").exists():
         return out
-    import torch  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
-    from transformers import Qwen2ForCausalLM, Qwen3ForCausalLM  # noqa: PLC0415  start-up: magrpo.memory and the schemas read the tiny shapes without torch
 
     # The real shapes take a while on a CPU (qwen3-1.7b-shape: about 90 s), once per cache.
     log.info("building builtin:%s into %s (first use; later runs load it from there)", name, out)

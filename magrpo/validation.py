@@ -23,6 +23,7 @@ from magrpo.config import (
     typed_node,
 )
 from magrpo.feedback import FEEDBACKS
+from magrpo.model_shapes import BUILTIN_MODELS
 from magrpo.models import BUILTIN_PREFIX, looks_local
 from magrpo.plugins import load_plugins, loaded
 from magrpo.rollout import BASELINES, SCHEMES
@@ -36,7 +37,6 @@ from magrpo.schema import (
 )
 from magrpo.tasks import TASKS, available_tasks, reward_schema_of
 from magrpo.tasks.reward_fns import check_reward_node
-from magrpo.tiny import BUILTIN_MODELS
 
 
 def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> DictConfig:

@@ -171,7 +171,7 @@ def test_the_layer_check_finds_a_planted_upward_import():
 # -- imports inside functions: the allow-list -------------------------------------------------------
 
 REASONS = ("start-up:", "optional:", "circle:", "effects:")
-MOST_FUNCTION_LEVEL = 72       # the count when the allow-list was written; it may only go down
+MOST_FUNCTION_LEVEL = 57       # the count now (72 when the allow-list was written); it may only go down
 
 
 def function_level_imports() -> list[tuple[str, int, str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import AutoModel, AutoTokenizer
 
 from magrpo.algos.base import AlgoConfig
 from magrpo.algos.core import RowBatch, sequence_forward, shares_prompt
@@ -45,8 +46,6 @@ class ValueHead(torch.nn.Module):
 
 
 def _backbone(critic_model: str, device):
-    from transformers import AutoModel, AutoTokenizer  # noqa: PLC0415  start-up: transformers loads only where a model does
-
     path = resolve_model_path(critic_model)
     return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
 
