@@ -348,12 +348,30 @@ def optimized_metric(cfg: DictConfig, primary: str) -> str:
     return cfg.get("optimized_metric") or primary
 
 
+_SCHEMA_NODES: dict[type, DictConfig] = {}
+
+
+def schema_node(schema: type) -> DictConfig:
+    """`OmegaConf.structured(schema)`, built once per schema class: a config node of a large schema
+    takes ~25 ms to build from its dataclass and ~4 ms to copy. The node handed out is shared and
+    read-only; `OmegaConf.merge(schema_node(S), given)` merges into a copy of it, which keeps the
+    read-only flag until `OmegaConf.set_readonly(copy, None)` lifts it."""
+    node = _SCHEMA_NODES.get(schema)
+    if node is None:
+        node = OmegaConf.structured(schema)
+        OmegaConf.set_readonly(node, True)
+        _SCHEMA_NODES[schema] = node
+    return node
+
+
 def typed_node(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = None) -> DictConfig:
     """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key.
     `whole`: the composed config, whose other sections an unknown key may belong to (algo.lr is
     optimizer.lr)."""
     try:
-        return OmegaConf.merge(OmegaConf.structured(schema), cfg)
+        node = OmegaConf.merge(schema_node(schema), cfg)
+        OmegaConf.set_readonly(node, None)        # the merged copy is the caller's own
+        return node
     except ConfigKeyError as e:
         key = f"{prefix}{e.full_key}" if e.full_key else prefix.rstrip(".")
         node = key.rsplit(".", 1)[0] if "." in key else "the top level"
@@ -373,7 +391,7 @@ def typed_node(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = 
 
 
 def _keys_at(schema: type, dotted: str) -> list[str]:
-    node = OmegaConf.structured(schema)
+    node = schema_node(schema)
     for part in [p for p in dotted.split(".") if p]:
         if part.isdigit():
             node = node[int(part)] if len(node) > int(part) else OmegaConf.structured(ModelSchema)
