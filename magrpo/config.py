@@ -263,6 +263,11 @@ class TrainSchema:
     partner_roles: list[int] | None = None
     # which member plays each step: uniform (drawn) or cycle (in order)
     partner_sampling: str = option("uniform", choices=["uniform", "cycle"])
+    # A population's diversity term (magrpo/algos/diversity.py): earlier members (the entries partners
+    # takes); each answer's return gains diversity_coef x its -log-likelihood under their mixture
+    diversity: list[str] = field(default_factory=list)
+    # the diversity term's weight: reward per nat of -log-likelihood under the earlier members
+    diversity_coef: float = at_least(0, 0.1)
     # A paper row's search space for `magrpo-paper --tune-trials K` (override key -> Optuna sweeper
     # spec); inert in a run itself.
     tune: dict[str, str] | None = None
@@ -292,7 +297,8 @@ class EvalRunSchema(TrainSchema):
 # its schema are the config groups, or keys the other entry point reads (magrpo-eval does not train).
 ENTRY_KEYS = {
     "train": ("seed", "plugins", "trust_plugins", "max_steps", "resume", "save_every", "save_final", "output_dir",
-              "label", "optimized_metric", "partners", "partner_roles", "partner_sampling", "eval", "sandbox"),
+              "label", "optimized_metric", "partners", "partner_roles", "partner_sampling", "diversity",
+              "diversity_coef", "eval", "sandbox"),
     "eval": ("seed", "plugins", "trust_plugins", "methods", "checkpoint", "team", "split", "output_dir", "label",
              "eval", "sandbox"),
 }

@@ -77,6 +77,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("train/c3/decision_<k>/reward_mean", "C3: mean replayed reward of decision k's alternatives", ("c3",)),
     Metric("train/agent_<k>/signal_info_bits", "positive signalling: the batch's I(move; prompt) in bits over "
            "agent k's first-turn samples, the mean of the pmi its returns gain", when="algo.signal_bonus > 0"),
+    Metric("train/agent_<k>/diversity_nll", "the diversity term: the mean -log-likelihood (nats) of agent k's "
+           "first-turn answers under the earlier members' mixture; its returns gain diversity_coef times each",
+           when="diversity=[...]"),
     Metric("train/kl_coef", "the KL penalty's coefficient (adaptive with algo.kl_target)", PPO_FAMILY),
     # -- per policy (a role's returns per agent; a shared policy's update under train/policy/) ----
     _policy("loss", "the total loss of the update (policy loss + value and KL terms)"),

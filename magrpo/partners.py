@@ -106,21 +106,7 @@ class PartnerPool:
             raise ConfigError(f"partner_sampling={sampling!r} is not allowed; choose one of: {', '.join(SAMPLING)}")
         self.roles = None if roles is None else tuple(sorted(r - 1 for r in roles))
         self.sampling, self.seed, self.num_agents = sampling, seed, num_agents
-        self.members: list[Member] = []
-        for entry in expand(list(entries)):
-            p = Path(entry).expanduser()
-            if not p.exists():
-                raise ConfigError(f"partners: {entry}: no such run, checkpoint or exported team")
-            team = Team.from_pretrained(p, device=device) if is_team_dir(p) else \
-                Team.from_run(p, device=device, key="partners")
-            if team.num_agents != num_agents:
-                raise ConfigError(f"partners: {entry} is a team of {team.num_agents} agent(s); this run's team has "
-                                  f"{num_agents}: a partner plays the same game with the same team size")
-            if team.task.name != task_name:
-                raise ConfigError(f"partners: {entry} plays task {team.task.name!r}, this run task {task_name!r}")
-            for agent in team.agents:
-                freeze(agent)
-            self.members.append(Member(entry, list(team.agents)))
+        self.members = load_members(entries, num_agents, task_name, device, "partners")
         log.info("partners: %d member(s) loaded and frozen (%s sampling, roles %s)", len(self.members), sampling,
                  "drawn per step" if self.roles is None else ", ".join(str(r + 1) for r in self.roles))
 
@@ -140,6 +126,26 @@ class PartnerPool:
                                                **{f"partners/role_{r + 1}": 1.0 for r in roles}}
 
 
+def load_members(entries: list[str], num_agents: int, task_name: str, device: str | None, key: str) -> list[Member]:
+    """Every checkpoint and team the entries name (`expand`), loaded once and frozen; each must play
+    task `task_name` with `num_agents` agents. `key`: the config key named in errors."""
+    members: list[Member] = []
+    for entry in expand(list(entries)):
+        p = Path(entry).expanduser()
+        if not p.exists():
+            raise ConfigError(f"{key}: {entry}: no such run, checkpoint or exported team")
+        team = Team.from_pretrained(p, device=device) if is_team_dir(p) else Team.from_run(p, device=device, key=key)
+        if team.num_agents != num_agents:
+            raise ConfigError(f"{key}: {entry} is a team of {team.num_agents} agent(s); this run's team has "
+                              f"{num_agents}: a member plays the same game with the same team size")
+        if team.task.name != task_name:
+            raise ConfigError(f"{key}: {entry} plays task {team.task.name!r}, this run task {task_name!r}")
+        for agent in team.agents:
+            freeze(agent)
+        members.append(Member(entry, list(team.agents)))
+    return members
+
+
 def freeze(agent: Any) -> None:
     """No gradient ever reaches a partner's weights, and it samples as in evaluation (no dropout)."""
     for model in (agent.model, getattr(agent, "reference", None)):
@@ -148,4 +154,4 @@ def freeze(agent: Any) -> None:
             model.eval()
 
 
-__all__ = ["Member", "POPULATION_FILE", "PartnerPool", "expand", "freeze", "population_members"]
+__all__ = ["Member", "POPULATION_FILE", "PartnerPool", "expand", "freeze", "load_members", "population_members"]

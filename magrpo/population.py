@@ -6,6 +6,9 @@
     magrpo-crossplay RUN_A RUN_B --partners pops/lever/seed_*            # held-out partners
 
 Each member is `magrpo-train OVERRIDES seed=S` run in its own process into `--out/seed_S`; with
+`--diversity LAM` each member after the first also gets `diversity=[its earlier members]
+diversity_coef=LAM` (magrpo/algos/diversity.py: answers the earlier members find unlikely earn
+more, so the members' conventions spread); with
 `--save-every N` it keeps a checkpoint every N steps (FCP's earlier checkpoints: partners of
 every skill level), else its final one. After each member the manifest `population.json` is
 written again (members so far, their checkpoints, the overrides, the wall time), so a population
@@ -23,6 +26,7 @@ import magrpo.process  # noqa: F401  (first: the process defaults, before torch 
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -35,7 +39,7 @@ from magrpo.partners import POPULATION_FILE
 from magrpo.schema import ConfigError
 
 # Keys the command sets for each member itself.
-OWN_KEYS = ("seed", "hydra.run.dir", "output_dir", "save_every", "resume")
+OWN_KEYS = ("seed", "hydra.run.dir", "output_dir", "save_every", "resume", "diversity", "diversity_coef")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-seed", type=int, default=0, help="the first member's seed (default 0)")
     p.add_argument("--save-every", type=int, default=0,
                    help="keep a checkpoint every N steps of each member (FCP's earlier partners); 0 = the final one")
+    p.add_argument("--diversity", type=float, default=0.0, metavar="LAM",
+                   help="train each member after the first with the diversity term against the members before it "
+                        "(diversity=[...] diversity_coef=LAM: a bonus of LAM nats-to-reward for answers they find "
+                        "unlikely; magrpo/algos/diversity.py); 0 = off, the default")
     return p
 
 
@@ -57,6 +65,8 @@ def check_args(args: argparse.Namespace) -> None:
     if args.size < 1 or args.first_seed < 0 or args.save_every < 0:
         raise ConfigError(f"--size {args.size}, --first-seed {args.first_seed}, --save-every {args.save_every}: "
                           f"give a size >= 1 and a seed and a save interval >= 0")
+    if not args.diversity >= 0 or args.diversity == float("inf"):
+        raise ConfigError(f"--diversity {args.diversity}: give a weight >= 0 (0 = off)")
     for o in args.overrides:
         if "=" not in o or override_key(o) in OWN_KEYS:
             raise ConfigError(f"{o!r}: give magrpo-train overrides as KEY=VALUE, but not {', '.join(OWN_KEYS)} "
@@ -67,13 +77,22 @@ def check_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--out {out} already holds a population ({POPULATION_FILE}); give another directory")
 
 
+def hydra_quoted(text: str) -> str:
+    """`text` as one quoted string of Hydra's override grammar (inside a list: commas, brackets and
+    spaces in a path stay part of it). The grammar reads a backslash as an escape only before a quote,
+    so only those (and a run at the end, before the closing quote) are doubled."""
+    doubled = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text)
+    return "'" + doubled.replace("'", "\\'") + "'"
+
+
 def member_checkpoints(run: Path, root: Path) -> list[str]:
     return [str(d.relative_to(root)) for _, d in sorted(step_dirs(run / "checkpoints"))]
 
 
 def write_manifest(root: Path, members: list[dict], args: argparse.Namespace, started: float, complete: bool) -> None:
     data = {"members": members, "overrides": list(args.overrides), "size": args.size,
-            "first_seed": args.first_seed, "save_every": args.save_every, "complete": complete,
+            "first_seed": args.first_seed, "save_every": args.save_every, "diversity": args.diversity,
+            "complete": complete,
             "wall_seconds": round(time.time() - started, 1)}
     tmp = root / f".{POPULATION_FILE}.tmp"
     tmp.write_text(json.dumps(data, indent=2) + "\n")
@@ -91,6 +110,9 @@ def population(args: argparse.Namespace) -> dict:
         run = root / f"seed_{seed}"
         cmd = [sys.executable, "-m", "magrpo.train", *args.overrides, f"seed={seed}", f"hydra.run.dir={run}",
                f"save_every={args.save_every}"]
+        if args.diversity > 0 and members:     # against the members before it: their final checkpoints
+            earlier = ",".join(hydra_quoted(str(root / m["run"])) for m in members)
+            cmd += [f"diversity=[{earlier}]", f"diversity_coef={args.diversity}"]
         t0 = time.time()
         print(f"magrpo-population: member {k + 1}/{args.size} (seed {seed}) -> {run}", file=sys.stderr, flush=True)
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
+from magrpo.algos.diversity import Diversity
 from magrpo.algos.optim import agent_overrides
 from magrpo.checkpoint import STATE_FILE
 from magrpo.collaboration import CollaborationConfig
@@ -37,7 +38,7 @@ from magrpo.models import (
     save_agent,
     team_level,
 )
-from magrpo.partners import PartnerPool
+from magrpo.partners import PartnerPool, load_members
 from magrpo.schema import ConfigError, did_you_mean
 from magrpo.tasks import TASKS, Task, build_task
 from magrpo.tasks.reward_fns import ZERO_SPREAD_STEPS, ZeroSpread, check_splits, fallback_note, reward_specs
@@ -114,6 +115,20 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def diversity_of(cfg: Any, agents: list[Agent], temperature: float) -> Diversity:
+    """The earlier members `cfg.diversity` names, each of whose agents must read this team's token
+    ids as this team's agent of its role does (the same tokenizer)."""
+    members = load_members(list(cfg.diversity), len(agents), cfg.task.name, str(agents[0].device), "diversity")
+    for member in members:
+        for k, (theirs, ours) in enumerate(zip(member.agents, agents)):
+            if theirs.tokenizer.get_vocab() != ours.tokenizer.get_vocab():
+                raise ConfigError(f"diversity: {member.label}: agent {k + 1}'s tokenizer is not this run's agent "
+                                  f"{k + 1}'s; the term scores this team's token ids with the member's model, so "
+                                  f"they must share one tokenizer")
+    log.info("diversity: %d earlier member(s) loaded and frozen (diversity_coef=%g)", len(members), cfg.diversity_coef)
+    return Diversity(float(cfg.diversity_coef), [m.agents for m in members], temperature)
+
+
 class Trainer:
     def __init__(self, cfg: Any, run_dir: Path, status_before: str = "missing", from_run: dict | None = None):
         """`status_before`: the status run_dir's summary.json had before this run claimed it (what a
@@ -165,6 +180,9 @@ class Trainer:
         # Frozen partners (magrpo.partners): loaded once, before the first step.
         self.partners = PartnerPool(list(cfg.partners), cfg.partner_roles, cfg.partner_sampling, team.num_agents,
                                     cfg.task.name, str(self.agents[0].device), cfg.seed) if cfg.partners else None
+        # The population's diversity term (magrpo.algos.diversity): earlier members, loaded once, frozen.
+        if cfg.diversity:
+            self.algo.diversity = diversity_of(cfg, self.agents, self.algo.sampling.temperature)
         if self.world.distributed:      # every rank samples its own completions: a random stream per rank
             seed_everything(cfg.seed + 1_000_003 * self.world.rank)
         self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns

@@ -123,6 +123,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     check_signalling(typed, ALGOS[algo_name], num_agents)
     check_other_play(typed, task_cls, num_agents)
     _validate_partners(typed, num_agents)
+    _validate_diversity(typed)
     # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
     # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
     # whole typed config across groups (this algorithm with that task, topology, team).
@@ -153,6 +154,18 @@ def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
         if bad or not roles or len(set(roles)) >= num_agents:
             raise ConfigError(f"partner_roles={list(roles)}: give the roles partners fill, numbered 1..{num_agents}, "
                               f"leaving at least one role to train; or null (one role per step, drawn)")
+
+
+def _validate_diversity(cfg: DictConfig) -> None:
+    """`diversity=` (magrpo.algos.diversity) only on an algorithm whose credit comes from the team's
+    returns, where the term is added."""
+    if not cfg.get("diversity"):
+        return
+    algo_cls = ALGOS[cfg.algo.name]
+    if not getattr(algo_cls, "reads_returns", False):
+        takes = sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
+        raise ConfigError(f"diversity: algo.name={cfg.algo.name} does not read the diversity term (its credit does "
+                          f"not come from the team's returns); allowed with: {', '.join(takes)}")
 
 
 def _fold_renamed_keys(cfg: DictConfig) -> None:

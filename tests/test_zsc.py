@@ -8,6 +8,7 @@ import random
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from magrpo.schema import ConfigError
 from magrpo.tasks import TASKS
@@ -237,6 +238,79 @@ def test_other_play_trains_and_its_views_are_drawn_per_step(tmp_path):
     assert result["steps"] == 2
 
 
+def test_the_diversity_mixture_by_hand():
+    from magrpo.algos.diversity import mixture_nll
+
+    # two members, two answers: the first is 0.5 and 0.1 likely under them (mixture 0.3), the second 0.1 under both
+    logps = torch.log(torch.tensor([[0.5, 0.1], [0.1, 0.1]]))
+    assert torch.allclose(mixture_nll(logps), -torch.log(torch.tensor([0.3, 0.1])), atol=1e-6)
+    assert torch.allclose(mixture_nll(logps[:1]), -logps[0], atol=1e-6)          # one member: its own nll
+    with pytest.raises(ValueError, match=r"\[J, n\]"):
+        mixture_nll(torch.zeros(3))
+
+
+def _sequence_logp(model, gen, row: int, temperature: float) -> float:
+    """log pi(completion | prompt) of one row by one plain forward of prompt + completion."""
+    p_ids, p_mask = gen.prompt_ids[row // gen.num_generations], gen.prompt_mask[row // gen.num_generations]
+    c_ids, c_mask = gen.completion_ids[row], gen.completion_mask[row]
+    ids = torch.cat([p_ids, c_ids]).unsqueeze(0)
+    mask = torch.cat([p_mask.long(), torch.ones_like(c_ids)]).unsqueeze(0)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[0].float() / temperature
+    P = p_ids.shape[0]
+    logp = torch.log_softmax(logits[P - 1:P - 1 + c_ids.shape[0]], -1).gather(-1, c_ids.unsqueeze(-1)).squeeze(-1)
+    return float((logp * c_mask.float()).sum())
+
+
+def test_the_diversity_term_is_the_mixtures_nll_of_each_answer_added_to_its_return(partner_runs, tmp_path):
+    import math
+
+    from magrpo.trainer import Trainer
+    from magrpo.validation import validate
+
+    cfg = validate(compose_cfg([f"output_dir={tmp_path / 'div'}", *SMALL, "diversity_coef=0.5",
+                                f"diversity=[{partner_runs[0]},{partner_runs[1]}]"]))
+    trainer = Trainer(cfg, tmp_path / "div")
+    div = trainer.algo.diversity
+    assert div.coef == 0.5 and len(div.members) == 2
+    ep = trainer.algo.collect(trainer.train_items[:2])
+    with_term = ep.returns(0, 1.0)
+    ep.diversity = None
+    without = ep.returns(0, 1.0)
+    gen = ep.root.samples[0]
+    want = []
+    for row in range(gen.completion_ids.shape[0]):
+        ll = [_sequence_logp(agents[0].model, gen, row, div.temperature) for agents in div.members]
+        want.append(-math.log(sum(math.exp(x) for x in ll) / len(ll)))
+    got = (with_term[0] - without[0]).flatten() / 0.5
+    assert torch.allclose(got, torch.tensor(want), atol=1e-4), (got, want)
+    assert ep.metrics["train/agent_1/diversity_nll"] == pytest.approx(sum(want) / len(want), abs=1e-4)
+
+
+def test_a_member_trained_with_the_diversity_term_leaves_the_earlier_ones_as_they_were(partner_runs, tmp_path):
+    from magrpo.team import Team
+    from magrpo.train import run
+
+    before = Team.from_run(partner_runs[0])
+    run(compose_cfg([f"output_dir={tmp_path / 'div'}", *SMALL, "logger.log_every=1",
+                     f"diversity=[{partner_runs[0]}]"]))
+    rows = [json.loads(x) for x in (tmp_path / "div" / "metrics.jsonl").read_text().splitlines()]
+    nll = [r["train/agent_2/diversity_nll"] for r in rows if "train/agent_2/diversity_nll" in r]
+    assert len(nll) == 2 and all(v > 0 for v in nll)
+    after = Team.from_run(partner_runs[0])
+    for a, b in zip(before.agents, after.agents):
+        assert all(torch.equal(v, b.model.state_dict()[k]) for k, v in a.model.state_dict().items())
+
+
+def test_the_diversity_term_on_an_algorithm_that_cannot_read_it_is_one_config_error(partner_runs, tmp_path):
+    from magrpo.validation import validate
+
+    with pytest.raises(ConfigError, match=r"diversity: algo.name=iac does not read .*allowed with: .*magrpo"):
+        validate(compose_cfg([f"output_dir={tmp_path}", *SMALL, "algo=iac", f"diversity=[{partner_runs[0]}]"]))
+    with pytest.raises(ConfigError, match=r"diversity_coef"):
+        validate(compose_cfg([f"output_dir={tmp_path}", *SMALL, "diversity_coef=-1"]))
+
+
 def test_a_population_in_one_command_and_fcp_on_it(tmp_path, capsys):
     """magrpo-population trains one member per seed, keeps their checkpoints and writes the manifest
     that partners=[DIR] reads."""
@@ -245,9 +319,16 @@ def test_a_population_in_one_command_and_fcp_on_it(tmp_path, capsys):
 
     out = tmp_path / "pop"
     assert population_main(["--out", str(out), "--size", "2", "--first-seed", "3", "--save-every", "1",
-                            "task=lever", "debug=smoke", "eval.num_items=2"]) == 0
+                            "--diversity", "0.3", "task=lever", "debug=smoke", "eval.num_items=2"]) == 0
     manifest = json.loads((out / "population.json").read_text())
     assert manifest["complete"] and [m["seed"] for m in manifest["members"]] == [3, 4]
+    assert manifest["diversity"] == 0.3
+    # the first member trains alone; the second with the diversity term against the first
+    first, second = (OmegaConf.load(out / f"seed_{s}" / ".hydra" / "config.yaml") for s in (3, 4))
+    assert list(first.diversity) == [] and list(second.diversity) == [str(out / "seed_3")]
+    assert second.diversity_coef == 0.3
+    rows = (out / "seed_4" / "metrics.jsonl").read_text()
+    assert "train/agent_1/diversity_nll" in rows and "diversity_nll" not in (out / "seed_3" / "metrics.jsonl").read_text()
     assert manifest["members"][0]["checkpoints"] == ["seed_3/checkpoints/step_1", "seed_3/checkpoints/step_2"]
     assert len(expand([str(out)])) == 4 and all((out / c).is_dir() for m in manifest["members"]
                                                 for c in m["checkpoints"])
@@ -255,6 +336,9 @@ def test_a_population_in_one_command_and_fcp_on_it(tmp_path, capsys):
     assert population_main(["--out", str(out), "--size", "2", "task=lever"]) == 2          # one population per dir
     assert population_main(["--out", str(tmp_path / "p2"), "--size", "2", "seed=4"]) == 2   # set per member
     assert "seed=4" in capsys.readouterr().err
+    assert population_main(["--out", str(tmp_path / "p3"), "--size", "2", "diversity=[x]"]) == 2
+    assert population_main(["--out", str(tmp_path / "p3"), "--size", "2", "--diversity", "-1"]) == 2
+    assert "--diversity -1.0" in capsys.readouterr().err
     # a manifest naming a checkpoint outside its own directory is refused
     bad = tmp_path / "bad"
     bad.mkdir()

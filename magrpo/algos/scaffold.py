@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 
 from magrpo.algos.base import ALGOS, TeamSpec
+from magrpo.algos.diversity import Diversity
 from magrpo.algos.optim import agent_optimizer, build_optimizer
 from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
@@ -156,6 +157,8 @@ class Episode:
     # positive signalling (magrpo.algos.signalling): lam, and the agents (0-based) it is added for
     signal_bonus: float = 0.0
     signal_agents: tuple[int, ...] = ()
+    # the population's diversity term (magrpo.algos.diversity), or None
+    diversity: Diversity | None = None
 
     @property
     def root(self) -> Rollout:
@@ -177,7 +180,21 @@ class Episode:
             out += [credit(R, lv.joint, agent, lv.per_item(agent), cross_credit) for R, lv in zip(node_returns, levels)]
         if self.signal_bonus > 0 and agent in self.signal_agents:
             out = [R + self.signal_bonus * self.pmi(lv, agent).view_as(R) for R, lv in zip(out, self.levels())]
+        if self.diversity is not None and self.diversity.coef > 0:
+            out = [R + self.diversity.coef * self.novelty(lv, agent).view_as(R) for R, lv in zip(out, self.levels())]
         return out
+
+    def novelty(self, level: Rollout, agent: int) -> torch.Tensor:
+        """[B_t * S_i] -log pibar of each of agent `agent`'s samples of one turn under the earlier
+        members' mixture (magrpo.algos.diversity), computed once per step; its mean is logged as
+        train/agent_<k>/diversity_nll."""
+        key = ("novelty", id(level), agent)
+        if key not in self.cache:
+            nll = self.diversity.nll(level.samples[agent], agent)
+            self.cache[key] = nll
+            if level is self.root:
+                self.metrics[f"train/agent_{agent + 1}/diversity_nll"] = nll.mean().item()
+        return self.cache[key]
 
     def pmi(self, level: Rollout, agent: int) -> torch.Tensor:
         """[B_t * S_i] pmi(move; prompt) in bits of each of agent `agent`'s samples of one turn
@@ -235,7 +252,7 @@ class TeamAlgorithm:
     config_schema: ClassVar[type]
     form: ClassVar[str] = "multi"
     name: ClassVar[str]
-    # whether its credit comes from `Episode.returns` (so `algo.signal_bonus` reaches it)
+    # whether its credit comes from `Episode.returns` (so `algo.signal_bonus` and the diversity term reach it)
     reads_returns: ClassVar[bool] = False
 
     @classmethod
@@ -274,6 +291,9 @@ class TeamAlgorithm:
         # this step's rollouts. Set by the training loop before each step; a role a partner fills is
         # not updated (its policy's other roles are).
         self.seat: dict[int, Agent] = {}
+        # The population's diversity term (magrpo.algos.diversity): the earlier members, set by the
+        # training loop before the first step when `diversity=[...]` names them.
+        self.diversity: Diversity | None = None
 
     @property
     def players(self) -> list[Agent]:
@@ -324,7 +344,7 @@ class TeamAlgorithm:
         t0 = time.perf_counter()
         root, stats = self.grow(items)
         ep = Episode([root], stats, self.task, len(self.agents), t0, t0 + stats.generate_s, time.perf_counter(),
-                     clock=self.update_clock, **self.signalling)
+                     clock=self.update_clock, diversity=self.diversity, **self.signalling)
         ep.metrics.update(reward_metrics(root))
         if self.turns.num_turns > 1:
             ep.metrics.update(tree_metrics(root, stats))
