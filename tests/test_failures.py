@@ -229,6 +229,7 @@ def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, caps
 # -- distinct run directories ---------------------------------------------------------------------
 
 
+@pytest.mark.slow      # two fresh interpreters at once, 15 s; a live run's directory is refused in the fast suite
 def test_two_runs_started_together_get_their_own_directories(tmp_path):
     # One torch thread each: the two share the machine's cores.
     args = [sys.executable, "-m", "magrpo.train", "debug=smoke", "save_final=false", "hardware.num_threads=1", *TINY]
@@ -520,6 +521,7 @@ def test_sigkilled_run_reads_as_interrupted_in_table_and_on_resume(tmp_path, mak
 # -- the installed package ------------------------------------------------------------------------
 
 
+@pytest.mark.slow      # an installation check, as the fresh-clone set-up is (`make test-slow`)
 def test_installed_wheel_trains_from_any_directory(tmp_path):
     src = tmp_path / "src"
     for name in ["magrpo", "conf", "pyproject.toml", "setup.py", "MANIFEST.in", "README.md"]:

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from magrpo import paper
 
 ARGS = ["coordination", "--tasks", "agree", "--rows", "magrpo", "--seeds", "0,1", "--only", "train",
@@ -26,6 +28,7 @@ def _summaries(sweep: Path) -> dict[str, dict]:
     return {f.parent.name: json.loads(f.read_text()) for f in sweep.glob("*/summary.json")}
 
 
+@pytest.mark.slow      # 30-35 s: three magrpo-paper processes; the fast suite plans a continuation in-process (below)
 def test_an_interrupted_table_continues_to_a_complete_table(tmp_path):
     out = tmp_path / "paper"
     first = _paper(out)
@@ -117,6 +120,7 @@ def test_a_stop_reaches_jobs_the_ctrl_c_did_not(tmp_path):
     assert proc.returncode == 130 and mark.read_text() == "interrupted"     # sent a SIGINT, recorded itself
 
 
+@pytest.mark.slow      # 18 s; the fast suite stops jobs through the Ctrl-C path (the tests above)
 def test_a_sigterm_stops_the_table_as_a_ctrl_c_does(tmp_path):
     # started as a script's background job (`make paper ... &` in it) is: SIGINT ignored, inherited by
     # what it starts unless magrpo-paper gives its jobs the default back (else they ignore `stop`'s SIGINT)

@@ -99,6 +99,8 @@ def test_a_failing_job_is_named_under_the_table_of_the_others_and_wandb_groups_t
     assert info["metrics"]["eval/*"]["step_metric"] == "step" and info["metrics"]["eval/*"]["max"]
 
 
+@pytest.mark.slow      # 18 s; the fast suite runs a bad job under the basic launcher (test_failures.py) and
+# a sweep under joblib (the warm-worker test below)
 def test_multirun_sweep_with_the_joblib_launcher_outlives_a_bad_job(tmp_path):
     # Two jobs in the launcher's two worker processes, each into its own directory; seed=-1 is a
     # config error, so that job fails alone (its worker never loads a model), is named at the end,
