@@ -199,8 +199,9 @@ def test_coophumaneval_offline_stops_with_data_unavailable(tmp_path):
         "from omegaconf import OmegaConf\n"
         "from magrpo.tasks.coding import CoopHumanEvalTask, CodingTaskConfig, CodingRewardConfig\n"
         "from magrpo.tasks.data import DataUnavailableError\n"
-        "from tests.conftest import compose_cfg\n"
-        "cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), compose_cfg(['task=coophumaneval']).task)\n"
+        "raw = OmegaConf.load('conf/task/coophumaneval.yaml')\n"       # its keys, without composing (no torch)
+        "raw.pop('defaults')\n"
+        "cfg = OmegaConf.merge(OmegaConf.structured(CodingTaskConfig), {'name': 'coophumaneval'}, raw)\n"
         "task = CoopHumanEvalTask(cfg, OmegaConf.structured(CodingRewardConfig))\n"
         "try:\n    task.load('train')\nexcept DataUnavailableError as e:\n    print('UNAVAILABLE', e)\n"
     )

@@ -68,12 +68,13 @@ FAST_GAME_ROWS = {"untrained", "magrpo", "ippo"}
 
 def scaled_row_params() -> list:
     """Every row of every table at both scales; in the fast suite, each table's every row on its first
-    task, and its later tasks with FAST_GAME_ROWS (a scaled table's at the tiny scale): a row's keys
-    come from the scale group and its method file, the same on each task of the table; the recipe is
-    the task's. The slow suite composes them all."""
+    task at the tiny scale, its later tasks and the paper scale with FAST_GAME_ROWS (the paper scale on
+    the first task only): a row's keys come from the scale group and its method file, the same on
+    each task of the table; the recipe is the task's. The slow suite composes them all."""
     def slow(t: str, task: str, r: str, s: str) -> bool:
         later_task = task != TABLES[t].tasks[0]
-        return ((task in HARDER_GAMES and r not in FAST_GAME_ROWS) or (s == "paper" and TABLES[t].scaled and later_task)
+        return ((task in HARDER_GAMES and r not in FAST_GAME_ROWS)
+                or (s == "paper" and TABLES[t].scaled and (later_task or r not in FAST_GAME_ROWS))
                 or (later_task and r not in FAST_GAME_ROWS))
 
     return [pytest.param(t, task, r, s, id=f"{t}-{task}-{r}-{s}", marks=[pytest.mark.slow] if slow(t, task, r, s) else [])

@@ -42,7 +42,7 @@ GSPO = ["algo.ratio_level=sequence", "algo.num_iterations=2"]
 DAPO = ["algo.dynamic_sampling=true", "algo.overlong_penalty=1.0", "algo.loss_agg=token_mean"]
 
 
-METHODS = [("iac", "simultaneous", []), ("iac", "sequential", []), ("maac", "simultaneous", []),
+SUITE_METHODS = [("iac", "simultaneous", []), ("iac", "sequential", []), ("maac", "simultaneous", []),
            ("at_grpo", "simultaneous", []), ("at_grpo", "sequential", []), ("dr_mas", "simultaneous", []),
            ("dr_mas", "sequential", []), ("c3", "sequential", []), ("magrpo", "simultaneous", GSPO),
            ("magrpo", "sequential", GSPO), ("magrpo", "simultaneous", DAPO), ("magrpo", "sequential", DAPO)]
@@ -53,7 +53,7 @@ METHODS = [("iac", "simultaneous", []), ("iac", "sequential", []), ("maac", "sim
 @pytest.mark.parametrize("algo,topology,extra,task", [
     pytest.param(algo, topology, extra, task, id=f"{task}-{algo}-{topology}-{'-'.join(extra) or 'plain'}",
                  marks=[pytest.mark.slow] if task == "tldr" and topology == "sequential" and algo != "c3" else [])
-    for task in ("signal", "tldr") for algo, topology, extra in METHODS])
+    for task in ("signal", "tldr") for algo, topology, extra in SUITE_METHODS])
 def test_every_method_runs_on_the_suite_and_a_paper_task(make_cfg, tmp_path, algo, topology, extra, task):
     out = tmp_path / "run"
     run(make_cfg([f"algo={algo}", f"task={task}", f"algo.topology={topology}", "debug=smoke", *extra,
