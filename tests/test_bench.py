@@ -59,6 +59,7 @@ def test_bench_prints_one_json_line_with_the_contract_keys(algo, monkeypatch, ca
     assert result["prompts"] == 4 and result["batch"] == 2 and result["gens"] == 2 and result["max_new_tokens"] == 4
 
 
+@pytest.mark.slow      # 10 s: a second process times the one-turn step; the fast suite runs the one-turn bench
 def test_bench_turns_compares_a_two_turn_step_with_a_one_turn_step(monkeypatch, capsys):
     # The two-turn step runs here; the script times the one-turn step in a process of its own and
     # reads that process's last line: the command's JSON line contract, end to end.

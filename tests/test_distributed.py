@@ -81,6 +81,7 @@ CASES = {strategy: [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=
          for agg, strategy in [("token_mean", "ddp"), ("seq_mean_token_mean", "fsdp")]}
 
 
+@pytest.mark.slow      # 18 s: two torchrun ranks; the fast suite checks the batch split and the shards in-process
 def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_path):
     # One pair of rank processes runs every case: starting them costs more than the updates.
     mp.spawn(_rank_main, args=(2, _free_port(), str(tmp_path), CASES), nprocs=2, join=True)

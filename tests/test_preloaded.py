@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from tests import preloaded
 
 PROBE = '''import json, os, sys
@@ -20,6 +22,7 @@ def main():
 '''
 
 
+@pytest.mark.slow      # 7 s: a check of the test suite's own helper against a real interpreter
 def test_a_forked_command_runs_in_its_own_process_as_python_m_would(tmp_path):
     (tmp_path / "probe_cmd.py").write_text(PROBE)
     done = preloaded.run("probe_cmd", ["3"], cwd=tmp_path, env={**os.environ, "PROBE": "given"})

@@ -49,12 +49,13 @@ def _task_overrides(task, tmp_path):
     return []
 
 
-# Every algorithm on one task of each family (length_ratio, tldr, humaneval) in the fast suite; the
-# family's other tasks (the same reward and metrics, another dataset) with MAGRPO and IPPO there and
-# with every algorithm in the slow suite.
+# Every algorithm on a writing and a coding task (tldr, humaneval) in the fast suite; the families'
+# other tasks (the same reward and metrics, another dataset) and length_ratio (the default task, which
+# most other tests train on) with MAGRPO and IPPO there, and with every algorithm in the slow suite.
 SECOND_OF_FAMILY = {"arxiv", "coophumaneval", "mbpp"}
 TASK_ALGO = [pytest.param(task, components, algo, id=f"{task}-{algo}",
-                          marks=[pytest.mark.slow] if task in SECOND_OF_FAMILY and algo not in ("magrpo", "ippo") else [])
+                          marks=[pytest.mark.slow] if task in SECOND_OF_FAMILY | {"length_ratio"}
+                          and algo not in ("magrpo", "ippo") else [])
              for task, components in [("length_ratio", ["length_ratio"]), ("tldr", WRITING), ("arxiv", WRITING),
                                        ("humaneval", CODING), ("coophumaneval", CODING), ("mbpp", CODING)]
              for algo in ALGOS]
