@@ -16,10 +16,11 @@ E[-log pibar(tau | s) grad log pi(tau | s)]: D is a reward. Each sample's return
 lam * (-log pibar(tau | s)), with lam = `diversity_coef`, and the batch mean of -log pibar is
 logged as train/agent_<k>/diversity_nll (nats).
 
-Its scale is that of a sequence log-likelihood: a few nats for the coordination games' one-to-four
-token answers, more for long ones, where lam must be smaller. Where the answers of every member are
-equally likely (an untrained pool) the term is nearly constant and teaches little; it pushes apart
-members whose earlier mates have a convention.
+Its scale is that of a sequence log-likelihood against converged members: an answer they would not
+give scores tens of nats (about 60 for `lever`'s four-token answers against one trained member, about
+15 per token), one they would give about 0, so lam is small (0.02 on `lever` makes copying an earlier
+member's lever cost about as much as the game pays) and smaller still for long answers. Against an
+untrained pool every answer is about equally unlikely and the term teaches little.
 
 `diversity=[...]` names the earlier members (the entries `partners=` takes: runs, checkpoints,
 exported teams, populations); they are loaded once, frozen, and read each answer of the agent of
