@@ -14,7 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from magrpo import checkpoint
 from magrpo.algos import ALGOS
-from magrpo.algos.scaffold import check_other_play, check_signalling, check_tree
+from magrpo.algos.scaffold import check_other_play, check_signalling, check_tree, return_readers
 from magrpo.config import (
     EvalRunSchema,
     EvalSchema,
@@ -163,9 +163,8 @@ def _validate_diversity(cfg: DictConfig) -> None:
         return
     algo_cls = ALGOS[cfg.algo.name]
     if not getattr(algo_cls, "reads_returns", False):
-        takes = sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
         raise ConfigError(f"diversity: algo.name={cfg.algo.name} does not read the diversity term (its credit does "
-                          f"not come from the team's returns); allowed with: {', '.join(takes)}")
+                          f"not come from the team's returns); allowed with: {', '.join(return_readers())}")
 
 
 def _fold_renamed_keys(cfg: DictConfig) -> None:

@@ -102,9 +102,14 @@ def check_signalling(cfg: Any, algo_cls: type, num_agents: int) -> None:
             raise ConfigError(f"algo.signal_agents={list(chosen)}: {k!r} is not an agent of this team; "
                               f"allowed: agent numbers 1..{num_agents}, or null for every agent")
     if (a.get("signal_bonus") or 0) > 0 and not getattr(algo_cls, "reads_returns", False):
-        takes = sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
         raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
-                          f"credit does not come from the team's returns); allowed with: {', '.join(takes)}")
+                          f"credit does not come from the team's returns); allowed with: {', '.join(return_readers())}")
+
+
+def return_readers() -> list[str]:
+    """The algorithms whose credit comes from `Episode.returns`, where `algo.signal_bonus` and the
+    diversity term are added."""
+    return sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
 
 
 def check_other_play(cfg: Any, task_cls: type, num_agents: int) -> None:
