@@ -16,7 +16,7 @@ TUNE ?= 0
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow test-gpu bench bench-compare real-shapes sweep table paper dashboard crossplay export docs docs-serve docs-tables lint clean
+.PHONY: help setup train test test-slow test-gpu bench bench-compare real-shapes sweep table paper dashboard crossplay export docs docs-check docs-serve docs-tables lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -79,6 +79,9 @@ export: setup ## one run as a team directory: RUN=outputs/train/<run> OUT=export
 docs: setup ## build the docs site into site/ (mkdocs --strict: a broken link or a stale table fails)
 	$(PY) scripts/docs_tables.py --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs-check: docs ## open every page of the built site in headless Chromium: pages load, math typeset, images load
+	$(PY) scripts/check_site.py --site site
 
 docs-serve: setup ## serve the docs site at http://127.0.0.1:8000, rebuilt on every change
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve

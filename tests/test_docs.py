@@ -118,6 +118,66 @@ def test_the_site_builds_strict_offline(tmp_path):
     assert 'href="./index.html"' in missing and not re.search(r'(href|src)="/(?!/)', missing)
 
 
+def _site_checker():
+    checker = _load_script("check_site")
+    return checker, checker.find_browser(os.environ.get("MAGRPO_BROWSER"))
+
+
+@pytest.mark.slow
+def test_every_page_of_the_site_loads_with_its_math_typeset_and_its_images_in_a_headless_browser(tmp_path):
+    # The built site as a reader's browser shows it (Chromium, headless): every page loads, every
+    # formula is typeset by the site's KaTeX with no error, every image loads, no script fails.
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "HF_HUB_OFFLINE": "1"}
+    site = tmp_path / "site"
+    done = subprocess.run([str(BIN / "mkdocs"), "build", "--strict", "--quiet", "-d", str(site)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    checker, browser = _site_checker()
+    results, failing = checker.check(site, browser)
+    assert failing == []
+    assert len(results) == len(checker.pages_of(site)) >= 30
+    by_page = {r["page"]: r for r in results}
+    assert by_page["algorithms/magrpo.html"]["math"] >= 3
+    assert sum(r["images"] for r in results) >= 10
+
+
+@pytest.mark.slow
+def test_the_site_check_reports_a_bad_formula_a_missing_image_and_a_script_error(tmp_path):
+    site = tmp_path / "site"
+    (site / "assets").mkdir(parents=True)
+    for asset in ("assets/katex/katex.min.js", "assets/katex/katex.min.css", "assets/javascripts/katex-init.js"):
+        (site / asset).parent.mkdir(parents=True, exist_ok=True)
+        (site / asset).write_bytes((ROOT / "docs" / asset).read_bytes())
+    head = ('<head><meta charset="utf-8"><title>{t}</title><link rel="stylesheet" href="assets/katex/katex.min.css">'
+            '<script src="assets/katex/katex.min.js"></script><script src="assets/javascripts/katex-init.js"></script>'
+            '</head>')
+    (site / "good.html").write_text("<!doctype html><html>" + head.format(t="good") + r'<body><span class="arithmatex">\(x^2\)</span>'
+                                    "</body></html>")
+    (site / "bad.html").write_text("<!doctype html><html>" + head.format(t="bad") + r'<body><span class="arithmatex">\(\frac{1}{\)'
+                                   '</span><img src="missing.png"><script>undefinedFunction()</script></body></html>')
+    checker, browser = _site_checker()
+    results, failing = checker.check(site, browser, settle_ms=4000)
+    assert {r["page"] for r in results} == {"good.html", "bad.html"}
+    assert len(failing) == 1 and failing[0].startswith("bad.html: ")
+    assert "KaTeX could not read" in failing[0] and "missing.png" in failing[0] and "undefinedFunction" in failing[0]
+
+
+def test_the_architecture_picture_shows_every_part_of_the_package_and_no_upward_import():
+    # docs/assets/img/architecture.svg is drawn by `scripts/docs_figures.py architecture` from the
+    # page's table and the source's imports; a part added, moved or removed without redrawing it fails.
+    from tests.test_layers import ARCHITECTURE, graph, layers_from_docs, part
+
+    svg = (ROOT / "docs" / "assets" / "img" / "architecture.svg").read_text()
+    texts = re.findall(r"<text[^>]*>([^<]+)</text>", svg)
+    parts = {part(m) for m in graph()} - {"__init__"}
+    shown = {t.removesuffix(".py").removesuffix("/") for t in texts if t.endswith((".py", "/"))}
+    assert shown == parts
+    labels = [label for label, _ in layers_from_docs(ARCHITECTURE.read_text())]
+    assert [t for t in texts if t in labels] == labels          # the layers, in the page's order
+    assert any(re.search(r"\b0 upward\b", t) for t in texts)
+    assert "](assets/img/architecture.svg)" in ARCHITECTURE.read_text()
+
+
 def test_readme_fits_on_a_few_screens():
     lines = (ROOT / "README.md").read_text().splitlines()
     assert len(lines) <= 150, len(lines)
