@@ -90,7 +90,7 @@ class CollaborationConfig:
     @classmethod
     def from_eval(cls, eval_cfg: Any, load_base: Callable[[], list[Agent]] | None = None) -> CollaborationConfig | None:
         """From a config's `eval` node: None unless `eval.diagnostics` is true."""
-        if not eval_cfg.get("diagnostics", False):
+        if not eval_cfg.diagnostics:
             return None
         return cls(eval_cfg.ablation, eval_cfg.lazy_threshold, load_base)
 

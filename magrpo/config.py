@@ -351,7 +351,7 @@ def entry_defaults(entry: str) -> dict:
 def optimized_metric(cfg: DictConfig, primary: str) -> str:
     """The metric a sweeper optimises and the run's closing line reports: `optimized_metric` when
     set, else the task's primary metric (`primary`)."""
-    return cfg.get("optimized_metric") or primary
+    return cfg.optimized_metric or primary
 
 
 _SCHEMA_NODES: dict[type, DictConfig] = {}

@@ -43,7 +43,7 @@ def eval_sampling(cfg: Any) -> Sampling:
     return Sampling(num_generations=cfg.eval.num_samples, max_new_tokens=cfg.algo.max_new_tokens,
                     do_sample=cfg.eval.do_sample, temperature=cfg.eval.temperature, top_p=cfg.algo.top_p,
                     top_k=cfg.algo.top_k, max_prompt_length=cfg.algo.max_prompt_length,
-                    share_prompt=cfg.algo.share_prompt, decode_step=cfg.algo.get("decode_step", "lean"))
+                    share_prompt=cfg.algo.share_prompt, decode_step=cfg.algo.decode_step)
 
 
 def collect_answers(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,

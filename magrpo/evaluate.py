@@ -115,12 +115,12 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
     seed_everything(cfg.seed)
 
     def setup() -> tuple[Any, list, list]:
-        task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
+        task = build_task(cfg.task, cfg.reward, cfg.sandbox)
         items = task.load(cfg.split)
         items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
         if team_dir:
             # trust_remote_code only from this command line: the team's own overrides never set it
-            trust = any(bool(m.get("trust_remote_code")) for m in cfg.agents.models)
+            trust = any(m.trust_remote_code for m in cfg.agents.models)
             agents = Team.from_pretrained(team_dir, hardware=cfg.hardware, trust_remote_code=trust).agents
             log.info("loaded the exported team %s", team_dir)
         else:
@@ -132,7 +132,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
     if not items:
         raise ConfigError(f"split={cfg.split!r} of task {cfg.task.name!r} has no items to evaluate")
     status.phase = "evaluation"
-    turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.get("feedback"), task)
+    turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.feedback, task)
     base: list = []
 
     def base_agents() -> list:

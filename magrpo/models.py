@@ -151,9 +151,9 @@ class Agent:
 def team_level(agents_cfg: Any) -> str:
     """Which of the three team levels an `agents` config builds (module docstring)."""
     agents_cfg = agents_cfg.agents if hasattr(agents_cfg, "agents") else agents_cfg
-    if agents_cfg.get("share_policy"):
+    if agents_cfg.share_policy:
         return "shared_policy"
-    return "lora_per_role" if agents_cfg.get("share_base") else "separate"
+    return "lora_per_role" if agents_cfg.share_base else "separate"
 
 
 def policy_groups(agents: list[Agent]) -> list[list[Agent]]:
@@ -305,7 +305,7 @@ def set_keys(node: Any) -> dict:
 
 def own_sampling(spec: Any) -> dict:
     """The non-null keys of a models entry's `sampling` node."""
-    return set_keys(spec.get("sampling") if hasattr(spec, "get") else None)
+    return set_keys(spec.sampling)
 
 
 def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool,
@@ -313,7 +313,7 @@ def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: b
     """Load `num_agents` agents (the first `num_agents` model entries; one entry serves all).
     With `agents.share_policy`, one model is loaded and every agent is a role it plays.
     `safetensors_only`: the models are a shared artifact's (an exported team): no pickled weights."""
-    if agents_cfg.get("share_policy") and num_agents > 1:
+    if agents_cfg.share_policy and num_agents > 1:
         first = replace(_load_models(agents_cfg, hw_cfg, 1, need_reference, safetensors_only)[0], shared=True)
         log.info("one shared policy plays %d roles", num_agents)
         return [first] + [replace(first, index=i, policy=first.index, _encoded=first._encoded)

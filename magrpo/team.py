@@ -99,9 +99,9 @@ class Team:
         # The `agents` node the models were loaded with: the run's own (config.agents, which keeps
         # the models the team was trained from), or an exported team's with its directories' paths.
         self.loaded_from = loaded_from if loaded_from is not None else config.agents
-        self.task = build_task(config.task, config.reward, config.get("sandbox"))
+        self.task = build_task(config.task, config.reward, config.sandbox)
         self.turns = TurnSpec.from_algo(config.algo)
-        self.feedback = build_feedback(config.get("feedback"), self.task)
+        self.feedback = build_feedback(config.feedback, self.task)
 
     # -- building ---------------------------------------------------------------------------------
 
@@ -118,8 +118,7 @@ class Team:
         trust.take_up(ckpt, trust_plugins=True if trust_plugins else None)
         config = OmegaConf.create(checkpoint.stored_config(ckpt))
         # the sandbox is this machine's (auto), never the run's
-        team_cfg = OmegaConf.masked_copy(config, [k for k in TEAM_NODES if k in config and k != "sandbox"])
-        check_team_config(team_cfg, f"{ckpt}/{checkpoint.CONFIG_FILE}")     # its plugins taken up above
+        team_cfg = typed_team_config(config, f"{ckpt}/{checkpoint.CONFIG_FILE}")     # its plugins taken up above
         team_cfg.agents = with_trust(team_cfg.agents, trust_remote_code)
         agents = load_team_agents(team_cfg, hardware or default_hardware(device), ckpt)
         run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
@@ -139,7 +138,7 @@ class Team:
         anything is imported, in one line (docs: Sharing teams and runs safely)."""
         root = local_team(path_or_repo, revision)
         info = read_team(root, trust_plugins)     # takes up the plugins it records first (its task may be one)
-        config = OmegaConf.create({k: v for k, v in info["config"].items() if k != "sandbox"})   # this machine's
+        config = typed_team_config(OmegaConf.create(info["config"]), f"{root}: config")
         agents_cfg = with_trust(_agents_at(config.agents, info, root), trust_remote_code)
         hw = hardware or default_hardware(device)
 
@@ -163,12 +162,12 @@ class Team:
     def sampling(self, num_samples: int = 1, do_sample: bool | None = None, temperature: float | None = None):
         """How the team samples: the training run's decoding keys, `do_sample` and `temperature`
         from its eval settings unless given."""
-        algo, ev = self.config.algo, self.config.get("eval") or {}
+        algo, ev = self.config.algo, self.config.eval
         return Sampling(num_generations=num_samples, max_new_tokens=algo.max_new_tokens,
-                        do_sample=ev.get("do_sample", True) if do_sample is None else do_sample,
-                        temperature=(ev.get("temperature") or algo.temperature) if temperature is None else temperature,
+                        do_sample=ev.do_sample if do_sample is None else do_sample,
+                        temperature=ev.temperature if temperature is None else temperature,
                         top_p=algo.top_p, top_k=algo.top_k, max_prompt_length=algo.max_prompt_length,
-                        share_prompt=algo.get("share_prompt", True))
+                        share_prompt=algo.share_prompt)
 
     # -- using ------------------------------------------------------------------------------------
 
@@ -233,7 +232,7 @@ class Team:
 
 
 def _base_key(spec: Any) -> tuple:
-    return (spec.name_or_path, spec.get("revision"), spec.get("dtype"))
+    return (spec.name_or_path, spec.revision, spec.dtype)
 
 
 def _layout(team: Any) -> tuple[list[dict], dict[tuple, str]]:
@@ -241,13 +240,13 @@ def _layout(team: Any) -> tuple[list[dict], dict[tuple, str]]:
     base directory of every distinct base model a LoRA adapter rides on."""
     cfg = team.config.agents
     specs = list(cfg.models)
-    shared_base = bool(cfg.get("share_base"))
+    shared_base = cfg.share_base
     entries, bases = [], {}
     for policy in policy_agents(team.agents):
         i = policy.index
         spec_index = i if len(specs) > 1 else 0
         spec = specs[spec_index]
-        adapter = shared_base or spec.get("lora") is not None
+        adapter = shared_base or spec.lora is not None
         if adapter:
             key = _base_key(specs[0] if shared_base else spec)
             bases.setdefault(key, "")
@@ -302,7 +301,7 @@ def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
         "algorithm": cfg.algo.name, "topology": turns.topology,
         "turns": {"num_turns": turns.num_turns, "discount": turns.discount, "early_termination_threshold":
                   turns.threshold},
-        "feedback": OmegaConf.to_container(cfg.feedback, resolve=True) if cfg.get("feedback") else {"mode": "none"},
+        "feedback": OmegaConf.to_container(cfg.feedback, resolve=True),
         "assembly": team.task.assembly,
         "roles": roles, "example_item": item_id,
         "weights": "adapters" if any(e["adapter"] for e in entries) else "full",
@@ -313,7 +312,7 @@ def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
         "final_eval": final_eval,
         "source": team.source,
         "config": OmegaConf.to_container(cfg, resolve=True),
-        "plugins": list(cfg.get("plugins") or []),      # imported again by whoever loads the team
+        "plugins": list(cfg.plugins),      # imported again by whoever loads the team
     }
 
 
@@ -545,6 +544,18 @@ def _check_fields(info: Any, where: Path | str) -> None:
             if not name or "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
                 raise ConfigError(f"{where}: models[{k}].{key} is {name!r}; expected the name of a folder of the team "
                                   f"(agent_1, policy, base, ...)")
+
+
+def typed_team_config(config: DictConfig, where: Path | str) -> DictConfig:
+    """A recorded team config (a checkpoint's config.json or team.json's `config`) as the team
+    reads it: validated and typed (every key with its schema default), the team's nodes only, with
+    its models' recorded paths and tokenizers, and this machine's sandbox (`auto`), never the
+    record's."""
+    typed = check_team_config(config, where)
+    out = OmegaConf.create({k: OmegaConf.to_container(typed[k]) for k in TEAM_NODES if k in typed})
+    for spec, recorded in zip(out.agents.models, config.agents.models):
+        spec.name_or_path, spec.tokenizer = recorded.name_or_path, recorded.get("tokenizer")
+    return out
 
 
 def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:

@@ -146,7 +146,7 @@ class Trainer:
         if hw.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         seed_everything(cfg.seed)
-        self.task: Task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
+        self.task: Task = build_task(cfg.task, cfg.reward, cfg.sandbox)
         if cfg.algo.other_play:      # agents 2..N see training items under random relabellings
             self.task = other_play(self.task)
         self.task_info = self.task.run_info()   # e.g. the sandbox level that will run the code
@@ -186,7 +186,7 @@ class Trainer:
         if self.world.distributed:      # every rank samples its own completions: a random stream per rank
             seed_everything(cfg.seed + 1_000_003 * self.world.rank)
         self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
-        self.feedback = build_feedback(cfg.get("feedback"), self.task)
+        self.feedback = build_feedback(cfg.feedback, self.task)
         self.logger = RunLogger(cfg, run_dir) if self.world.is_main else _QuietLogger()
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
@@ -242,7 +242,7 @@ class Trainer:
             raise ConfigError(f"eval.num_items / task {cfg.task.name!r}: the eval split has no items to evaluate")
         names = metric_names(self.task, self.eval_items[0], cfg.eval.num_samples, num_agents, cfg.algo.num_turns)
         if name not in names:
-            key = "optimized_metric" if cfg.get("optimized_metric") else f"task {cfg.task.name!r}'s primary metric"
+            key = "optimized_metric" if cfg.optimized_metric else f"task {cfg.task.name!r}'s primary metric"
             raise ConfigError(f"{key}={name!r} is not a metric this run's evaluation reports "
                               f"(eval.num_samples={cfg.eval.num_samples}, algo.num_turns={cfg.algo.num_turns}); "
                               f"it reports: {', '.join(names)}{did_you_mean(name, names)}")

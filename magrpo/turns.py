@@ -64,10 +64,10 @@ class TurnSpec:
 
     @classmethod
     def from_algo(cls, algo: Any) -> TurnSpec:
-        branching = algo.get("branching")
+        branching = algo.branching
         return cls(num_turns=algo.num_turns, joint_mode=algo.joint_mode, discount=algo.discount,
-                   threshold=algo.early_termination_threshold, max_branches=algo.get("max_branches"),
-                   topology=algo.get("topology", "simultaneous"), branching=list(branching) if branching else None,
+                   threshold=algo.early_termination_threshold, max_branches=algo.max_branches,
+                   topology=algo.topology, branching=list(branching) if branching else None,
                    branch=algo.get("branch", "all"))
 
 

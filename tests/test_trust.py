@@ -594,7 +594,7 @@ def test_a_teams_sandbox_level_is_this_machines(made, receiver):
     _edit_json(team / "team.json", lambda t: {**t, "config": {**t["config"], "sandbox": {"isolation": "guards"}}})
     rehash(team)
     loaded = Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert "sandbox" not in loaded.config
+    assert loaded.config.sandbox.isolation == "auto"       # the default here, never the record's "guards"
 
 
 def test_a_table_never_reads_the_environment_a_record_names(tmp_path, monkeypatch):

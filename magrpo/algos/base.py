@@ -105,7 +105,7 @@ class TeamSpec:
     def of(cls, cfg: Any, form: str) -> TeamSpec:
         n = 1 if form == "single" else cfg.agents.num_agents
         return cls(num_agents=n, form=form, reference=cfg.algo.beta > 0,
-                   shared=bool(cfg.agents.get("share_policy")) and n > 1)
+                   shared=cfg.agents.share_policy and n > 1)
 
 
 class Algorithm(Protocol):

@@ -108,7 +108,7 @@ class C3(GroupRelativeAlgorithm):
                                "it credits each decision of a chain by replaying the agents after it; a "
                                "simultaneous team has no 'after' (set algo.topology=sequential)"),
                               ("num_turns", a.num_turns != 1, "its counterfactuals replay one turn of the chain"),
-                              ("branching", a.get("branching") is not None,
+                              ("branching", a.branching is not None,
                                "it samples algo.num_generations alternatives per decision")]:
             if bad:
                 raise ConfigError(f"algo.{key}={a.get(key)} does not apply to algo=c3: {why}; "

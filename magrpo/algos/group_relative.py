@@ -77,9 +77,9 @@ def policy_loss_name(algo) -> str:
     picks the one the ratio keys imply: GSPO's sequence ratio at `ratio_level=sequence`, the
     token-clipped surrogate when a rollout is reused (`num_iterations` > 1), else the plain
     policy gradient."""
-    if algo.get("loss") is not None:
+    if algo.loss is not None:
         return algo.loss
-    if algo.get("ratio_level", "token") == "sequence":
+    if algo.ratio_level == "sequence":
         return "gspo"
     return "clip" if algo.num_iterations > 1 else "reinforce"
 
@@ -110,7 +110,7 @@ def group_relative_update(algo: Any, agent: Agent, optimizer, scheduler, max_gra
     for it in range(algo.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         for mb in chunks:
-            bonus = algo.get("ent_coef", 0.0)
+            bonus = algo.ent_coef
             logp, entropy = row_logprobs(agent.model, gen, mb, temperature, dev, share,
                                          with_entropy=(it == 0 or bonus > 0), entropy_grad=bonus > 0)
             m = mask[mb]

@@ -18,7 +18,7 @@ def agent_optimizer(cfg: Any, agent: int) -> Any:
     """The `optimizer` settings of agent `agent` (0-based): the shared group with the non-null keys
     of agents.models[agent].optimizer on top (one models entry serves every agent)."""
     models = cfg.agents.models
-    own = set_keys((models[agent] if agent < len(models) else models[0]).get("optimizer")) if len(models) else {}
+    own = set_keys((models[agent] if agent < len(models) else models[0]).optimizer) if len(models) else {}
     return OmegaConf.merge(cfg.optimizer, own) if own else cfg.optimizer
 
 

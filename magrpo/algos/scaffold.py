@@ -53,7 +53,7 @@ def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
     """`algo.reward=individual` needs a task whose reward splits per agent. Reward functions
     (`reward.fn`) split when they return per-agent lists: the trainer checks that before training
     (magrpo.tasks.reward_fns.check_splits)."""
-    if reward_specs(cfg.get("reward")):
+    if reward_specs(cfg.reward):
         return
     if cfg.algo.get("reward", "team") == "individual" and not task_cls.splits_reward:
         raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
@@ -63,7 +63,7 @@ def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
 def check_tree(cfg: Any, num_agents: int) -> None:
     """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
     a = cfg.algo
-    topology, branching = a.get("topology", "simultaneous"), a.get("branching")
+    topology, branching = a.topology, a.branching
     branching = list(branching) if branching else None
     if branching is not None and topology != "sequential":
         raise ConfigError(f"algo.branching={branching} sets the samples per prefix of a sequential team; "
@@ -77,13 +77,13 @@ def check_tree(cfg: Any, num_agents: int) -> None:
                               f"give one number (samples per prefix) per agent")
         if branching is not None and min(branching) < 1:
             raise ConfigError(f"algo.branching={branching}: every level samples at least 1 answer per prefix")
-    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.get("max_branches"), topology, branching)
+    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.max_branches, topology, branching)
     size = tree_size(*shape)
     if size > a.max_tree_nodes:
         raise ConfigError(
             f"algo.num_turns={a.num_turns} with algo.topology={topology!r}, algo.joint_mode={a.joint_mode!r}, "
             f"algo.num_generations={a.num_generations}, algo.branching={branching}, "
-            f"{num_agents} agent(s) and algo.max_branches={a.get('max_branches')} grows a tree "
+            f"{num_agents} agent(s) and algo.max_branches={a.max_branches} grows a tree "
             f"of {size} nodes per item ({sequences_per_item(*shape)} generated sequences), more than "
             f"algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
             f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
@@ -93,7 +93,7 @@ def check_signalling(cfg: Any, algo_cls: type, num_agents: int) -> None:
     """Stop `algo.signal_agents` naming an agent the team lacks, and `algo.signal_bonus` on an
     algorithm that does not take its returns from `Episode.returns` (where the bonus is added)."""
     a = cfg.algo
-    chosen = a.get("signal_agents")
+    chosen = a.signal_agents
     if chosen is not None and not len(chosen):
         raise ConfigError(f"algo.signal_agents=[] names no agent; allowed: agent numbers 1..{num_agents}, "
                           f"or null for every agent")
@@ -101,7 +101,7 @@ def check_signalling(cfg: Any, algo_cls: type, num_agents: int) -> None:
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= num_agents:
             raise ConfigError(f"algo.signal_agents={list(chosen)}: {k!r} is not an agent of this team; "
                               f"allowed: agent numbers 1..{num_agents}, or null for every agent")
-    if (a.get("signal_bonus") or 0) > 0 and not getattr(algo_cls, "reads_returns", False):
+    if a.signal_bonus > 0 and not getattr(algo_cls, "reads_returns", False):
         raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
                           f"credit does not come from the team's returns); allowed with: {', '.join(return_readers())}")
 
@@ -115,7 +115,7 @@ def return_readers() -> list[str]:
 def check_other_play(cfg: Any, task_cls: type, num_agents: int) -> None:
     """`algo.other_play=true` needs partners to relabel (a team of 2 or more agents) and a task that
     declares the symmetries to relabel them by (Task.symmetries)."""
-    if not cfg.algo.get("other_play"):
+    if not cfg.algo.other_play:
         return
     if num_agents < 2:
         raise ConfigError(f"algo.other_play=true relabels each partner's view of the game, but algo.name="
@@ -280,7 +280,7 @@ class TeamAlgorithm:
             self.critics: list[torch.nn.Module] = self.build_critics()
         self.sampling = Sampling.from_algo(cfg.algo)
         self.turns = TurnSpec.from_algo(cfg.algo)
-        self.feedback = build_feedback(cfg.get("feedback"), task)
+        self.feedback = build_feedback(cfg.feedback, task)
         # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
         total = cfg.max_steps * self.steps_per_update()
         built = [build_optimizer(p.trainable_parameters() + self.extra_parameters(k), agent_optimizer(cfg, p.index),
@@ -323,8 +323,8 @@ class TeamAlgorithm:
     def signalling(self) -> dict[str, Any]:
         """Episode's positive-signalling fields from `algo.signal_bonus` / `algo.signal_agents`
         (read once: the keys do not change during a run)."""
-        lam = float(self.algo.get("signal_bonus", 0.0) or 0.0)
-        chosen = self.algo.get("signal_agents")
+        lam = float(self.algo.signal_bonus)
+        chosen = self.algo.signal_agents
         agents = tuple(range(len(self.agents))) if chosen is None else tuple(int(k) - 1 for k in chosen)
         return {"signal_bonus": lam, "signal_agents": agents}
 
