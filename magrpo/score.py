@@ -70,6 +70,7 @@ from magrpo.sandbox import (
     run_tests,
     self_check,
 )
+from magrpo.tasks import TASKS
 from magrpo.tasks.coding.data import normalize
 from magrpo.tasks.coding.samples import judge_sample
 from magrpo.tasks.data import DataUnavailableError, UnreadableDataError, load_hub, load_local, parse_split
@@ -329,9 +330,11 @@ def _coding_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def task_config(task: str) -> Any:
-    """`conf/task/<task>.yaml`: where training reads the task's problems from (`data`) and how it
-    builds their prompts."""
-    return OmegaConf.load(conf_dir() / "task" / f"{task}.yaml")
+    """`conf/task/<task>.yaml` over the task's schema: where training reads the task's problems from
+    (`data`) and how it builds their prompts, every key typed with its default."""
+    node = OmegaConf.load(conf_dir() / "task" / f"{task}.yaml")
+    node.pop("defaults", None)                 # the schema's composition entry: the schema is merged here
+    return OmegaConf.merge(OmegaConf.structured(TASKS[task].config_schema), node)
 
 
 def _split_names(data_cfg: Any) -> list[str]:
@@ -358,7 +361,7 @@ def load_problem_rows(task: str, data: str | None) -> tuple[list[dict], str]:
         rows = []
         try:
             for split in splits:
-                rows += load_hub(cfg.hub_id, split, cfg.get("config_name"))
+                rows += load_hub(cfg.hub_id, split, cfg.config_name)
         except DataUnavailableError as e:
             raise ScoreError(f"{task}: no --data given and the task's hub dataset {cfg.hub_id!r} cannot be "
                              f"loaded here ({_first_line(e).split(': ', 1)[-1]}); pass --data FILE with a local "
@@ -410,8 +413,7 @@ def load_problems(task: str, data: str | None) -> tuple[dict[str, dict], str]:
     problems: dict[str, dict] = {}
     for n, row in enumerate(rows, start=1):
         try:
-            item = normalize(row, helpers_in_setup=cfg.get("prompt_helpers_in_setup", True),
-                             show_tests=cfg.get("show_tests", 1))
+            item = normalize(row, helpers_in_setup=cfg.prompt_helpers_in_setup, show_tests=cfg.show_tests)
         except (ValueError, KeyError, TypeError, SyntaxError) as e:
             raise ScoreError(f"{source}: problem {n} cannot be read as a {task} problem: "
                              f"{type(e).__name__}: {_first_line(e)}") from None

@@ -140,15 +140,15 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
 def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
     """`partners=` (magrpo.partners) on a team that has a role for a partner, `partner_roles` naming roles it has and
     leaving one to train (at validation, before anything loads)."""
-    if not cfg.get("partners"):
-        if cfg.get("partner_roles") is not None:
+    if not cfg.partners:
+        if cfg.partner_roles is not None:
             raise ConfigError(f"partner_roles={list(cfg.partner_roles)} without partners=[...]: name the partners")
         return
     if num_agents < 2:
         raise ConfigError(f"partners: algo.name={cfg.algo.name} trains a team of {num_agents} agent (one model "
                           f"writes the whole answer), which has no role for a partner; algorithms with a role for "
                           f"one: every one with agents.num_agents >= 2")
-    roles = cfg.get("partner_roles")
+    roles = cfg.partner_roles
     if roles is not None:
         bad = [r for r in roles if not isinstance(r, int) or isinstance(r, bool) or not 1 <= r <= num_agents]
         if bad or not roles or len(set(roles)) >= num_agents:
@@ -159,7 +159,7 @@ def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
 def _validate_diversity(cfg: DictConfig) -> None:
     """`diversity=` (magrpo.algos.diversity) only on an algorithm whose credit comes from the team's
     returns, where the term is added."""
-    if not cfg.get("diversity"):
+    if not cfg.diversity:
         return
     algo_cls = ALGOS[cfg.algo.name]
     if not getattr(algo_cls, "reads_returns", False):
@@ -170,13 +170,13 @@ def _validate_diversity(cfg: DictConfig) -> None:
 def _fold_renamed_keys(cfg: DictConfig) -> None:
     """Deprecated aliases, honoured for one release: each warns, naming the old key and the new one,
     and its value moves to the new key (which the rest of the code reads)."""
-    alias = cfg.algo.get("eval_every")
+    alias = cfg.algo.eval_every
     if alias is not None:                 # the evaluation cadence of a training run is eval.every
         warn_renamed("algo.eval_every", "eval.every",
                      f" (algo.eval_every={alias} overrides eval.every={cfg.eval.every})"
                      if cfg.eval.every != alias and cfg.eval.every != EvalSchema.every else "")
         cfg.eval.every = alias
-    alias = cfg.agents.get("gradient_checkpointing")
+    alias = cfg.agents.gradient_checkpointing
     if alias is not None:                 # a memory choice: hardware.gradient_checkpointing
         warn_renamed("agents.gradient_checkpointing", "hardware.gradient_checkpointing")
         cfg.hardware.gradient_checkpointing = alias
@@ -255,7 +255,7 @@ def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
 
 def _validate_eval(cfg: DictConfig) -> None:
     num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
-    trained = cfg.checkpoint or cfg.get("team")
+    trained = cfg.checkpoint or cfg.team
     methods = list(cfg.methods) if cfg.methods is not None else (["team"] if trained else BASELINES)
     for m in methods:
         if m not in SCHEMES:
@@ -272,7 +272,7 @@ def _validate_eval(cfg: DictConfig) -> None:
                           + " (or null for the default)")
     if cfg.split not in ("eval", "train"):
         raise ConfigError(f"split={cfg.split!r} is not allowed; choose one of: eval, train")
-    if cfg.checkpoint and cfg.get("team"):
+    if cfg.checkpoint and cfg.team:
         raise ConfigError(f"checkpoint={cfg.checkpoint!r} and team={cfg.team!r} both name the weights to evaluate; "
                           f"give one")
     # team= is checked by magrpo.team.check_team_option (magrpo-eval calls it after this).

@@ -344,7 +344,10 @@ def run_task(run: Run):
         reward = OmegaConf.create(saved.get("reward") or {})
         if (schema := reward_schema_of(cls)) is not None:
             reward = OmegaConf.merge(OmegaConf.structured(schema), reward)
-        return build_task(OmegaConf.create({**(saved.get("task") or {}), "name": run.task}), reward)
+        task = OmegaConf.create({**(saved.get("task") or {}), "name": run.task})
+        if cls.config_schema is not None:
+            task = OmegaConf.merge(OmegaConf.structured(cls.config_schema), task)
+        return build_task(task, reward)
     except Exception as e:   # an older config whose keys the task no longer has, a bad value...
         raise TableError(f"cannot rebuild its {run.task} reward from {file}: "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None

@@ -160,11 +160,11 @@ def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> li
 def load_split(data_cfg: Any, split: str) -> list[dict[str, Any]]:
     """Rows for split "train" or "eval" as described by a `task.data` node."""
     expr = data_cfg.train_split if split == "train" else data_cfg.eval_split
-    if data_cfg.get("path"):
+    if data_cfg.path:
         rows = load_local(data_cfg.path, expr)
-    elif data_cfg.get("hub_id"):
-        rows = load_hub(data_cfg.hub_id, expr, data_cfg.get("config_name"))
+    elif data_cfg.hub_id:
+        rows = load_hub(data_cfg.hub_id, expr, data_cfg.config_name)
     else:
         raise DataUnavailableError("task.data needs either `path` (a local file) or `hub_id`")
-    limit = data_cfg.get("limit")
+    limit = data_cfg.limit
     return rows[:limit] if limit else rows

@@ -64,7 +64,7 @@ class CodingTask(Task):
     @property
     def isolation(self) -> str:
         """The requested isolation level (`sandbox.isolation`)."""
-        return (self.sandbox_cfg.get("isolation") if self.sandbox_cfg is not None else None) or "auto"
+        return self.sandbox_cfg.isolation if self.sandbox_cfg is not None else "auto"
 
     def run_info(self) -> dict[str, Any]:
         """The sandbox level that will judge the programs, once the sandbox has judged a
@@ -76,8 +76,8 @@ class CodingTask(Task):
     def load(self, split: str) -> list[Item]:
         rows = load_rows(self.cfg.data, split)
         require_columns(self.name, self.cfg.data, rows, [HUMANEVAL_COLUMNS, MBPP_COLUMNS])
-        items = [normalize(r, helpers_in_setup=self.cfg.get("prompt_helpers_in_setup", True),
-                           show_tests=self.cfg.get("show_tests", 1)) for r in rows]
+        items = [normalize(r, helpers_in_setup=self.cfg.prompt_helpers_in_setup,
+                           show_tests=self.cfg.show_tests) for r in rows]
         # A split expression may name the same rows twice ("test[:10]+test[:5]"); ids stay unique.
         counts: Counter[str] = Counter()
         for it in items:

@@ -232,11 +232,11 @@ def load_rows(data_cfg: Any, split: str) -> list[dict[str, Any]]:
     expr = data_cfg.train_split if split == "train" else data_cfg.eval_split
     rows: list[dict[str, Any]] = []
     for part in str(expr).split("+"):
-        if data_cfg.get("path"):
+        if data_cfg.path:
             rows += load_local(data_cfg.path, part)
-        elif data_cfg.get("hub_id"):
-            rows += load_hub(data_cfg.hub_id, part, data_cfg.get("config_name"))
+        elif data_cfg.hub_id:
+            rows += load_hub(data_cfg.hub_id, part, data_cfg.config_name)
         else:
             rows += _humaneval_package_rows(part)
-    limit = data_cfg.get("limit")
+    limit = data_cfg.limit
     return rows[:limit] if limit else rows

@@ -58,7 +58,7 @@ class WritingDataConfig:
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
         check_data_path(node, prefix)
-        if not node.builtin and not node.get("path") and not node.get("hub_id"):
+        if not node.builtin and not node.path and not node.hub_id:
             raise ConfigError(f"{prefix}builtin=false with neither {prefix}path nor {prefix}hub_id set: "
                               f"give a local file (path=...), a hub dataset (hub_id=...), or builtin=true")
 
@@ -105,14 +105,16 @@ def load_items(task: str, data_cfg: Any, split: str) -> list[dict[str, Any]]:
     """Items of `split` ("train"/"eval"): the source columns plus `id`, `text`, `reference`."""
     from omegaconf import OmegaConf  # noqa: PLC0415  start-up: the tasks and feedback modes load without OmegaConf
 
-    if data_cfg.get("path") or not data_cfg.builtin:
+    if data_cfg.path or not data_cfg.builtin:
         source = data_cfg
     else:
         source = OmegaConf.create({
             "path": str(BUILTIN_FILES[task]),
             "train_split": data_cfg.builtin_train_split,
             "eval_split": data_cfg.builtin_eval_split,
-            "limit": data_cfg.get("limit"),
+            "limit": data_cfg.limit,
+            "hub_id": None,
+            "config_name": None,
         })
     try:
         rows = load_split(source, split)
@@ -122,11 +124,11 @@ def load_items(task: str, data_cfg: Any, split: str) -> list[dict[str, Any]]:
     if not rows:
         raise DataUnavailableError(f"task {task}: the {split} split is empty "
                                    f"({source.train_split if split == 'train' else source.eval_split})")
-    text_col = _pick(rows[0], data_cfg.get("text_column"), TEXT_COLUMNS[task], "text_column")
+    text_col = _pick(rows[0], data_cfg.text_column, TEXT_COLUMNS[task], "text_column")
     if text_col is None:
         raise DataUnavailableError(f"task {task}: no text column among {', '.join(TEXT_COLUMNS[task])} in the data "
                          f"(it has: {', '.join(rows[0])}); set task.data.text_column")
-    ref_col = _pick(rows[0], data_cfg.get("reference_column"), REFERENCE_COLUMNS[task], "reference_column")
+    ref_col = _pick(rows[0], data_cfg.reference_column, REFERENCE_COLUMNS[task], "reference_column")
     items = []
     for i, row in enumerate(rows):
         ref = _as_text(row.get(ref_col)).strip() if ref_col else ""
