@@ -23,6 +23,7 @@ from tqdm import tqdm
 from magrpo import checkpoint, distributed
 from magrpo.algos import ALGOS
 from magrpo.algos.diversity import Diversity
+from magrpo.algos.keys import reward_kind
 from magrpo.algos.optim import agent_overrides
 from magrpo.checkpoint import STATE_FILE
 from magrpo.collaboration import CollaborationConfig
@@ -159,7 +160,7 @@ class Trainer:
         team = algo_cls.team(cfg)
         self.status_before = status_before
         self.check_metrics(team.num_agents)     # before any model is loaded
-        if reward_specs(cfg.reward) and cfg.algo.get("reward", "team") == "individual":
+        if reward_specs(cfg.reward) and reward_kind(cfg.algo) == "individual":
             check_splits(self.task, self.eval_items[0], team.num_agents)   # per-agent shares, before any model
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_agents, need_reference=team.reference)
         self.policies = policy_agents(self.agents)   # what saves and loads: one per policy

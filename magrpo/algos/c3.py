@@ -111,7 +111,7 @@ class C3(GroupRelativeAlgorithm):
                               ("branching", a.branching is not None,
                                "it samples algo.num_generations alternatives per decision")]:
             if bad:
-                raise ConfigError(f"algo.{key}={a.get(key)} does not apply to algo=c3: {why}; "
+                raise ConfigError(f"algo.{key}={a[key]} does not apply to algo=c3: {why}; "
                                   f"leave it at its default")
 
     def collect(self, items: list[dict]) -> Episode:

@@ -62,8 +62,8 @@ class GroupRelativeConfig(AlgoConfig, AggregationKeys, ClipKeys, EntropyKeys):
 
     @staticmethod
     def check_node(node, prefix: str) -> None:
-        loss, iterations = node.get("loss"), node.get("num_iterations", 1)
-        if loss is not None and loss != "gspo" and node.get("ratio_level") == "sequence":
+        loss, iterations = node.loss, node.num_iterations
+        if loss is not None and loss != "gspo" and node.ratio_level == "sequence":
             raise ConfigError(f"{prefix}ratio_level='sequence' is GSPO's loss, but {prefix}loss={loss!r} is set; "
                               f"set {prefix}loss=gspo (or null), or {prefix}ratio_level=token")
         if loss == "reinforce" and iterations > 1:

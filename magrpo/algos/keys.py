@@ -44,3 +44,10 @@ class EntropyKeys:
 class AggregationKeys:
     # how token losses become one scalar (core.LOSS_AGG)
     loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
+
+
+def reward_kind(algo) -> str:
+    """The reward an algorithm's credit is computed from: `algo.reward` when its schema composes
+    RewardKeys (team or individual), else "team" (an algorithm without the key trains on the team's
+    reward by construction). The one place that asks whether the key is there."""
+    return algo.reward if "reward" in algo else "team"

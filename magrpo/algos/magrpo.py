@@ -56,7 +56,7 @@ import torch
 from magrpo.algos.base import register_algo
 from magrpo.algos.core import advantages, keyed_advantages
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
-from magrpo.algos.keys import CrossCreditKeys
+from magrpo.algos.keys import CrossCreditKeys, reward_kind
 from magrpo.algos.scaffold import Episode, group_items
 from magrpo.models import Agent
 from magrpo.schema import at_least
@@ -103,7 +103,7 @@ class MAGRPO(GroupRelativeAlgorithm):
     def role_returns(self, agent: Agent, ep: Episode) -> list[torch.Tensor]:
         """Per turn, [B_t, S_i] the returns of the agent's samples, minus DAPO's overlong penalty."""
         algo = self.algo
-        returns = ep.returns(agent.index, algo.discount, algo.get("reward", "team"), algo.cross_credit)
+        returns = ep.returns(agent.index, algo.discount, reward_kind(algo), algo.cross_credit)
         if algo.overlong_penalty > 0:
             max_len = (agent.sampling or {}).get("max_new_tokens", algo.max_new_tokens)
             returns = [R + overlong_penalty(lv.samples[agent.index].lengths, max_len, algo.overlong_buffer,

@@ -28,6 +28,7 @@ import torch
 
 from magrpo.algos.base import ALGOS, TeamSpec
 from magrpo.algos.diversity import Diversity
+from magrpo.algos.keys import reward_kind
 from magrpo.algos.optim import agent_optimizer, build_optimizer
 from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
@@ -55,7 +56,7 @@ def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
     (magrpo.tasks.reward_fns.check_splits)."""
     if reward_specs(cfg.reward):
         return
-    if cfg.algo.get("reward", "team") == "individual" and not task_cls.splits_reward:
+    if reward_kind(cfg.algo) == "individual" and not task_cls.splits_reward:
         raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
                           f"is one team reward that does not split per agent; choose algo.reward=team")
 

@@ -51,8 +51,8 @@ class ExpertConfig(FeedbackConfig):
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
-        if (node.get("url") is None) == (node.get("local_model") is None):
-            raise ConfigError(f"{prefix}url={node.get('url')!r} and {prefix}local_model={node.get('local_model')!r}: "
+        if (node.url is None) == (node.local_model is None):
+            raise ConfigError(f"{prefix}url={node.url!r} and {prefix}local_model={node.local_model!r}: "
                               f"set exactly one (an OpenAI-compatible endpoint, or a local model path)")
 
 

@@ -53,7 +53,7 @@ class MaporlRewardConfig(RewardConfig):
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
-        if node.verifier == "model" and not node.get("verifier_model"):
+        if node.verifier == "model" and not node.verifier_model:
             raise ConfigError(f"{prefix}verifier='model' needs {prefix}verifier_model (a local reward model path)")
 
 
