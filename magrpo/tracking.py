@@ -65,18 +65,19 @@ def run_identity(cfg: Any) -> dict[str, Any]:
     the W&B config. `algo` is the trained algorithm, or for magrpo-eval the evaluated method(s)."""
     from magrpo.algos import ALGOS  # noqa: PLC0415  start-up: torch loads only where a model does; reading runs and tables needs the registry's names only here
 
-    job_type = "eval" if "methods" in cfg else cfg.logger.get("job_type", "train")   # magrpo-eval has `methods`
-    methods = list(cfg.get("methods") or [])
-    if job_type == "eval":
-        trained = cfg.get("checkpoint") or cfg.get("team")       # a checkpoint or an exported team
+    evaluating = "methods" in cfg            # magrpo-eval's config has `methods`; a training run's does not
+    job_type = "eval" if evaluating else cfg.logger.job_type
+    if evaluating:
+        methods = list(cfg.methods or [])
+        trained = cfg.checkpoint or cfg.team       # a checkpoint or an exported team
         algo = ",".join(methods) if methods else ("team" if trained else "baselines")
         num_agents = 1 if methods == ["single"] else cfg.agents.num_agents
     else:
         algo = cfg.algo.name
         num_agents = ALGOS[algo].team(cfg).num_agents if algo in ALGOS else cfg.agents.num_agents
-    return {"label": cfg.get("label") or algo, "algo": algo, "task": cfg.task.name, "seed": cfg.seed,
+    return {"label": cfg.label or algo, "algo": algo, "task": cfg.task.name, "seed": cfg.seed,
             "num_agents": num_agents, "models": [m.name_or_path for m in cfg.agents.models],
-            "num_turns": cfg.algo.get("num_turns", 1), "feedback": cfg.feedback.get("mode", "none"),
+            "num_turns": cfg.algo.num_turns, "feedback": cfg.feedback.mode,
             "job_type": job_type}
 
 

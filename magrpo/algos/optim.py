@@ -28,7 +28,7 @@ def agent_overrides(cfg: Any) -> dict[str, dict[str, Any]]:
     models = cfg.agents.models
     out = {}
     for i, spec in enumerate(models):
-        own = {group: keys for group in ("optimizer", "sampling") if (keys := set_keys(spec.get(group)))}
+        own = {group: keys for group in ("optimizer", "sampling") if (keys := set_keys(spec[group]))}
         if own:
             out[f"agent_{i + 1}" if len(models) > 1 else "all"] = own
     return out
