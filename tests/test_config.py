@@ -376,3 +376,84 @@ def test_every_yaml_file_in_conf_is_checked_against_a_schema():
     hydra_own = set((conf / "hydra").rglob("*.yaml"))
     unchecked = sorted(str(p.relative_to(conf)) for p in conf.rglob("*.yaml") if p not in checked | hydra_own)
     assert unchecked == []
+
+
+# -- each key declared once -------------------------------------------------------------------------
+
+# Keys that every schema of a group declares for itself: a task's (or reward variant's) own name,
+# and the task's own `data` schema (each task's dataset has its own keys).
+IDENTITY_KEYS = {"name", "data"}
+
+
+def _declared_here(cls: type) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(cls) if f.name in cls.__dict__.get("__annotations__", {})}
+
+
+def _group_classes(schemas) -> set[type]:
+    """The dataclasses a group's schemas are made of: their bases and the nodes nested in them."""
+    import dataclasses
+    import typing
+
+    found, stack = set(), list(schemas)
+    while stack:
+        cls = stack.pop()
+        if cls in found or not dataclasses.is_dataclass(cls):
+            continue
+        found.add(cls)
+        stack += [b for b in cls.__mro__[1:] if dataclasses.is_dataclass(b)]
+        for hint in typing.get_type_hints(cls).values():
+            stack += [t for a in (typing.get_args(hint) or (hint,)) for t in (typing.get_args(a) or (a,))]
+    return found
+
+
+def declared_twice(schemas) -> dict[str, list[str]]:
+    """Key -> the classes that declare it first (no base of theirs has it), where more than one does:
+    a key two unrelated schemas of one group each declare, instead of one shared dataclass that both
+    compose (a subclass overriding a default is the same declaration)."""
+    first: dict[str, set[str]] = {}
+    for cls in _group_classes(schemas):
+        inherited = set().union(*(_declared_here(b) for b in cls.__mro__[1:] if hasattr(b, "__dataclass_fields__")))
+        for key in _declared_here(cls) - inherited:
+            first.setdefault(key, set()).add(cls.__qualname__)
+    return {k: sorted(v) for k, v in first.items() if len(v) > 1 and k not in IDENTITY_KEYS}
+
+
+def test_each_key_of_a_config_group_is_declared_once():
+    from magrpo.algos import ALGOS
+    from magrpo.config import TrainSchema
+    from magrpo.feedback import FEEDBACKS
+    from magrpo.tasks import TASKS, available_tasks, reward_schema_of
+
+    available_tasks()
+    groups = {
+        "algo": [c.config_schema for c in ALGOS.values()],
+        "task": [c.config_schema for c in TASKS.values() if c.config_schema],
+        "reward": [reward_schema_of(c) for c in TASKS.values() if reward_schema_of(c)],
+        "feedback": [c.config_schema for c in FEEDBACKS.values()],
+        **{f: [TrainSchema.__dataclass_fields__[f].default_factory]
+           for f in ("agents", "optimizer", "hardware", "logger", "eval", "sandbox")},
+    }
+    assert {g: declared_twice(s) for g, s in groups.items() if declared_twice(s)} == {}
+
+
+def test_the_declared_twice_check_finds_a_key_two_unrelated_schemas_declare():
+    from dataclasses import dataclass
+
+    @dataclass
+    class Shared:
+        limit: int = 1
+
+    @dataclass
+    class A(Shared):
+        path: str = ""
+        limit: int = 2          # an override of the shared key: one declaration
+
+    @dataclass
+    class B:
+        path: str = ""
+
+    assert declared_twice([A]) == {}
+    found = declared_twice([A, B])
+    assert list(found) == ["path"] and [q.rsplit(".", 1)[-1] for q in found["path"]] == ["A", "B"]

@@ -19,11 +19,12 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from magrpo import hub
-from magrpo.schema import ConfigError, SetupError, option
+from magrpo.schema import ConfigError, SetupError, at_least, option
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(\[(?P<lo>-?\d*)\s*:\s*(?P<hi>-?\d*)\])?\s*$")
@@ -74,6 +75,36 @@ def split_option(default: str, joined: bool = False) -> Any:
 
 def limit_option() -> Any:
     return option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null for all rows")
+
+
+@dataclass
+class DataKeys:
+    """`task.data`'s keys for a task that reads a dataset: where its rows come from and which of
+    them. A task's data schema composes it and overrides a default where its dataset differs."""
+
+    path: str | None = None              # a local file or saved dataset: wins over the hub
+    hub_id: str | None = None            # the hub dataset read when no path is given
+    config_name: str | None = None       # the hub dataset's configuration
+    train_split: str = split_option("train")  # the training rows, a split expression
+    eval_split: str = split_option("test")    # the eval rows, in the same syntax
+    limit: int | None = limit_option()   # keep at most this many items per split (quick runs); null = all
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        check_data_path(node, prefix)
+
+
+@dataclass
+class BuiltinKeys:
+    builtin: bool = True                 # the package's own offline items (no download); false = the dataset
+
+
+@dataclass
+class ItemCountKeys:
+    """The number of items of a task whose items are generated (or drawn from a built-in list)."""
+
+    num_train: int = at_least(1, 32)     # training items
+    num_eval: int = at_least(1, 16)      # eval items
 
 
 def require_columns(task: str, data: Any, rows: list[dict[str, Any]], needs: list[tuple[str, ...]]) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from magrpo.schema import ConfigError, at_least, positive
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, RewardConfig, Scores, Task
+from magrpo.tasks.data import ItemCountKeys
 
 # Where a single-agent answer's short part ends when it has no "---" line: a blank line, a line
 # break, or the end of the first sentence. The prompt asks for one short sentence first, so the
@@ -55,7 +56,7 @@ TOPICS = [
 
 
 @dataclass
-class LengthRatioTaskConfig:
+class LengthRatioTaskConfig(ItemCountKeys):
     name: str = "length_ratio"
     num_train: int = at_least(1, 32)     # training topics from the built-in list
     num_eval: int = at_least(1, 16)      # eval topics from the built-in list

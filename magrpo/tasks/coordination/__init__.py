@@ -28,6 +28,7 @@ from typing import Any
 from magrpo.schema import ConfigError, at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, RewardConfig, Scores, Task
+from magrpo.tasks.data import ItemCountKeys
 from magrpo.tasks.symmetry import Symmetry
 
 LABELS = "abcdefghijklmnop"     # option labels: K <= 16
@@ -79,11 +80,9 @@ def pair_agreement(moves: Sequence[Any]) -> tuple[float, list[float]]:
 
 
 @dataclass
-class CoordinationTaskConfig:
+class CoordinationTaskConfig(ItemCountKeys):
     name: str = "agree"
     num_options: int = at_least(2, 8)      # K option labels a, b, ... (at most 16)
-    num_train: int = at_least(1, 32)       # generated training items
-    num_eval: int = at_least(1, 16)        # generated eval items
     num_team: int = at_least(1, 2)         # the team size the single-model form writes for
     seed: int = 0                          # seed of the item generator
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magrpo.schema import at_least, within
-from magrpo.tasks.data import load_split, require_columns
+from magrpo.tasks.data import BuiltinKeys, DataKeys, ItemCountKeys, load_split, require_columns
 
 NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jo", "Kofi", "Lena", "Mateo",
          "Nia", "Omar", "Priya", "Quinn", "Rosa", "Sami", "Tara"]
@@ -31,14 +31,11 @@ THINGS = ["apples", "marbles", "stickers", "books", "pencils", "cookies", "shell
 
 
 @dataclass
-class MaporlDataConfig:
-    builtin: bool = True                 # generated arithmetic problems (no download); false = GSM8K from hub_id
-    hub_id: str = "openai/gsm8k"         # the hub dataset read when builtin is false
-    config_name: str | None = "main"     # the hub dataset's configuration
-    path: str | None = None              # a local file or saved dataset: wins over builtin and hub
-    train_split: str = "train"           # the training rows, a split expression
-    eval_split: str = "test"             # the eval rows, a split expression
-    limit: int | None = None             # keep at most this many items per split; null = all
+class MaporlDataConfig(BuiltinKeys, DataKeys):
+    """builtin: generated arithmetic problems; false: GSM8K from hub_id (or path)."""
+
+    hub_id: str | None = "openai/gsm8k"     # the hub dataset read when builtin is false
+    config_name: str | None = "main"        # the hub dataset's configuration
 
 
 def _start(rng: random.Random, name: str, thing: str) -> tuple[str, int]:
@@ -125,7 +122,7 @@ def load_items(cfg: Any, split: str) -> list[dict[str, Any]]:
 
 
 @dataclass
-class MaporlTaskConfig:
+class MaporlTaskConfig(ItemCountKeys):
     name: str = "maporl_qa"
     data: MaporlDataConfig = field(default_factory=MaporlDataConfig)
     num_train: int = at_least(1, 256)       # generated problems (builtin)

@@ -23,9 +23,10 @@ from typing import Any
 
 from magrpo.schema import ConfigError
 from magrpo.tasks.data import (
+    BuiltinKeys,
+    DataKeys,
     DataUnavailableError,
     check_data_path,
-    limit_option,
     load_split,
     split_option,
 )
@@ -42,16 +43,14 @@ REFERENCE_COLUMNS = {"tldr": ("completion", "summary", "tldr", "reference"),
 
 
 @dataclass
-class WritingDataConfig:
-    builtin: bool = True                 # the package's own offline set (no download)
+class WritingDataConfig(BuiltinKeys, DataKeys):
+    """builtin: the package's own offline set; the splits are the paper's, of the hub id or a local copy."""
+
     builtin_train_split: str = split_option("train[:32]")  # the built-in file's training rows
     builtin_eval_split: str = split_option("train[32:]")  # the built-in file's eval rows
     hub_id: str | None = "trl-lib/tldr"  # the hub dataset read when builtin is false
-    config_name: str | None = None       # the hub dataset's configuration
-    path: str | None = None              # a local file or saved dataset: wins over builtin and hub
     train_split: str = split_option("train[:1000]")  # the paper's training split of the hub id or local copy
     eval_split: str = split_option("test[:1000]")  # the paper's eval split of the hub id or local copy
-    limit: int | None = limit_option()   # keep at most this many items per split (quick runs)
     text_column: str | None = None       # column of the text; null = the first present of the task's usual names
     reference_column: str | None = None  # column of the reference; null = the first present of the usual names
 
@@ -70,8 +69,8 @@ class TldrDataConfig(WritingDataConfig):
 
 @dataclass
 class ArxivDataConfig(WritingDataConfig):
-    hub_id: str | None = "LovelyBuggies/arXiv_abstract"
-    eval_split: str = "val[:1000]"
+    hub_id: str | None = "LovelyBuggies/arXiv_abstract"  # the hub dataset read when builtin is false
+    eval_split: str = split_option("val[:1000]")  # the paper's eval split of the hub id or local copy
 
 
 @dataclass
