@@ -126,10 +126,10 @@ def _rows(runs_dir: Path):
     """The coordination table's rendered rows per game, read the way `magrpo-table --layout paper`
     reads them."""
     from magrpo.table import paper
-    from magrpo.table.runs import load_runs
+    from magrpo.table.runs import collect
 
-    runs, _ = load_runs([runs_dir])
-    return paper.build(runs, None, (), None)
+    runs, _ = collect([runs_dir], None, include_unfinished=False)
+    return paper.build(runs)
 
 
 def _series(row, metric: str):
@@ -139,27 +139,28 @@ def _series(row, metric: str):
     return aggregate(curves) if curves else None
 
 
-def draw_curves(runs_dir: Path, out: Path, metric: str = "eval/norm_return") -> list[Path]:
+def draw_curves(runs_dir: Path, out: Path, metric: str = "eval/normalized_return") -> list[Path]:
+    from magrpo.paper_grid import TABLES
     from magrpo.table.render import line_style
 
     plt = _pyplot()
     tables = _rows(runs_dir)
     games = [t.task for t in tables]
     written = []
-    methods = sorted({row.name for t in tables for row in t.rows if not row.eval_only})
-    slug = {name: _slug(name) for name in methods}
-    for name in methods:        # one picture per method: its curve on each game beside MAGRPO's
+    methods = {row.label: row.name for t in tables for row in t.rows if not row.eval_only}
+    for label, name in sorted(methods.items()):    # one picture per method: its curve on each game beside MAGRPO's
         fig, axes = plt.subplots(1, len(tables), figsize=(3.3 * len(tables), 2.6), sharey=True, squeeze=False)
         for ax, t in zip(axes[0], tables):
             _draw_game(ax, t, metric, only={name, "MAGRPO"}, line_style=line_style)
             ax.set_title(f"{t.task}", fontsize=9)
         axes[0][0].set_ylabel("normalized return (eval)")
         axes[0][0].legend(fontsize=7, loc="lower right")
-        fig.suptitle(f"{name}: evaluation during training, mean ± std over seeds", fontsize=9)
-        written.append(_save(fig, out / "curves" / f"{slug[name]}.svg"))
-    for t in tables:            # one picture per game: every row
+        fig.suptitle(f"{name}: evaluation during training, mean ± std over seeds", fontsize=9, y=1.04)
+        written.append(_save(fig, out / "curves" / f"{_slug(label)}.svg"))
+    rows = set(TABLES["coordination"].rows)
+    for t in tables:            # one picture per game: every row of the coordination table
         fig, ax = plt.subplots(figsize=(7.5, 4.2))
-        _draw_game(ax, t, metric, only=None, line_style=line_style, band=False)
+        _draw_game(ax, t, metric, only={r.name for r in t.rows if r.label in rows}, line_style=line_style, band=False)
         ax.set_title(f"{t.task}: every method, mean over seeds", fontsize=9)
         ax.set_ylabel("normalized return (eval)")
         ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
@@ -174,15 +175,18 @@ def _slug(name: str) -> str:
 
 
 def _draw_game(ax, table, metric: str, only, line_style, band: bool = True) -> None:
+    """The rows named in `only` (None: all) of one game; with `band` (a method against MAGRPO) in
+    two colours with their bands, else in the table's distinguishable styles."""
     key = metric.removeprefix("eval/")
+    pair = band
     trained = [row for row in table.rows if not row.eval_only and (only is None or row.name in only)]
     for k, row in enumerate(trained):
         agg = _series(row, metric)
         if agg is None:
             continue
         steps, means, stds, _ = agg
-        style = line_style(k, len(steps)) if only is None else {"color": "#999999" if row.name == "MAGRPO" and
-                                                                len(only) > 1 else "#1f4e79"}
+        style = line_style(k, len(steps)) if not pair else {"color": "#999999" if row.name == "MAGRPO" and
+                                                             len(only) > 1 else "#1f4e79"}
         (line,) = ax.plot(steps, means, linewidth=1.5, label=f"{row.name} (n={len(row.runs)})", **style)
         if band:
             ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],

@@ -491,6 +491,23 @@ def test_every_algorithm_page_opens_with_its_loss_typeset_by_the_sites_own_katex
         assert re.search(r"\$\$\n.+?\n\$\$", first_section, re.S), page.name
 
 
+def test_every_algorithm_page_shows_a_measured_learning_curve():
+    # Each trainer's page has a "Learning curve" section whose pictures exist, were drawn from runs
+    # (scripts/docs_figures.py curves: the games' names and the seed count are in the picture), and
+    # say the command that made them.
+    pages = [p for p in (ROOT / "docs" / "algorithms").glob("*.md") if p.stem not in ("index", "prompting")]
+    for page in pages:
+        text = page.read_text()
+        section = text.split("\n## Learning curve\n", 1)[1].split("\n## ", 1)[0]
+        pictures = re.findall(r"!\[[^\]]+\]\((\.\./assets/img/curves/[a-z0-9_]+\.svg)\)", section)
+        assert pictures, page.name
+        assert "scripts/docs_figures.py curves" in section, page.name
+        for picture in pictures:
+            svg = (page.parent / picture).resolve().read_text()
+            assert all(f">{game}<" in svg for game in ("agree", "cover", "stag_hunt")), picture
+            assert re.search(r"\(n=[1-9]\)<", svg), picture
+
+
 def _headings(text: str) -> list[tuple[int, str]]:
     out, fence = [], False
     for line in text.splitlines():
