@@ -217,7 +217,7 @@ def test_a_reward_function_returning_nan_names_its_definition(tmp_path):
 
 # -- a reward with zero spread: said once ----------------------------------------------------------------
 
-TRL_LEN = "tests.test_reward_fns:trl_reward_len"      # TRL's reward_len, unchanged
+TRL_LEN = "tests.tasks.test_reward_fns:trl_reward_len"      # TRL's reward_len, unchanged
 
 
 def _warnings(caplog) -> list[str]:

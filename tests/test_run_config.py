@@ -15,7 +15,7 @@ from magrpo.train import main as train_main
 from magrpo.train import run
 from tests.conftest import run_cli, train_rows
 
-# The offline tiny settings of tests/test_tasks_smoke.py.
+# The offline tiny settings of tests/tasks/test_tasks_smoke.py.
 TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2", "algo.max_prompt_length=64"]
 
 

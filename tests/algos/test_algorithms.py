@@ -1,7 +1,7 @@
 """The algorithm contract: every algorithm by name, golden numbers, resume of critics, bad values.
 
 Regenerate the golden numbers after a deliberate change of the math with
-    GOLDEN_REGEN=1 .venv/bin/python -m pytest tests/test_algorithms.py -k golden
+    GOLDEN_REGEN=1 .venv/bin/python -m pytest tests/algos/test_algorithms.py -k golden
 """
 
 import json
@@ -19,7 +19,7 @@ from magrpo.train import run
 from magrpo.validation import validate
 from tests.conftest import build_algorithm, run_and_resume, train_rows
 
-GOLDEN = Path(__file__).parent / "data" / "golden_algos.json"
+GOLDEN = Path(__file__).parents[1] / "data" / "golden_algos.json"
 FAST = ["algo.max_new_tokens=12", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
 GOLDEN_KEYS = ["train/reward_mean", "train/agent_1/loss", "train/agent_1/grad_norm"]
 EPS32 = torch.finfo(torch.float32).eps      # 2^-23, float32's relative spacing

@@ -175,7 +175,7 @@ def trl_reward_len(completions, **kwargs):
     return [-abs(20 - len(completion)) for completion in completions]
 
 
-TRL = "tests.test_reward_fns:trl_reward_len"
+TRL = "tests.tasks.test_reward_fns:trl_reward_len"
 
 
 def test_trl_reward_len_gets_the_joint_answer_as_one_string_with_completions_text(tmp_path):

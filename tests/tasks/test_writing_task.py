@@ -21,7 +21,7 @@ from magrpo.tasks.writing.data import ArxivTaskConfig, TldrTaskConfig
 from magrpo.tasks.writing.reward import ArxivRewardConfig, TldrRewardConfig
 from tests.conftest import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = {"tldr": (TldrTaskConfig, TldrRewardConfig), "arxiv": (ArxivTaskConfig, ArxivRewardConfig)}
 
 

@@ -12,7 +12,7 @@ from magrpo.tasks.base import Scores
 from magrpo.tasks.coding import CodingRewardConfig, CodingTaskConfig, HumanEvalTask
 from tests.conftest import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 ITEM = {"id": "toy/sum_sq", "entry_point": "sum_sq", "imports": "", "setup": "", "canonical_solution": "",
         "tests": ["assert sum_sq([1, 2]) == 5", "assert sum_sq([]) == 0", "assert sum_sq([3]) == 9",

@@ -15,7 +15,7 @@ from magrpo.tasks.coding import CodingRewardConfig, CodingTask, CodingTaskConfig
 from magrpo.tasks.coding.data import normalize, source_segments, split_check, split_prompt
 from tests.conftest import compose_cfg
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def make_task(cls, name: str, **data):
