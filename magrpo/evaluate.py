@@ -101,7 +101,7 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
             trust.check_composed(cfg, "the composed config")
         cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
         trust.sign_run(out, cfg, bool(taken))  # made by you: magrpo-table takes up its plugins (magrpo.trust)
-        if cfg.get("team"):
+        if cfg.team:
             check_team_option(cfg)            # the exported team, whole, with this config's agents
         status.phase = "setup"
         return _evaluate(cfg, out, status, origin)
@@ -109,7 +109,7 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
 
 def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
-    team_dir = cfg.get("team")
+    team_dir = cfg.team
     weights = str(ckpt) if ckpt else team_dir
     methods = list(cfg.methods) if cfg.methods else (["team"] if weights else BASELINES)
     seed_everything(cfg.seed)

@@ -588,7 +588,7 @@ def _check_claims(info: dict, cfg: DictConfig, where: Path | str) -> None:
     """What team.json says of the team must be what its config builds."""
     spec = ALGOS[cfg.algo.name].team(cfg)
     turns = TurnSpec.from_algo(cfg.algo)
-    feedback = (cfg.get("feedback") or {}).get("mode", "none")
+    feedback = cfg.feedback.mode
     claims = [("task", info["task"], cfg.task.name), ("algorithm", info["algorithm"], cfg.algo.name),
               ("num_agents", info["num_agents"], spec.num_agents), ("form", info["form"], spec.form),
               ("level", info["level"], team_level(cfg.agents)), ("topology", info["topology"], turns.topology),
