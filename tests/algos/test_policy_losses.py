@@ -67,8 +67,8 @@ def test_gspo_on_policy_weights_each_token_by_one_over_the_length():
 
 def test_a_null_loss_follows_the_ratio_keys_and_a_set_one_wins():
     def algo(**kw):
-        return SimpleNamespace(get=lambda k, d=None: kw.get(k, d), num_iterations=kw.get("num_iterations", 1),
-                               loss=kw.get("loss"))
+        return SimpleNamespace(num_iterations=kw.get("num_iterations", 1), loss=kw.get("loss"),
+                               ratio_level=kw.get("ratio_level", "token"))
 
     assert policy_loss_name(algo()) == "reinforce"
     assert policy_loss_name(algo(num_iterations=2)) == "clip"
