@@ -64,8 +64,8 @@ class Sampling:
     def from_algo(cls, algo) -> Sampling:
         return cls(num_generations=algo.num_generations, max_new_tokens=algo.max_new_tokens,
                    temperature=algo.temperature, top_p=algo.top_p, top_k=algo.top_k,
-                   max_prompt_length=algo.max_prompt_length, share_prompt=getattr(algo, "share_prompt", True),
-                   decode_step=getattr(algo, "decode_step", "lean"))
+                   max_prompt_length=algo.max_prompt_length, share_prompt=algo.share_prompt,
+                   decode_step=algo.decode_step)
 
 
 @dataclass
