@@ -40,25 +40,48 @@ from magrpo.models import Agent, transcript
 from magrpo.paper_grid import PROMPTING
 from magrpo.registry import Registry
 from magrpo.sampler import VocabLimitProcessor, sample_shared_prompt, shares_prompt, vocab_limit
+from magrpo.schema import at_least, option, positive, within
 from magrpo.tasks import Scores, Task
 
 log = logging.getLogger(__name__)
 
+
+@dataclass
+class SamplingKeys:
+    """The `algo.*` keys of how each agent samples its answers. AlgoConfig composes them, and
+    Sampling takes its defaults from them."""
+
+    # sampling temperature of every agent (agents.models.K.sampling overrides)
+    temperature: float = positive(1.0)
+    top_p: float = within(0, 1, 1.0, lo_open=True)  # nucleus-sampling mass; 1 = off
+    top_k: int = at_least(0, 0, " (0 = off)")    # sample from the k most likely tokens
+    max_new_tokens: int = at_least(1, 24)        # cap on tokens per answer per turn
+    max_prompt_length: int = at_least(1, 1024)   # longer prompts (multi-turn histories) lose their beginning
+    # Run each prompt once for its G samples, in generation and in the update (exact; a model
+    # that cannot continue a shared key/value cache falls back with one log line).
+    share_prompt: bool = True
+    # The one-token decoding step of a Llama-family model (magrpo.sampler): lean (default), static
+    # (fixed shapes), graph (the static step replayed as a CUDA graph on a GPU; the static step on a CPU)
+    decode_step: str = option("lean", choices=["lean", "static", "graph"])
+
+
 @dataclass
 class Sampling:
+    """How one rollout samples: `Sampling.from_algo(cfg.algo)`, or the evaluation's settings."""
+
     num_generations: int
     max_new_tokens: int
     do_sample: bool = True
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
-    max_prompt_length: int = 1024
-    share_prompt: bool = True       # prefill each prompt once, not once per sample (magrpo.sampler)
+    temperature: float = SamplingKeys.temperature
+    top_p: float = SamplingKeys.top_p
+    top_k: int = SamplingKeys.top_k
+    max_prompt_length: int = SamplingKeys.max_prompt_length
+    share_prompt: bool = SamplingKeys.share_prompt   # prefill each prompt once, not once per sample (magrpo.sampler)
     # what the decoding pass records for the update ("logprobs", "hidden"; magrpo.sampler), so that
     # an algorithm that needs the rollout policy's log-probs or a value head's input (the PPO
     # family) skips a forward over the rows; a path that cannot record leaves them None
     record: tuple[str, ...] = ()
-    decode_step: str = "lean"        # algo.decode_step (magrpo.sampler.sample_shared_prompt)
+    decode_step: str = SamplingKeys.decode_step      # algo.decode_step (magrpo.sampler.sample_shared_prompt)
 
     @classmethod
     def from_algo(cls, algo) -> Sampling:

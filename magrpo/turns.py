@@ -48,18 +48,38 @@ from magrpo.rollout import (
     team_budget,
     team_rollout,
 )
+from magrpo.schema import at_least, option, within
 from magrpo.tasks import Scores, Task
 
 
 @dataclass
+class TurnKeys:
+    """The `algo.*` keys of the turn tree: T turns with feedback between them (the `feedback`
+    group), how each turn's joint actions are formed and how far the tree grows. AlgoConfig
+    composes them, and TurnSpec takes its defaults from them."""
+
+    # aligned: sample k of each agent forms joint k; cross: every combination (G^N)
+    joint_mode: str = option("aligned", choices=["aligned", "cross"])
+    num_turns: int = at_least(1, 1)              # T turns, with feedback between them (the `feedback` group)
+    discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
+    early_termination_threshold: float | None = None   # a sibling set whose mean reward reaches it stops
+    # nodes expanded per sibling set, picked at random
+    max_branches: int | None = option(None, check=lambda v: v >= 1, allowed=">= 1, or null = expand every node")
+    max_tree_nodes: int = at_least(1, 2048)      # nodes of one item's tree; a bigger config stops at start
+    # simultaneous: every agent answers at once; sequential: agent i sees the answers of 1..i-1 (a chain)
+    topology: str = option("simultaneous", choices=["simultaneous", "sequential"])
+    branching: list[int] | None = None           # sequential: samples per prefix of each agent (null = G each)
+
+
+@dataclass
 class TurnSpec:
-    num_turns: int = 1
-    joint_mode: str = "aligned"
-    discount: float = 1.0
-    threshold: float | None = None       # early termination
-    max_branches: int | None = None      # nodes expanded per sibling set
-    topology: str = "simultaneous"       # or "sequential": agent i sees agents 1..i-1's answers (a chain)
-    branching: list[int] | None = None   # sequential: samples per prefix at each agent (None = G each)
+    num_turns: int = TurnKeys.num_turns
+    joint_mode: str = TurnKeys.joint_mode
+    discount: float = TurnKeys.discount
+    threshold: float | None = TurnKeys.early_termination_threshold   # early termination
+    max_branches: int | None = TurnKeys.max_branches      # nodes expanded per sibling set
+    topology: str = TurnKeys.topology    # or "sequential": agent i sees agents 1..i-1's answers (a chain)
+    branching: list[int] | None = TurnKeys.branching   # sequential: samples per prefix at each agent (None = G each)
     branch: str = "all"                  # "best": expand only each sibling set's best node (AT-GRPO)
 
     @classmethod

@@ -29,8 +29,10 @@ from typing import Any, ClassVar, Protocol
 
 from magrpo.models import SHARED_POLICY, Agent
 from magrpo.registry import Registry, registrar
-from magrpo.schema import at_least, option, positive, within
+from magrpo.rollout import SamplingKeys
+from magrpo.schema import at_least, option
 from magrpo.tasks import Task
+from magrpo.turns import TurnKeys
 
 ALGOS: Registry[type[Algorithm]] = Registry("algorithm", "algo.name", set_name=True, builtins=tuple(
     f"magrpo.algos.{m}" for m in ("magrpo", "grpo", "ippo", "mappo", "ppo", "dr_mas", "at_grpo", "actor_critic", "c3")))
@@ -40,39 +42,16 @@ register_algo = registrar(ALGOS)
 
 
 @dataclass
-class AlgoConfig:
-    """`algo.*` keys that every algorithm reads: how a batch is sampled and how big it is."""
+class AlgoConfig(SamplingKeys, TurnKeys):
+    """`algo.*` keys that every algorithm reads: how answers are sampled (SamplingKeys), the turn
+    tree (TurnKeys), and how big a batch is."""
 
     name: str = option("magrpo", choices=lambda: sorted(ALGOS))
     num_generations: int = at_least(2, 4, " (a group needs at least two samples)")  # G per agent per item
-    # aligned: sample k of each agent forms joint k; cross: every combination (G^N)
-    joint_mode: str = option("aligned", choices=["aligned", "cross"])
-    # sampling temperature of every agent (agents.models.K.sampling overrides)
-    temperature: float = positive(1.0)
-    top_p: float = within(0, 1, 1.0, lo_open=True)  # nucleus-sampling mass; 1 = off
-    top_k: int = at_least(0, 0, " (0 = off)")    # sample from the k most likely tokens
-    max_new_tokens: int = at_least(1, 24)        # cap on tokens per answer per turn
-    max_prompt_length: int = at_least(1, 1024)   # longer prompts (multi-turn histories) lose their beginning
     batch_size: int = at_least(1, 8)             # items per update
     micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
-    # Run each prompt once for its G samples, in generation and in the update (exact; a model
-    # that cannot continue a shared key/value cache falls back with one log line).
-    share_prompt: bool = True
-    # The one-token decoding step of a Llama-family model (magrpo.sampler): lean (default), static
-    # (fixed shapes), graph (the static step replayed as a CUDA graph on a GPU; the static step on a CPU)
-    decode_step: str = option("lean", choices=["lean", "static", "graph"])
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
     eval_every: int | None = option(None, check=lambda v: v is None or v >= 0, allowed=">= 0")  # deprecated: eval.every
-    # The turn tree (magrpo/turns.py): T turns with feedback between them (the `feedback` group).
-    num_turns: int = at_least(1, 1)
-    discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
-    early_termination_threshold: float | None = None   # a sibling set whose mean reward reaches it stops
-    # nodes expanded per sibling set, picked at random
-    max_branches: int | None = option(None, check=lambda v: v >= 1, allowed=">= 1, or null = expand every node")
-    max_tree_nodes: int = at_least(1, 2048)      # nodes of one item's tree; a bigger config stops at start
-    # simultaneous: every agent answers at once; sequential: agent i sees the answers of 1..i-1 (a chain)
-    topology: str = option("simultaneous", choices=["simultaneous", "sequential"])
-    branching: list[int] | None = None           # sequential: samples per prefix of each agent (null = G each)
     # positive signalling (magrpo/algos/signalling.py): each sample's return gains lam * pmi(move; prompt) in bits
     signal_bonus: float = at_least(0, 0.0)
     signal_agents: list[int] | None = None       # the agents (numbered from 1) that get it; null = every agent
