@@ -80,15 +80,15 @@ class TurnSpec:
     max_branches: int | None = TurnKeys.max_branches      # nodes expanded per sibling set
     topology: str = TurnKeys.topology    # or "sequential": agent i sees agents 1..i-1's answers (a chain)
     branching: list[int] | None = TurnKeys.branching   # sequential: samples per prefix at each agent (None = G each)
-    branch: str = "all"                  # "best": expand only each sibling set's best node (AT-GRPO)
+    # "best": expand only each sibling set's best node (AT-GRPO sets it from its algo.branch)
+    branch: str = "all"
 
     @classmethod
     def from_algo(cls, algo: Any) -> TurnSpec:
         branching = algo.branching
         return cls(num_turns=algo.num_turns, joint_mode=algo.joint_mode, discount=algo.discount,
                    threshold=algo.early_termination_threshold, max_branches=algo.max_branches,
-                   topology=algo.topology, branching=list(branching) if branching else None,
-                   branch=algo.get("branch", "all"))
+                   topology=algo.topology, branching=list(branching) if branching else None)
 
 
 @dataclass

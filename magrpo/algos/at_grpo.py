@@ -19,7 +19,8 @@ with no intermediate reward) every prefix is continued. With one turn AT-GRPO is
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -28,6 +29,7 @@ from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode
 from magrpo.models import Agent
 from magrpo.schema import option
+from magrpo.tasks import Task
 
 
 @dataclass
@@ -39,6 +41,10 @@ class ATGRPOConfig(MAGRPOConfig):
 @register_algo("at_grpo")
 class ATGRPO(MAGRPO):
     config_schema = ATGRPOConfig
+
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task) -> None:
+        super().__init__(cfg, agents, task)
+        self.turns = replace(self.turns, branch=self.algo.branch)     # its tree sampling (module docstring)
 
     def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
         """Groups keyed by (item, agent, turn): per turn, by the item each row descends from."""
