@@ -59,7 +59,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo.config import conf_dir
+from magrpo.config import conf_dir, typed_node
 from magrpo.metrics import pass_at_k_table
 from magrpo.registry import Registry
 from magrpo.sandbox import (
@@ -334,7 +334,7 @@ def task_config(task: str) -> Any:
     (`data`) and how it builds their prompts, every key typed with its default."""
     node = OmegaConf.load(conf_dir() / "task" / f"{task}.yaml")
     node.pop("defaults", None)                 # the schema's composition entry: the schema is merged here
-    return OmegaConf.merge(OmegaConf.structured(TASKS[task].config_schema), node)
+    return typed_node(node, TASKS[task].config_schema, "task.")
 
 
 def _split_names(data_cfg: Any) -> list[str]:

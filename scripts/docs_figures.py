@@ -36,11 +36,9 @@ def _layers_reader():
 
 
 def _pyplot():
-    import matplotlib
+    from magrpo.table.render import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     plt.rcParams.update({"svg.fonttype": "none", "svg.hashsalt": "magrpo", "font.size": 9})
     return plt
 

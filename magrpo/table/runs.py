@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from magrpo import trust
+from magrpo.config import typed_node
 from magrpo.launch.sweep import natural_key
 from magrpo.schema import ConfigError
 from magrpo.tasks import TASKS, available_tasks, build_task, reward_schema_of
@@ -343,10 +344,10 @@ def run_task(run: Run):
                      for node in ("task", "reward") if OmegaConf.is_dict(cfg.get(node))}
         reward = OmegaConf.create(saved.get("reward") or {})
         if (schema := reward_schema_of(cls)) is not None:
-            reward = OmegaConf.merge(OmegaConf.structured(schema), reward)
+            reward = typed_node(reward, schema, "reward.")
         task = OmegaConf.create({**(saved.get("task") or {}), "name": run.task})
         if cls.config_schema is not None:
-            task = OmegaConf.merge(OmegaConf.structured(cls.config_schema), task)
+            task = typed_node(task, cls.config_schema, "task.")
         return build_task(task, reward)
     except Exception as e:   # an older config whose keys the task no longer has, a bad value...
         raise TableError(f"cannot rebuild its {run.task} reward from {file}: "
