@@ -433,15 +433,16 @@ def describe(changes: list[tuple[str, Any, Any]], limit: int = 12) -> str:
 
 def check_resume(cfg: dict, ckpt: Path) -> None:
     """Refuse a resume that would not continue the checkpoint's run: a changed agent, task, reward,
-    algorithm, optimizer, seed or group size, or a max_steps the checkpoint has already reached."""
+    algorithm, optimizer, seed or group size, or a max_steps the checkpoint has already reached.
+    `cfg`: the validated config as a plain dict (OmegaConf.to_container), compared key by key."""
     changes = config_changes(stored_config(ckpt), cfg)
     if changes:
-        raise ConfigError(f"resume={str(cfg.get('resume'))!r}: the checkpoint was trained with a different config "
+        raise ConfigError(f"resume={str(cfg['resume'])!r}: the checkpoint was trained with a different config "
                           f"({describe(changes)}); these keys must stay as they were. A resume may change only: "
                           f"{', '.join(MAY_CHANGE_ON_RESUME)} (docs/outputs.md, 'Resuming')")
     step = checkpoint_step(ckpt)
-    if cfg.get("max_steps", 0) <= step:
-        raise ConfigError(f"max_steps={cfg.get('max_steps')}: the checkpoint {ckpt} is already at step {step}; "
+    if cfg["max_steps"] <= step:
+        raise ConfigError(f"max_steps={cfg['max_steps']}: the checkpoint {ckpt} is already at step {step}; "
                           f"set max_steps above {step} to train further")
 
 
@@ -458,5 +459,5 @@ def check_agents_match(cfg: dict, ckpt: Path, policy_dirs: list[str], key: str =
         held = sorted(d.name for d in Path(ckpt).iterdir() if d.is_dir() and (d.name.startswith("agent_")
                                                                               or d.name == "policy"))
         raise ConfigError(f"{key}={str(ckpt)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
-                          f"algo={cfg.get('algo', {}).get('name')} builds {len(policy_dirs)} "
+                          f"algo={cfg['algo']['name']} builds {len(policy_dirs)} "
                           f"({', '.join(policy_dirs)}); pass the algo=... and agents=... the training run used")

@@ -402,7 +402,7 @@ def _keys_at(schema: type, dotted: str) -> list[str]:
         if part.isdigit():
             node = node[int(part)] if len(node) > int(part) else OmegaConf.structured(ModelSchema)
         else:
-            child = node.get(part)
+            child = node[part] if part in node else None
             if child is None or not OmegaConf.is_config(child):
                 sub = {"lora": LoraSchema, "models": ModelSchema}.get(part)
                 child = OmegaConf.structured(sub) if sub else child

@@ -314,12 +314,12 @@ class Experiment:
                 raise ConfigError(f"{given_run_dir[-1]!r} names no directory; give hydra.run.dir=DIR")
             self.hydra_run_dir = Path(str(run_dir))
             cfg.pop("hydra")
-        resumed = resumed_run(cfg.get("resume")) if not (given_dir or given_run_dir) else None
+        resumed = resumed_run(OmegaConf.select(cfg, "resume")) if not (given_dir or given_run_dir) else None
         if resumed is not None:     # resume=RUN continues RUN in place, as on the command line
             cfg.output_dir = literal(str(resumed))
         elif not given_dir:
             cfg.output_dir = literal(str(self.hydra_run_dir)) if self.hydra_run_dir else (
-                f"outputs/experiment/{stamp()}_{cfg.task.name}_{cfg.algo.get('name', 'algo')}_s{cfg.seed}")
+                f"outputs/experiment/{stamp()}_{cfg.task.name}_{OmegaConf.select(cfg, 'algo.name', default='algo')}_s{cfg.seed}")
         OmegaConf.set_struct(cfg, True)
         self._composed = cfg
         return validate(cfg, EvalRunSchema if self.config_name == "eval" else TrainSchema)
@@ -349,9 +349,9 @@ class Experiment:
         # sets the process defaults when it loads (magrpo.process)
         from magrpo.train import run  # noqa: PLC0415  effects: magrpo.train sets the process defaults when it loads
 
-        check_run_dir(self.run_dir, self.config.get("resume"))
+        check_run_dir(self.run_dir, self.config.resume)
         if self.hydra_run_dir not in (None, self.run_dir):
-            check_run_dir(self.hydra_run_dir, self.config.get("resume"), "hydra.run.dir")
+            check_run_dir(self.hydra_run_dir, self.config.resume, "hydra.run.dir")
         self._save_record()
         with run_logging(self.run_dir, quiet):
             run(self._composed)

@@ -358,8 +358,8 @@ def from_run(cfg: Any, kind: str, taken: dict[str, Any] | None = None) -> dict[s
     started (a resume in place has Hydra rewrite the run's .hydra/ before the job); without it the
     run's files are read now. A run without saved overrides: nothing was taken, and the command
     line is checked against the checkpoint's config (module docstring)."""
-    key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
-    value = cfg.get(key)
+    key = next((k for k in RUN_KEYS[kind] if OmegaConf.select(cfg, k)), RUN_KEYS[kind][0])
+    value = OmegaConf.select(cfg, key)
     job = _job_overrides()
     if not value or job is None:
         return None
@@ -406,7 +406,7 @@ def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
     """A run with no saved overrides: its team is what the command line says. Refuse when the
     checkpoint's config.json says the team was trained otherwise in a key the command line leaves
     at its default."""
-    key = next((k for k in RUN_KEYS[kind] if cfg.get(k)), RUN_KEYS[kind][0])
+    key = next((k for k in RUN_KEYS[kind] if OmegaConf.select(cfg, k)), RUN_KEYS[kind][0])
     if key == "team" or is_team_dir(value):        # team= names no run: read_team refuses what is no team
         stored = _team_config(Path(str(value)).expanduser())
     else:

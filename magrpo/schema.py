@@ -26,7 +26,7 @@ import math
 import re
 import typing
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
@@ -107,12 +107,20 @@ def _metadata(schema: type, name: str) -> Any:
     return {}
 
 
+def field_value(node: Any, name: str) -> Any:
+    """The value of key `name` in a config node or dict (None when it is absent or ???), or of
+    attribute `name` of a schema instance."""
+    if isinstance(node, Mapping):
+        return node[name] if name in node else None
+    return getattr(node, name, None)
+
+
 def check_values(node: Any, schema: type, prefix: str = "") -> None:
     """Raise ConfigError for the first value of `node` that its schema field does not accept."""
     hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):
         key = f"{prefix}{f.name}"
-        value = node.get(f.name) if hasattr(node, "get") else getattr(node, f.name, None)
+        value = field_value(node, f.name)
         sub, is_list = _nested(hints.get(f.name))
         if sub is not None and value is not None:
             for i, child in enumerate(value if is_list else [value]):

@@ -22,7 +22,7 @@ import os
 import sys
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from magrpo import distributed, plugins, trust
@@ -64,7 +64,7 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
         cfg = validate(cfg)
         result = _fit(cfg, out)
         return {**result, "sweep_value": sweep_value(cfg, result["final_eval"])}
-    check_run_dir(out, cfg.get("resume"))
+    check_run_dir(out, OmegaConf.select(cfg, "resume"))
     keep_saved_config(out)
     before = read_status(out)[0]          # a run resumed in place: its status before this one claims it
     with RunStatus(out, kind="train") as status:

@@ -44,7 +44,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     `recorded`: the config a run or team recorded (magrpo.team), whose plugins and reward modules
     the trust rule has taken up already (magrpo.trust): nothing is imported for it here."""
     # The user's plugins first: they may register the task, algorithm or feedback mode named below.
-    wanted = cfg.get("plugins") if "plugins" in cfg else None
+    wanted = OmegaConf.select(cfg, "plugins")
     if wanted is not None and not OmegaConf.is_list(wanted) and not isinstance(wanted, list):
         raise ConfigError(f"plugins={wanted!r}: give a list of module names, e.g. plugins=[my_pkg.tasks]")
     if recorded:
@@ -58,7 +58,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
 
     # The algo node is checked against the schema its algorithm registers (its only source of
     # defaults); it is merged first, so that keys elsewhere may interpolate its defaults.
-    raw_algo = _resolved(cfg.algo) if cfg.get("algo") is not None else {}
+    raw_algo = _resolved(cfg.algo) if OmegaConf.select(cfg, "algo") is not None else {}
     algo_name = raw_algo.get("name", "magrpo")
     if algo_name not in ALGOS:
         raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")

@@ -457,3 +457,43 @@ def test_the_declared_twice_check_finds_a_key_two_unrelated_schemas_declare():
     assert declared_twice([A]) == {}
     found = declared_twice([A, B])
     assert list(found) == ["path"] and [q.rsplit(".", 1)[-1] for q in found["path"]] == ["A", "B"]
+
+
+def test_after_validation_config_nodes_are_read_as_attributes(tmp_path, monkeypatch):
+    """No line of magrpo/ reads a config node with `.get(key, default)`: a default lives only in its
+    schema, and a typed node is read as attributes. A spy on DictConfig.get records every magrpo
+    line that calls it while training (one turn; two turns with diagnostics feedback; a reward
+    function in place of the task's reward) and evaluating a checkpoint; the calls it sees must be
+    none (a planted call shows the spy sees them)."""
+    import sys
+
+    from omegaconf import DictConfig, OmegaConf
+
+    import magrpo
+    from magrpo.evaluate import main as eval_main
+    from magrpo.train import main as train_main
+    from tests.conftest import run_cli
+
+    package = str(Path(magrpo.__file__).resolve().parent)
+    seen: list[str] = []
+    original = DictConfig.get
+
+    def spy(self, key, default_value=None):
+        caller = sys._getframe(1).f_code.co_filename
+        if str(Path(caller).resolve()).startswith(package):
+            seen.append(f"{Path(caller).name}:{sys._getframe(1).f_lineno}")
+        return original(self, key, default_value)
+
+    monkeypatch.setattr(DictConfig, "get", spy)
+    exec(compile("OmegaConf.create({'a': 1}).get('a')", str(Path(package) / "planted.py"), "exec"),
+         {"OmegaConf": OmegaConf})
+    assert seen == ["planted.py:1"]
+    seen.clear()
+    runs = {"one": ["debug=smoke"],
+            "turns": ["debug=smoke", "algo=at_grpo", "algo.num_turns=2", "feedback=diagnostics"],
+            "fn": ["debug=smoke", "reward.fn=tests.reward_fns_example:brevity"]}
+    for name, args in runs.items():
+        assert run_cli(train_main, "magrpo-train", [*args, f"output_dir={tmp_path / name}"]) == 0, name
+    assert run_cli(eval_main, "magrpo-eval", ["debug=smoke", f"checkpoint={tmp_path / 'one'}",
+                                               f"output_dir={tmp_path / 'eval'}"]) == 0
+    assert seen == []

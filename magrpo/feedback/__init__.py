@@ -153,8 +153,9 @@ class DiscussionFeedback(Feedback):
 
 
 def build_feedback(cfg: Any, task: Any) -> Feedback:
-    """The mode `cfg.mode` names (none when `cfg` is empty), configured by `cfg`."""
-    mode = (cfg.get("mode") if cfg else None) or "none"
+    """The mode `cfg.mode` names (none when `cfg` is empty), configured by `cfg`: the validated
+    `feedback` node, or a plain dict such as {"mode": "plain"}."""
+    mode = (cfg["mode"] if cfg and "mode" in cfg else None) or "none"
     if mode not in FEEDBACKS:
         raise ValueError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
     return FEEDBACKS[mode](cfg, task)

@@ -341,7 +341,7 @@ def run_task(run: Run):
         if file.exists():
             cfg = OmegaConf.load(file)
             saved = {node: OmegaConf.to_container(cfg[node], resolve=True)
-                     for node in ("task", "reward") if OmegaConf.is_dict(cfg.get(node))}
+                     for node in ("task", "reward") if node in cfg and OmegaConf.is_dict(cfg[node])}
         reward = OmegaConf.create(saved.get("reward") or {})
         if (schema := reward_schema_of(cls)) is not None:
             reward = typed_node(reward, schema, "reward.")

@@ -5,7 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from magrpo.registry import Registry, registrar
-from magrpo.tasks.base import Item, RewardConfig, Scores, Task, columns, raw_reward, reward_schema_of
+from magrpo.tasks.base import (
+    Item,
+    RewardConfig,
+    Scores,
+    Task,
+    columns,
+    raw_reward,
+    reward_keys,
+    reward_schema_of,
+)
 from magrpo.tasks.reward_fns import task_class
 
 # The built-in task families register on the first lookup; one whose optional dependency is
@@ -29,4 +38,4 @@ def build_task(cfg: Any, reward_cfg: Any, sandbox: Any = None) -> Task:
 
 
 __all__ = ["Item", "RewardConfig", "Scores", "Task", "TASKS", "available_tasks", "build_task", "columns", "raw_reward",
-           "register_task", "reward_schema_of"]
+           "register_task", "reward_keys", "reward_schema_of"]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from magrpo.schema import ConfigError, SetupError, option, positive
@@ -57,6 +57,20 @@ class RewardConfig:
     # total = raw * scale + shift: raw is the task's own reward, or the functions' total
     shift: float = 0.0                     # added to every total alike
     scale: float = positive(1.0)           # multiplies raw; positive, so answers keep their order (tables undo it)
+
+
+def reward_keys(node: Any) -> RewardConfig:
+    """The `RewardConfig` keys of a `reward` node as a RewardConfig: a typed node, a schema instance,
+    a plain dict or None (a key not given takes its default). Every task has these keys, a plugin
+    task without a reward schema too, so they are read from here, as attributes."""
+    if isinstance(node, RewardConfig):
+        return node
+    if node is None:
+        return RewardConfig()
+    names = [f.name for f in fields(RewardConfig)]
+    if isinstance(node, Mapping) or hasattr(node, "keys"):      # a dict or a DictConfig
+        return RewardConfig(**{k: node[k] for k in names if k in node})
+    return RewardConfig(**{k: getattr(node, k) for k in names if hasattr(node, k)})
 
 
 def reward_schema_of(task_cls: type) -> type | None:
@@ -272,8 +286,8 @@ class Task:
         top = self.reward_max(num_answers)
         if not top:
             return None
-        shift, scale = self.reward_cfg.get("shift", 0.0), self.reward_cfg.get("scale", 1.0)
-        return raw_reward(reward, shift, scale) / top
+        keys = reward_keys(self.reward_cfg)
+        return raw_reward(reward, keys.shift, keys.scale) / top
 
     # -- evaluation metrics -----------------------------------------------------------------
     def metrics(self, items: Sequence[Item], completions: list[list[str]], scores: Scores) -> dict[str, float]:

@@ -125,7 +125,7 @@ def require_columns(task: str, data: Any, rows: list[dict[str, Any]], needs: lis
 
 def check_data_path(node: Any, prefix: str) -> None:
     """`task.data.path`, when set, must exist: a missing file is a config error, not a crash mid-setup."""
-    path = node.get("path") if hasattr(node, "get") else getattr(node, "path", None)
+    path = node.path
     if path and not Path(str(path)).expanduser().exists():
         raise ConfigError(f"{prefix}path={str(path)!r}: no such file or directory; give a local "
                           f"{'/'.join(sorted(LOCAL_SUFFIXES))} file or a directory saved with Dataset.save_to_disk")

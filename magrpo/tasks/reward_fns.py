@@ -41,6 +41,7 @@ from magrpo.tasks.base import (
     Task,
     batch_words,
     columns,
+    reward_keys,
     short,
 )
 
@@ -60,16 +61,11 @@ class RewardFunctionError(RewardError):
 # -- the config -------------------------------------------------------------------------------------
 
 
-def _get(node: Any, key: str) -> Any:
-    if node is None:
-        return None
-    return node.get(key) if hasattr(node, "get") else getattr(node, key, None)
-
-
 def reward_specs(reward_cfg: Any) -> list[tuple[str, str]]:
     """(config key, spec) of each reward function the `reward` node names; [] for the task's own
     reward. `reward.fn=x` is `reward.fns=[x]`."""
-    fn, fns = _get(reward_cfg, "fn"), _get(reward_cfg, "fns")
+    keys = reward_keys(reward_cfg)
+    fn, fns = keys.fn, keys.fns
     if fns is not None:
         return [(f"reward.fns[{i}]", str(s)) for i, s in enumerate(fns)]
     return [("reward.fn", str(fn))] if fn is not None else []
@@ -125,7 +121,8 @@ def check_reward_node(node: Any, imports: bool = True) -> None:
     """The reward-function keys of a typed `reward` node (magrpo.validation.validate): fn or fns, not
     both; one weight per function; every function found (`imports`: as `resolve`); no two logged
     under one name."""
-    fn, fns, weights, top = (_get(node, k) for k in ("fn", "fns", "weights", "max"))
+    keys = reward_keys(node)
+    fn, fns, weights, top = keys.fn, keys.fns, keys.weights, keys.max
     if fn is not None and fns is not None:
         raise ConfigError(f"reward.fn={fn!r} and reward.fns={list(fns)} both name the reward functions; give one "
                           f"(reward.fn=x is reward.fns=[x])")
@@ -161,7 +158,7 @@ def check_reward_node(node: Any, imports: bool = True) -> None:
 
 def _completions(node: Any) -> str:
     """`reward.completions`: what a reward function gets per joint answer (RewardConfig)."""
-    value = _get(node, "completions")
+    value = reward_keys(node).completions
     return RewardConfig.completions if value is None else str(value)
 
 
@@ -169,7 +166,7 @@ def fallback_note(task_cls: type[Task], reward_cfg: Any) -> str | None:
     """Why a run whose reward functions have no `reward.max` tracks reward_mean instead of the
     task's primary metric normalized_return (None when it does not)."""
     if task_cls.primary_metric != "normalized_return" or not reward_specs(reward_cfg) \
-            or _get(reward_cfg, "max") is not None:
+            or reward_keys(reward_cfg).max is not None:
         return None
     return (f"reward functions replace the reward of task {task_cls.name!r}, whose maximum holds for that reward "
             f"only: without reward.max no normalized_return is reported, and the run tracks reward_mean "
@@ -279,7 +276,8 @@ class RewardFns:
     @classmethod
     def from_config(cls, reward_cfg: Any) -> RewardFns | None:
         specs = reward_specs(reward_cfg)
-        return cls(specs, _get(reward_cfg, "weights"), _get(reward_cfg, "max"),
+        keys = reward_keys(reward_cfg)
+        return cls(specs, keys.weights, keys.max,
                    _completions(reward_cfg)) if specs else None
 
     def score(self, prompts: list[list[str]], completions: list[list[str]], cols: dict[str, list],
@@ -337,8 +335,8 @@ class RewardFnTask(Task):
         self.primary_metric = primary_metric(self.task_cls, reward_cfg)
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
-        shift, scale = self.reward_cfg.get("shift", 0.0), self.reward_cfg.get("scale", 1.0)   # as Task.normalized_return
-        return self.reward_fns.score(prompts, completions, cols, shift, scale, self.assemble)
+        keys = reward_keys(self.reward_cfg)        # as Task.normalized_return
+        return self.reward_fns.score(prompts, completions, cols, keys.shift, keys.scale, self.assemble)
 
     def individual_rewards(self, scores: Scores, num_agents: int) -> list[list[float]]:
         rows = scores.extras.get("individual") or [None] * len(scores)

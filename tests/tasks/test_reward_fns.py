@@ -336,3 +336,21 @@ def test_a_reward_modules_missing_dependency_is_named_not_called_missing_itself(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match="failed to import .*No module named 'prefixdep'"):
         resolve("prefixdep_rewards:f")
+
+
+def test_reward_keys_read_every_form_of_a_reward_node():
+    """`reward_keys`: the RewardConfig keys of a typed node, a schema instance, a dict or None, as
+    attributes; what is not given takes the schema's default (a plugin task's free-form node too)."""
+    from omegaconf import OmegaConf
+
+    from magrpo.tasks import RewardConfig, reward_keys
+    from magrpo.tasks.coding.reward import CodingRewardConfig
+
+    assert reward_keys(None) == RewardConfig()
+    assert reward_keys({"shift": -1.0, "mine": 3}).shift == -1.0
+    free = reward_keys(OmegaConf.create({"scale": 2.0, "fn": "f", "level_weight": 7}))
+    assert (free.scale, free.fn, free.shift, free.completions) == (2.0, "f", 0.0, "parts")
+    typed = OmegaConf.merge(OmegaConf.structured(CodingRewardConfig), {"fns": ["a", "b"], "weights": [1.0, 0.5]})
+    assert (reward_keys(typed).fns, reward_keys(typed).weights) == (["a", "b"], [1.0, 0.5])
+    instance = CodingRewardConfig(max=4.0)
+    assert reward_keys(instance) is instance and reward_keys(instance).max == 4.0
