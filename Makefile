@@ -62,7 +62,7 @@ table: setup ## tables (md/csv/tex) and learning curves from run directories: RU
 	$(VENV)/bin/magrpo-table $(RUNS) --out $(OUT) $(ARGS)
 
 paper: setup ## one table of the paper: TABLE=writing|coding|maporl|coordination SCALE=paper|tiny SEEDS=0,1,2 JOBS=2 TUNE=0
-	$(PY) -m magrpo.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) --tune-trials $(TUNE) $(ARGS)
+	$(PY) -m magrpo.cli.paper $(TABLE) --scale $(SCALE) --seeds $(SEEDS) --jobs $(JOBS) --tune-trials $(TUNE) $(ARGS)
 
 dashboard: setup ## a W&B workspace comparing one sweep's runs: PROJECT=... GROUP=... (ARGS='--out spec.json' offline)
 	@test -n "$(PROJECT)" -a -n "$(GROUP)" || { echo 'make dashboard: give PROJECT=<W&B project> GROUP=<sweep group> (ARGS="--out spec.json" writes the spec without W&B)'; exit 2; }

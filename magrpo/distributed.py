@@ -1,7 +1,7 @@
 """Data-parallel training on torch.distributed: K processes (ranks), one step's items split among them.
 
-    torchrun --nproc_per_node K -m magrpo.train ...                       # one machine
-    torchrun --nnodes N --node_rank R --master_addr HOST --nproc_per_node K -m magrpo.train ...
+    torchrun --nproc_per_node K -m magrpo.cli.train ...                       # one machine
+    torchrun --nnodes N --node_rank R --master_addr HOST --nproc_per_node K -m magrpo.cli.train ...
 
 Every rank holds a full copy of each agent (`hardware.strategy=ddp`) or a shard of it
 (`hardware.strategy=fsdp`), samples and scores batch_size / K items of every step, and takes the

@@ -1,5 +1,5 @@
 """The evaluation loop: a team on held-out items, scored by the reward, its components and the
-task's metrics. (The `magrpo-eval` command around it is magrpo/evaluate.py.)
+task's metrics. (The `magrpo-eval` command around it is magrpo/cli/evaluate.py.)
 
 Used before training, every `eval.every` steps, at the end, and by `magrpo-eval`. How the
 agents produce a joint answer is a named scheme from `magrpo.rollout.SCHEMES` (team, single,

@@ -341,13 +341,13 @@ class Experiment:
             (hydra_dir / "config.yaml").write_text(OmegaConf.to_yaml(self._composed))
 
     def run(self, quiet: bool = False) -> dict[str, Any]:
-        """Train (magrpo.train.run) and return the run's summary (summary.json's content). As on the
+        """Train (magrpo.cli.train.run) and return the run's summary (summary.json's content). As on the
         command line, the run's log goes to `train.log` in its directory, and its progress lines
         (`step 20/120 reward ...`, the evaluations, `finished: ...`) to stderr unless `quiet=True`
         or your program has set up logging itself (then they go where your handlers send them)."""
         # import magrpo (and its public names) sets nothing in the environment; the command module
         # sets the process defaults when it loads (magrpo.process)
-        from magrpo.train import run  # noqa: PLC0415  effects: magrpo.train sets the process defaults when it loads
+        from magrpo.cli.train import run  # noqa: PLC0415  effects: magrpo.cli.train sets the process defaults when it loads
 
         check_run_dir(self.run_dir, self.config.resume)
         if self.hydra_run_dir not in (None, self.run_dir):

@@ -1,6 +1,6 @@
 """Cross-play's heavy half: its sources loaded as teams, and one pairing of their agents played.
 
-magrpo-crossplay (magrpo/crossplay.py) parses, checks and plans without torch; what it plays goes
+magrpo-crossplay (magrpo/cli/crossplay.py) parses, checks and plans without torch; what it plays goes
 through here: `resolve_source` (a run, a checkpoint or an exported team, verified, as one resolved
 path), `load_source` (that source as a `Team`) and `evaluate_pairing` (slot k of the team filled by
 source `slots[k]`'s agent k, evaluated as `magrpo-eval` evaluates a team).

@@ -1,5 +1,5 @@
 """The paper's tables as one grid of recipes x methods, written once: what `magrpo-paper` runs
-(magrpo.paper) and how `magrpo-table --layout paper` names and orders the rows (magrpo.table.paper).
+(magrpo.cli.paper) and how `magrpo-table --layout paper` names and orders the rows (magrpo.table.paper).
 
 A row of a table is one run config, `recipe=<task> method=<row>`:
 

@@ -20,7 +20,7 @@ after the task it trains or evaluates.
 
 `from_run` (called by the job) describes what happened for summary.json and eval.json: the run
 directory, the keys inherited and each key the command line overrode with both values. A run
-directory without `.hydra/overrides.yaml` (one started from Python with `magrpo.train.run`, or whose
+directory without `.hydra/overrides.yaml` (one started from Python with `magrpo.cli.train.run`, or whose
 `.hydra/` was removed) has nothing to take up: the command line must then give the team itself, and
 it is refused, naming the keys, where the checkpoint's `config.json` says the team was trained
 otherwise (task, algorithm, topology, turns, feedback, team size and level).

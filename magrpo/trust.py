@@ -30,7 +30,6 @@ module or a package's `__main__` is never taken as a plugin or reward module.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import hashlib
 import hmac
@@ -39,7 +38,6 @@ import logging
 import os
 import secrets
 import shlex
-import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +49,6 @@ from omegaconf import OmegaConf
 from magrpo.checkpoint import CONFIG_FILE, TEAM_FILE
 from magrpo.overrides import override_key, parse_override
 from magrpo.plugins import (
-    PluginError,
     check_location,
     check_name,
     forms,
@@ -658,39 +655,6 @@ def revoke(path: str | Path) -> bool:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="magrpo-trust", description=(
-        "Trust the code a run or team directory records (its plugins, reward functions, config "
-        "directories), so that magrpo-eval, resume=, magrpo-export, magrpo-crossplay, magrpo-table and "
-        "Team.from_pretrained import it. Directories you made yourself need no trusting; one someone "
-        f"else made does. Your trust store: {home() / STORE_FILE}."))
-    p.add_argument("dirs", nargs="*", metavar="DIR", help="run, checkpoint or team directories to trust")
-    p.add_argument("--show", action="store_true", help="show what each DIR records and whether it is trusted; change nothing")
-    p.add_argument("--revoke", action="store_true", help="forget the trust given to each DIR")
-    p.add_argument("--list", action="store_true", help="list the directories you trust")
-    args = p.parse_args(argv)
-    if args.list:
-        for where, entry in sorted(_store()["dirs"].items()):
-            print(f"{where}: {', '.join(entry.get('code') or []) or 'no code references'}")
-        return 0
-    if not args.dirs:
-        p.error("give at least one DIR (or --list)")
-    for d in args.dirs:
-        try:
-            if args.show:
-                print(f"{d}:")
-                print("\n".join(describe(d)))
-            elif args.revoke:
-                print(f"magrpo-trust: {'revoked' if revoke(d) else 'was not trusted:'} {d}")
-            else:
-                refs = trust(d)
-                listed = ", ".join(dict.fromkeys(r.name for r in refs if needs_trust(r))) or "no code references"
-                print(f"magrpo-trust: trusted {d}: {listed}")
-        except (ConfigError, PluginError) as e:
-            print(f"magrpo-trust: error: {e}", file=sys.stderr)
-            return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def trusted_dirs() -> dict[str, list[str]]:
+    """The directories you trust (`magrpo-trust --list`), each with the code references trusted in it."""
+    return {where: list(entry.get("code") or []) for where, entry in sorted(_store()["dirs"].items())}

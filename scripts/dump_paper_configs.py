@@ -17,8 +17,8 @@ def rows() -> list[tuple[str, str, str]]:
     """(task, row, entry) of every table."""
     try:
         from magrpo.paper_grid import METHODS, TABLES
-    except ImportError:     # before magrpo.paper_grid: the rows were magrpo.paper's
-        from magrpo.paper import TABLES as OLD
+    except ImportError:     # before magrpo.paper_grid: the rows were magrpo.cli.paper's
+        from magrpo.cli.paper import TABLES as OLD
 
         return [(task, r.name, r.entry) for t in OLD.values() for task in t.tasks for r in t.rows
                 if (task, r.name) not in t.skip]

@@ -4,7 +4,7 @@
     python scripts/real_shapes.py --cases 1.7b-lora    # some of them; --list names them
     python scripts/real_shapes.py --cases 1.7b-full --set hardware=gpu --no-resume   # on a GPU
 
-Each case runs `python -m magrpo.train` (the real entry point) in its own process: one step, an
+Each case runs `python -m magrpo.cli.train` (the real entry point) in its own process: one step, an
 eval and a checkpoint (max_steps=1), then a second process resumes the run (resume=RUN max_steps=2:
 one more step, eval and checkpoint). Short sequences keep it to minutes on a CPU: batch 2, G=2,
 32 new tokens, 2 eval items x 1 sample, task length_ratio. One JSON line per case on stdout:
@@ -107,7 +107,7 @@ def run_case(name: str, out: Path, threads: int, timeout: float, extra: list[str
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     # Every process also gets hydra.run.dir=RUN: Hydra's own log directory would otherwise be a new outputs/train/...
-    base = [sys.executable, "-m", "magrpo.train", *SHORT, *CASES[name], f"hardware.num_threads={threads}", *extra]
+    base = [sys.executable, "-m", "magrpo.cli.train", *SHORT, *CASES[name], f"hardware.num_threads={threads}", *extra]
     result: dict = {"case": name, "overrides": [*CASES[name], *extra], "threads": threads, "ok": False, "reason": None,
                     "seconds": {}, "peak_rss_gb": {}, "peak_cuda_gb": {}}
     first = run_process([*base, "max_steps=1", f"output_dir={run_dir}", f"hydra.run.dir={run_dir}",

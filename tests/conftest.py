@@ -148,7 +148,7 @@ def build_algorithm(make_cfg, overrides: list[str]):
 def run_and_resume(make_cfg, tmp_path, common: list[str], at: int = 2) -> tuple[dict[int, dict], dict[int, dict]]:
     """Train once uninterrupted and once resumed from the first run's step-`at` checkpoint; the
     training rows of both (the resumed run logs only the steps after `at`)."""
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run(make_cfg(common, out=str(full)))

@@ -1,6 +1,6 @@
 """The package's commands as processes of their own, without paying their imports each time.
 
-A test that runs `python -m magrpo.train ...` wants what a user gets: a process of its own, with
+A test that runs `python -m magrpo.cli.train ...` wants what a user gets: a process of its own, with
 its own environment, working directory, exit code, stdout and stderr, and nothing it does left in
 the test runner. A fresh interpreter spends most of a small command's time importing torch,
 transformers and Hydra (about 6 of the 8-12 s of a smoke run here). `run` forks each command from

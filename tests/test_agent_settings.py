@@ -10,10 +10,10 @@ import pytest
 
 from magrpo.algos import ALGOS
 from magrpo.algos.optim import agent_optimizer, agent_overrides
+from magrpo.cli.train import run
 from magrpo.models import load_agents
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task
-from magrpo.train import run
 from magrpo.validation import validate
 
 TWO = ('agents.models=[{name_or_path: "builtin:tiny", optimizer: {lr: 0.01, schedule: linear, weight_decay: 0.1}},'

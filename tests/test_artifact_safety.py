@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from magrpo import export
-from magrpo.evaluate import main as eval_main
+from magrpo.cli import export
+from magrpo.cli.evaluate import main as eval_main
+from magrpo.cli.train import main as train_main
 from magrpo.schema import ConfigError, SetupError
-from magrpo.train import main as train_main
 from tests.conftest import run_cli
 
 TINY = ["task=length_ratio", "debug=smoke", "algo.max_new_tokens=8", "algo.num_generations=2",

@@ -171,7 +171,7 @@ def test_bad_diagnostics_values_are_refused_in_one_line(override, needle):
 
 
 def test_a_training_run_logs_the_diagnostics_in_metrics_and_summary(tmp_path):
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     out = tmp_path / "run"
     run(compose_cfg([f"output_dir={out}", "max_steps=1", "algo.batch_size=2", "algo.eval_every=0", "save_final=false",
@@ -188,7 +188,7 @@ def test_a_training_run_logs_the_diagnostics_in_metrics_and_summary(tmp_path):
 
 
 def test_magrpo_eval_logs_diagnostics_per_method(tmp_path):
-    from magrpo.evaluate import run_eval
+    from magrpo.cli.evaluate import run_eval
 
     report = run_eval(compose_cfg([f"output_dir={tmp_path / 'eval'}", *SMALL, "methods=[sequential,naive_concat]",
                                    "eval.diagnostics=true"], config_name="eval"))
@@ -200,7 +200,7 @@ def test_magrpo_eval_logs_diagnostics_per_method(tmp_path):
 
 
 def test_dashboard_has_a_collaboration_section(tmp_path, monkeypatch, capsys):
-    from magrpo.dashboard import main, panels_of
+    from magrpo.cli.dashboard import main, panels_of
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "dash.json"
@@ -247,7 +247,7 @@ def test_every_algorithm_logs_grad_norm_kl_and_entropy_per_policy(tmp_path):
     """The per-policy training diagnostics: every algorithm logs them for every policy it trains
     (kl is 0 where algo.beta = 0 loads no reference: the KL to nothing)."""
     from magrpo.algos import ALGOS
-    from magrpo.train import run
+    from magrpo.cli.train import run
     from tests.conftest import train_rows
 
     for algo in sorted(ALGOS):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from magrpo.cli.train import CONF_DIR
 from magrpo.config import ConfigError
-from magrpo.train import CONF_DIR
 from magrpo.validation import validate
 
 GROUPS = ["agents", "task", "reward", "algo", "optimizer", "hardware", "logger", "feedback", "debug", "experiment"]
@@ -470,8 +470,8 @@ def test_after_validation_config_nodes_are_read_as_attributes(tmp_path, monkeypa
     from omegaconf import DictConfig, OmegaConf
 
     import magrpo
-    from magrpo.evaluate import main as eval_main
-    from magrpo.train import main as train_main
+    from magrpo.cli.evaluate import main as eval_main
+    from magrpo.cli.train import main as train_main
     from tests.conftest import run_cli
 
     package = str(Path(magrpo.__file__).resolve().parent)

@@ -9,8 +9,8 @@ from tests.conftest import compose_cfg
 
 
 def test_loading_a_team_draws_no_library_progress_bars(tmp_path, capfd):
+    from magrpo.cli.train import run
     from magrpo.team import Team
-    from magrpo.train import run
 
     run(compose_cfg([f"output_dir={tmp_path / 'r'}", "debug=smoke", "task=agree"]))
     capfd.readouterr()

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from magrpo.crossplay import Pairing, host_partner_matrix, labels_of, main, pairings
+from magrpo.cli.crossplay import Pairing, host_partner_matrix, labels_of, main, pairings
 from magrpo.schema import ConfigError
 from tests.conftest import compose_cfg, tree_digest
 
 
 def _train(out: Path, overrides: list[str]) -> Path:
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     run(compose_cfg([f"output_dir={out}", *overrides]))
     return out
@@ -146,7 +146,7 @@ def test_refusals_are_one_line(case, why, smoke_runs, tmp_path, capsys):
 
 def test_an_exported_team_plays_like_its_run(smoke_runs, tmp_path):
     """An exported team is a source as its run is: same pairings, same numbers."""
-    from magrpo.export import export_run
+    from magrpo.cli.export import export_run
 
     team = export_run(smoke_runs["agree_b"], tmp_path / "team_b")
     a = tmp_path / "a"
@@ -196,13 +196,13 @@ def test_an_out_holding_a_file_crossplay_writes_is_refused_unless_force(smoke_ru
                                                      "crossplay.png", "mine.txt"]
     assert (out / "mine.txt").read_text() == "keep me\n"
     assert "Cross-play" in (out / "crossplay.md").read_text()
-    from magrpo.crossplay import build_parser
+    from magrpo.cli.crossplay import build_parser
 
     assert "--force" in build_parser().format_help()
 
 
 def test_a_source_paired_with_itself_is_refused_whatever_the_paths_and_labels(smoke_runs, tmp_path, capsys):
-    from magrpo.export import export_run
+    from magrpo.cli.export import export_run
 
     a, b = smoke_runs["agree_a"], smoke_runs["agree_b"]
     link = tmp_path / "link"
@@ -227,7 +227,7 @@ def test_a_source_paired_with_itself_is_refused_whatever_the_paths_and_labels(sm
 
 def test_zsc_summary_by_hand():
     """Self-play, cross-play and held-out scores, each with the 95% interval over the sources."""
-    from magrpo.crossplay import held_out_pairings, summarize
+    from magrpo.cli.crossplay import held_out_pairings, summarize
     from magrpo.table.stats import t_quantile_975
 
     # 2 sources, 2 agents: diagonal 1.0 and 0.8, off-diagonal 0.2 and 0.4; one partner (index 2).
@@ -282,7 +282,7 @@ def paper_root(tmp_path_factory) -> Path:
 
 
 def test_paper_crossplay_pairs_each_rows_seeds_and_the_table_shows_it(paper_root, capsys):
-    from magrpo import paper
+    from magrpo.cli import paper
     from magrpo.table import main as table_main
 
     argv = ["coordination", "--out", str(paper_root), "--tasks", "agree", "--rows", "magrpo,ippo",

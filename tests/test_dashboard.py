@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from magrpo.dashboard import main
+from magrpo.cli.dashboard import main
 
 
 def test_out_in_folders_that_do_not_exist_yet(tmp_path, monkeypatch, capsys):

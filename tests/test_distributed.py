@@ -100,7 +100,7 @@ def test_two_ranks_compute_the_gradient_of_one_process_on_the_whole_batch(tmp_pa
 
 
 def _torchrun(args: list[str], cwd: Path, timeout: int = 240, script: str | None = None):
-    entry = [script] if script else ["-m", "magrpo.train"]
+    entry = [script] if script else ["-m", "magrpo.cli.train"]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *entry, *args]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled",
            "PYTHONPATH": str(ROOT)}
@@ -112,7 +112,7 @@ FAILING_RANK = """
 import sys
 from magrpo.algos.magrpo import MAGRPO
 from magrpo.distributed import world
-from magrpo.train import main
+from magrpo.cli.train import main
 
 step = MAGRPO.step
 calls = []
@@ -173,7 +173,7 @@ def test_two_rank_run_writes_one_run_directory_resumes_and_stops_as_a_whole(tmp_
     # the checkpoint of 2 ranks does not resume in one process
     cfg = compose_cfg([*common[:3], "max_steps=3", f"output_dir={tmp_path / 'one'}",
                        f"resume={run / 'checkpoints' / 'step_2'}"])
-    from magrpo.train import run as train_run
+    from magrpo.cli.train import run as train_run
 
     with pytest.raises(ConfigError, match="saved by 2 rank"):
         train_run(cfg)

@@ -194,7 +194,7 @@ def logged(tmp_path_factory) -> dict[str, tuple[set[str], dict]]:
     """{run: (the metric names it logged, its summary.json)} for one step of every algorithm and the
     variants that add names (DAPO, two turns, a shared policy, diagnostics on a chain)."""
     from magrpo.algos import ALGOS
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     runs = {**{a: [f"algo={a}"] for a in ALGOS},
             "dapo": ["algo.dynamic_sampling=true", "algo.overlong_penalty=1"],
@@ -230,10 +230,10 @@ def test_every_summary_key_is_documented(logged):
 
 BLOCK = re.compile(r"(?:<!-- (?P<mark>[\w:.\-]+) -->\n)?```(?:bash|sh|shell)\n(?P<body>.*?)```", re.S)
 ENTRY_POINTS = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"])
-MODULE_OF = {"magrpo-table": "magrpo/table", "magrpo-score": "magrpo/score.py", "magrpo-paper": "magrpo/paper.py",
-             "magrpo-dashboard": "magrpo/dashboard.py", "magrpo-export": "magrpo/export.py",
-             "magrpo-crossplay": "magrpo/crossplay.py", "magrpo-trust": "magrpo/trust.py",
-             "magrpo-population": "magrpo/population.py", "magrpo-train": "magrpo",
+MODULE_OF = {"magrpo-table": "magrpo/table", "magrpo-score": "magrpo/cli/score.py", "magrpo-paper": "magrpo/cli/paper.py",
+             "magrpo-dashboard": "magrpo/cli/dashboard.py", "magrpo-export": "magrpo/cli/export.py",
+             "magrpo-crossplay": "magrpo/cli/crossplay.py", "magrpo-trust": "magrpo/cli/trust.py",
+             "magrpo-population": "magrpo/cli/population.py", "magrpo-train": "magrpo",
              "magrpo-eval": "magrpo"}
 OTHER_PROGRAMS = {"pip", "python", "python3", "hf", "wandb", "torchrun", "sh", "bash", "export", "for", "cd", "srun",
                   "sbatch", "HF_HUB_OFFLINE=1", "git", "ls", "cat", "mkdir"}

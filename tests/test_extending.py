@@ -213,7 +213,7 @@ def test_an_unknown_name_lists_the_known_ones():
     assert isinstance(RegistryError("x"), ConfigError)
 
 
-def _cli(args: list[str], cwd: Path, env: dict | None = None, module: str = "magrpo.train") -> tuple[int, str]:
+def _cli(args: list[str], cwd: Path, env: dict | None = None, module: str = "magrpo.cli.train") -> tuple[int, str]:
     done = preloaded.run(module, args, cwd=cwd, env={**_env(cwd), "PYTHONPATH": str(cwd), **(env or {})})
     lines = [x for x in done.stderr.splitlines() if x.strip() and not x.startswith("[") and "arning" not in x]
     return done.returncode, "\n".join(lines)
@@ -257,7 +257,7 @@ def test_a_run_whose_plugin_is_gone_is_one_line_naming_module_and_run(plugin_run
     empty = tmp_path / "elsewhere"
     empty.mkdir()
     run = plugin_run / "runs" / "sum"
-    code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], empty, module="magrpo.evaluate")
+    code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], empty, module="magrpo.cli.evaluate")
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "'my_game'" in err and str(run) in err
 
@@ -315,7 +315,7 @@ class YamlAlgo(MAGRPO):
 
 
 def test_the_plain_commands_take_plugins_too(plugin_run, tmp_path, capsys):
-    from magrpo import export
+    from magrpo.cli import export
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
@@ -337,7 +337,7 @@ def test_a_run_remembers_its_extra_config_directory(tmp_path):
     assert code == 0, err
     assert _json(run / "checkpoints" / "step_2" / "config.json")["algo"]["num_generations"] == 3
     code, err = _cli([f"checkpoint={run}", "eval.num_items=2", f"hydra.run.dir={tmp_path / 'ev'}"], tmp_path,
-                     module="magrpo.evaluate")
+                     module="magrpo.cli.evaluate")
     assert code == 0, err
     assert _json(tmp_path / "ev" / "eval.json")["config"]["algo"]["num_generations"] == 3
 
@@ -374,10 +374,10 @@ def test_a_runs_saved_plugins_line_cannot_bring_code_from_the_run(plugin_run, tm
     saved = run / ".hydra" / "overrides.yaml"
     saved.write_text(saved.read_text().replace("plugins=[my_game]", "plugins=[my_game,run_code]"))
     env = {"PYTHONPATH": str(plugin_run)}
-    code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], run, env, module="magrpo.evaluate")
+    code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}"], run, env, module="magrpo.cli.evaluate")
     assert code == 2 and "not trusted" in err and "plugin 'run_code'" in err, err      # an edit your signature lacks
     code, err = _cli([f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'ev'}", "trust_plugins=true"], run, env,
-                     module="magrpo.evaluate")
+                     module="magrpo.cli.evaluate")
     assert code == 2 and "would be imported from inside" in err, err                      # trusted, still never from inside
     assert not marker.exists()
 
@@ -391,7 +391,7 @@ def test_import_magrpo_and_its_public_names_change_nothing_in_the_environment():
     code = ("import os, sys; os.environ.pop('OMP_WAIT_POLICY', None); before = dict(os.environ); "
             "import magrpo; from magrpo import Experiment, Team, Task, register_task, register_algo; "
             "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items()); "
-            "import magrpo.train; assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'; print('ok')")
+            "import magrpo.cli.train; assert os.environ['OMP_WAIT_POLICY'] == 'PASSIVE'; print('ok')")
     env = {k: v for k, v in __import__("os").environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

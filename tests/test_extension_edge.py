@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from magrpo.cli.train import main as train_main
 from magrpo.rewards import ZERO_SPREAD_STEPS, ZeroSpread
 from magrpo.tasks import TASKS, build_task
 from magrpo.tasks.base import RewardError
-from magrpo.train import main as train_main
 from tests.conftest import compose_cfg, run_cli
 
 SMOKE = ["debug=smoke", "algo.max_new_tokens=8"]
@@ -226,7 +226,7 @@ def _warnings(caplog) -> list[str]:
 
 
 def _smoke_run(tmp_path, overrides: list[str]) -> dict:
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     return run(compose_cfg([f"output_dir={tmp_path / 'run'}", *SMOKE, *overrides]))
 

@@ -18,10 +18,10 @@ import pytest
 
 from magrpo import checkpoint
 from magrpo.checkpoint import CheckpointError, write_checkpoint
+from magrpo.cli.train import run
 from magrpo.config import EvalRunSchema
 from magrpo.schema import ConfigError, SetupError
 from magrpo.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
-from magrpo.train import run
 from magrpo.validation import validate
 from tests import preloaded
 from tests.conftest import compose_cfg, run_cli, small_tmpfs
@@ -118,7 +118,7 @@ def test_bad_eval_values(tmp_path, overrides, needle):
         validate(compose_cfg([f"output_dir={tmp_path}", *overrides], "eval"), EvalRunSchema)
 
 
-def _cli(args: list[str], cwd: Path, module: str = "magrpo.train", timeout: int = 300):
+def _cli(args: list[str], cwd: Path, module: str = "magrpo.cli.train", timeout: int = 300):
     return preloaded.run(module, args, cwd=cwd, timeout=timeout)
 
 
@@ -136,7 +136,7 @@ def test_cli_config_error_exits_2_on_stderr_without_traceback(tmp_path):
 def _train_here(args: list[str], capsys) -> tuple[int, str]:
     """`magrpo-train ARGS` run by its main in this process: the exit code and stderr. Spares a
     fresh interpreter per bad value; the test above runs the command as a process."""
-    from magrpo.train import main
+    from magrpo.cli.train import main
 
     capsys.readouterr()
     code = run_cli(main, "magrpo-train", args)
@@ -232,7 +232,7 @@ def test_sweep_with_one_bad_job_runs_the_others_and_exits_nonzero(tmp_path, caps
 @pytest.mark.slow      # two fresh interpreters at once, 15 s; a live run's directory is refused in the fast suite
 def test_two_runs_started_together_get_their_own_directories(tmp_path):
     # One torch thread each: the two share the machine's cores.
-    args = [sys.executable, "-m", "magrpo.train", "debug=smoke", "save_final=false", "hardware.num_threads=1", *TINY]
+    args = [sys.executable, "-m", "magrpo.cli.train", "debug=smoke", "save_final=false", "hardware.num_threads=1", *TINY]
     procs = [subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
              for _ in range(2)]
     for p in procs:
@@ -400,7 +400,7 @@ def test_a_really_full_disk_during_a_checkpoint_save(tmp_path, capsys):
 
 
 def test_an_evaluation_takes_the_newest_complete_checkpoint(trained, tmp_path):
-    from magrpo.evaluate import resolve_checkpoint
+    from magrpo.cli.evaluate import resolve_checkpoint
 
     run_dir = _copy_run(trained, tmp_path / "copy")
     (run_dir / "checkpoints" / "step_2" / "trainer_state.pt").write_bytes(b"")
@@ -494,7 +494,7 @@ def test_sigkilled_run_reads_as_interrupted_in_table_and_on_resume(tmp_path, mak
     from magrpo import table
 
     run_dir = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "magrpo.train", "debug=smoke", "max_steps=500", "save_every=1",
+    proc = subprocess.Popen([sys.executable, "-m", "magrpo.cli.train", "debug=smoke", "max_steps=500", "save_every=1",
                              *TINY, f"hydra.run.dir={run_dir}"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -540,10 +540,10 @@ def test_installed_wheel_trains_from_any_directory(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}
-    # Where magrpo.train would load from and the conf/ it reads (train.CONF_DIR is conf_dir()), found
+    # Where magrpo.cli.train would load from and the conf/ it reads (train.CONF_DIR is conf_dir()), found
     # without importing torch: the run below pays for that once.
     code = ("import importlib.util as u; from magrpo.launch import conf_dir; "
-            "print(u.find_spec('magrpo.train').origin); print(conf_dir())")
+            "print(u.find_spec('magrpo.cli.train').origin); print(conf_dir())")
     where = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True,
                            check=True).stdout.split()
     assert where == [str(target / "magrpo" / "train.py"), str(target / "magrpo" / "conf")]

@@ -49,7 +49,7 @@ def _view(task, item, answers, turn=1) -> NodeView:
 def test_every_mode_is_registered_and_has_a_conf_file():
     from pathlib import Path
 
-    from magrpo.train import CONF_DIR
+    from magrpo.cli.train import CONF_DIR
 
     assert set(FEEDBACKS) == {"none", "plain", "passed", "diagnostics", "expert", "discussion"}
     assert {p.stem for p in Path(CONF_DIR, "feedback").glob("*.yaml")} == set(FEEDBACKS)
@@ -302,7 +302,7 @@ def test_expert_needs_exactly_one_reviewer_and_unknown_modes_fail():
 
 
 def test_expert_degradation_is_counted_in_training_metrics(make_cfg, tmp_path):
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     out = tmp_path / "run"
     run(make_cfg(["debug=smoke", "algo.num_turns=2", "feedback=expert", f"feedback.url=http://127.0.0.1:{_closed_port()}",

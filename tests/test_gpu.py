@@ -15,9 +15,9 @@ import os
 import pytest
 import torch
 
+from magrpo.cli.train import run
 from magrpo.models import load_agents
 from magrpo.rollout import Sampling, generate
-from magrpo.train import run
 from magrpo.validation import validate
 from tests.conftest import run_and_resume, train_rows
 

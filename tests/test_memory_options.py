@@ -5,10 +5,10 @@ import pytest
 import torch
 
 from magrpo.algos.magrpo import MAGRPO
+from magrpo.cli.train import run
 from magrpo.models import load_agents
 from magrpo.rollout import Sampling, generate
 from magrpo.tasks import build_task
-from magrpo.train import run
 from magrpo.validation import validate
 
 

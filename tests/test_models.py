@@ -4,9 +4,9 @@ import json
 
 import pytest
 
+from magrpo.cli.train import run
 from magrpo.models import load_agents
 from magrpo.tiny import build_builtin
-from magrpo.train import run
 from magrpo.validation import validate
 
 TEMPLATE = ("{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}"

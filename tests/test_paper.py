@@ -15,9 +15,9 @@ import yaml
 from omegaconf import OmegaConf
 
 from magrpo.algos import ALGOS
+from magrpo.cli.paper import cells, choices, row_algo, sweep_command, tune_space
 from magrpo.config import CONF_DIR, ConfigError, EvalRunSchema, TrainSchema
 from magrpo.metrics import codebleu
-from magrpo.paper import cells, choices, row_algo, sweep_command, tune_space
 from magrpo.paper_grid import HARDER_GAMES, METHODS, TABLES
 from magrpo.table import main as table_main
 from magrpo.validation import validate
@@ -169,7 +169,7 @@ def test_every_deprecated_row_composes_as_its_recipe_and_method(table, task, row
     assert OmegaConf.to_yaml(old) == OmegaConf.to_yaml(new)
 
 def test_every_paper_row_is_a_recipe_and_a_method_and_nothing_else_is_there():
-    from magrpo.train import CONF_DIR
+    from magrpo.cli.train import CONF_DIR
 
     conf = Path(CONF_DIR)
     listed = {cell for table in TABLES for entry in ("eval", "train") for cell in cells(table, entry)}
@@ -187,7 +187,7 @@ def test_every_paper_row_is_a_recipe_and_a_method_and_nothing_else_is_there():
 
 def test_the_rows_are_listed_once_for_the_driver_and_the_renderer():
     """magrpo-paper (what runs) and magrpo-table --layout paper (names, order, families) read one grid."""
-    import magrpo.paper as driver
+    import magrpo.cli.paper as driver
     import magrpo.paper_grid as grid
     import magrpo.table.paper as renderer
 
@@ -248,7 +248,7 @@ def test_the_paper_rows_do_not_flood_help():
 def test_sweep_commands_name_one_group_and_one_dir_per_entry(tmp_path):
     (rows,) = sweeps("writing", "eval")
     cmd = sweep_command("eval", rows, "0,1", "tiny", "grp", tmp_path / "eval", "joblib", 2, ["logger=wandb"])
-    assert cmd[1:6] == ["-m", "magrpo.evaluate", "-m", "recipe=tldr,arxiv", "method=single,naive_concat,sequential,discussion"]
+    assert cmd[1:6] == ["-m", "magrpo.cli.evaluate", "-m", "recipe=tldr,arxiv", "method=single,naive_concat,sequential,discussion"]
     assert {"seed=0,1", "scale=tiny", "logger.group=grp", f"hydra.sweep.dir={tmp_path / 'eval'}",
             "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "logger=wandb"} <= set(cmd)
     assert "hydra.launcher.n_jobs=2" not in sweep_command("train", ["recipe=tldr", "method=magrpo"], "0", "tiny", "g",
@@ -259,7 +259,7 @@ def test_a_table_whose_tasks_lack_some_rows_sweeps_them_in_blocks_of_exactly_its
     """Hydra sweeps recipe x method as a product: the signalling games, without two of the coordination
     rows, are a sweep of their own, invest and crowd (no C3) another, and the blocks together run each
     cell once."""
-    from magrpo.paper import sweep_rows
+    from magrpo.cli.paper import sweep_rows
 
     blocks = sweeps("coordination", "train")
     assert [b[0] for b in blocks] == ["recipe=agree,cover,convention,stag_hunt", "recipe=signal,budget_signal",
@@ -395,7 +395,7 @@ def test_paper_layout_rows_columns_bold_cells_and_listed_runs(paper_runs, capsys
 
 
 def test_eval_runs_write_the_run_directory_layout_and_split_into_rows(make_cfg, tmp_path, capsys):
-    from magrpo.evaluate import run_eval
+    from magrpo.cli.evaluate import run_eval
 
     out = tmp_path / "sweep" / "0_eval"
     cfg = compose_cfg([f"output_dir={out}", "methods=[single,naive_concat]", "eval.num_items=2",
@@ -630,7 +630,7 @@ def test_paper_layout_derives_normalized_return_from_each_runs_own_reward(tmp_pa
 
 
 def test_sweep_value_is_the_named_metric_or_the_tasks_primary_one():
-    from magrpo.train import sweep_value
+    from magrpo.cli.train import sweep_value
 
     final = {"reward_mean": 2.0, "normalized_return": 0.5, "pass@1": 0.25}
     assert sweep_value(compose_cfg(["task=humaneval"]), final) == 0.25
@@ -706,8 +706,8 @@ def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsy
     import shlex
     import sys
 
-    from magrpo.paper import main as paper_main
-    from magrpo.paper import table_command
+    from magrpo.cli.paper import main as paper_main
+    from magrpo.cli.paper import table_command
 
     root = tmp_path / "sweep dir"   # a space, which must be quoted too
     overrides = ["label=${task.name}_x", "hydra.job.name=a b", "logger.tags=[it's]"]
@@ -734,7 +734,7 @@ def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_wh
                                                                                         monkeypatch):
     import shlex
 
-    import magrpo.paper as paper
+    import magrpo.cli.paper as paper
     import magrpo.table as table
 
     ran = []
@@ -757,7 +757,7 @@ def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_wh
     assert root.is_dir()   # made before any job runs
     printed = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
     assert printed[0] == ran[0] and printed[1][3:] == ran[1]
-    assert ran[0][2] == "magrpo.train" and ran[1] == [str(root), "--layout", "paper", "--out", str(root / "table"), "--force"]
+    assert ran[0][2] == "magrpo.cli.train" and ran[1] == [str(root), "--layout", "paper", "--out", str(root / "table"), "--force"]
     # a sweep directory that cannot be made stops it before any job, in one line
     (tmp_path / "file").write_text("")
     ran.clear()
@@ -772,7 +772,7 @@ def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_wh
 def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     import shlex
 
-    from magrpo.paper import main as paper_main
+    from magrpo.cli.paper import main as paper_main
 
     root = tmp_path / "sweep dir"
     assert paper_main(["coordination", "--tune-trials", "4", "--seeds", "0,1", "--out", str(root), "--dry-run",
@@ -785,7 +785,7 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     # 1. one Optuna sweep per trained (task, row): K trials on seed 0 over the row's own space
     tunes = commands[:len(trained)]
     for (task, row), cmd in zip(trained, tunes):
-        assert cmd[1:6] == ["-m", "magrpo.train", "-m", f"recipe={task}", f"method={row}"]
+        assert cmd[1:6] == ["-m", "magrpo.cli.train", "-m", f"recipe={task}", f"method={row}"]
         assert {"seed=0", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.sampler.seed=0",
                 "hydra.sweeper.direction=maximize", "optimized_metric=normalized_return", "++max_steps=3",
                 f"hydra.sweep.dir={root / 'tuning' / f'{task}_{row}'}", f"hydra.sweeper.study_name={task}_{row}"} <= set(cmd)
@@ -799,7 +799,7 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     *own, record, evals, seeds, table = commands[len(trained):]
     assert [cmd[4:6] for cmd in own] == sweeps("coordination", "train")
     assert all("seed=0" in cmd and f"hydra.sweep.dir={root / 'tuning' / 'defaults'}" in cmd for cmd in own)
-    assert record[1:4] == ["-m", "magrpo.paper", "coordination"] and record[-1] == "--record-tuning"
+    assert record[1:4] == ["-m", "magrpo.cli.paper", "coordination"] and record[-1] == "--record-tuning"
     assert evals[4:6] == ["recipe=agree,cover,signal,convention,stag_hunt,budget_signal,invest,crowd",
                           "method=untrained"]
     assert f"experiment={','.join(f'tuned/{task}/{row}' for task, row in trained)}" in seeds
@@ -830,7 +830,7 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
      "--record-crossplay and --record-tuning are two steps of a table run: give one at a time"),
 ])
 def test_bad_paper_options_exit_2_naming_the_value_and_what_is_allowed(argv, message, capsys):
-    from magrpo.paper import main as paper_main
+    from magrpo.cli.paper import main as paper_main
 
     with pytest.raises(SystemExit) as e:
         paper_main(["coordination", *argv, "--dry-run"])
@@ -838,7 +838,7 @@ def test_bad_paper_options_exit_2_naming_the_value_and_what_is_allowed(argv, mes
 
 
 def test_crossplay_is_a_step_between_the_trained_rows_and_the_table(tmp_path, capsys):
-    from magrpo.paper import main as paper_main
+    from magrpo.cli.paper import main as paper_main
 
     argv = ["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--out", str(tmp_path), "--dry-run"]
     assert paper_main([*argv, "--crossplay", "--crossplay-partners", "ippo"]) == 0
@@ -850,7 +850,7 @@ def test_crossplay_is_a_step_between_the_trained_rows_and_the_table(tmp_path, ca
 
 
 def test_seeds_with_spaces_are_given_to_the_sweep_as_hydra_reads_them(tmp_path, capsys):
-    from magrpo.paper import main as paper_main
+    from magrpo.cli.paper import main as paper_main
 
     assert paper_main(["coordination", "--tasks", "agree", "--seeds", " 3, 4 ", "--out", str(tmp_path), "--dry-run"]) == 0
     out = capsys.readouterr().out
@@ -858,7 +858,7 @@ def test_seeds_with_spaces_are_given_to_the_sweep_as_hydra_reads_them(tmp_path, 
 
 
 def test_a_table_whose_rows_have_no_search_space_is_not_tuned(capsys):
-    from magrpo.paper import main as paper_main
+    from magrpo.cli.paper import main as paper_main
 
     with pytest.raises(SystemExit) as e:
         paper_main(["writing", "--tune-trials", "2", "--dry-run"])
@@ -869,7 +869,7 @@ def test_a_table_whose_rows_have_no_search_space_is_not_tuned(capsys):
 def test_a_tuning_that_did_not_finish_is_recorded_and_its_row_runs_at_its_own_values(tmp_path, capsys):
     """A failed trial stops hydra-optuna-sweeper before optimization_results.yaml: the record says so,
     keeps the trials that finished, and the tuned config adds nothing to the row."""
-    from magrpo.paper import main as paper_main
+    from magrpo.cli.paper import main as paper_main
 
     root = tmp_path / "sweep"
     trial = write_job(root / "tuning" / "agree_magrpo" / "0", task="agree", label="magrpo", seed=0,
@@ -897,7 +897,7 @@ def test_a_tuning_that_did_not_finish_is_recorded_and_its_row_runs_at_its_own_va
 def test_tuning_runs_trials_records_the_best_and_runs_the_seeds_at_it(tmp_path, capsys):
     """One task, one row, two trials, end to end (tiny: 2 steps, 2 eval items). The row is IPPO, whose search
     space differs from the group-relative rows' (algo.ent_coef beside optimizer.lr)."""
-    from magrpo.paper import main as paper_main
+    from magrpo.cli.paper import main as paper_main
 
     pytest.importorskip("hydra_plugins.hydra_optuna_sweeper")     # the `optuna` extra (in `dev`)
 
@@ -953,7 +953,7 @@ def test_a_dry_run_piped_into_head_stops_quietly(tmp_path):
     import subprocess
     import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "magrpo.paper", "coordination", "--tune-trials", "2", "--dry-run",
+    proc = subprocess.Popen([sys.executable, "-m", "magrpo.cli.paper", "coordination", "--tune-trials", "2", "--dry-run",
                              "--out", str(tmp_path / "sweep")], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     first = proc.stdout.readline()
     proc.stdout.close()

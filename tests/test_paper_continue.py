@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from magrpo import paper
+from magrpo.cli import paper
 
 ARGS = ["coordination", "--tasks", "agree", "--rows", "magrpo", "--seeds", "0,1", "--only", "train",
         "--launcher", "basic", "--jobs", "1", "max_steps=2", "eval.num_items=2", "eval.num_samples=1",
@@ -20,7 +20,7 @@ ARGS = ["coordination", "--tasks", "agree", "--rows", "magrpo", "--seeds", "0,1"
 
 
 def _paper(out: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "magrpo.paper", *ARGS, "--out", str(out)], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "magrpo.cli.paper", *ARGS, "--out", str(out)], capture_output=True,
                           text=True, timeout=900)
 
 
@@ -82,11 +82,11 @@ def test_a_job_is_rerun_as_a_single_run_of_its_cell():
     cmd = paper.sweep_command("train", ["recipe=agree,cover", "method=magrpo,ippo"], "0,1", "tiny", "g",
                               Path("/s"), "joblib", 2, ["max_steps=5"])
     single = paper.cell_command(cmd, "cover", "ippo", "1", Path("/s/3_cover_ippo_s1"))
-    assert single[1:3] == ["-m", "magrpo.train"]
+    assert single[1:3] == ["-m", "magrpo.cli.train"]
     assert "recipe=cover" in single and "method=ippo" in single and "seed=1" in single
     assert "hydra.run.dir=/s/3_cover_ippo_s1" in single and "++max_steps=5" in single
     assert not any(a.startswith(("hydra.sweep.", "hydra/launcher=", "hydra.launcher.")) for a in single)
-    assert single.count("-m") == 1                       # python -m magrpo.train, no multirun
+    assert single.count("-m") == 1                       # python -m magrpo.cli.train, no multirun
 
 
 def _waiter(marks: Path, me: str, other: str, patience: float) -> list[str]:
@@ -125,7 +125,7 @@ def test_a_sigterm_stops_the_table_as_a_ctrl_c_does(tmp_path):
     # started as a script's background job (`make paper ... &` in it) is: SIGINT ignored, inherited by
     # what it starts unless magrpo-paper gives its jobs the default back (else they ignore `stop`'s SIGINT)
     out = tmp_path / "paper"
-    proc = subprocess.Popen([sys.executable, "-m", "magrpo.paper", *ARGS, "max_steps=5000", "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "magrpo.cli.paper", *ARGS, "max_steps=5000", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     try:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from magrpo.evaluate import main as eval_main
+from magrpo.cli.evaluate import main as eval_main
+from magrpo.cli.train import main as train_main
+from magrpo.cli.train import run
 from magrpo.run_config import merge
-from magrpo.train import main as train_main
-from magrpo.train import run
 from tests.conftest import run_cli, train_rows
 
 # The offline tiny settings of tests/tasks/test_tasks_smoke.py.

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from magrpo.cli.train import run
 from magrpo.schema import ConfigError
-from magrpo.train import run
 from tests import preloaded
 from tests.conftest import compose_cfg
 
@@ -69,7 +69,7 @@ def finished_run(tmp_path_factory) -> Path:
     ("experiment=compare/tdlr", ["compare/{arxiv", "did you mean 'compare/tldr'?"]),
 ])
 def test_a_bad_override_gets_one_line_of_ours_and_exit_2(override, expected, tmp_path, monkeypatch, capsys):
-    code, err = cli("magrpo.train", [override, f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch, capsys)
+    code, err = cli("magrpo.cli.train", [override, f"hydra.run.dir={tmp_path / 'run'}"], monkeypatch, capsys)
     lines = [ln for ln in err.splitlines() if ln.strip() and "arning" not in ln]
     assert code == 2, err
     assert len(lines) == 1 and lines[0].startswith("magrpo-train: config error: "), err
@@ -78,7 +78,7 @@ def test_a_bad_override_gets_one_line_of_ours_and_exit_2(override, expected, tmp
 
 
 def test_eval_gets_the_same_messages(tmp_path, monkeypatch, capsys):
-    code, err = cli("magrpo.evaluate", ["eval.num_sample=3", f"hydra.run.dir={tmp_path / 'e'}"], monkeypatch, capsys)
+    code, err = cli("magrpo.cli.evaluate", ["eval.num_sample=3", f"hydra.run.dir={tmp_path / 'e'}"], monkeypatch, capsys)
     assert code == 2 and err.startswith("magrpo-eval: config error: unknown config key 'eval.num_sample'")
     assert "did you mean 'num_samples'?" in err
 
@@ -89,7 +89,7 @@ def test_eval_gets_the_same_messages(tmp_path, monkeypatch, capsys):
 def test_a_second_run_aimed_at_a_finished_run_changes_nothing_there(finished_run, monkeypatch, capsys):
     before = tree_digest(finished_run)
     assert "metrics.jsonl" in before and "summary.json" in before
-    code, err = cli("magrpo.train", [*SMOKE, f"hydra.run.dir={finished_run}"], monkeypatch, capsys)
+    code, err = cli("magrpo.cli.train", [*SMOKE, f"hydra.run.dir={finished_run}"], monkeypatch, capsys)
     assert code == 2
     assert f"hydra.run.dir='{finished_run}' already holds a finished run of 2 step(s)" in err
     assert "resume=" in err and "another directory" in err
@@ -100,7 +100,7 @@ def test_a_second_run_aimed_at_a_finished_run_changes_nothing_there(finished_run
 
 def test_eval_refuses_a_run_directory(finished_run, monkeypatch, capsys):
     before = tree_digest(finished_run)
-    code, err = cli("magrpo.evaluate", [f"checkpoint={finished_run}", "eval.num_items=2",
+    code, err = cli("magrpo.cli.evaluate", [f"checkpoint={finished_run}", "eval.num_items=2",
                                         f"hydra.run.dir={finished_run}"], monkeypatch, capsys)
     assert code == 2 and "already holds a finished run" in err
     assert tree_digest(finished_run) == before
@@ -141,7 +141,7 @@ def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     # SIGINT as a terminal delivers it: a test run launched in the background of a non-interactive
     # shell (`cmd &`) inherits SIGINT ignored, and so would its child.
-    proc = subprocess.Popen([sys.executable, "-m", "magrpo.train", *args, f"hydra.run.dir={d}"], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "magrpo.cli.train", *args, f"hydra.run.dir={d}"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
@@ -162,7 +162,7 @@ def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp
     assert all(a in cmd for a in args)
     # The printed command resumes the run in place (only max_steps shortened, which a resume may change).
     over = [a if not a.startswith("max_steps=") else "max_steps=" + str(summary["steps"] + 1) for a in cmd[1:]]
-    done = preloaded.run("magrpo.train", over, cwd=tmp_path, env=env)
+    done = preloaded.run("magrpo.cli.train", over, cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     final = json.loads((d / "summary.json").read_text())
     assert final["status"] == "finished" and final["resumed_from"]["run_status"] == "interrupted"
@@ -172,7 +172,7 @@ def test_ctrl_c_prints_one_line_with_the_resume_command_and_the_resume_works(tmp
 def test_output_dir_is_the_whole_run_and_nothing_is_left_elsewhere(tmp_path):
     """output_dir=DIR holds the run's .hydra/ and log; no outputs/train/<stamp>/ appears beside it."""
     out = tmp_path / "mine"
-    done = preloaded.run("magrpo.train", [*SMOKE, f"output_dir={out}"], cwd=tmp_path,
+    done = preloaded.run("magrpo.cli.train", [*SMOKE, f"output_dir={out}"], cwd=tmp_path,
                       env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert done.returncode == 0, done.stderr[-2000:]
     assert (out / ".hydra" / "overrides.yaml").is_file() and (out / "train.log").is_file()
@@ -180,7 +180,7 @@ def test_output_dir_is_the_whole_run_and_nothing_is_left_elsewhere(tmp_path):
     assert not (tmp_path / "outputs").exists()
 
 
-@pytest.mark.parametrize("module, prog", [("magrpo.train", "magrpo-train"), ("magrpo.evaluate", "magrpo-eval")])
+@pytest.mark.parametrize("module, prog", [("magrpo.cli.train", "magrpo-train"), ("magrpo.cli.evaluate", "magrpo-eval")])
 def test_help_lists_the_users_groups_not_the_internal_ones(module, prog, tmp_path):
     done = preloaded.run(module, ["--help"], cwd=tmp_path, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert done.returncode == 0, done.stderr[-2000:]

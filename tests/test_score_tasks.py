@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from magrpo.score import SCORERS, main
+from magrpo.cli.score import SCORERS, main
 
 # -- small data sets, in each source's own column layout -------------------------------------------
 

@@ -25,7 +25,7 @@ SMOKE = ["debug=smoke", "algo.max_new_tokens=8", "eval.num_items=2", "save_final
 def multirun(tmp_path: Path, *overrides: str, timeout: int = 600):
     """`magrpo-train -m SMOKE OVERRIDES` as a fresh process (its output and exit code)."""
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "magrpo.train", "-m", *SMOKE, *overrides, f"hydra.sweep.dir={sweep}"]
+    cmd = [sys.executable, "-m", "magrpo.cli.train", "-m", *SMOKE, *overrides, f"hydra.sweep.dir={sweep}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=tmp_path,
                           env={**os.environ, "WANDB_SILENT": "true"})
     return proc, sweep
@@ -34,7 +34,7 @@ def multirun(tmp_path: Path, *overrides: str, timeout: int = 600):
 def multirun_here(tmp_path: Path, capsys, *overrides: str):
     """The same sweep run by magrpo-train's main in this process: (exit code, stderr, sweep dir).
     The joblib test below and tests/test_failures.py run sweeps as processes."""
-    from magrpo.train import main
+    from magrpo.cli.train import main
 
     sweep = tmp_path / "sweep"
     capsys.readouterr()
@@ -147,7 +147,7 @@ def test_a_job_in_a_warm_joblib_worker_learns_what_a_fresh_process_learns(tmp_pa
 
 def test_a_run_that_raises_finishes_its_wandb_run_as_failed(make_cfg, tmp_path, monkeypatch):
     from magrpo.algos.magrpo import MAGRPO
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     calls = {"n": 0}
     real_step = MAGRPO.step
@@ -169,7 +169,7 @@ def test_a_run_that_raises_finishes_its_wandb_run_as_failed(make_cfg, tmp_path, 
 
 
 def test_dashboard_spec_built_offline_has_the_panels_and_grouping(tmp_path, monkeypatch, capsys):
-    from magrpo.dashboard import main, panels_of
+    from magrpo.cli.dashboard import main, panels_of
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "dash.json"

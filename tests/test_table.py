@@ -362,7 +362,7 @@ def test_real_smoke_run_is_read(make_cfg, tmp_path, capsys):
     import torch
     from omegaconf import OmegaConf
 
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     out = tmp_path / "sweep" / "0_seed_0"
     # As small as a real run gets: a few seconds even on 2 busy cores.

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from magrpo import export
-from magrpo.evaluate import main as eval_main
-from magrpo.train import main as train_main
+from magrpo.cli import export
+from magrpo.cli.evaluate import main as eval_main
+from magrpo.cli.train import main as train_main
 from tests.conftest import compose_cfg, run_cli, small_tmpfs, tree_digest
 
 TINY = ["debug=smoke", "algo.max_new_tokens=12", "algo.num_generations=2", "algo.max_prompt_length=64"]
@@ -571,7 +571,7 @@ def test_a_killed_export_leaves_no_team_and_the_next_export_removes_its_temporar
     # SIGKILLed mid-export (the weights written, the model card next): nothing in-process can clean up
     script = ("import os, signal, sys\nimport magrpo.team\n"
               "magrpo.team.model_card = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
-              f"from magrpo import export\nsys.exit(export.main([{str(run)!r}, {str(out)!r}]))\n")
+              f"from magrpo.cli import export\nsys.exit(export.main([{str(run)!r}, {str(out)!r}]))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from magrpo.algos import ALGOS
+from magrpo.cli.train import run
 from magrpo.models import load_agents
 from magrpo.schema import ConfigError
 from magrpo.tasks import build_task
-from magrpo.train import run
 from magrpo.validation import validate
 from tests.conftest import run_and_resume
 
@@ -72,7 +72,7 @@ def test_a_shared_policy_resumes_exactly(make_cfg, tmp_path, lora):
 
 
 def test_a_shared_policy_checkpoint_is_evaluated_with_the_same_team_shape(make_cfg, tmp_path):
-    from magrpo.evaluate import main as eval_main
+    from magrpo.cli.evaluate import main as eval_main
     from tests.conftest import run_cli
 
     out = tmp_path / "run"

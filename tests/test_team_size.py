@@ -9,9 +9,9 @@ import json
 
 import pytest
 
+from magrpo.cli.train import run
 from magrpo.schema import ConfigError
 from magrpo.tasks import TASKS, available_tasks
-from magrpo.train import run
 from magrpo.validation import validate
 from tests.conftest import run_and_resume, train_rows
 
@@ -90,7 +90,7 @@ def test_every_task_declares_the_sizes_it_accepts():
 
 
 def test_a_team_of_three_is_evaluated_under_every_scheme(tmp_path, capsys):
-    from magrpo.evaluate import main
+    from magrpo.cli.evaluate import main
     from tests.conftest import run_cli
 
     out = tmp_path / "eval"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from magrpo import trust
+from magrpo.cli.trust import main as trust_main
 from magrpo.schema import ConfigError
 from tests import preloaded
 from tests.test_artifact_safety import rehash
@@ -91,9 +92,9 @@ def _cli(entry: str, argv: list[str], capsys) -> tuple[int, list[str]]:
     from magrpo.launch import cli_main
 
     if entry == "eval":
-        from magrpo.evaluate import eval_job as job
+        from magrpo.cli.evaluate import eval_job as job
     else:
-        from magrpo.train import train_job as job
+        from magrpo.cli.train import train_job as job
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
         cli_main(job, f"magrpo-{entry}", entry, argv)
@@ -145,7 +146,7 @@ def test_magrpo_trust_covers_what_the_directory_records_now(made, receiver, caps
     from magrpo.team import Team
 
     team = received(made, receiver, "team")
-    assert trust.main([str(team)]) == 0
+    assert trust_main([str(team)]) == 0
     assert "trusted" in capsys.readouterr().out
     Team.from_pretrained(team, device="cpu")
     trust._allowed.clear()
@@ -154,7 +155,7 @@ def test_magrpo_trust_covers_what_the_directory_records_now(made, receiver, caps
     with pytest.raises(trust.UntrustedError, match="plugin 'payload_mod'"):
         Team.from_pretrained(team, device="cpu")
     assert not ran(receiver)
-    assert trust.main(["--revoke", str(team)]) == 0
+    assert trust_main(["--revoke", str(team)]) == 0
 
 
 def test_a_plugin_you_name_yourself_is_yours(made, receiver):
@@ -280,7 +281,7 @@ def _team_recording(made, tmp_path: Path, **change) -> Path:
 
 
 def test_every_command_refuses_a_received_teams_plugin_in_one_line(made, receiver, capsys):
-    from magrpo import crossplay
+    from magrpo.cli import crossplay
     from magrpo.team import Team
 
     team = _team_recording(made, receiver, plugins=["trust_game", "payload_mod"])
@@ -294,7 +295,7 @@ def test_every_command_refuses_a_received_teams_plugin_in_one_line(made, receive
 
 
 def test_every_command_refuses_a_received_runs_plugin_in_one_line(made, receiver, capsys):
-    from magrpo import export
+    from magrpo.cli import export
     from magrpo.team import Team
 
     run = received(made, receiver, "run")

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from magrpo.cli.train import run
 from magrpo.config import ConfigError
 from magrpo.feedback import build_feedback
 from magrpo.models import load_agents
 from magrpo.rollout import Rollout, Sampling, joint_indices
 from magrpo.tasks import Scores, build_task
-from magrpo.train import run
 from magrpo.trainer import seed_everything
 from magrpo.turns import (
     TreeStats,

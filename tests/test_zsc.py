@@ -167,7 +167,7 @@ SMALL = ["debug=smoke", "task=lever", "eval.num_items=2", "eval.num_samples=1"]
 
 @pytest.fixture(scope="module")
 def partner_runs(tmp_path_factory):
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     root = tmp_path_factory.mktemp("partners")
     for s in (1, 2):
@@ -288,8 +288,8 @@ def test_the_diversity_term_is_the_mixtures_nll_of_each_answer_added_to_its_retu
 
 
 def test_a_member_trained_with_the_diversity_term_leaves_the_earlier_ones_as_they_were(partner_runs, tmp_path):
+    from magrpo.cli.train import run
     from magrpo.team import Team
-    from magrpo.train import run
 
     before = Team.from_run(partner_runs[0])
     run(compose_cfg([f"output_dir={tmp_path / 'div'}", *SMALL, "logger.log_every=1",
@@ -314,8 +314,8 @@ def test_the_diversity_term_on_an_algorithm_that_cannot_read_it_is_one_config_er
 def test_a_population_in_one_command_and_fcp_on_it(tmp_path, capsys):
     """magrpo-population trains one member per seed, keeps their checkpoints and writes the manifest
     that partners=[DIR] reads."""
+    from magrpo.cli.population import main as population_main
     from magrpo.partners import expand
-    from magrpo.population import main as population_main
 
     out = tmp_path / "pop"
     assert population_main(["--out", str(out), "--size", "2", "--first-seed", "3", "--save-every", "1",

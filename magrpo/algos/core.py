@@ -452,7 +452,7 @@ class AdaptiveKLController:
 
 
 def __getattr__(name: str) -> Any:
-    # `SCALES` was ADVANTAGE_SCALES' name (it read like magrpo.paper.SCALES, the paper's run scales);
+    # `SCALES` was ADVANTAGE_SCALES' name (it read like magrpo.cli.paper.SCALES, the paper's run scales);
     # kept one release, with a DeprecationWarning.
     if name == "SCALES":
         warnings.warn("magrpo.algos.core.SCALES is deprecated; use magrpo.algos.core.ADVANTAGE_SCALES",

@@ -1,7 +1,7 @@
 """The tuning records of `magrpo-paper --tune-trials K` for `magrpo-table --tuning DIR`.
 
 `magrpo-paper` tunes each trained row of a table on seed 0 with Hydra's Optuna sweeper before the
-seeds run, and records each (task, row) as DIR/<task>_<row>.json (magrpo.paper.record_tuning):
+seeds run, and records each (task, row) as DIR/<task>_<row>.json (magrpo.cli.paper.record_tuning):
 
     {"task", "row", "experiment", "objective", "direction", "seed", "n_trials",
      "space":  {override key: Optuna spec, e.g. "optimizer.lr": "tag(log, interval(1e-4, 3e-2))"},

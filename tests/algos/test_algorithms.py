@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from magrpo.algos import ALGOS
+from magrpo.cli.train import run
 from magrpo.config import ConfigError
 from magrpo.rollout import team_rollout
 from magrpo.tasks import build_task
-from magrpo.train import run
 from magrpo.validation import validate
 from tests.conftest import build_algorithm, run_and_resume, train_rows
 
@@ -256,7 +256,7 @@ def test_multi_turn_values_are_accepted_by_every_algorithm(make_cfg):
 
 def test_the_yaml_holds_no_default_twice():
     """Each conf/algo file starts from its schema and overrides nothing but what differs."""
-    from magrpo.train import CONF_DIR
+    from magrpo.cli.train import CONF_DIR
 
     for path in Path(CONF_DIR, "algo").glob("*.yaml"):
         lines = [ln for ln in path.read_text().splitlines() if ln and not ln.startswith("#")]

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from magrpo.algos.core import keyed_advantages
-from magrpo.train import run
+from magrpo.cli.train import run
 from magrpo.turns import TreeStats, TurnSpec, choose_expansions
 from tests.algos import FAST, scored_rollout
 from tests.conftest import train_rows

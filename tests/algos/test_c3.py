@@ -4,8 +4,8 @@ import torch
 
 from magrpo.algos.c3 import counterfactual_rollouts
 from magrpo.algos.core import advantages
+from magrpo.cli.train import run
 from magrpo.rollout import Sampling
-from magrpo.train import run
 from tests.algos import FAST
 from tests.conftest import build_algorithm, run_cli, train_rows
 
@@ -53,7 +53,7 @@ def test_c3_logs_its_cost(make_cfg, tmp_path):
 def test_c3_has_no_key_of_magrpos_it_does_not_use(tmp_path, capsys):
     """C3 draws its own alternatives: MAGRPO's dynamic sampling, overlong penalty and cross credit are
     not keys of algo=c3, so setting one is an unknown key that lists C3's keys."""
-    from magrpo.train import main
+    from magrpo.cli.train import main
 
     code = run_cli(main, "magrpo-train", ["algo=c3", "algo.dynamic_sampling=true", f"hydra.run.dir={tmp_path}"])
     err = capsys.readouterr().err

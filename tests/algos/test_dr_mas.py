@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from magrpo.algos.core import keyed_advantages
+from magrpo.cli.train import run
 from magrpo.tasks import Scores
-from magrpo.train import run
 from tests.algos import FAST
 from tests.conftest import build_algorithm, train_rows
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
+from magrpo.cli.train import run
 from magrpo.config import ConfigError
-from magrpo.train import run
 from magrpo.validation import validate
 from tests.algos import FAST
 from tests.conftest import run_and_resume

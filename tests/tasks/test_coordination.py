@@ -92,7 +92,7 @@ def test_individual_reward_is_refused_where_the_reward_does_not_split(make_cfg):
 def test_the_coordination_table_plays_every_game_and_skips_what_a_game_does_not_allow():
     """Each (game, row) composes and runs the game's default run: tests/test_paper.py
     (test_every_paper_config_composes_at_both_scales)."""
-    from magrpo.paper import cells
+    from magrpo.cli.paper import cells
 
     have = cells("coordination", "train")
     assert {task for task, _ in have} == {"agree", "cover", "signal", "convention", "stag_hunt", "budget_signal",
@@ -105,9 +105,9 @@ def test_the_coordination_table_plays_every_game_and_skips_what_a_game_does_not_
 def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):
     """A trained row and the untrained row of `cover`, through the paper layout: the game's own
     columns (covered, collisions), not the other games'."""
-    from magrpo.evaluate import run_eval
+    from magrpo.cli.evaluate import run_eval
+    from magrpo.cli.train import run
     from magrpo.table import main as table_main
-    from magrpo.train import run
     from tests.conftest import compose_cfg
     from tests.test_paper import md_table
 

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
+from magrpo.cli.evaluate import run_eval
+from magrpo.cli.train import run
 from magrpo.config import ConfigError
-from magrpo.evaluate import run_eval
 from magrpo.tasks import build_task
 from magrpo.tasks.maporl.data import builtin_items, gsm8k_answer
 from magrpo.tasks.maporl.reward import incentives, majority, parse_answer
-from magrpo.train import run
 from magrpo.validation import validate
 from tests.conftest import compose_cfg
 

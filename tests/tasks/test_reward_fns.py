@@ -26,13 +26,13 @@ def _task(tmp_path, overrides: list[str]):
 
 
 def _run(tmp_path, overrides: list[str]) -> dict:
-    from magrpo.train import run
+    from magrpo.cli.train import run
 
     return run(compose_cfg([f"output_dir={tmp_path / 'run'}", *SMOKE, *overrides]))
 
 
 def _train_cli(tmp_path, args: list[str], capsys) -> tuple[int, str]:
-    from magrpo.train import main
+    from magrpo.cli.train import main
 
     capsys.readouterr()
     code = run_cli(main, "magrpo-train", [*SMOKE, *args, f"hydra.run.dir={tmp_path / 'run'}"])
@@ -154,7 +154,7 @@ def test_single_model_algorithm_gets_plain_strings(tmp_path):
 
 
 def test_magrpo_eval_with_a_reward_function(tmp_path, capsys):
-    from magrpo.evaluate import main
+    from magrpo.cli.evaluate import main
 
     out = tmp_path / "eval"
     code = run_cli(main, "magrpo-eval", [f"reward.fn={FN}:brevity", "methods=[single,naive_concat]",

