@@ -658,3 +658,7 @@ def revoke(path: str | Path) -> bool:
 def trusted_dirs() -> dict[str, list[str]]:
     """The directories you trust (`magrpo-trust --list`), each with the code references trusted in it."""
     return {where: list(entry.get("code") or []) for where, entry in sorted(_store()["dirs"].items())}
+
+
+if __name__ == "__main__":      # the command's options moved with the other commands (magrpo.cli)
+    raise SystemExit("python -m magrpo.trust is now magrpo-trust (python -m magrpo.cli.trust); nothing was changed")
