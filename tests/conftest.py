@@ -99,6 +99,7 @@ def compose_cfg(overrides: list[str] | None = None, config_name: str = "train"):
     dirs = [o.split("=", 1)[1] for o in overrides if o.startswith("output_dir=")]
     key = (config_name, tuple(o for o in overrides if not o.startswith("output_dir=")))
     if key not in _COMPOSED:
+        register_schemas()      # as every entry point: a plugin's task registered since is offered too
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             _COMPOSED[key] = compose(config_name=config_name, overrides=list(key[1]), return_hydra_config=False)

@@ -19,7 +19,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from magrpo.schema import ConfigError, SetupError, option, positive
+from magrpo.schema import ConfigError, SetupError, field_value, option, positive
 from magrpo.source import defined_at, first_line, is_magrpo, raised_at
 from magrpo.tasks.symmetry import Symmetry
 
@@ -61,16 +61,12 @@ class RewardConfig:
 
 def reward_keys(node: Any) -> RewardConfig:
     """The `RewardConfig` keys of a `reward` node as a RewardConfig: a typed node, a schema instance,
-    a plain dict or None (a key not given takes its default). Every task has these keys, a plugin
+    a plain dict or None (a key not given, or null, takes its default). Every task has these keys, a plugin
     task without a reward schema too, so they are read from here, as attributes."""
     if isinstance(node, RewardConfig):
         return node
-    if node is None:
-        return RewardConfig()
-    names = [f.name for f in fields(RewardConfig)]
-    if isinstance(node, Mapping) or hasattr(node, "keys"):      # a dict or a DictConfig
-        return RewardConfig(**{k: node[k] for k in names if k in node})
-    return RewardConfig(**{k: getattr(node, k) for k in names if hasattr(node, k)})
+    given = {f.name: field_value(node, f.name) for f in fields(RewardConfig)} if node is not None else {}
+    return RewardConfig(**{k: v for k, v in given.items() if v is not None})
 
 
 def reward_schema_of(task_cls: type) -> type | None:
