@@ -462,7 +462,7 @@ def test_the_declared_twice_check_finds_a_key_two_unrelated_schemas_declare():
 def test_after_validation_config_nodes_are_read_as_attributes(tmp_path, monkeypatch):
     """No line of magrpo/ reads a config node with `.get(key, default)`: a default lives only in its
     schema, and a typed node is read as attributes. A spy on DictConfig.get records every magrpo
-    line that calls it while training (one turn; two turns with diagnostics feedback; a reward
+    line that calls it while training (one turn; two turns with diagnostics feedback and a reward
     function in place of the task's reward) and evaluating a checkpoint; the calls it sees must be
     none (a planted call shows the spy sees them)."""
     import sys
@@ -490,8 +490,8 @@ def test_after_validation_config_nodes_are_read_as_attributes(tmp_path, monkeypa
     assert seen == ["planted.py:1"]
     seen.clear()
     runs = {"one": ["debug=smoke"],
-            "turns": ["debug=smoke", "algo=at_grpo", "algo.num_turns=2", "feedback=diagnostics"],
-            "fn": ["debug=smoke", "reward.fn=tests.reward_fns_example:brevity"]}
+            "turns": ["debug=smoke", "algo=at_grpo", "algo.num_turns=2", "feedback=diagnostics",
+                      "reward.fn=tests.reward_fns_example:brevity"]}
     for name, args in runs.items():
         assert run_cli(train_main, "magrpo-train", [*args, f"output_dir={tmp_path / name}"]) == 0, name
     assert run_cli(eval_main, "magrpo-eval", ["debug=smoke", f"checkpoint={tmp_path / 'one'}",
