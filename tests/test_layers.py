@@ -224,7 +224,7 @@ def test_the_old_command_paths_hand_out_the_cli_modules():
         assert importlib.import_module(f"magrpo.{name}") is importlib.import_module(f"magrpo.cli.{name}"), name
 
 
-def test_python_m_an_old_path_runs_its_command():
+def test_python_m_an_old_path_runs_its_command_and_says_it_is_deprecated():
     import subprocess
     import sys
 
@@ -232,3 +232,5 @@ def test_python_m_an_old_path_runs_its_command():
                          timeout=120, cwd=ROOT.parent)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("usage: magrpo-export")
+    assert "python -m magrpo.export is deprecated (removed in the next release): use magrpo-export " \
+           "(python -m magrpo.cli.export) instead" in out.stderr
