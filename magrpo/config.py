@@ -370,12 +370,18 @@ def schema_node(schema: type) -> DictConfig:
     return node
 
 
-def typed_node(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = None) -> DictConfig:
+def typed_node(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = None,
+               open_keys: bool = False) -> DictConfig:
     """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key.
     `whole`: the composed config, whose other sections an unknown key may belong to (algo.lr is
-    optimizer.lr)."""
+    optimizer.lr). `open_keys`: keys the schema does not declare are kept, untyped, instead of
+    refused (the `reward` node of a task without a reward schema)."""
+    base = schema_node(schema)
+    if open_keys:
+        base = OmegaConf.structured(schema)
+        OmegaConf.set_struct(base, False)
     try:
-        node = OmegaConf.merge(schema_node(schema), cfg)
+        node = OmegaConf.merge(base, cfg)
         OmegaConf.set_readonly(node, None)        # the merged copy is the caller's own
         return node
     except ConfigKeyError as e:

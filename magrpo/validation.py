@@ -35,7 +35,7 @@ from magrpo.schema import (
     literal_strings,
     warn_renamed,
 )
-from magrpo.tasks import TASKS, available_tasks, reward_schema_of
+from magrpo.tasks import TASKS, RewardConfig, available_tasks, reward_schema_of
 from magrpo.tasks.reward_fns import check_reward_node
 
 
@@ -95,9 +95,11 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     task_cls = TASKS[raw_task["name"]]
     task_node = typed_node(OmegaConf.create(raw_task), task_cls.config_schema, "task.", raw) \
         if task_cls.config_schema else OmegaConf.create(raw_task)
-    reward_schema = reward_schema_of(task_cls)       # the task's, with the reward-function keys (RewardConfig)
-    reward_node = typed_node(OmegaConf.create(raw_reward or {}), reward_schema, "reward.") \
-        if reward_schema else OmegaConf.create(raw_reward or {})
+    # The task's reward schema, with the reward-function keys (RewardConfig); a task without one
+    # gets RewardConfig's keys typed and checked, and keeps any other key of its node free-form.
+    reward_schema = reward_schema_of(task_cls) or RewardConfig
+    reward_node = typed_node(OmegaConf.create(raw_reward or {}), reward_schema, "reward.",
+                             open_keys=reward_schema_of(task_cls) is None)
     with _open(typed):
         typed.plugins = plugins           # every plugin this process imported: what the run records
         typed.task = task_node
@@ -111,8 +113,7 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     check_values(feedback_node, feedback_schema, "feedback.")
     if task_cls.config_schema:
         check_values(task_node, task_cls.config_schema, "task.")
-    if reward_schema:
-        check_values(reward_node, reward_schema, "reward.")
+    check_values(reward_node, reward_schema, "reward.")
     check_reward_node(reward_node, imports=not recorded)
 
     _validate_agents(typed, task_cls)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import pytest
 
@@ -323,6 +324,37 @@ def test_a_reward_schema_without_the_keys_is_given_them():
                                                  "shift", "scale"]
     with pytest.raises(ConfigError, match="own check ran"):
         schema.check_node(None, "reward.")
+
+
+def test_a_task_without_a_reward_schema_has_its_reward_keys_checked_and_keeps_its_own(tmp_path):
+    """A plugin's task with no reward schema: RewardConfig's keys are typed and range-checked at
+    validation (a bad scale or shift is a config error naming the key, not a crash mid-run), and a
+    key of its own (`+reward.bonus=2`) stays in its node."""
+    from magrpo.tasks import TASKS, register_task
+
+    @register_task("no_reward_schema")
+    class Free(Task):
+        def load(self, split):
+            return [{"id": f"{split}/0"}]
+
+        def prompts(self, item, num_agents):
+            return ["say"] * num_agents
+
+        def reward(self, prompts, completions, **cols):
+            return [0.0] * len(completions)
+
+    try:
+        assert Free.reward_schema is None and reward_schema_of(Free) is None
+        out = f"output_dir={tmp_path / 'run'}"
+        cfg = validate(compose_cfg([out, "task=no_reward_schema", "+reward.bonus=2", "reward.shift=0.5"]))
+        assert (cfg.reward.bonus, cfg.reward.shift, cfg.reward.scale) == (2, 0.5, 1.0)
+        for bad, says in (("reward.scale=-1", "reward.scale=-1.0 is out of range"),
+                          ("reward.shift=abc", "reward.shift='abc' has the wrong type"),
+                          ("reward.completions=lines", "reward.completions='lines'")):
+            with pytest.raises(ConfigError, match=re.escape(says)):
+                validate(compose_cfg([out, "task=no_reward_schema", bad]))
+    finally:
+        TASKS.unregister("no_reward_schema")
 
 
 def test_a_reward_modules_missing_dependency_is_named_not_called_missing_itself(tmp_path, monkeypatch):
