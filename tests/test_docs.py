@@ -66,8 +66,11 @@ def test_generated_tables_name_every_registered_algorithm_task_and_group_option(
     algos = (ROOT / "docs" / "reference" / "algorithms.md").read_text()
     tasks = (ROOT / "docs" / "reference" / "tasks.md").read_text()
     config = (ROOT / "docs" / "reference" / "config.md").read_text()
-    assert all(f"## `algo={n}`" in algos for n in ALGOS)
-    assert all(f"## `task={n}`" in tasks for n in TASKS)
+    # the built-in entries (a plugin another test of this worker imported is not the package's)
+    builtin = {name for reg in (ALGOS, TASKS) for name, obj in reg.items() if obj.__module__.startswith("magrpo.")}
+    assert len(builtin) > 20
+    assert [n for n in ALGOS if n in builtin and f"## `algo={n}`" not in algos] == []
+    assert [n for n in TASKS if n in builtin and f"## `task={n}`" not in tasks] == []
     for group in ("agents", "algo", "task", "feedback", "hardware", "logger", "optimizer"):
         for f in (Path(CONF_DIR) / group).glob("*.yaml"):
             assert f"`{f.stem}`" in config, (group, f.stem)
