@@ -27,7 +27,7 @@ import random
 import string
 import sys
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,14 @@ from magrpo.config import typed_node
 from magrpo.plugins import load_plugins
 from magrpo.schema import ConfigError, check_values
 from magrpo.source import raised_at
-from magrpo.tasks import TASKS, Item, Task, columns
+from magrpo.tasks import TASKS, Item, RewardConfig, Task, columns, raw_reward, reward_keys, reward_schema_of
 from magrpo.tasks.symmetry import Symmetry
 
 # How far a normalized return may stray outside [0, 1], and an individual reward row from the
 # joint reward, before it is a problem (float rounding, not a bug).
 TOLERANCE = 1e-6
+# The composition the shift/scale check asks for: total = raw * SCALE + SHIFT (RewardConfig).
+SHIFT, SCALE = 0.5, 2.0
 # Every problem line names at most this many offenders (items, answers) before "and N more".
 _SHOWN = 3
 
@@ -79,9 +81,11 @@ class TaskCheck:
 
 # -- building the task ---------------------------------------------------------------------------
 
-def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any, prefix: str) -> Any:
+def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any, prefix: str,
+          open_keys: bool = False) -> Any:
     """A config node as a run would get it: the schema's defaults under the task's own conf/ file
-    (a registered name only) and `overrides`, typed and checked as `magrpo.validation.validate` does."""
+    (a registered name only) and `overrides`, typed and checked as `magrpo.validation.validate` does
+    (`open_keys`: keys the schema does not declare are kept, as a reward node without a schema's)."""
     raw = OmegaConf.create({"name": name} if schema is None or "name" in {f.name for f in fields(schema)} else {})
     if conf_file is not None and conf_file.is_file():
         own = OmegaConf.load(conf_file)
@@ -91,7 +95,7 @@ def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any
         raw = OmegaConf.merge(raw, overrides if OmegaConf.is_config(overrides) else OmegaConf.create(overrides))
     if schema is None:
         return raw
-    node = typed_node(raw, schema, prefix)
+    node = typed_node(raw, schema, prefix, open_keys=open_keys)
     check_values(node, schema, prefix)
     return node
 
@@ -112,8 +116,9 @@ def _build(task: Any, cfg: Any, reward_cfg: Any) -> tuple[str, Task | None, str 
     name = task.name or task.__name__
     try:
         task_node = _node(task.config_schema, name, conf_dir and conf_dir / "task" / f"{name}.yaml", cfg, "task.")
-        reward_node = _node(task.reward_schema, name, conf_dir and conf_dir / "reward" / f"{name}.yaml",
-                            reward_cfg, "reward.")
+        reward_schema = reward_schema_of(task)     # none: RewardConfig's keys, the others free-form
+        reward_node = _node(reward_schema or RewardConfig, name, conf_dir and conf_dir / "reward" / f"{name}.yaml",
+                            reward_cfg, "reward.", open_keys=reward_schema is None)
     except ConfigError as e:
         return name, None, f"the task's config does not validate: {e}"
     except Exception as e:
@@ -342,7 +347,10 @@ class _Checker:
         scores = self.score(team, batch, prompts, "answers")
         if scores is None:
             return
+        before = len(self.report.problems)
         self.check_deterministic(team, batch, prompts, scores)
+        if len(self.report.problems) == before:     # a reward that varies by itself cannot be compared
+            self.check_shift_scale(team, batch, prompts, scores)
         top = self.reward_max(n)
         if top is not None:
             self.check_normalized(team, n, batch, scores, top)
@@ -384,12 +392,13 @@ class _Checker:
         self.report.problems += lines
         return scores
 
-    def try_score(self, team: str, batch: list, prompts: list, what: str) -> tuple[list[float] | None, list[str]]:
+    def try_score(self, team: str, batch: list, prompts: list, what: str,
+                  task: Task | None = None) -> tuple[list[float] | None, list[str]]:
         items = copy.deepcopy(self.items_of(batch))
         rows = [list(prompts[p] or [""] * len(ans)) for p, _, ans in batch]
         answers = [list(ans) for _, _, ans in batch]
         try:
-            scores = _raw_score(self.task, items, rows, answers)
+            scores = _raw_score(task or self.task, items, rows, answers)
         except Exception as e:
             return None, [f"reward of {len(batch)} {what} for a {team} raised {_exc(e)}"]
         if not isinstance(scores, list):
@@ -444,6 +453,41 @@ class _Checker:
             self.problem(f"reward for a {team} is not deterministic: component(s) "
                          f"{_more([repr(c) for c in changed], len(changed))} changed when the same answers were "
                          f"scored again")
+
+    def check_shift_scale(self, team: str, batch: list, prompts: list, scores: list) -> None:
+        """The task composes its total from `reward.shift` and `reward.scale` (total = raw * scale +
+        shift, RewardConfig), as normalized returns and tables assume when they undo them: the same
+        answers, scored by the task built again with shift=SHIFT and scale=SCALE, score
+        raw * SCALE + SHIFT."""
+        keys = reward_keys(self.task.reward_cfg)
+        given = self.task.reward_cfg
+        try:
+            if OmegaConf.is_config(given):
+                shifted = OmegaConf.merge(given, {"shift": SHIFT, "scale": SCALE})
+            elif is_dataclass(given) and not isinstance(given, type):
+                shifted = replace(given, shift=SHIFT, scale=SCALE)
+            else:
+                shifted = {**dict(given or {}), "shift": SHIFT, "scale": SCALE}
+            other = type(self.task)(self.task.cfg, shifted, self.task.sandbox_cfg)
+        except Exception as e:
+            self.note(f"reward.shift and reward.scale were not checked: the task could not be built again with "
+                      f"other values ({_exc(e)})")
+            return
+        again, lines = self.try_score(team, batch, prompts, "answers", task=other)
+        if again is None:
+            self.problem(f"with reward.shift={SHIFT} and reward.scale={SCALE}, {lines[0]}")
+            return
+        expected = [raw_reward(float(a), keys.shift, keys.scale) * SCALE + SHIFT if _finite(a) else None
+                    for a in scores]
+        bad = [k for k, (e, b) in enumerate(zip(expected, again)) if e is not None and _finite(b)
+               and not math.isclose(float(b), e, rel_tol=TOLERANCE, abs_tol=TOLERANCE)]
+        if bad:
+            k = bad[0]
+            self.problem(f"reward for a {team} does not follow reward.shift and reward.scale: with shift={SHIFT} "
+                         f"and scale={SCALE}, {len(bad)} of {len(batch)} answers scored otherwise than raw * scale "
+                         f"+ shift ({self.describe(batch, k)}: {again[k]!r}, expected {expected[k]!r}); compose "
+                         f"the total in reward() as self.total(raw) = raw * reward.scale + reward.shift (magrpo.tasks."
+                         f"RewardConfig), which normalized_return and the tables undo")
 
     def reward_max(self, n: int) -> float | None:
         try:
@@ -683,6 +727,9 @@ def check_task(task: type[Task] | Task | str, *, cfg: Any = None, reward_cfg: An
       of the item's own text or number fields: its reference, gold answer, canonical solution...):
       `assemble` gives a string; `score` gives Scores (or a list) with one finite float per joint
       answer and every component aligned and finite, and the same again for the same inputs;
+    * the reward follows `reward.shift` and `reward.scale` (total = raw * scale + shift, which
+      normalized returns and tables undo): the task built again with shift=0.5, scale=2 scores the
+      same answers raw * 2 + 0.5 (a task whose reward varies by itself is not asked);
     * where `reward_max(n)` is a positive number: `normalized_return` of every reward is in [0, 1];
     * the answers above and an all-empty joint answer per item, at every team size, do not all get
       the same reward (a constant reward teaches nothing: one line naming the value);

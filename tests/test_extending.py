@@ -120,10 +120,17 @@ def test_the_example_task_learns_nothing_it_should_not_and_its_reward_is_hand_co
     monkeypatch.syspath_prepend(str(tmp_path))
     import my_game
 
+    from magrpo.testing import check_task
+
     task = my_game.SumGame(my_game.SumGameConfig(), {})
     # digits 3 and 4 for a target of 7: 1.0; 3 and 5 for 7: 1 - 1/7; one digit: 0
     scores = task.reward([["", ""]] * 3, [["3", "4"], ["3", "5"], ["3", "none"]], target=[7, 7, 7])
     assert list(scores) == pytest.approx([1.0, 1 - 1 / 7, 0.0])
+    shifted = my_game.SumGame(my_game.SumGameConfig(), {"shift": 1.0, "scale": 2.0})
+    scores = shifted.reward([["", ""]] * 3, [["3", "4"], ["3", "5"], ["3", "none"]], target=[7, 7, 7])
+    assert list(scores) == pytest.approx([3.0, 3 - 2 / 7, 1.0])
+    assert shifted.normalized_return(scores[1], 2) == pytest.approx(1 - 1 / 7)
+    assert check_task(my_game.SumGame).ok
     import torch
 
     returns = torch.tensor([[1.0, 2.0, 4.0]])

@@ -179,6 +179,12 @@ class NonDeterministic(Toy):
         return [x / (self.calls if len(joint) == 2 else 1) for x in super().pay(joint, word)]
 
 
+class IgnoresShift(Toy):
+    def reward(self, prompts, completions, **cols):     # the raw pay: reward.shift and reward.scale left out
+        rows = [self.pay(joint, word) for joint, word in zip(completions, cols["word"])]
+        return Scores([sum(p) for p in rows], {"hits": [sum(p) for p in rows]}, {"individual": rows})
+
+
 class NotSumming(Toy):
     def individual_rewards(self, scores, num_agents):
         return [[s] * num_agents for s in scores]
@@ -237,6 +243,24 @@ def test_a_task_that_keeps_the_contract_passes():
 ])
 def test_a_broken_task_gets_exactly_its_problem_line(task, line):
     assert check_task(task).problems == [line]
+
+
+def test_a_reward_that_leaves_out_shift_and_scale_is_named_per_team_size():
+    """normalized_return and the tables undo total = raw * scale + shift; a task whose reward leaves
+    them out would be reported wrongly whenever a run sets them."""
+    fix = ("compose the total in reward() as self.total(raw) = raw * reward.scale + reward.shift "
+           "(magrpo.tasks.RewardConfig), which normalized_return and the tables undo")
+    assert check_task(IgnoresShift).problems == [
+        "reward for a team of 1 does not follow reward.shift and reward.scale: with shift=0.5 and scale=2.0, 24 of 24 "
+        f"answers scored otherwise than raw * scale + shift (answer 0 (eval item 'toy/eval/3'; echo): 1.0, expected "
+        f"2.5); {fix}",
+        "reward for a team of 2 does not follow reward.shift and reward.scale: with shift=0.5 and scale=2.0, 24 of 24 "
+        f"answers scored otherwise than raw * scale + shift (answer 0 (eval item 'toy/eval/1'; empty/echo): 0.5, "
+        f"expected 1.5); {fix}"]
+    # a task given as an instance, its reward node a schema instance, is built again with the keys
+    assert check_task(Toy(ToyConfig(), ToyReward(shift=0.25, scale=3.0))).ok
+    lines = check_task(IgnoresShift(ToyConfig(), ToyReward(shift=0.25))).problems
+    assert sum("does not follow reward.shift and reward.scale" in line for line in lines) == 2
 
 
 @pytest.mark.parametrize("task,value", [(Constant, 0.0), (ConstantNoMax, 0.25)])

@@ -276,6 +276,13 @@ class Task:
         of it (the paper's normalized return)."""
         return None
 
+    def total(self, raw: float) -> float:
+        """The reward a joint answer is paid for a raw reward: raw * `reward.scale` + `reward.shift`,
+        the composition `normalized_return` and the tables undo (`raw_reward`). A task's `reward`
+        returns totals: `return Scores([self.total(r) for r in raws])`."""
+        keys = reward_keys(self.reward_cfg)
+        return raw * keys.scale + keys.shift
+
     def normalized_return(self, reward: float, num_answers: int) -> float | None:
         """The raw reward (`raw_reward`: shift and scale undone) as a fraction of `reward_max`:
         1.0 = every level paid, whatever `reward.shift` and `reward.scale` are."""
