@@ -207,6 +207,7 @@ class _Checker:
         self.tried: dict[int, list[float]] = {}         # team size -> the finite rewards of every answer tried
         self.batches: dict[int, tuple[list, list]] = {}  # team size -> (its answers, its prompts)
         self.empty_lines: list[str] = []                # the problems check_empty found
+        self._copies: tuple[Task, Task] | str | None = None   # check_shift_scale's instances (copies())
 
     def problem(self, line: str) -> None:
         self.report.problems.append(line)
@@ -454,31 +455,54 @@ class _Checker:
                          f"{_more([repr(c) for c in changed], len(changed))} changed when the same answers were "
                          f"scored again")
 
+    def copies(self) -> tuple[Task, Task] | str:
+        """Two more instances of the task, built once: one from its own config (`same`), one with
+        shift=SHIFT and scale=SCALE (`shifted`); or the one line why they cannot be built."""
+        if self._copies is None:
+            given = self.task.reward_cfg
+            try:
+                if OmegaConf.is_config(given):
+                    shifted = OmegaConf.merge(given, {"shift": SHIFT, "scale": SCALE})
+                elif is_dataclass(given) and not isinstance(given, type):
+                    shifted = replace(given, shift=SHIFT, scale=SCALE)
+                else:
+                    shifted = {**dict(given or {}), "shift": SHIFT, "scale": SCALE}
+                build = type(self.task)
+                self._copies = (build(self.task.cfg, copy.deepcopy(given), self.task.sandbox_cfg),
+                                build(self.task.cfg, shifted, self.task.sandbox_cfg))
+            except Exception as e:
+                self._copies = (f"reward.shift and reward.scale were not checked: the task could not be built "
+                                f"again ({_exc(e)})")
+        return self._copies
+
     def check_shift_scale(self, team: str, batch: list, prompts: list, scores: list) -> None:
         """The task composes its total from `reward.shift` and `reward.scale` (total = raw * scale +
-        shift, RewardConfig), as normalized returns and tables assume when they undo them: the same
-        answers, scored by the task built again with shift=SHIFT and scale=SCALE, score
-        raw * SCALE + SHIFT."""
-        keys = reward_keys(self.task.reward_cfg)
-        given = self.task.reward_cfg
-        try:
-            if OmegaConf.is_config(given):
-                shifted = OmegaConf.merge(given, {"shift": SHIFT, "scale": SCALE})
-            elif is_dataclass(given) and not isinstance(given, type):
-                shifted = replace(given, shift=SHIFT, scale=SCALE)
-            else:
-                shifted = {**dict(given or {}), "shift": SHIFT, "scale": SCALE}
-            other = type(self.task)(self.task.cfg, shifted, self.task.sandbox_cfg)
-        except Exception as e:
-            self.note(f"reward.shift and reward.scale were not checked: the task could not be built again with "
-                      f"other values ({_exc(e)})")
+        shift, RewardConfig), as normalized returns and tables assume when they undo them: the task
+        built again with shift=SHIFT and scale=SCALE scores the same answers raw * SCALE + SHIFT,
+        where raw is what a copy built from the task's own config scores. A copy that scores the
+        answers otherwise than the task itself (a judge sampled per instance) leaves it unchecked."""
+        built = self.copies()
+        if isinstance(built, str):
+            if built not in self.report.notes:
+                self.note(built)
             return
-        again, lines = self.try_score(team, batch, prompts, "answers", task=other)
-        if again is None:
-            self.problem(f"with reward.shift={SHIFT} and reward.scale={SCALE}, {lines[0]}")
+        same, shifted = built
+        base, lines = self.try_score(team, batch, prompts, "answers", task=same)
+        again, more = self.try_score(team, batch, prompts, "answers", task=shifted)
+        if base is None or again is None:
+            self.problem(f"{(lines or [''])[0] if base is None else more[0]} (a copy of the task built from its "
+                         f"config{'' if base is None else f' with reward.shift={SHIFT} and reward.scale={SCALE}'})")
             return
+        if not all(map(_same, base, scores)):
+            k = next(k for k, (a, b) in enumerate(zip(base, scores)) if not _same(a, b))
+            line = (f"reward.shift and reward.scale were not checked: a second instance of the task scores the same "
+                    f"answers otherwise than the first ({self.describe(batch, k)}: {scores[k]!r}, then {base[k]!r})")
+            if line.split(" (")[0] not in " ".join(self.report.notes):
+                self.note(line)
+            return
+        keys = reward_keys(same.reward_cfg)
         expected = [raw_reward(float(a), keys.shift, keys.scale) * SCALE + SHIFT if _finite(a) else None
-                    for a in scores]
+                    for a in base]
         bad = [k for k, (e, b) in enumerate(zip(expected, again)) if e is not None and _finite(b)
                and not math.isclose(float(b), e, rel_tol=TOLERANCE, abs_tol=TOLERANCE)]
         if bad:

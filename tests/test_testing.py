@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -357,3 +358,21 @@ def test_command_line(capsys):
     assert [line.split(" raised")[0] for line in out[2:]] == ["  load('train')", "  load('eval')"]
     assert main(["no_such_task"]) == 2
     assert "no_such_task" in capsys.readouterr().err
+
+
+class JudgedPerInstance(Toy):
+    """Pays a random amount drawn once per instance (a judge sampled per instance), composed with
+    shift and scale as it should be: not a shift/scale problem."""
+
+    def __init__(self, cfg, reward_cfg, sandbox=None):
+        super().__init__(cfg, reward_cfg, sandbox)
+        self.bonus = random.random()
+
+    def pay(self, joint, word):
+        return [x * self.bonus for x in super().pay(joint, word)]
+
+
+def test_a_reward_that_differs_between_instances_is_not_called_a_shift_scale_problem():
+    report = check_task(JudgedPerInstance)
+    assert not any("does not follow reward.shift" in line for line in report.problems), report.problems
+    assert [n for n in report.notes if "were not checked: a second instance" in n] != []
