@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -136,6 +138,15 @@ def serve(site: Path, pages: list[str], settle_ms: int) -> tuple[ThreadingHTTPSe
     return server, got
 
 
+def stop_group(proc: subprocess.Popen) -> None:
+    """Kill the browser and the helper processes it started (its own process group), and reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        proc.kill()
+    proc.wait()
+
+
 def browser_command(browser: str, profile: str, *extra: str) -> list[str]:
     return [browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
             "--disable-extensions", "--disable-background-networking", f"--user-data-dir={profile}", *extra]
@@ -165,14 +176,15 @@ def check(site: Path, browser: str, settle_ms: int = 8000, timeout_s: float = 30
     server, got = serve(site, pages, settle_ms)
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        with tempfile.TemporaryDirectory() as profile:
+        # Chromium's helper processes may still write to the profile while it is removed: a leftover
+        # file there is no failure of the site.
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as profile:
             proc = subprocess.Popen(browser_command(browser, profile, base + HARNESS),
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             try:
                 answered = got["done"].wait(timeout_s)
             finally:
-                proc.kill()
-                proc.wait()
+                stop_group(proc)
             if not answered:
                 print(f"check_site: the browser gave no report in {timeout_s:.0f} s", file=sys.stderr)
                 raise SystemExit(2)
