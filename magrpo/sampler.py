@@ -192,6 +192,31 @@ def _rms_norm(module, x: torch.Tensor) -> torch.Tensor:
     return module.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon).to(x.dtype)
 
 
+def _joint_qk_norm(attn, q_norm, k_norm) -> torch.Tensor | None:
+    """The weight that lets one RMSNorm call normalise a layer's query and key heads together
+    ([heads + kv_heads, head_dim]: q_norm's weight on each query head, k_norm's on each key head),
+    or None when `_rms_norm` would not take its fused path on both (another norm, two epsilons,
+    two dtypes). Built per decoding call, from the weights as they are then."""
+    config = getattr(attn, "config", None)
+    heads, kv_heads = getattr(config, "num_attention_heads", None), getattr(config, "num_key_value_heads", None)
+    if not (heads and kv_heads) or any(type(m).__name__ not in _RMS_NORMS for m in (q_norm, k_norm)) or \
+            q_norm.variance_epsilon != k_norm.variance_epsilon or q_norm.weight.dtype != k_norm.weight.dtype or \
+            q_norm.weight.shape != (attn.head_dim,) or k_norm.weight.shape != (attn.head_dim,):
+        return None
+    d = attn.head_dim
+    return torch.cat((q_norm.weight.detach().expand(heads, d), k_norm.weight.detach().expand(kv_heads, d)))
+
+
+def _normed_qk(qk: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`_rms_norm` of each head of qk ([..., heads + kv_heads, head_dim]) with its own norm's weight
+    (`_joint_qk_norm`): each element's arithmetic is q_norm's or k_norm's own (the same bits), in
+    one set of kernels for both."""
+    d = qk.shape[-1]
+    if qk.dtype == torch.float32:
+        return weight * F.rms_norm(qk, (d,), eps=eps)
+    return weight * F.rms_norm(qk.float(), (d,), eps=eps).to(qk.dtype)
+
+
 def _additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
     """A boolean attention mask as the additive one (0 where attended, -inf elsewhere) that
     scaled_dot_product_attention makes of it in every call: made once per step, not once per layer."""
@@ -265,6 +290,7 @@ class LeanDecoder:
                         else None)
                        for layer in self.layers]
         self._autocast_state = None      # (device type, enabled, dtype) for the steps to enter (prefill)
+        self.qk_weights: list = [None] * len(self.layers)   # per layer, `_joint_qk_norm` (start)
 
     @classmethod
     def of(cls, model) -> LeanDecoder | None:
@@ -365,6 +391,8 @@ class LeanDecoder:
         positions = attention_mask.long().sum(-1).repeat_interleave(G).unsqueeze(1) + \
             torch.arange(max_new_tokens, device=dev)
         probe = self.keys[0].new_zeros(1)
+        # q_norm and k_norm as one call per layer (qwen3), with the weights as they are now.
+        self.qk_weights = [_joint_qk_norm(b[0], *b[-1]) if b[-1] is not None else None for b in self.blocks]
         cos, sin = self.body.rotary_emb(probe, positions)          # [n, T, head_dim]
         half = sin.shape[-1] // 2
         self.cos, self.sin = cos.unsqueeze(1), torch.cat((-sin[..., :half], sin[..., half:]), -1).unsqueeze(1)
@@ -427,15 +455,28 @@ class LeanDecoder:
         differ only in these two)."""
         n = tokens.shape[0]
         x = self.body.embed_tokens(tokens.unsqueeze(1))             # [n, 1, hidden]
-        for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp, qk_norm), keys, values in \
-                zip(self.blocks, self.keys, self.values):
+        autocast = torch.is_autocast_enabled(x.device.type)
+        for (attn, norm1, norm2, q_proj, k_proj, v_proj, o_proj, mlp, qk_norm), qk_weight, keys, values in \
+                zip(self.blocks, self.qk_weights, self.keys, self.values):
             d = attn.head_dim
             h = _rms_norm(norm1, x)
-            q, k = q_proj(h).view(n, 1, -1, d), k_proj(h).view(n, 1, -1, d)
-            if qk_norm is not None:
-                q, k = _rms_norm(qk_norm[0], q), _rms_norm(qk_norm[1], k)
-            q = _rotate(q.transpose(1, 2), cos, sin)                 # [n, heads, 1, head_dim]
-            write(keys, values, _rotate(k.transpose(1, 2), cos, sin), v_proj(h).view(n, 1, -1, d).transpose(1, 2))
+            q, k = q_proj(h), k_proj(h)
+            if q.dtype == k.dtype and (qk_norm is None or qk_weight is not None and not autocast
+                                       and q.dtype in (torch.float32, qk_weight.dtype)):
+                # Query and key heads side by side: one norm and one rotation for both (each
+                # element's arithmetic unchanged, so the same bits, in fewer kernels).
+                heads = q.shape[-1] // d
+                qk = torch.cat((q, k), -1).view(n, 1, -1, d)
+                if qk_norm is not None:
+                    qk = _normed_qk(qk, qk_weight, qk_norm[0].variance_epsilon)
+                qk = _rotate(qk.transpose(1, 2), cos, sin)           # [n, heads + kv_heads, 1, head_dim]
+                q, k = qk[:, :heads], qk[:, heads:]
+            else:
+                q, k = q.view(n, 1, -1, d), k.view(n, 1, -1, d)
+                if qk_norm is not None:
+                    q, k = _rms_norm(qk_norm[0], q), _rms_norm(qk_norm[1], k)
+                q, k = _rotate(q.transpose(1, 2), cos, sin), _rotate(k.transpose(1, 2), cos, sin)
+            write(keys, values, k, v_proj(h).view(n, 1, -1, d).transpose(1, 2))
             x = x + o_proj(attend(attn, q, keys, values).reshape(n, 1, -1))
             x = x + mlp(_rms_norm(norm2, x))
         x = _rms_norm(self.body.norm, x)
@@ -445,36 +486,47 @@ class LeanDecoder:
 
 
 class GraphStep:
-    """`LeanDecoder.static_step` captured once as a CUDA graph (as gpt-fast decodes): each decoding
-    step copies the token and its position into static input tensors and replays the recorded
-    kernels, so a step costs its kernels' time and no Python or launch overhead. Captured per
-    `sample_shared_prompt` call (the buffers' shapes are that call's); off CUDA it is the static
-    step itself, uncaptured (as with `capture=False`)."""
+    """`LeanDecoder.static_step` captured as a CUDA graph (as gpt-fast decodes): each decoding step
+    copies the token and its position into static input tensors and replays the recorded kernels,
+    so a step costs its kernels' time and no Python or launch overhead. Captured per
+    `sample_shared_prompt` call (the buffers' shapes are that call's), at its first step: that step
+    runs eagerly on a side stream, which is the warm-up a capture needs (lazy cuBLAS / cuDNN /
+    allocator set-up must not be captured), and its logits are the first step's (the computation the
+    graph then replays). Off CUDA it is the static step itself, uncaptured
+    (as with `capture=False`)."""
 
     def __init__(self, lean: LeanDecoder, n: int, device, capture: bool = True):
         self.lean, self.graph = lean, None
         self.tokens = torch.zeros(n, dtype=torch.long, device=device)
         self.t = torch.zeros(1, dtype=torch.long, device=device)
-        if not capture or torch.device(device).type != "cuda":
-            return
-        # Warm up on a side stream (lazy cuBLAS / allocator set-up must not be captured), then record.
-        # The warm-up writes column P (position 0), which the first real step writes again.
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
+        self.capture = capture and torch.device(device).type == "cuda"
+
+    def _record(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The first step, eagerly on a side stream, then the capture (which executes nothing: the
+        step's key/value writes are the eager run's)."""
+        device = self.tokens.device
+        main, stream = torch.cuda.current_stream(device), torch.cuda.Stream(device)
+        stream.wait_stream(main)
         with torch.cuda.stream(stream):
-            for _ in range(2):
-                lean.static_step(self.tokens, self.t)
-        torch.cuda.current_stream(device).wait_stream(stream)
+            logits, hidden = self.lean.static_step(self.tokens, self.t), self.lean.hidden
+            first = logits.clone(), None if hidden is None else hidden.clone()
+        main.wait_stream(stream)
+        for x in first:
+            if x is not None:
+                x.record_stream(main)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.logits = lean.static_step(self.tokens, self.t)
-            self.hidden = lean.hidden
+            self.logits = self.lean.static_step(self.tokens, self.t)
+            self.hidden = self.lean.hidden
+        return first
 
     def __call__(self, tokens: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         self.tokens.copy_(tokens)
         self.t.fill_(t)
-        if self.graph is None:
+        if not self.capture:
             return self.lean.static_step(self.tokens, self.t), self.lean.hidden
+        if self.graph is None:
+            return self._record()
         self.graph.replay()      # outputs live in the graph's memory: copies, before the next replay
         return self.logits.clone(), None if self.hidden is None else self.hidden.clone()
 
