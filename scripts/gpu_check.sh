@@ -27,9 +27,11 @@ part test_gpu 110 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
 # about 90 s; the weights differ from a CPU build's, which no timing depends on).
 part build 120 $PY -c "import torch; from magrpo.tiny import build_builtin; torch.set_default_device('cuda'); build_builtin('qwen3-1.7b-shape')"
 B="scripts/bench.py --model builtin:qwen3-1.7b-shape --device cuda --dtype bfloat16 --agents 2 --prompts 8 --batch 8 --gens 4 --tokens 64"
-if $PY -c "import comlrl.trainers.reinforce" 2>/dev/null; then
+# comlrl imports wandb and datasets: carry them with it (wandb 0.22 reads protobuf 3-6 only).
+if why=$($PY -c "import comlrl.trainers.reinforce" 2>&1); then
   part bench_compare 200 $PY $B --mode compare --override algo.decode_step=graph
 else
+  echo "comlrl does not import here (${why##*$'\n'}): MAGRPO's graph step alone"
   part bench_graph 90 $PY $B --repeats 2 --override algo.decode_step=graph
 fi
 part decode_lora 80 $PY scripts/decode_bench.py --model qwen3-1.7b-shape --device cuda --dtype bfloat16 \
