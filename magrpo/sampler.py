@@ -187,9 +187,17 @@ def _rms_norm(module, x: torch.Tensor) -> torch.Tensor:
     its weight multiply, so here too (4 kernels where the module launches 7; the same bits)."""
     if type(module).__name__ not in _RMS_NORMS or torch.is_autocast_enabled(x.device.type):
         return module(x)
+    return _normed(x, module.weight, module.variance_epsilon)
+
+
+def _normed(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """The arithmetic of `_rms_norm` over x's last dimension. `weight` is the norm's own ([d]: in
+    float32 fused into the one call) or one row per head ([heads, d], `_joint_qk_norm`: multiplied
+    after it, which rounds the same)."""
+    d = x.shape[-1]
     if x.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), module.weight, module.variance_epsilon)
-    return module.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=module.variance_epsilon).to(x.dtype)
+        return F.rms_norm(x, (d,), weight, eps) if weight.dim() == 1 else weight * F.rms_norm(x, (d,), eps=eps)
+    return weight * F.rms_norm(x.float(), (d,), eps=eps).to(x.dtype)
 
 
 def _joint_qk_norm(attn, q_norm, k_norm) -> torch.Tensor | None:
@@ -205,16 +213,6 @@ def _joint_qk_norm(attn, q_norm, k_norm) -> torch.Tensor | None:
         return None
     d = attn.head_dim
     return torch.cat((q_norm.weight.detach().expand(heads, d), k_norm.weight.detach().expand(kv_heads, d)))
-
-
-def _normed_qk(qk: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """`_rms_norm` of each head of qk ([..., heads + kv_heads, head_dim]) with its own norm's weight
-    (`_joint_qk_norm`): each element's arithmetic is q_norm's or k_norm's own (the same bits), in
-    one set of kernels for both."""
-    d = qk.shape[-1]
-    if qk.dtype == torch.float32:
-        return weight * F.rms_norm(qk, (d,), eps=eps)
-    return weight * F.rms_norm(qk.float(), (d,), eps=eps).to(qk.dtype)
 
 
 def _additive(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -468,7 +466,7 @@ class LeanDecoder:
                 heads = q.shape[-1] // d
                 qk = torch.cat((q, k), -1).view(n, 1, -1, d)
                 if qk_norm is not None:
-                    qk = _normed_qk(qk, qk_weight, qk_norm[0].variance_epsilon)
+                    qk = _normed(qk, qk_weight, qk_norm[0].variance_epsilon)
                 qk = _rotate(qk.transpose(1, 2), cos, sin)           # [n, heads + kv_heads, 1, head_dim]
                 q, k = qk[:, :heads], qk[:, heads:]
             else:

@@ -578,7 +578,7 @@ def test_the_additive_mask_made_once_per_step_attends_as_the_boolean_one(dtype):
 def test_query_and_key_heads_normed_together_give_each_norms_bits(dtype):
     """The steps normalise a qwen3 layer's query and key heads in one call, each head with its
     own norm's weight (`_joint_qk_norm`): bit for bit what q_norm and k_norm give apart."""
-    from magrpo.sampler import _joint_qk_norm, _normed_qk
+    from magrpo.sampler import _joint_qk_norm, _normed
 
     model = _random_lm("qwen3").to(dtype)
     attn = model.model.layers[0].self_attn
@@ -590,7 +590,7 @@ def test_query_and_key_heads_normed_together_give_each_norms_bits(dtype):
     assert weight.shape == (heads + kv_heads, d)
     torch.manual_seed(0)
     qk = (torch.randn(5, 1, heads + kv_heads, d) * 3).to(dtype)
-    got = _normed_qk(qk, weight, attn.q_norm.variance_epsilon)
+    got = _normed(qk, weight, attn.q_norm.variance_epsilon)
     with torch.no_grad():
         assert torch.equal(got[:, :, :heads], attn.q_norm(qk[:, :, :heads]))
         assert torch.equal(got[:, :, heads:], attn.k_norm(qk[:, :, heads:]))
