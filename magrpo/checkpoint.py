@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import importlib
 import json
 import logging
 import os
@@ -30,6 +29,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from magrpo import records
 from magrpo.schema import CheckpointError, ConfigError  # noqa: F401  (CheckpointError: its home for callers)
 from magrpo.writes import disk_full_error, disk_full_is_one_line, is_temp_name, remove_stale_temps, temp_dir
 
@@ -78,11 +78,13 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config: dict | None) -> Path:
+def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config: dict | None,
+                     seal: Callable[[Path], None] | None = None) -> Path:
     """Write a checkpoint to `dest` atomically: `fill(tmp_dir)` writes the payload, then the config
-    (unless None: an exported team keeps its own in team.json) and the manifest are added and the
-    directory is renamed to `dest` (replacing an older one). A failure removes the temporary
-    directory; one for a full disk is raised as magrpo.writes.DiskFullError (one line)."""
+    (unless None: an exported team keeps its own in team.json) and the manifest are added,
+    `seal(tmp_dir)` runs (an exported team's signature over its manifest) and the directory is
+    renamed to `dest` (replacing an older one). A failure removes the temporary directory; one for
+    a full disk is raised as magrpo.writes.DiskFullError (one line)."""
     with disk_full_is_one_line(dest.parent, dest.name):
         dest.parent.mkdir(parents=True, exist_ok=True)
         # what a killed save or export left (a SIGKILL cleans nothing): of this destination, or of any
@@ -101,6 +103,8 @@ def write_checkpoint(dest: Path, fill: Callable[[Path], None], step: int, config
         manifest = {"format": FORMAT, "step": step, "created": time.time(), "files": files}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         _fsync(tmp / MANIFEST)
+        if seal is not None:
+            seal(tmp)
         os.chmod(tmp, 0o777 & ~_umask())     # a directory as mkdir makes it (mkdtemp's is 0700): shareable
         old = None
         if dest.exists():  # saving the same step again (a resume into the same run directory)
@@ -136,12 +140,12 @@ def _signature(path: Path, names: Iterable[str]) -> tuple:
 
 
 def read_manifest(path: Path, what: str = "checkpoint") -> dict:
-    try:
-        manifest = json.loads((path / MANIFEST).read_text())
-    except FileNotFoundError:
+    if not (path / MANIFEST).exists():
         raise CheckpointError(path, f"incomplete {what}: no {MANIFEST} (the completion marker; the save "
-                              f"did not finish, or an older magrpo wrote it)") from None
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+                              f"did not finish, or an older magrpo wrote it)")
+    try:
+        manifest = records.load_json(path / MANIFEST)
+    except ConfigError as e:
         raise CheckpointError(path, f"damaged {what}: {MANIFEST} is unreadable ({e})") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
         raise CheckpointError(path, f"damaged {what}: {MANIFEST} lists no files")
@@ -244,22 +248,17 @@ def _numpy_globals() -> list:
     return [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), type(np.dtype(np.float64))]
 
 
-def _own_enums(names: list[str]) -> list:
-    """The Enum classes of magrpo's own config schemas among `names` (module.Class), which an older
-    magrpo pickled inside the saved config: constructing one from its value runs no code of the
-    file's. Anything else stays refused."""
-    out = []
-    for name in names:
-        module, _, attr = name.rpartition(".")
-        if not (module == "magrpo" or module.startswith("magrpo.")):
-            continue
-        try:
-            obj = getattr(importlib.import_module(module), attr, None)
-        except ImportError:
-            continue
-        if isinstance(obj, type) and issubclass(obj, enum.Enum):
-            out.append(obj)
-    return out
+# Enum classes a trainer state may hold (an older magrpo pickled its config with them): registered by
+# the module that defines them, which is imported by then; a name read from the file never imports one.
+STATE_ENUMS: dict[str, type] = {}
+
+
+def allow_state_enum(cls: type) -> type:
+    """Allow `cls` (an Enum of a config schema) in a trainer state (a class decorator)."""
+    if not (isinstance(cls, type) and issubclass(cls, enum.Enum)):
+        raise TypeError(f"{cls!r} is not an Enum class")
+    STATE_ENUMS[f"{cls.__module__}.{cls.__qualname__}"] = cls
+    return cls
 
 
 def load_state(path: Path, name: str = STATE_FILE) -> Any:
@@ -270,11 +269,9 @@ def load_state(path: Path, name: str = STATE_FILE) -> Any:
 
     f = Path(path) / name
     try:
-        allowed = _numpy_globals()
-        try:     # an older magrpo saved the config with the enums of its own schemas in it
-            allowed += _own_enums(torch.serialization.get_unsafe_globals_in_checkpoint(f))
-        except Exception:
-            pass        # not a zip checkpoint: torch.load below says what is wrong with it
+        # an older magrpo saved the config with the enums of its own schemas in it: the allow-list,
+        # never a module named by the file
+        allowed = [*_numpy_globals(), *STATE_ENUMS.values()]
         with torch.serialization.safe_globals(allowed):
             return torch.load(f, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -288,10 +285,16 @@ def load_state(path: Path, name: str = STATE_FILE) -> Any:
 
 
 def stored_config(path: Path) -> dict:
+    """A checkpoint's config.json as data (the bounded reader; an interpolation in it is refused:
+    a resolved config never holds one, and a record's values never resolve)."""
     try:
-        return json.loads((Path(path) / CONFIG_FILE).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = records.load_json(Path(path) / CONFIG_FILE)
+    except ConfigError as e:
         raise CheckpointError(path, f"damaged checkpoint: cannot read {CONFIG_FILE} ({e})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(path, f"damaged checkpoint: {CONFIG_FILE} is not a JSON object")
+    records.refuse_interpolations(data, str(Path(path) / CONFIG_FILE))
+    return data
 
 
 def step_dirs(root: Path) -> list[tuple[int, Path]]:
@@ -385,9 +388,11 @@ CALLER_KEYS = ("trust_remote_code", "trust_plugins", "isolation")     # isolatio
 
 
 def _covered(key: str, prefixes: Iterable[str]) -> bool:
+    """Whether `key` is one of `prefixes` or under one; `[*]` in a prefix stands for any list index."""
     if key.rpartition(".")[2] in CALLER_KEYS:
         return True
-    return any(key == p or key.startswith((p + ".", p + "[")) for p in prefixes)
+    any_index = re.sub(r"\[\d+\]", "[*]", key)
+    return any(k == p or k.startswith((p + ".", p + "[")) for p in prefixes for k in (key, any_index))
 
 
 MISSING = "<absent>"

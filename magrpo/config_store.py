@@ -5,11 +5,13 @@ every config node's defaults live in one dataclass, and `group=NAME` works for a
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
 
+from magrpo import key_classes
 from magrpo.algos import ALGOS
 from magrpo.config import CONF_DIR, ENTRY_KEYS, GROUP_SCHEMAS, defaults_of, entry_defaults
 from magrpo.feedback import FEEDBACKS
@@ -78,6 +80,7 @@ def register_schemas(paper_aliases: bool = False) -> None:
             store.store(group="schema/reward", name=name, node=reward)
             _offer(store, "task", name, task)
             _offer(store, "reward", name, reward)
+        _declare_key_classes()
         _registered["from"] = made_from
     # experiment=paper/<task>/<row>, the deprecated form of recipe= method=: 127 nodes that Hydra copies
     # on every composition, so only for a command (or a run taken up) that names one
@@ -86,6 +89,27 @@ def register_schemas(paper_aliases: bool = False) -> None:
 
 
 _registered: dict[str, Any] = {}     # what register_schemas last stored nodes from
+
+
+def _declare_key_classes() -> None:
+    """The classes a plugin's schema declares for its own keys (`option(key_class=...)`), for the
+    trust rule's table (magrpo.key_classes)."""
+    def walk(schema: Any, prefix: str) -> None:
+        for f in dataclasses.fields(schema):
+            if (f.metadata or {}).get("key_class"):
+                key_classes.declare(f"{prefix}{f.name}", f.metadata["key_class"])
+            sub = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if dataclasses.is_dataclass(sub):
+                walk(type(sub), f"{prefix}{f.name}.")
+
+    for group, registry in (("algo", ALGOS), ("feedback", FEEDBACKS)):
+        for cls in registry.values():
+            walk(cls.config_schema, f"{group}.")
+    for cls in TASKS.values():
+        if cls.config_schema is not None:
+            walk(cls.config_schema, "task.")
+        if (reward := reward_schema_of(cls)) is not None:
+            walk(reward, "reward.")
 
 
 def _offer(store: Any, group: str, name: str, node: dict) -> None:

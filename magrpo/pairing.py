@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from magrpo import trust
 from magrpo.checkpoint import is_team_dir, missing_checkpoint
 from magrpo.eval_loop import answer_metrics, collect_answers, eval_metrics
 from magrpo.schema import ConfigError
@@ -24,6 +25,7 @@ def resolve_source(source: str) -> tuple[str, Path]:
     p = Path(source).expanduser()
     if is_team_dir(p) or (not p.exists() and source.count("/") == 1 and not source.startswith((".", "~"))):
         root = local_team(source)
+        trust.named_on_this_command([root])     # a hub id the command line names: its downloaded copy
         read_team(root)                 # whole, before anything is loaded
         return "team", root.resolve()
     if not p.exists():

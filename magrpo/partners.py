@@ -32,13 +32,13 @@ partners; the single-model ones (grpo, ppo: one model writes the whole answer) h
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magrpo import records
 from magrpo.checkpoint import is_team_dir, step_dirs
 from magrpo.schema import ConfigError
 from magrpo.team import Team
@@ -81,10 +81,10 @@ def population_members(root: Path) -> list[str]:
     """The checkpoints a population's manifest lists (paths relative to the population's directory)."""
     f = root / POPULATION_FILE
     try:
-        manifest = json.loads(f.read_text())
+        manifest = records.load_json(f)
         members = manifest["members"]
         paths = [str(root / c) for m in members for c in m["checkpoints"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"{f}: not a population manifest ({type(e).__name__}: {e}); magrpo-population writes "
                           f"one") from None
     for c in paths:

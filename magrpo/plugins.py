@@ -163,6 +163,12 @@ def forms(path: str | Path) -> set[Path]:
     return {Path(os.path.abspath(p)), p.resolve()}
 
 
+def within_or_beside(place: str | Path, root: str | Path) -> bool:
+    """Whether `place` lies inside `root` or inside the folder that holds it (by path and by link)."""
+    holders = {f.parent for f in forms(root)}
+    return any(f == h or f.is_relative_to(h) for f in forms(place) for h in holders)
+
+
 def check_location(module: str, specs: list[tuple[str, Any]], root: Path, beside: bool, why: str) -> None:
     """Refuse a plugin that `root` (a run or team directory) would bring along: the module, or a
     parent package, lies inside `root`; with `beside`, or its top package is found through the
@@ -299,23 +305,44 @@ def env_plugins() -> list[str]:
 
 
 def entry_point_plugins() -> list[str]:
-    return [ep.value.partition(":")[0].strip() for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    return [module for module, _ in entry_point_places()]
 
 
-def named_by_user(extra: Iterable[str] = ()) -> list[str]:
-    """The plugins the user names: `extra` (their command line's or call's), MAGRPO_PLUGINS and the
-    installed entry points."""
-    return [*extra, *env_plugins(), *entry_point_plugins()]
+def entry_point_places() -> list[tuple[str, str | None]]:
+    """Each `magrpo.plugins` entry point's module and where the distribution that declares it lies
+    (its `*.dist-info` folder; None when the metadata does not say): one found inside or beside a
+    directory someone else made is no package you installed (magrpo.trust)."""
+    out = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        dist = getattr(ep, "dist", None)
+        place = getattr(dist, "_path", None)
+        out.append((ep.value.partition(":")[0].strip(), str(place) if place is not None else None))
+    return out
 
 
-def load_plugins(extra: Iterable[str] = (), why: str = "plugins=") -> list[str]:
+def named_by_user(extra: Iterable[str] = (), installed: bool = True) -> list[str]:
+    """The plugins the user names: `extra` (their command line's or call's), MAGRPO_PLUGINS and (with
+    `installed`) the installed packages' entry points."""
+    return [*extra, *env_plugins(), *(entry_point_plugins() if installed else [])]
+
+
+def load_plugins(extra: Iterable[str] = (), why: str = "plugins=", beside: Iterable[str | Path] = ()) -> list[str]:
     """Import the plugins named by `extra` (the config key), MAGRPO_PLUGINS and the
-    `magrpo.plugins` entry points; the list of every plugin imported in this process so far."""
+    `magrpo.plugins` entry points; the list of every plugin imported in this process so far.
+    `beside`: the directories the command takes up; an entry point declared by a distribution that
+    lies inside or beside one (a `*.dist-info` a download brought) is no package you installed: it
+    is not imported, and the log says so."""
     for module in check_names(list(extra or ()), why):
         import_plugin(module, why)
     for module in env_plugins():
         import_plugin(module, ENV)
-    for module in entry_point_plugins():
+    dirs = [Path(str(d)).expanduser() for d in beside]
+    for module, place in entry_point_places():
+        near = next((d for d in dirs if place is not None and within_or_beside(place, d)), None)
+        if near is not None:
+            log.warning("entry point %s of %s: not imported; it lies beside %s, a directory this command takes up, "
+                        "so it is no package you installed", module, place, near)
+            continue
         import_plugin(module, f"entry point {ENTRY_POINT_GROUP}")
     return loaded()
 
@@ -378,11 +405,12 @@ def add_option(parser) -> None:
                              "though you did not make them (or `magrpo-trust DIR` once per directory)")
 
 
-def load_option(args, prog: str) -> None:
-    """Import what `--plugins` names; a plugin that cannot be imported exits 2 with one line."""
+def load_option(args, prog: str, beside: Iterable[str | Path] = ()) -> None:
+    """Import what `--plugins` names; a plugin that cannot be imported exits 2 with one line.
+    `beside`: the directories the command takes up (load_plugins)."""
     try:
         load_plugins([m.strip() for m in (getattr(args, "plugins", "") or "").split(",") if m.strip()],
-                     why="--plugins")
+                     why="--plugins", beside=beside)
     except ConfigError as e:
         print(f"{prog}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None

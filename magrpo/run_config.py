@@ -33,17 +33,17 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from magrpo import checkpoint
+from magrpo import checkpoint, records, trust
 from magrpo.checkpoint import CALLER_KEYS, OVERRIDES_FILE, is_team_dir
 from magrpo.config import CONF_DIR
 from magrpo.overrides import check_saved_line, override_key
 from magrpo.overrides import parse_override as _parse
 from magrpo.plugins import conf_dirs
+from magrpo.records import RecordError
 from magrpo.schema import ConfigError
 
 log = logging.getLogger("magrpo")
@@ -142,12 +142,9 @@ def saved_overrides(run_dir: Path) -> list[str]:
     """The overrides a run (or an exported team) was composed with, each checked (`check_saved_line`)."""
     f = _saved_file(Path(run_dir))
     try:
-        if f.stat().st_size > MAX_SAVED_BYTES:
-            raise ValueError(f"larger than {MAX_SAVED_BYTES >> 10} KB")
-        lines = yaml.safe_load(f.read_text()) or []
-    except (OSError, ValueError, yaml.YAMLError) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{f}: cannot read the run's saved overrides ({first})") from None
+        lines = records.load_yaml(f, MAX_SAVED_BYTES) or []
+    except RecordError as e:
+        raise RecordError(f"cannot read the run's saved overrides: {e}") from None
     if not isinstance(lines, list):
         raise ConfigError(f"{f}: not a list of overrides (key=value lines), so the run's config cannot be taken up")
     if len(lines) > MAX_SAVED_LINES:
@@ -194,16 +191,19 @@ def _is_group(key: str) -> bool:
 
 
 def inheritable(kind: str, run_dir: Path) -> list[str]:
-    """The saved overrides of `run_dir` that `kind` takes up (never a caller-only key)."""
+    """The saved overrides of `run_dir` that `kind` takes up: never a caller-only key, never an
+    interpolation (refused), and of a run or team you did not make, no key that chooses where data
+    goes or what is read (skipped, each in one line: magrpo.trust.taken_lines)."""
     lines = []
+    where = _saved_file(Path(run_dir))
     for line in saved_overrides(run_dir):
-        check_inheritable(line, _saved_file(Path(run_dir)))
+        check_inheritable(line, where)
         if caller_only(line):
             log.warning("%s: not taken up: %s (only your own command line or call may trust code: shipped with "
-                        "a model, or named by a run)", _saved_file(Path(run_dir)), line)
+                        "a model, or named by a run)", where, line)
         elif in_scope(kind, override_key(line)):
             lines.append(line)
-    return lines
+    return trust.taken_lines(trust.trust_root(run_dir), lines, str(where))
 
 
 # -- the command line --------------------------------------------------------------------------------
@@ -294,6 +294,20 @@ def named_runs(config_name: str, argv: list[str]) -> list[Path]:
     return out
 
 
+def dirs_in_argv(argv: list[str]) -> list[Path]:
+    """The existing directories a command line names with `partners=` or `diversity=` (the Fictitious
+    Co-Play partners and a population's earlier members)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("~") or "=" not in arg or override_key(arg) not in ("partners", "diversity"):
+            continue
+        value = override_value(arg)
+        for v in value if isinstance(value, list) else [value]:
+            if v not in (None, "") and Path(str(v)).expanduser().exists():
+                out.append(Path(str(v)).expanduser())
+    return out
+
+
 def reward_modules_in_argv(argv: list[str]) -> list[str]:
     """The modules a command line's `reward.fn=module:function` / `reward.fns=[...]` name."""
     out: list[str] = []
@@ -339,17 +353,16 @@ def _saved_value(run_dir: Path, key: str) -> Any:
     value in its composed config (.hydra/config.yaml; an interpolation as written). Of an exported
     team, the key's value in its resolved config (team.json)."""
     if is_team_dir(run_dir):
-        node = OmegaConf.select(OmegaConf.create(_team_config(run_dir)), key, default=None)
-        return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+        return records.select(_team_config(run_dir), key)
     try:
-        choices = OmegaConf.load(run_dir / ".hydra" / "hydra.yaml").hydra.runtime.choices
-        if key in choices:
+        hydra = records.load_yaml(run_dir / ".hydra" / "hydra.yaml")
+        choices = records.select(hydra, "hydra.runtime.choices")
+        if isinstance(choices, dict) and key in choices:
             return choices[key]
-        cfg = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
-        node = OmegaConf.select(cfg, key, default=None, throw_on_resolution_failure=False)
-    except Exception:
+        cfg = records.resolve_own_refs(records.load_yaml(run_dir / ".hydra" / "config.yaml"))
+    except RecordError:
         return None
-    return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+    return records.select(cfg, key)
 
 
 def from_run(cfg: Any, kind: str, taken: dict[str, Any] | None = None) -> dict[str, Any] | None:

@@ -59,10 +59,12 @@ def did_you_mean(bad: Any, allowed: Sequence[Any]) -> str:
 
 def option(default: Any = dataclasses.MISSING, *, check: Callable[[Any], bool] | None = None,
            allowed: str = "", choices: Choices | None = None, finite: bool = True,
-           default_factory: Callable[[], Any] | None = None) -> Any:
+           default_factory: Callable[[], Any] | None = None, key_class: str | None = None) -> Any:
     """A dataclass field with a value check (see the module docstring). `None` always passes
-    `check` when the default is None (an optional key left unset)."""
-    meta = {"check": check, "allowed": allowed, "choices": choices, "finite": finite}
+    `check` when the default is None (an optional key left unset). `key_class`: what a plugin's key
+    is to a run or team someone else made (magrpo.key_classes: inert, code or reach); the package's
+    own keys are classified in that module's table."""
+    meta = {"check": check, "allowed": allowed, "choices": choices, "finite": finite, "key_class": key_class}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)

@@ -37,7 +37,7 @@ import torch
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from magrpo import __version__, checkpoint, hub, trust
+from magrpo import __version__, checkpoint, hub, records, trust
 from magrpo.algos import ALGOS
 from magrpo.checkpoint import OVERRIDES_FILE, TEAM_FILE, is_team_dir  # noqa: F401  (re-exported: a team's files)
 from magrpo.config import TrainSchema
@@ -81,6 +81,22 @@ class TeamAnswer:
     reward: float | None = None
 
 
+# Keys of a team's config that loading sets itself, whatever the record says: each agent's model and
+# tokenizer are the team's own folders.
+TEAM_OWN_KEYS = ("agents.models.name_or_path", "agents.models.tokenizer")
+TEAM_MODEL_KEYS = ("agents.models[*].name_or_path", "agents.models[*].tokenizer")
+
+
+def with_overrides(config: DictConfig, overrides: dict[str, Any] | None) -> DictConfig:
+    """`config` with the caller's own keys set (dotted key -> value): what a record you did not make
+    cannot choose, given by you."""
+    for key, value in (overrides or {}).items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"overrides: {key!r} is not a dotted config key (e.g. 'feedback.url')")
+        OmegaConf.update(config, key, value, force_add=True)
+    return config
+
+
 def default_hardware(device: str | None = None) -> DictConfig:
     """A `hardware` node for loading outside a training run: one device for every agent."""
     return OmegaConf.create({"device": device or "auto", "agent_devices": None, "autocast": "none",
@@ -91,11 +107,16 @@ class Team:
     """Agents with the task, topology, turns and feedback they were trained with (module docstring)."""
 
     def __init__(self, config: DictConfig, agents: list, source: dict[str, Any] | None = None,
-                 info: dict[str, Any] | None = None, loaded_from: DictConfig | None = None):
+                 info: dict[str, Any] | None = None, loaded_from: DictConfig | None = None,
+                 allowed: dict[str, str] | None = None):
         self.config = config
         self.agents = agents
         self.source = source or {}
         self.info = info or {}          # team.json of a loaded team ({} for one built from a run)
+        # How each code reference of the directory it was loaded from was allowed (magrpo.trust:
+        # yours, or someone else's you trusted); None for a team built here from a config. Saving it
+        # signs only what is yours.
+        self.allowed = allowed
         # The `agents` node the models were loaded with: the run's own (config.agents, which keeps
         # the models the team was trained from), or an exported team's with its directories' paths.
         self.loaded_from = loaded_from if loaded_from is not None else config.agents
@@ -106,48 +127,54 @@ class Team:
     # -- building ---------------------------------------------------------------------------------
 
     @classmethod
+    @trust.one_call
     def from_run(cls, path: str | Path, step: int | None = None, device: str | None = None,
                  hardware: Any = None, key: str = "run", trust_remote_code: bool = False,
-                 trust_plugins: bool = False) -> Team:
+                 trust_plugins: bool = False, overrides: dict[str, Any] | None = None) -> Team:
         """The team of a training run (its newest complete checkpoint, or `checkpoints/step_<step>`),
         or of one checkpoint directory, with the trained weights loaded. `trust_remote_code`: yours
         to give; what the run's config says is not taken. The plugins and reward functions the run
         records are imported when you made it, trusted it (`magrpo-trust RUN`) or give
-        `trust_plugins=True` here (docs: Sharing teams and runs safely)."""
+        `trust_plugins=True` here, for this call. Of a run you did not make, the keys that choose
+        where data goes or what is read (a data path, a reviewer's URL: magrpo.key_classes) are not
+        taken; give them in `overrides` ({"task.data.path": ...}), which win over the run's config
+        (docs: Sharing teams and runs safely)."""
         ckpt = checkpoint_of(path, step, key)
-        trust.take_up(ckpt, trust_plugins=True if trust_plugins else None)
-        config = OmegaConf.create(checkpoint.stored_config(ckpt))
+        up = trust.take_up(ckpt, trust_plugins=True if trust_plugins else None)
+        where = f"{ckpt}/{checkpoint.CONFIG_FILE}"
+        stored = trust.taken_config(up.root, checkpoint.stored_config(ckpt), where, own=up.own)
+        config = with_overrides(OmegaConf.create(stored), overrides)
         # the sandbox is this machine's (auto), never the run's
-        team_cfg = typed_team_config(config, f"{ckpt}/{checkpoint.CONFIG_FILE}")     # its plugins taken up above
+        team_cfg = typed_team_config(config, where)     # its plugins taken up above
         team_cfg.agents = with_trust(team_cfg.agents, trust_remote_code)
         agents = load_team_agents(team_cfg, hardware or default_hardware(device), ckpt)
         run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
         return cls(team_cfg, agents, source={"run_dir": str(run) if run else None, "checkpoint": str(ckpt),
-                                             "step": checkpoint.checkpoint_step(ckpt)})
+                                             "step": checkpoint.checkpoint_step(ckpt)}, allowed=up.how)
 
     @classmethod
+    @trust.one_call
     def from_pretrained(cls, path_or_repo: str | Path, device: str | None = None, hardware: Any = None,
                         revision: str | None = None, trust_remote_code: bool = False,
-                        trust_plugins: bool = False) -> Team:
+                        trust_plugins: bool = False, overrides: dict[str, Any] | None = None) -> Team:
         """A team exported by `magrpo-export` (`save_pretrained`): a local directory, or a hub repo id
         (downloaded once; offline, its cached copy). Only the files its manifest lists are read,
         weights as safetensors; Python code shipped with its models runs only with
         `trust_remote_code=True` given here (what team.json says is not taken). The plugins and
         reward functions it records are imported when you exported it yourself, trusted it
-        (`magrpo-trust DIR`) or give `trust_plugins=True` here; otherwise loading stops before
-        anything is imported, in one line (docs: Sharing teams and runs safely)."""
+        (`magrpo-trust DIR`) or give `trust_plugins=True` here, for this call; otherwise loading
+        stops before anything is imported, in one line. Of a team you did not export, the keys that
+        choose where data goes or what is read (a reviewer's URL and key variable, a data path:
+        magrpo.key_classes) are not taken, each said in one line; give them in `overrides`
+        ({"feedback.url": ...}), which win over the team's config (docs: Sharing teams and runs safely)."""
         root = local_team(path_or_repo, revision)
-        info = read_team(root, trust_plugins)     # takes up the plugins it records first (its task may be one)
-        config = typed_team_config(OmegaConf.create(info["config"]), f"{root}: config")
-        agents_cfg = with_trust(_agents_at(config.agents, info, root), trust_remote_code)
-        hw = hardware or default_hardware(device)
-
-        agents = load_agents(agents_cfg, hw, info["num_agents"], need_reference=False, safetensors_only=True)
-        if info["weights"] == "adapters":
-            for policy in policy_agents(agents):
-                load_agent_weights(policy, root / policy.policy_name)
+        info, up = _read_team(root, trust_plugins)    # takes up the plugins it records first (its task may be one)
+        stored = trust.taken_config(root, info["config"], f"{root}: config", exempt=TEAM_OWN_KEYS)
+        config = typed_team_config(with_overrides(OmegaConf.create(stored), overrides), f"{root}: config")
+        agents, agents_cfg = team_agents(root, info, config.agents, hardware or default_hardware(device),
+                                         trust_remote_code)
         return cls(config, agents, source={**info.get("source", {}), "team_dir": str(root)}, info=info,
-                   loaded_from=agents_cfg)
+                   loaded_from=agents_cfg, allowed=up.how)
 
     # -- shape ------------------------------------------------------------------------------------
 
@@ -384,13 +411,15 @@ def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
             k = next(i for i, s in enumerate(specs) if _base_key(s) == key)
             _write_base(loaded[k if k < len(loaded) else 0], tmp / name)     # a re-export reads its own base/
         (tmp / TEAM_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-        trust.sign_team(tmp, info)          # made by you: you load it again without trusting it
         (tmp / "README.md").write_text(model_card(info, card_extra.get("repo_id")))
         if overrides is not None:
             (tmp / OVERRIDES_FILE).write_text(yaml.safe_dump(list(overrides), default_flow_style=False))
 
+    def seal(tmp: Path) -> None:        # made by you, here: you load it again without trusting it
+        trust.sign_team(tmp, out, info, team.allowed)
+
     step = team.source.get("step") or 0
-    checkpoint.write_checkpoint(out, fill, int(step), None)
+    checkpoint.write_checkpoint(out, fill, int(step), None, seal=seal)
     log.info("wrote the team to %s", out)
     return out
 
@@ -414,6 +443,19 @@ def checkpoint_of(path: str | Path, step: int | None, key: str) -> Path:
     return checkpoint.resolve(p, key)
 
 
+def team_agents(root: Path, info: dict[str, Any], agents: Any, hardware: Any,
+                trust_remote_code: bool) -> tuple[list, DictConfig]:
+    """An exported team's agents (read_team'd `info`), each loaded from the team's own folders with
+    the `agents` settings (dtype, LoRA, sampling) of its config, and the agents node they were
+    loaded with. `trust_remote_code`: the caller's, never the team's."""
+    agents_cfg = with_trust(_agents_at(agents, info, root), trust_remote_code)
+    loaded = load_agents(agents_cfg, hardware, info["num_agents"], need_reference=False, safetensors_only=True)
+    if info["weights"] == "adapters":
+        for policy in policy_agents(loaded):
+            load_agent_weights(policy, root / policy.policy_name)
+    return loaded, agents_cfg
+
+
 def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
     """The agents a config's algorithm builds (1 for the single-model form), with the trained
     weights of `ckpt` loaded into every policy; the base models when `ckpt` is None."""
@@ -434,6 +476,11 @@ def read_team(root: Path, trust_plugins: bool = False) -> dict[str, Any]:
     modules it records taken up as the trust rule says (magrpo.trust; `trust_plugins`: the
     caller's say), and what the team claims (task, algorithm, team size, topology, turns, level,
     policies) against its config."""
+    return _read_team(root, trust_plugins)[0]
+
+
+def _read_team(root: Path, trust_plugins: bool = False) -> tuple[dict[str, Any], trust.TakeUp]:
+    """read_team's record, and what its take-up allowed."""
     root = Path(root)
     if is_temp_name(root.resolve().name):
         raise ConfigError(f"{root}: the temporary directory of an export that did not finish; it is no team: "
@@ -442,18 +489,17 @@ def read_team(root: Path, trust_plugins: bool = False) -> dict[str, Any]:
     if not f.is_file():
         raise ConfigError(f"{root}: not an exported team (no {TEAM_FILE}); write one with magrpo-export RUN_DIR OUT_DIR")
     manifest = checkpoint.verify(root, (TEAM_FILE,), "team")   # every file whole and inside (written last)
-    try:
-        info = json.loads(f.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{f}: cannot read the team ({e})") from None
+    info = records.load_json(f)
     _check_fields(info, f)
+    records.refuse_interpolations(info["config"], f"{f}: config")
+    records.refuse_interpolations(info["overrides"] or [], f"{f}: overrides")
     adapters = {e["policy"] for e in info["models"] if e["adapter"]}     # a LoRA team's adapter folders
     for folder in sorted({e[k] for e in info["models"] for k in ("load", "tokenizer")} | adapters):
         checkpoint.check_only_listed(root, folder, manifest["files"], "team")
     _check_file_references(root, manifest["files"])
-    trust.take_up(root, trust_plugins=True if trust_plugins else None)     # before anything is imported
+    up = trust.take_up(root, trust_plugins=True if trust_plugins else None)     # before anything is imported
     _check_config(info, f)
-    return info
+    return info, up
 
 
 # -- checking a team someone else made ---------------------------------------------------------------------
@@ -692,8 +738,11 @@ def check_team_option(cfg: DictConfig) -> None:
     config builds; `cfg.team` becomes the team's local directory."""
     root = local_team(cfg.team)
     info = read_team(root)
+    # the team's models are its own folders; the base models they came from count only for eval.ablation=base
+    base = cfg.eval.diagnostics and cfg.eval.ablation == "base"
+    free = checkpoint.AGENT_KEYS_FREE if base else (*checkpoint.AGENT_KEYS_FREE, *TEAM_MODEL_KEYS)
     changes = checkpoint.config_changes(info["config"], OmegaConf.to_container(cfg, resolve=True),
-                                        only=checkpoint.AGENT_KEYS, free=checkpoint.AGENT_KEYS_FREE)
+                                        only=checkpoint.AGENT_KEYS, free=free)
     if changes:
         raise ConfigError(f"team={str(cfg.team)!r} was trained with other agents settings ({checkpoint.describe(changes)}); "
                           f"an exported team's models are its own: drop the agents overrides")

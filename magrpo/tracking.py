@@ -33,6 +33,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import OmegaConf
 
+from magrpo import records
 from magrpo.schema import ConfigError, SetupError
 from magrpo.writes import pid_alive, start_ticks
 
@@ -127,8 +128,8 @@ def effective_status(summary: dict, now: float | None = None) -> str:
 def read_status(run_dir: Path) -> tuple[str, dict]:
     """(effective status, summary) of a run directory; ("missing", {}) without a readable summary."""
     try:
-        summary = json.loads((Path(run_dir) / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError):
+        summary = records.load_json(Path(run_dir) / "summary.json")
+    except ConfigError:
         return "missing", {}
     return (effective_status(summary), summary) if isinstance(summary, dict) else ("missing", {})
 

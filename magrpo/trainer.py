@@ -20,7 +20,7 @@ import torch
 from omegaconf import OmegaConf
 from tqdm import tqdm
 
-from magrpo import checkpoint, distributed
+from magrpo import checkpoint, distributed, trust
 from magrpo.algos import ALGOS
 from magrpo.algos.diversity import Diversity
 from magrpo.algos.keys import reward_kind
@@ -295,6 +295,7 @@ class Trainer:
 
         if self.world.is_main:
             checkpoint.write_checkpoint(dest, fill, self.step, config)
+            trust.sign_checkpoint(self.run_dir, dest)       # your run's signature covers it too
             log.info("saved checkpoint %s", dest)
         distributed.barrier()
         return dest

@@ -1,4 +1,4 @@
-"""The trust rule: what a run or team records is data; code that it names runs only on your say.
+"""The trust rule: what a run or team records acts for no one until you say so.
 
 A run directory, a checkpoint and an exported team record *code references*: the plugins the run
 imported (`plugins`), the reward functions it scored with (`reward.fn`/`reward.fns` written
@@ -8,21 +8,29 @@ command that takes one up (`magrpo-eval checkpoint=`/`team=`, `magrpo-train resu
 imports those modules, and composes with those directories, only when each one is
 
   * named by you: your own `plugins=`/`--plugins`/`reward.fn=`, MAGRPO_PLUGINS, an entry point of
-    a package you installed;
-  * made by you: the directory carries `signature.json`, an HMAC-SHA256 over its references keyed
-    by a secret of yours that lives outside it (`$MAGRPO_HOME/secret`, by default
-    `~/.config/magrpo/secret`, made on first use with mode 0600), as Jupyter signs the notebooks
-    you ran. `magrpo-train` signs every run it writes and `magrpo-export` every team, and a
-    reference added since (an edited config, a saved override) is not covered;
+    a package you installed (never one found inside or beside the directory);
+  * made by you: the directory carries `signature.json`, an HMAC-SHA256 keyed by a secret of yours
+    that lives outside it (`$MAGRPO_HOME/secret`, by default `~/.config/magrpo/secret`, made on
+    first use with mode 0600), as Jupyter signs the notebooks you ran. It binds the whole
+    directory: its place (the resolved path), the sha256 of the records a command takes it up by
+    (a team's manifest, which lists every file; a run's `.hydra/` files and each checkpoint's
+    manifest) and the code it references. `magrpo-train` signs every run it writes (again after
+    each checkpoint), `magrpo-export` every team; a copy elsewhere, an edited record or a
+    reference added since is not covered;
   * trusted by you: `magrpo-trust DIR` (what DIR records now, kept in `$MAGRPO_HOME/trusted.json`,
-    as direnv's `allow`), or `trust_plugins=true` / `--trust-plugins` / `trust_plugins=True` on
-    this one command or call.
+    as direnv's `allow`), or `trust_plugins=true` / `--trust-plugins` / `trust_plugins=True` for
+    the directories this one command or call names, and for as long as it runs.
 
 Otherwise the command stops before anything is imported or composed, in one line that lists what
 the directory records and the command that trusts it. Trust is not passed on: a run resumed from
 a directory trusted by the last rule signs only the references that are yours, so the sender's
-need trusting again. Whatever is trusted, a plugin that lies inside the directory is refused, and
-of a directory you did not make, one beside it too (magrpo.plugins).
+need trusting again; a directory that a record names (its `partners`, its `diversity` members)
+needs its own say (its signature or `magrpo-trust`), and is checked when the record is taken up.
+
+Keys that choose where data goes or what is read (magrpo.key_classes: *reach* keys) are taken up
+only from a directory you made; from any other, each is skipped in one line and you give it again.
+A directory you did not make is taken up only while no folder on `sys.path` is the directory,
+inside it, or the folder that holds it: modules that came with it would be importable.
 
 Modules of this package (`magrpo.*`) are installed code and need no trust; a standard-library
 module or a package's `__main__` is never taken as a plugin or reward module.
@@ -38,27 +46,31 @@ import logging
 import os
 import secrets
 import shlex
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from omegaconf import OmegaConf
 
-from magrpo.checkpoint import CONFIG_FILE, TEAM_FILE
+from magrpo import key_classes, records
+from magrpo.checkpoint import CONFIG_FILE, MANIFEST, OVERRIDES_FILE, TEAM_FILE, verify
 from magrpo.overrides import override_key, parse_override
 from magrpo.plugins import (
     check_location,
     check_name,
+    entry_point_places,
     forms,
     import_plugin,
     locate,
     named_by_user,
     shown,
+    within_or_beside,
 )
+from magrpo.records import RecordError
 from magrpo.schema import ConfigError
-from magrpo.source import first_line
 
 log = logging.getLogger("magrpo")
 
@@ -66,12 +78,17 @@ HOME_ENV = "MAGRPO_HOME"
 SECRET_FILE = "secret"
 STORE_FILE = "trusted.json"
 SIGNATURE_FILE = "signature.json"
-FORMAT = 1
+FORMAT = 2                  # a signature binds the directory's place and records (format 1 bound one file)
 MAX_REFS = 256              # references one directory may record (its plugins are also capped per list)
-MAX_FILE_BYTES = 16 << 20   # a record larger than this is not read for references: it is refused
+MAX_FILE_BYTES = records.MAX_FILE_BYTES   # a record larger than this is not read for references: it is refused
 MAX_CHECKPOINTS = 10_000
 MAX_TOTAL_BYTES = 64 << 20  # what one directory's records may add up to
+MAX_NAMED_DIRS = 64         # directories one record may name (partners, diversity)
 _budget = {"bytes": 0}
+# The records a run directory's signature covers (beside each checkpoint's manifest).
+RUN_RECORDS = (".hydra/config.yaml", ".hydra/overrides.yaml", ".hydra/hydra.yaml")
+# The record keys that name other directories taken up with a run (magrpo.partners, algos.diversity).
+NAMING_KEYS = ("partners", "diversity")
 
 # How a reference was allowed. The first two are yours; the last two trust someone else's.
 NAMED, SIGNED, STORED, FLAG = "named by you", "made by you (signature checked)", "trusted with magrpo-trust", \
@@ -148,88 +165,165 @@ def _secret(create: bool) -> bytes | None:
         return None
 
 
-def _mac(key: bytes, codes: Iterable[str]) -> str:
-    message = json.dumps({"format": FORMAT, "code": sorted(set(codes))}, sort_keys=True).encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+def _mac(key: bytes, message: Any) -> str:
+    return hmac.new(key, json.dumps(message, sort_keys=True).encode(), hashlib.sha256).hexdigest()
+
+
+def _store_mac(key: bytes, codes: Iterable[str]) -> str:
+    return _mac(key, {"format": 1, "code": sorted(set(codes))})
 
 
 def _read_json(f: Path) -> Any:
-    return json.loads(_text(f))
+    return records.parse_json(_text(f), str(f))
 
 
 def _text(f: Path) -> str:
-    """A record's text; one larger than MAX_FILE_BYTES is refused (ValueError), not read."""
-    size = f.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise ValueError(f"larger than {MAX_FILE_BYTES >> 20} MB")
-    _budget["bytes"] += size
+    """A record's text through the bounded reader; the records of one take-up add up to at most
+    MAX_TOTAL_BYTES."""
+    text = records.read_text(f)
+    _budget["bytes"] += len(text)
     if _budget["bytes"] > MAX_TOTAL_BYTES:
-        raise ValueError(f"the directory's records add up to more than {MAX_TOTAL_BYTES >> 20} MB")
-    return f.read_text()
+        raise RecordError(f"{f}: the directory's records add up to more than {MAX_TOTAL_BYTES >> 20} MB")
+    return text
 
 
-def _plain_yaml(text: str) -> Any:
-    """YAML as data, refused when it uses anchors or aliases: magrpo never writes them, and an alias
-    that repeats a node grows exponentially when a config is built from it."""
-    for token in yaml.scan(text):
-        if isinstance(token, (yaml.AnchorToken, yaml.AliasToken)):
-            raise ValueError("it uses YAML anchors or aliases, which a run's records never hold")
-    return yaml.safe_load(text)
-
-
-def _identity(root: Path) -> str:
-    """What binds a signature to its directory: the sha256 of the record a command takes the
-    directory up by (a team's team.json, a run's .hydra/overrides.yaml), "" where there is none. A
-    signature copied into another directory covers nothing there."""
-    for f in (Path(root) / TEAM_FILE, Path(root) / ".hydra" / "overrides.yaml"):
-        if f.is_file():
-            try:
-                return hashlib.sha256(_text(f).encode()).hexdigest()
-            except (OSError, ValueError):
-                return "unreadable"
-    return ""
-
-
-def signature(root: Path) -> tuple[set[str], str]:
-    """The references `root`'s signature covers, and in words why none are when it covers none."""
-    f = Path(root) / SIGNATURE_FILE
-    if not f.is_file():
-        return set(), "it carries no signature of yours (made elsewhere, or before signatures)"
+def _sha256(f: Path) -> str | None:
     try:
-        data = _read_json(f)
-        codes, mac = data["code"], data["hmac"]
-        if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes) or not isinstance(mac, str):
+        return hashlib.sha256(records.read_bytes(f)).hexdigest()
+    except RecordError:
+        return None
+
+
+def _place(root: Path) -> str:
+    return str(Path(root).resolve())
+
+
+# -- signatures: the whole directory, bound to its place ------------------------------------------------
+
+
+@dataclass
+class Signature:
+    """What a directory's signature.json says, checked: `valid` when it is yours (your key, this
+    directory's place, every record it lists unchanged), the code references it covers, the
+    records it lists (relative path -> sha256), and in words why it covers nothing when it does not."""
+
+    valid: bool
+    codes: set[str] = field(default_factory=set)
+    files: dict[str, str] = field(default_factory=dict)
+    why: str = ""
+
+
+def _sig_message(place: str, codes: Iterable[str], files: dict[str, str]) -> dict:
+    return {"format": FORMAT, "dir": place, "code": sorted(set(codes)), "files": dict(sorted(files.items()))}
+
+
+def signature(root: Path, check_files: bool = True) -> Signature:
+    """`root`'s signature, checked (Signature). `check_files=False`: the key and the place only (a
+    run's `.hydra/` that Hydra has just rewritten for a resume in place)."""
+    root = Path(root)
+    f = root / SIGNATURE_FILE
+    if not f.is_file():
+        return Signature(False, why="it carries no signature of yours (made elsewhere, or before signatures)")
+    try:
+        data = records.load_json(f, 1 << 20)
+        codes, files, mac, place = data["code"], data["files"], data["hmac"], data["dir"]
+        if data.get("format") != FORMAT or not isinstance(codes, list) or \
+                not all(isinstance(c, str) for c in codes) or not isinstance(files, dict) or \
+                not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()) or \
+                not isinstance(mac, str) or not isinstance(place, str):
             raise ValueError("not a signature")
-    except (OSError, ValueError, KeyError, TypeError):
-        return set(), f"its {SIGNATURE_FILE} is not a signature"
+    except (ConfigError, ValueError, KeyError, TypeError):
+        return Signature(False, why=f"its {SIGNATURE_FILE} is not a signature of this magrpo's")
     key = _secret(create=False)
-    if key is None or not hmac.compare_digest(_mac(key, [*codes, f"record:{_identity(root)}"]), mac):
-        return set(), ("its signature is not yours (made by another user or on another machine, edited, or "
-                       "copied from another directory)")
-    return set(codes), ("your signature does not cover it (it changed since you made it, or it was made from "
-                        "a run you trusted but did not make)")
+    if key is None or not hmac.compare_digest(_mac(key, _sig_message(place, codes, files)), mac):
+        return Signature(False, why="its signature is not yours (made by another user or on another machine, or "
+                                    "edited)")
+    if place != _place(root):
+        return Signature(False, why=f"it was signed at another place ({place}): a signature binds the directory "
+                                    f"where you made it, and a copy or a move is taken up as received")
+    if check_files:
+        for name, digest in files.items():
+            p = root / name
+            if (p.exists() or p.is_symlink()) and _sha256(p) != digest:
+                return Signature(False, why=f"its {name} changed since you made it")
+    return Signature(True, set(codes), dict(files), "your signature does not cover it (it changed since you made "
+                                                    "it, or it was made from a run you trusted but did not make)")
 
 
-def write_signature(root: Path, codes: Iterable[str]) -> None:
-    """Sign `codes` as made by you into `root` (a run directory, or an export's folder being filled,
-    its record written first: the signature is bound to it)."""
+def _write_signature(root: Path, place: str, codes: Iterable[str], files: dict[str, str]) -> None:
     key = _secret(create=True)
     if key is None:
         return
     codes = sorted(set(codes))
-    mac = _mac(key, [*codes, f"record:{_identity(root)}"])
-    body = json.dumps({"format": FORMAT, "by": "magrpo", "code": codes, "hmac": mac}, indent=1) + "\n"
+    body = json.dumps({**_sig_message(place, codes, files), "by": "magrpo",
+                       "hmac": _mac(key, _sig_message(place, codes, files))}, indent=1) + "\n"
     tmp = Path(root) / f".{SIGNATURE_FILE}.tmp"
     tmp.write_text(body)
     os.replace(tmp, Path(root) / SIGNATURE_FILE)
 
 
+def _record_files(root: Path) -> list[str]:
+    """The record files of `root` that a command takes it up by (relative paths), present now."""
+    root = Path(root)
+    if (root / TEAM_FILE).is_file():
+        names = [MANIFEST]
+    else:
+        names = [n for n in RUN_RECORDS if (root / n).is_file()]
+        for folder in _folders(root)[1:]:
+            rel = folder.relative_to(root).as_posix()
+            names += [f"{rel}/{n}" for n in (MANIFEST, CONFIG_FILE, *RUN_RECORDS, TEAM_FILE, OVERRIDES_FILE)
+                      if (folder / n).is_file()]
+        names += [n for n in (CONFIG_FILE, OVERRIDES_FILE) if (root / n).is_file()]
+    return names
+
+
+def _covered(root: Path, name: str, sig: Signature, manifests: dict[str, dict]) -> bool:
+    """Whether the record `name` of `root` is what you signed: listed in the signature, or listed with
+    the same sha256 by a checkpoint manifest that the signature lists."""
+    if name in sig.files:
+        return True
+    folder, _, base = name.rpartition("/")
+    manifest = f"{folder}/{MANIFEST}" if folder else MANIFEST
+    if manifest not in sig.files:
+        return False
+    if manifest not in manifests:
+        try:
+            manifests[manifest] = records.load_json(Path(root) / manifest)
+        except ConfigError:
+            manifests[manifest] = {}
+    listed = (manifests[manifest].get("files") or {}).get(base) if isinstance(manifests[manifest], dict) else None
+    return isinstance(listed, dict) and listed.get("sha256") == _sha256(Path(root) / name)
+
+
+def made_by_you(path: str | Path) -> bool:
+    """Whether the directory `path` belongs to is yours whole: your signature, at its place, covering
+    every record a command takes it up by. Its reach keys (magrpo.key_classes) are taken up only then."""
+    root = trust_root(path)
+    if not root.is_dir():
+        return False
+    sig = signature(root)
+    if not sig.valid:
+        return False
+    manifests: dict[str, dict] = {}
+    return all(_covered(root, name, sig, manifests) for name in _record_files(root))
+
+
+def write_signature(root: Path, codes: Iterable[str], files: Iterable[str] | None = None,
+                    place: str | Path | None = None) -> None:
+    """Sign `codes` as made by you into `root`, bound to its place (`place`: where it will stay, for a
+    folder renamed into place after it is sealed) and to the sha256 of its records (`files`: relative
+    paths; default every record it holds now)."""
+    names = list(_record_files(root) if files is None else files)
+    digests = {n: d for n in names if (d := _sha256(Path(root) / n)) is not None}
+    _write_signature(root, str(place) if place is not None else _place(root), codes, digests)
+
+
 def _store() -> dict[str, Any]:
     try:
-        data = _read_json(home() / STORE_FILE)
+        data = records.load_json(home() / STORE_FILE)
         return data if isinstance(data, dict) and isinstance(data.get("dirs"), dict) else {"dirs": {}}
-    except (OSError, ValueError):
-        return {"format": FORMAT, "dirs": {}}
+    except (OSError, ConfigError):
+        return {"format": 1, "dirs": {}}
 
 
 def _save_store(data: dict[str, Any]) -> None:
@@ -238,18 +332,19 @@ def _save_store(data: dict[str, Any]) -> None:
     tmp = f.with_name(f".{STORE_FILE}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
-        out.write(json.dumps({"format": FORMAT, "dirs": data["dirs"]}, indent=1, sort_keys=True) + "\n")
+        out.write(json.dumps({"format": 1, "dirs": data["dirs"]}, indent=1, sort_keys=True) + "\n")
     os.replace(tmp, f)
 
 
 def stored(root: Path) -> set[str]:
     """What `magrpo-trust` recorded as trusted for `root` (by its resolved path)."""
-    entry = _store()["dirs"].get(str(Path(root).resolve()))
+    where = _place(root)
+    entry = _store()["dirs"].get(where)
     key = _secret(create=False)
     if not isinstance(entry, dict) or key is None:
         return set()
     codes = entry.get("code")
-    if not isinstance(codes, list) or not hmac.compare_digest(_mac(key, [str(Path(root).resolve()), *codes]),
+    if not isinstance(codes, list) or not hmac.compare_digest(_store_mac(key, [where, *codes]),
                                                              str(entry.get("hmac", ""))):
         return set()
     return set(codes)
@@ -318,15 +413,14 @@ def _read(f: Path, how: str) -> Any:
     """A record's content (`how`: json | yaml | lines, each read as the command that uses it reads
     it); None when it is absent; an unreadable one is refused: what cannot be read for its
     references is not taken up either."""
-    if not f.is_file():
+    if not f.is_file() and not f.is_symlink():
         return None
     try:
         if how == "json":
             return _read_json(f)
-        return _plain_yaml(_text(f))
-    except Exception as e:      # noqa: BLE001  (a broken record of any kind: one line)
-        first = first_line(e) or type(e).__name__
-        raise ConfigError(f"{f}: cannot be read ({first[:200]}), so what it records cannot be checked") from None
+        return records.parse_yaml(_text(f), str(f))
+    except RecordError as e:
+        raise RecordError(f"{e}, so what it records cannot be checked") from None
 
 
 def _folder_refs(folder: Path, where: str) -> list[Ref]:
@@ -334,7 +428,9 @@ def _folder_refs(folder: Path, where: str) -> list[Ref]:
     (config, overrides, search path) and a checkpoint's config.json."""
     at = f"{where}/" if where else ""
     team = _read(folder / TEAM_FILE, "json")
-    refs = _team_refs(team, at) + _refs_of_lines(_read(folder / "overrides.yaml", "lines"), f"{at}overrides.yaml")
+    if isinstance(team, dict):      # a resolved config: a value holding an interpolation is refused here
+        records.refuse_interpolations(team.get("config"), str(folder / TEAM_FILE))
+    refs = _team_refs(team, at) + _refs_of_lines(_read(folder / OVERRIDES_FILE, "lines"), f"{at}{OVERRIDES_FILE}")
     if team is not None:            # a team is taken up by these two alone (an added .hydra/ is never read)
         return refs
     refs += _refs_of_config(_read(folder / ".hydra" / "config.yaml", "yaml"), f"{at}.hydra/config.yaml")
@@ -342,7 +438,23 @@ def _folder_refs(folder: Path, where: str) -> list[Ref]:
     recorded_hydra = _read(folder / ".hydra" / "hydra.yaml", "yaml")
     search = ((recorded_hydra or {}).get("hydra") or {}).get("searchpath") if isinstance(recorded_hydra, dict) else None
     refs += [Ref("config dir", str(s), f"{at}.hydra/hydra.yaml hydra.searchpath") for s in _as_list(search)]
-    return refs + _refs_of_config(_read(folder / CONFIG_FILE, "json"), f"{at}{CONFIG_FILE}")
+    stored = _read(folder / CONFIG_FILE, "json")
+    records.refuse_interpolations(stored, str(folder / CONFIG_FILE))
+    return refs + _refs_of_config(stored, f"{at}{CONFIG_FILE}")
+
+
+def _folders(root: Path) -> list[Path]:
+    """Every folder a command may take `root` up by: itself, its checkpoints/ and each checkpoint."""
+    out = [root]
+    ckpts = root / "checkpoints"
+    if ckpts.is_dir() and not (root / TEAM_FILE).is_file():
+        out.append(ckpts)
+        for n, step in enumerate(sorted(ckpts.iterdir())):
+            if n >= MAX_CHECKPOINTS:
+                raise ConfigError(f"{root}: more than {MAX_CHECKPOINTS} checkpoint folders; not taken up")
+            if step.is_dir():
+                out.append(step)
+    return out
 
 
 def recorded(path: str | Path) -> list[Ref]:
@@ -350,15 +462,9 @@ def recorded(path: str | Path) -> list[Ref]:
     command may take it up by (the directory, its checkpoints/ and each checkpoint)."""
     root = trust_root(path)
     _budget["bytes"] = 0
-    refs = _folder_refs(root, "")
-    ckpts = root / "checkpoints"
-    if ckpts.is_dir() and not (root / TEAM_FILE).is_file():
-        refs += _folder_refs(ckpts, "checkpoints")
-        for n, step in enumerate(sorted(ckpts.iterdir())):
-            if n >= MAX_CHECKPOINTS:
-                raise ConfigError(f"{root}: more than {MAX_CHECKPOINTS} checkpoint folders; not taken up")
-            if step.is_dir():
-                refs += _folder_refs(step, f"checkpoints/{step.name}")
+    refs: list[Ref] = []
+    for folder in _folders(root):
+        refs += _folder_refs(folder, folder.relative_to(root).as_posix() if folder != root else "")
     return refs
 
 
@@ -368,6 +474,34 @@ def _team_refs(team: Any, at: str = "") -> list[Ref]:
     f = f"{at}{TEAM_FILE}"
     return [Ref("plugin", str(m), f"{f} plugins") for m in _as_list(team.get("plugins"))] + \
         _refs_of_config(team.get("config"), f"{f} config") + _refs_of_lines(team.get("overrides"), f"{f} overrides")
+
+
+def named_dirs(path: str | Path) -> list[Path]:
+    """The directories the records of `path`'s directory name to take up with it (partners,
+    diversity members), as they exist here."""
+    root = trust_root(path)
+    _budget["bytes"] = 0
+    values: list[Any] = []
+    for folder in _folders(root):
+        team = _read(folder / TEAM_FILE, "json")
+        configs = [team.get("config")] if isinstance(team, dict) else \
+            [_read(folder / ".hydra" / "config.yaml", "yaml"), _read(folder / CONFIG_FILE, "json")]
+        for cfg in configs:
+            if isinstance(cfg, dict):
+                values += [v for k in NAMING_KEYS for v in _as_list(cfg.get(k))]
+        lines = _as_list(team.get("overrides")) if isinstance(team, dict) else \
+            _as_list(_read(folder / ".hydra" / "overrides.yaml", "lines"))
+        for line in lines:
+            if isinstance(line, str) and "=" in line and not line.startswith("~") and override_key(line) in NAMING_KEYS:
+                values += _values(line)
+    out: list[Path] = []
+    for v in dict.fromkeys(str(v) for v in values if isinstance(v, str) and v):
+        p = trust_root(Path(v).expanduser())
+        if p.is_dir() and p.resolve() != root.resolve() and p not in out:
+            out.append(p)
+        if len(out) > MAX_NAMED_DIRS:
+            raise ConfigError(f"{root} names more than {MAX_NAMED_DIRS} directories to take up with it")
+    return out
 
 
 def needs_trust(ref: Ref) -> bool:
@@ -391,32 +525,96 @@ def check_refs(root: Path, refs: list[Ref]) -> None:
         check_name(ref.module, f"{root}: {ref}")
 
 
+# -- the folder that holds a received directory is not code ---------------------------------------------
+
+
+def check_sys_path(root: Path) -> None:
+    """Refuse to take up a directory you did not make while a `sys.path` entry (`''` and `.` are the
+    working directory) is the directory, lies inside it, or is the folder that holds it: whatever
+    came with it (a module, a `hydra_plugins/` package, a `*.dist-info` declaring an entry point)
+    would be importable here. One line with the fix."""
+    inside = forms(root)
+    holders = {f.parent for f in inside}
+    for entry in sys.path:
+        here = forms(entry or ".")
+        if any(h == r or h.is_relative_to(r) for h in here for r in inside) or here & holders:
+            shown_entry = entry if entry not in ("", ".") else f"{entry!r} (the working directory)"
+            raise UntrustedError(f"{root} is not yours (not made by you) and the folder {shown_entry} on sys.path "
+                                 f"{'holds it' if here & holders else 'is inside it'}: what came with it would be "
+                                 f"importable here, so it is not taken up. Keep received directories in a folder of "
+                                 f"their own that is not on sys.path (e.g. move it to teams/), and put only your own "
+                                 f"modules' folder on PYTHONPATH (run from another folder when it is the working "
+                                 f"directory)")
+
+
 # -- the decision -------------------------------------------------------------------------------------
 
-_allowed: dict[str, str] = {}       # code -> how it was allowed in this process (the strongest)
-_OUTSIDE_A_COMMAND = {"flag": False, "hint": "trust_plugins=True"}     # Python: Team, Experiment
+_allowed: dict[str, str] = {}       # code -> how it was allowed in this command or call (the strongest)
+_OUTSIDE_A_COMMAND: dict[str, Any] = {"flag": False, "hint": "trust_plugins=True", "said": set(), "dirs": None}
 _command: dict[str, Any] = dict(_OUTSIDE_A_COMMAND)
 
 
-def on_this_command(trust_plugins: bool, hint: str, said: Iterable[str] = ()) -> None:
+def on_this_command(trust_plugins: bool, hint: str, said: Iterable[str] = (),
+                    dirs: Iterable[str | Path] | None = ()) -> None:
     """What the command line says (its entry point calls this): `trust_plugins` given, how the
-    refusal's line words the one-command trust (`trust_plugins=true`, `--trust-plugins`), and the
-    caller-only keys it sets itself (`said`: trust_remote_code, isolation). It holds until the
-    command returns (`one_command`)."""
-    _command.update(flag=bool(trust_plugins), hint=hint, said=set(said))
+    refusal's line words the one-command trust (`trust_plugins=true`, `--trust-plugins`), the
+    caller-only keys it sets itself (`said`: trust_remote_code, isolation), and the directories it
+    names itself (`dirs`), which alone the flag covers (a directory inside one, or holding one,
+    counts). It holds until the command returns (`one_command`)."""
+    _command.update(flag=bool(trust_plugins), hint=hint, said=set(said),
+                    dirs=None if dirs is None else [Path(str(d)).expanduser() for d in dirs])
+
+
+def named_on_this_command(dirs: Iterable[str | Path]) -> None:
+    """More directories the command names itself (a hub team once downloaded, a source resolved)."""
+    if _command.get("dirs") is not None:
+        _command["dirs"] = [*_command["dirs"], *(Path(str(d)).expanduser() for d in dirs)]
+
+
+def _named_by_command(root: Path) -> bool:
+    dirs = _command.get("dirs") or []
+    places = forms(root)
+    for d in dirs:
+        for f in forms(d):
+            if any(p == f or p.is_relative_to(f) or f.is_relative_to(p) for p in places):
+                return True
+    return False
+
+
+@contextmanager
+def scope() -> Iterator[None]:
+    """What a command or a Python call allows (its trust flag's reach, what it took up) ends with it:
+    the allowances before it are put back when it returns, however it returns."""
+    allowed, command = dict(_allowed), dict(_command)
+    try:
+        yield
+    finally:
+        _allowed.clear()
+        _allowed.update(allowed)
+        _command.clear()
+        _command.update(command)
 
 
 def one_command(main: Callable[..., Any]) -> Callable[..., Any]:
     """An entry point's main: what its command line said about trust ends with it, however it ends.
     A command run from Python (a notebook, a test, a population's members) leaves no
-    `--trust-plugins` behind for the Team or Experiment calls that follow it."""
+    `--trust-plugins` and no allowance behind for the Team or Experiment calls that follow it."""
     @functools.wraps(main)
     def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return main(*args, **kwargs)
-        finally:
+        with scope():
             _command.clear()
             _command.update(_OUTSIDE_A_COMMAND)
+            return main(*args, **kwargs)
+    return run
+
+
+def one_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A Python entry (Team.from_pretrained, Team.from_run): its `trust_plugins=True` covers the
+    directory it names, for as long as it runs."""
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with scope():
+            return fn(*args, **kwargs)
     return run
 
 
@@ -439,49 +637,58 @@ def _listing(refs: list[Ref], limit: int = 4) -> str:
     return f"{text} (in {', '.join(files[:3])}{f' and {len(files) - 3} more files' if len(files) > 3 else ''})"
 
 
-def refusal(root: Path, refs: list[Ref], untrusted: set[str], why: str, hint: str) -> UntrustedError:
+def refusal(root: Path, refs: list[Ref], untrusted: set[str], why: str, hint: str | None) -> UntrustedError:
     listed = _listing([r for r in refs if r.code in untrusted])
+    other = f" (or {hint} on this command)" if hint else ""
     return UntrustedError(f"{root} records code that would run here and is not trusted: {listed}; {why}, so "
-                          f"nothing was imported. If you trust it: magrpo-trust {shlex.quote(str(root))} (or {hint} "
-                          f"on this command)")
+                          f"nothing was imported. If you trust it: magrpo-trust {shlex.quote(str(root))}{other}")
+
+
+def _named_modules(root: Path) -> set[str]:
+    """The modules you name (module docstring), less an entry point that lies inside or beside
+    `root`: a `*.dist-info` that came with a download names nothing for you."""
+    named = set(named_by_user(installed=False))
+    for module, place in entry_point_places():
+        if place is None or not within_or_beside(place, root):
+            named.add(module)
+    return {f"module:{m}" for m in named}
 
 
 def _decide(root: Path, refs: list[Ref], flag: bool) -> tuple[dict[str, str], set[str], str]:
     """How each code `refs` names is allowed (module docstring), the codes that are not, and why
     not in words. The signature and the store are read only when a code is not yours by name."""
-    named = {f"module:{m}" for m in named_by_user()}
+    named = _named_modules(root)
     how: dict[str, str] = {}
     untrusted: set[str] = set()
-    signed: set[str] | None = None
+    sig: Signature | None = None
     store: set[str] = set()
-    why = ""
     for code in dict.fromkeys(r.code for r in refs if needs_trust(r)):
         if code in named or _allowed.get(code) == NAMED:
             how[code] = NAMED
             continue
-        if signed is None:
-            signed, why = signature(root)
+        if sig is None:
+            sig = signature(root)
             store = stored(root)
-        if code in signed:
+        if sig.valid and code in sig.codes:
             how[code] = SIGNED
         elif code in store:
             how[code] = STORED
         elif flag:
             how[code] = FLAG
-        elif code in _allowed:          # allowed earlier by this command (its entry point's check)
-            how[code] = _allowed[code]
         else:
             untrusted.add(code)
-    return how, untrusted, why
+    return how, untrusted, sig.why if sig is not None else ""
 
 
 @dataclass
 class TakeUp:
-    """What a directory's take-up allowed: its root, its references and how each code was allowed."""
+    """What a directory's take-up allowed: its root, its references, how each code was allowed, and
+    whether the directory is yours whole (its reach keys are taken up: magrpo.key_classes)."""
 
     root: Path
     refs: list[Ref]
     how: dict[str, str]
+    own: bool = False
 
     @property
     def config_dirs(self) -> list[str]:
@@ -491,15 +698,23 @@ class TakeUp:
 def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | None = None) -> TakeUp:
     """Check what the directory `path` belongs to records against the rule (module docstring) and,
     when all of it is trusted, import its plugins and reward modules (magrpo.plugins, guarded);
-    else an UntrustedError before anything is imported. `trust_plugins`: the call's own say (None:
-    the command line's)."""
+    else an UntrustedError before anything is imported. `trust_plugins`: the call's own say for
+    this directory (None: the command line's, for the directories it names)."""
     root = trust_root(path)
+    own = made_by_you(root)
+    if not own:
+        check_sys_path(root)
     refs = recorded(root)
     check_refs(root, refs)
-    flag = _command["flag"] if trust_plugins is None else bool(trust_plugins)
+    if trust_plugins is None:
+        flag = bool(_command["flag"]) and (_command.get("dirs") is None or _named_by_command(root))
+    else:
+        flag = bool(trust_plugins)
     how, untrusted, why = _decide(root, refs, flag)
     if untrusted:
         raise refusal(root, refs, untrusted, why, hint or _command["hint"])
+    if own:
+        _check_named_dirs(root)
     for code, h in how.items():
         _allow(code, h)
     for ref in refs:
@@ -511,24 +726,107 @@ def take_up(path: str | Path, trust_plugins: bool | None = None, hint: str | Non
             continue
         h = how[ref.code]
         import_plugin(ref.module, f"recorded by {root}, {ref.file}; {h}", root=root if h != NAMED else None,
-                      beside=h not in OWN, plugin=ref.module in plugins)
-    return TakeUp(root, refs, how)
+                      beside=h != NAMED, plugin=ref.module in plugins)
+    return TakeUp(root, refs, how, own)
+
+
+def _check_named_dirs(root: Path) -> None:
+    """The directories your record names (its partners, its diversity members) are taken up with it:
+    each one's code must be yours or trusted by its own say (its signature, magrpo-trust), never by
+    this command's flag, which covers only what it names itself."""
+    for d in named_dirs(root):
+        refs = recorded(d)
+        check_refs(d, refs)
+        how, untrusted, why = _decide(d, refs, flag=False)
+        if untrusted:
+            listed = _listing([r for r in refs if r.code in untrusted])
+            raise UntrustedError(f"{root} names {d} (partners or diversity) to take up with it, and {d} records code "
+                                 f"that would run here and is not trusted: {listed}; {why}, so nothing was imported. "
+                                 f"A directory a record names needs its own say: magrpo-trust {shlex.quote(str(d))}")
 
 
 def _check_config_dir(root: Path, ref: Ref, how: str) -> None:
-    """A recorded config directory never lies inside the directory (its YAML would come along with
-    it); a `pkg://` one names a package that is checked as a plugin is, and found without running it."""
+    """A recorded config directory never lies inside the directory or beside it (its YAML would come
+    along with it); a `pkg://` one names a package that is checked as a plugin is, and found
+    without running it."""
     scheme, sep, rest = ref.value.partition("://")
     if not sep:                                     # Hydra reads a path without a scheme as a file path
         scheme, rest = "file", ref.value
     if scheme == "pkg":
         module = check_name(rest.strip("/").replace("/", "."), f"{root}: {ref}")
         if how != NAMED:
-            check_location(module, locate(module, f"{root}: {ref}"), root, how not in OWN, f"{root}: {ref}")
+            check_location(module, locate(module, f"{root}: {ref}"), root, True, f"{root}: {ref}")
     elif scheme == "file" and how != NAMED:
-        where = forms(rest)
-        if any(f.is_relative_to(r) for f in where for r in forms(root)):
+        if any(f.is_relative_to(r) for f in forms(rest) for r in forms(root)):
             raise ConfigError(f"{root}: {ref} lies inside it; a run or team never brings config along")
+        if how not in OWN and within_or_beside(rest, root):     # trusted, not made by you: a download's own
+            raise ConfigError(f"{root}: {ref} lies beside it (in the folder that holds it); a run or team never "
+                              f"brings config along")
+
+
+# -- reach keys: taken up only from a directory you made --------------------------------------------------
+
+
+def _skip_line(where: str, key: str, value: Any) -> None:
+    log.warning("%s: not taken up: %s=%s (a record you did not make never chooses where data goes or what is "
+                "read here); give it yourself if you want it: %s=...", where, key, shown(value, 60), key)
+
+
+def taken_lines(root: Path, lines: list[str], where: str, own: bool | None = None) -> list[str]:
+    """Of a record's saved override lines, those a command takes up: a line whose value holds an
+    interpolation is refused (one line: a record's values never resolve); from a directory you did
+    not make (`own`: made_by_you), a line that sets a reach key (or a key of no class) to a value
+    that chooses something is skipped, each said in one line."""
+    own = made_by_you(root) if own is None else own
+    out = []
+    for line in lines:
+        if "${" in line:
+            raise RecordError(f"{where}: the saved override {shown(line, 100)} holds an interpolation; a record's "
+                              f"values are data and never resolve here: give {override_key(line)} on your command "
+                              f"line (it replaces the saved one)")
+        if own or line.startswith("~"):
+            out.append(line)
+            continue
+        key = override_key(line)
+        try:
+            value = parse_override(line).value()
+        except Exception:
+            value = line.partition("=")[2]
+        reach = key_classes.reaching(key, value)
+        if reach:
+            _skip_line(where, *reach[0])
+            continue
+        out.append(line)
+    return out
+
+
+def taken_config(root: Path, data: dict, where: str, exempt: Iterable[str] = (), own: bool | None = None) -> dict:
+    """A record's resolved config as a command takes it up: an interpolation refused (one line);
+    from a directory you did not make, every reach key (and key of no class) whose value chooses
+    something removed, so the schema's default stands, each said in one line. `exempt`: keys the
+    caller sets itself whatever the record says (a team's model folders)."""
+    records.refuse_interpolations(data, where)
+    own = made_by_you(root) if own is None else own
+    if own:
+        return data
+    out = json.loads(json.dumps(data))
+    for key, value in key_classes.reaching("", out, exempt):
+        _skip_line(where, key, value)
+        _remove(out, key)
+    return out
+
+
+def _remove(data: Any, dotted: str) -> None:
+    parts = dotted.split(".")
+    node = data
+    for p in parts[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node.get(p) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
+        node.pop(parts[-1], None)
+    elif isinstance(node, list) and parts[-1].isdigit() and int(parts[-1]) < len(node):
+        node[int(parts[-1])] = None
 
 
 # -- signing what you make ----------------------------------------------------------------------------------
@@ -554,8 +852,8 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
     a run or team up; magrpo.team for every team's or checkpoint's config."""
     try:
         data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
-    except Exception as e:      # noqa: BLE001  (an interpolation that does not resolve: refused here)
-        raise ConfigError(f"{where}: cannot be resolved ({first_line(e)[:200]})") from None
+    except Exception:      # noqa: BLE001  (an interpolation that does not resolve: refused here, its text unsaid)
+        raise ConfigError(f"{where}: an interpolation in it cannot be resolved") from None
     refs = _refs_of_config(data, where)
     check_refs(Path(where), refs)
     named = {f"module:{m}" for m in named_by_user()}
@@ -589,9 +887,10 @@ def config_codes(cfg: Any, search: Iterable[str] = ()) -> list[str]:
 
 
 def sign_run(run_dir: Path, cfg: Any, took_up: bool = False) -> None:
-    """Sign a run directory's references as yours (magrpo-train and magrpo-eval, at start): the
-    config's own (`took_up`: its command line took a run or team up, so only what was allowed as
-    yours), and what its earlier valid signature covered."""
+    """Sign a run directory as made by you (magrpo-train and magrpo-eval, at start): its place, its
+    `.hydra/` records, the checkpoints an earlier signature of yours covered (a resume in place),
+    and its config's references (`took_up`: its command line took a run or team up, so only what
+    was allowed as yours) with what that earlier signature covered."""
     search: list[str] = []
     try:
         from hydra.core.hydra_config import HydraConfig  # noqa: PLC0415  start-up: Hydra loads only inside a Hydra command
@@ -600,16 +899,42 @@ def sign_run(run_dir: Path, cfg: Any, took_up: bool = False) -> None:
             search = [str(s) for s in (HydraConfig.get().searchpath or [])]
     except Exception:       # noqa: BLE001  (no Hydra: a run started from Python)
         search = []
-    earlier, _ = signature(run_dir)
+    earlier = signature(run_dir, check_files=False)
+    kept = [n for n, d in earlier.files.items() if n.endswith(f"/{MANIFEST}") and _sha256(Path(run_dir) / n) == d] \
+        if earlier.valid else []
     try:
-        write_signature(run_dir, [*own_codes(config_codes(cfg, search), took_up), *earlier])
+        write_signature(run_dir, [*own_codes(config_codes(cfg, search), took_up), *earlier.codes],
+                        [n for n in RUN_RECORDS if (Path(run_dir) / n).is_file()] + kept)
     except OSError as e:
         log.warning("could not sign %s (%s): later commands will ask you to trust it", run_dir, e)
 
 
-def sign_team(folder: Path, info: dict[str, Any]) -> None:
-    """Sign a team being exported (`info`: its team.json) into `folder`, before its manifest."""
-    write_signature(folder, own_codes((r.code for r in _team_refs(info) if needs_trust(r)), took_up=True))
+def sign_checkpoint(run_dir: Path, ckpt: Path) -> None:
+    """Extend a run's signature to a checkpoint it just wrote (its manifest, which lists every file);
+    a run whose signature is not yours (a received one resumed in place) stays unsigned for it."""
+    sig = signature(run_dir, check_files=False)
+    if not sig.valid:
+        return
+    name = Path(ckpt).resolve().relative_to(Path(run_dir).resolve()).as_posix() + f"/{MANIFEST}"
+    names = [n for n in sig.files if (Path(run_dir) / n).is_file()] + [name]
+    try:
+        write_signature(run_dir, sig.codes, list(dict.fromkeys(names)))
+    except OSError as e:
+        log.warning("could not sign the checkpoint %s (%s): later commands will ask you to trust it", ckpt, e)
+
+
+def sign_team(folder: Path, place: Path, info: dict[str, Any], allowed: dict[str, str] | None) -> None:
+    """Sign a team being exported (`info`: its team.json) into `folder`, its manifest written, bound
+    to `place`, where it is renamed to. `allowed`: how the code of the directory the team was
+    loaded from was allowed (TakeUp.how); only what was yours is signed (None: a team configured
+    here, whose code is yours)."""
+    codes = [r.code for r in _team_refs(info) if needs_trust(r)]
+    if allowed is None:
+        mine = own_codes(codes, took_up=False)
+    else:
+        named = {f"module:{m}" for m in named_by_user()}
+        mine = [c for c in dict.fromkeys(codes) if c in named or allowed.get(c) in OWN or _allowed.get(c) == NAMED]
+    write_signature(folder, mine, [MANIFEST], place=Path(place).resolve())
 
 
 # -- magrpo-trust --------------------------------------------------------------------------------------
@@ -626,7 +951,13 @@ def describe(path: str | Path) -> list[str]:
         state = how.get(r.code, f"NOT trusted ({why})") if needs_trust(r) else "built in (needs no trust)"
         files = ", ".join(dict.fromkeys(x.file for x in refs if (x.kind, x.value) == (r.kind, r.value)))
         lines.append(f"  {r.name}: {state} (in {files})")
-    return lines or ["  no code references: nothing to trust"]
+    lines = lines or ["  no code references: nothing to trust"]
+    if made_by_you(root):
+        lines.append("  made by you: its reach keys (where data goes, what is read) are taken up")
+    else:
+        lines.append("  not made by you: its reach keys (URLs, paths, model and data locations) are skipped when "
+                     "it is taken up; give them yourself")
+    return lines
 
 
 def trust(path: str | Path) -> list[Ref]:
@@ -641,15 +972,32 @@ def trust(path: str | Path) -> list[Ref]:
         raise ConfigError(f"cannot write your trust store under {home()}")
     codes = sorted({r.code for r in refs if needs_trust(r)})
     data = _store()
-    where = str(root.resolve())
-    data["dirs"][where] = {"code": codes, "hmac": _mac(key, [where, *codes])}
+    where = _place(root)
+    data["dirs"][where] = {"code": codes, "hmac": _store_mac(key, [where, *codes])}
     _save_store(data)
+    return refs
+
+
+def adopt(path: str | Path) -> list[Ref]:
+    """Sign the directory `path` belongs to as made by you, where it is now (magrpo-trust --adopt):
+    a run or team you made and moved, or made before signatures bound the whole directory. A team
+    is checked against its manifest first."""
+    root = trust_root(path)
+    if not root.is_dir():
+        raise ConfigError(f"{path}: no such directory")
+    refs = recorded(root)
+    check_refs(root, refs)
+    if (root / TEAM_FILE).is_file():
+        verify(root, (TEAM_FILE,), "team")
+    if _secret(create=True) is None:
+        raise ConfigError(f"cannot write your signing key under {home()}")
+    write_signature(root, [r.code for r in refs if needs_trust(r)])
     return refs
 
 
 def revoke(path: str | Path) -> bool:
     data = _store()
-    found = data["dirs"].pop(str(trust_root(path).resolve()), None) is not None
+    found = data["dirs"].pop(_place(trust_root(path)), None) is not None
     if found:
         _save_store(data)
     return found
@@ -660,5 +1008,5 @@ def trusted_dirs() -> dict[str, list[str]]:
     return {where: list(entry.get("code") or []) for where, entry in sorted(_store()["dirs"].items())}
 
 
-if __name__ == "__main__":      # the command's options moved with the other commands (magrpo.cli)
+if __name__ == "__main__":      # the command's options live with the other commands (magrpo.cli)
     raise SystemExit("python -m magrpo.trust is now magrpo-trust (python -m magrpo.cli.trust); nothing was changed")

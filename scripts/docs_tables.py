@@ -360,6 +360,45 @@ PAGES = {"config.md": config_page, "algorithms.md": algorithms_page, "tasks.md":
          "metrics.md": metrics_page}
 
 
+# Blocks generated into hand-written pages, between `<!-- NAME: generated ... -->` and `<!-- /NAME -->`.
+SECURITY = ROOT / "docs" / "security.md"
+
+
+def key_classes_block() -> str:
+    """docs/security.md's table of every config key a record can set, by node and class
+    (magrpo.key_classes.KEY_CLASSES, the one table in the code)."""
+    from magrpo.key_classes import CLASSES, KEY_CLASSES
+
+    nodes: dict[str, dict[str, list[str]]] = {}
+    for key, cls in sorted(KEY_CLASSES.items()):
+        node, _, rest = key.partition(".")
+        node, leaf = (node, rest) if rest else ("top level", key)
+        nodes.setdefault(node, {c: [] for c in CLASSES})[cls].append(f"`{leaf}`")
+    order = ["top level", *sorted(n for n in nodes if n != "top level")]
+    lines = ["| node | reach: taken only from a directory you made | code: the trust rule | inert: taken up |",
+             "|---|---|---|---|"]
+    for node in order:
+        cells = nodes[node]
+        lines.append(f"| `{node}` | {', '.join(cells['reach']) or '–'} | {', '.join(cells['code']) or '–'} | "
+                     f"{', '.join(cells['inert']) or '–'} |")
+    return "\n".join(lines) + "\n"
+
+
+BLOCKS = {(SECURITY, "key-classes"): key_classes_block}
+
+
+def spliced(text: str, name: str, block: str) -> str:
+    """`text` with the generated block `name` replaced by `block`."""
+    head, sep, rest = text.partition(f"<!-- {name}:")
+    if not sep:
+        raise SystemExit(f"no <!-- {name}: ... --> marker to fill")
+    marker, _, rest = rest.partition("-->\n")
+    _, end, tail = rest.partition(f"<!-- /{name} -->")
+    if not end:
+        raise SystemExit(f"no <!-- /{name} --> marker after <!-- {name}: -->")
+    return f"{head}<!-- {name}:{marker}-->\n{block}<!-- /{name} -->{tail}"
+
+
 @functools.cache
 def render() -> dict[str, str]:
     from magrpo.config_store import register_schemas
@@ -383,6 +422,15 @@ def main(argv: list[str] | None = None) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             print(f"wrote {path}")
+    for (page, name), make in BLOCKS.items():
+        text = page.read_text()
+        new = spliced(text, name, make())
+        if args.check:
+            if new != text:
+                stale.append(f"{page} ({name})")
+        elif new != text:
+            page.write_text(new)
+            print(f"wrote {page} ({name})")
     if stale:
         print("stale generated tables (run `make docs-tables`): " + ", ".join(stale), file=sys.stderr)
         return 1

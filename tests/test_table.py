@@ -346,12 +346,12 @@ def test_errors_exit_2_naming_the_path(tmp_path, capsys):
     os.mkfifo(fifo / "summary.json")
     capsys.readouterr()
     assert main([str(fifo), str(done), "--out", str(tmp_path / "t_fifo")]) == 0
-    assert "summary.json is not a regular file" in capsys.readouterr().err
+    assert "summary.json: not a regular file" in capsys.readouterr().err
     write_run(tmp_path / "fifo_curves" / "r", seed=1, final={"reward_mean": 1.0}, initial={"reward_mean": 0.0})
     (tmp_path / "fifo_curves" / "r" / "metrics.jsonl").unlink()
     os.mkfifo(tmp_path / "fifo_curves" / "r" / "metrics.jsonl")
     assert main([str(tmp_path / "fifo_curves"), str(done), "--out", str(tmp_path / "t_fifo2")]) == 0
-    assert "metrics.jsonl is not a regular file" in capsys.readouterr().err
+    assert "metrics.jsonl: not a regular file" in capsys.readouterr().err
 
     # The installed entry point: one line on stderr, no traceback.
     proc = subprocess.run([sys.executable, "-m", "magrpo.table", str(missing)], capture_output=True, text=True)

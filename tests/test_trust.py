@@ -123,8 +123,8 @@ def test_your_own_run_and_team_take_up_their_plugins(made, monkeypatch):
     assert json.loads((made["run"] / "signature.json").read_text())["code"] == ["module:trust_game"]
     team = Team.from_pretrained(made["team"], device="cpu")
     assert "trust_game" in plugins.loaded() and team.config.reward.fn == "trust_game:score"
-    Team.from_run(made["run"], device="cpu")
-    assert trust._allowed["module:trust_game"] == trust.SIGNED
+    run_team = Team.from_run(made["run"], device="cpu")
+    assert run_team.allowed["module:trust_game"] == team.allowed["module:trust_game"] == trust.SIGNED
 
 
 def test_a_received_team_is_refused_in_one_line_and_trusting_it_takes_it_up(made, receiver, capsys):
@@ -206,7 +206,8 @@ def test_your_own_run_with_an_added_search_path_is_refused_too(made, monkeypatch
     run = received(made, tmp_path, "run")
     _with_searchpath(run, _evil_conf(tmp_path))
     code, err = _cli("eval", [f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'out'}"], capsys)
-    assert code == 2 and len(err) == 1 and "config directory 'file://" in err[0] and "edited" in err[0], err
+    assert code == 2 and len(err) == 1 and "config directory 'file://" in err[0] and (
+        "changed since you made it" in err[0] or "signed at another place" in err[0]), err
     assert not ran(tmp_path)
 
 
@@ -232,7 +233,7 @@ def test_a_teams_added_hydra_record_is_not_read(made, monkeypatch, tmp_path, cap
     (team / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  searchpath:\n  - file://{_evil_conf(tmp_path)}\n")
     (team / "overrides.yaml").write_text((team / "overrides.yaml").read_text() + "- +experiment=evil\n")
     rehash(team)
-    code, err = _cli("eval", [f"team={team}", f"hydra.run.dir={tmp_path / 'out'}"], capsys)
+    code, err = _cli("eval", [f"team={team}", "trust_plugins=true", f"hydra.run.dir={tmp_path / 'out'}"], capsys)
     assert code == 2 and len(err) == 1 and "experiment" in err[0], err
     assert not ran(tmp_path)
 
@@ -248,7 +249,7 @@ def test_a_pkg_search_path_inside_the_run_is_refused_even_trusted(made, receiver
         code, err = _cli("eval", [f"checkpoint={run}", "trust_plugins=true", f"hydra.run.dir={receiver / 'o'}"], capsys)
     finally:
         sys.path.remove(str(run))
-    assert code == 2 and len(err) == 1 and "from inside" in err[0], err
+    assert code == 2 and len(err) == 1 and ("from inside" in err[0] or "on sys.path is inside it" in err[0]), err
     assert not ran(receiver)
 
 
@@ -356,7 +357,7 @@ def test_a_parent_package_inside_the_team_is_never_run(made, receiver, monkeypat
     (team / "team_pkg" / "__init__.py").write_text(PAYLOAD)
     (team / "team_pkg" / "sub.py").write_text("")
     monkeypatch.syspath_prepend(str(team))
-    with pytest.raises(ConfigError, match="from inside"):
+    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
         Team.from_pretrained(team, device="cpu", trust_plugins=True)
     assert not ran(receiver)
 
@@ -367,7 +368,7 @@ def test_the_team_folder_itself_is_no_package(made, receiver, monkeypatch):
     team = _team_recording(made, receiver, plugins=["team"])
     (team / "__init__.py").write_text(PAYLOAD)
     monkeypatch.syspath_prepend(str(team.parent))
-    with pytest.raises(ConfigError, match="from inside"):
+    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
         Team.from_pretrained(team, device="cpu", trust_plugins=True)
     assert not ran(receiver)
 
@@ -381,7 +382,7 @@ def test_a_symlink_inside_the_team_is_inside(made, receiver, monkeypatch):
     team = _team_recording(made, receiver, plugins=["team_linked"])
     (team / "team_linked.py").symlink_to(elsewhere / "team_linked.py")
     monkeypatch.syspath_prepend(str(team))
-    with pytest.raises(ConfigError, match="from inside"):
+    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
         Team.from_pretrained(team, device="cpu", trust_plugins=True)
     assert not ran(receiver)
 
@@ -395,7 +396,7 @@ def test_a_checkpoint_path_answers_for_its_whole_run(made, receiver, monkeypatch
     _edit_json(ckpt / "config.json", lambda c: {**c, "plugins": ["run_root_mod"]})
     rehash(ckpt)
     monkeypatch.syspath_prepend(str(run))
-    with pytest.raises(ConfigError, match="from inside"):
+    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
         Team.from_run(ckpt, device="cpu", trust_plugins=True)
     assert not ran(receiver)
 
@@ -407,7 +408,7 @@ def test_a_module_beside_a_received_team_is_refused(made, receiver, monkeypatch)
     team = _team_recording(made, receiver, plugins=["beside_mod"])
     (team.parent / "beside_mod.py").write_text(PAYLOAD)
     monkeypatch.syspath_prepend(str(team.parent))
-    with pytest.raises(ConfigError, match="from beside"):
+    with pytest.raises(ConfigError, match="from beside|on sys.path holds it"):
         Team.from_pretrained(team, device="cpu", trust_plugins=True)
     assert not ran(receiver)
 
@@ -418,7 +419,7 @@ def test_a_reward_module_inside_the_team_is_refused_as_a_plugin_is(made, receive
     team = _team_recording(made, receiver, reward_fn="team_reward:score")
     (team / "team_reward.py").write_text(PAYLOAD + "def score(prompts, completions, **c):\n    return [1.0] * len(completions)\n")
     monkeypatch.syspath_prepend(str(team))
-    with pytest.raises(ConfigError, match="from inside"):
+    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
         Team.from_pretrained(team, device="cpu", trust_plugins=True)
     assert not ran(receiver)
 
@@ -523,7 +524,7 @@ def test_a_reward_function_made_by_an_interpolation_is_refused(made, receiver):
     from magrpo.team import Team
 
     team = _team_recording(made, receiver, reward_fn="${agents.models.0.chat_template_kwargs.x}")
-    with pytest.raises(ConfigError, match="never an interpolation"):
+    with pytest.raises(ConfigError, match="never an interpolation|never resolve"):
         Team.from_pretrained(team, device="cpu", trust_plugins=True)
     assert not ran(receiver)
 
@@ -554,7 +555,7 @@ def test_a_signature_copied_into_another_directory_covers_nothing(made, monkeypa
     saved = run / ".hydra" / "overrides.yaml"
     saved.write_text(saved.read_text() + "- seed=3\n")        # another run's record, the maker's signature copied in
     code, err = _cli("eval", [f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'o'}"], capsys)
-    assert code == 2 and len(err) == 1 and "copied from another directory" in err[0], err
+    assert code == 2 and len(err) == 1 and "signed at another place" in err[0], err
 
 
 def test_a_yaml_alias_bomb_is_refused_before_it_grows(made, receiver, capsys):
@@ -584,8 +585,8 @@ def test_trust_remote_code_made_by_an_interpolation_is_refused(made, receiver):
                            f"hydra.run.dir={receiver / 'o'}"], cwd=receiver,
                             env=_env(made["home_b"], made["lib"], TRUST_MARKER=str(receiver / "RAN")), timeout=300)
     err = [x for x in done.stderr.splitlines() if x.startswith("magrpo-eval:")]
-    assert done.returncode == 2 and len(err) == 1 and "trust_remote_code is true, but not by your command line" \
-        in err[0], done.stderr[-2000:]
+    assert done.returncode == 2 and len(err) == 1 and ("trust_remote_code is true, but not by your command line"
+                                                       in err[0] or "never resolve" in err[0]), done.stderr[-2000:]
 
 
 def test_a_teams_sandbox_level_is_this_machines(made, receiver):

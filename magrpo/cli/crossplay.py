@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @one_command
 def main(argv: list[str] | None = None) -> int:
-    args = parse_plain_cli(build_parser(), argv)
+    args = parse_plain_cli(build_parser(), argv, dirs=lambda a: [*a.sources, *(a.partners or [])])
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
                         num_samples=args.num_samples, seed=args.seed, split=args.split, batch_size=args.batch_size,

@@ -48,7 +48,7 @@ from magrpo.models import load_agents
 from magrpo.rollout import BASELINES
 from magrpo.run_config import from_run
 from magrpo.tasks import build_task
-from magrpo.team import Team, check_team_option, load_team_agents
+from magrpo.team import check_team_option, load_team_agents, read_team, team_agents
 from magrpo.tracking import RunLogger, RunStatus, run_identity, write_json
 from magrpo.trainer import seed_everything
 from magrpo.turns import TurnSpec
@@ -119,9 +119,11 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
         items = task.load(cfg.split)
         items = items[:cfg.eval.num_items] if cfg.eval.num_items else items
         if team_dir:
-            # trust_remote_code only from this command line: the team's own overrides never set it
+            # the team's own folders, with this command's agents settings (checked against the team's:
+            # check_team_option); trust_remote_code only from this command line, never the team's
             trust = any(m.trust_remote_code for m in cfg.agents.models)
-            agents = Team.from_pretrained(team_dir, hardware=cfg.hardware, trust_remote_code=trust).agents
+            root = Path(team_dir)
+            agents, _ = team_agents(root, read_team(root), cfg.agents, cfg.hardware, trust)
             log.info("loaded the exported team %s", team_dir)
         else:
             agents = load_team_agents(cfg, cfg.hardware, ckpt)

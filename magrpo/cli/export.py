@@ -21,12 +21,12 @@ import magrpo.process  # noqa: F401  (first: the process defaults, before torch 
 # isort: on
 
 import argparse
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 
+from magrpo import records
 from magrpo.checkpoint import is_team_dir
 from magrpo.launch import check_out_dir, parse_plain_cli
 from magrpo.run_config import inheritable, run_dir_of
@@ -60,11 +60,11 @@ def export_run(run: str | Path, out: str | Path, step: int | None = None, device
     summary = Path(team.source["run_dir"] or "") / "summary.json"
     if team.source["run_dir"] and summary.is_file():
         try:
-            data = json.loads(summary.read_text())
-            if data.get("steps") == team.source["step"]:     # the metrics of the weights exported
+            data = records.load_json(summary)
+            if isinstance(data, dict) and data.get("steps") == team.source["step"]:     # the weights exported
                 final_eval = data.get("final_eval")
-        except ValueError:
-            log.warning("%s is not readable JSON; the model card shows no final evaluation", summary)
+        except ConfigError as e:
+            log.warning("%s; the model card shows no final evaluation", e)
     return team.save_pretrained(out, {"overrides": overrides, "final_eval": final_eval})
 
 
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @one_command
 def main(argv: list[str] | None = None) -> int:
-    args = parse_plain_cli(build_parser(), argv)
+    args = parse_plain_cli(build_parser(), argv, dirs=lambda a: [a.run_dir])
     try:
         out = export_run(args.run_dir, args.out_dir, step=args.step, force=args.force)
         print(f"magrpo-export: wrote {out}")

@@ -62,12 +62,13 @@ from typing import Any
 
 import yaml
 
+from magrpo import records
 from magrpo import table as table_cli
 from magrpo.cli import crossplay as crossplay_cli
 from magrpo.launch import CONF_DIR, group_options
 from magrpo.paper_grid import METHODS, TABLES
+from magrpo.schema import ConfigError
 from magrpo.table import natural_key
-from magrpo.table.runs import check_regular
 
 PROG = "magrpo-paper"
 
@@ -436,9 +437,8 @@ def read_summary(path: Path) -> dict[str, Any] | None:
     """A run's summary.json as a dict; None when it is missing, unreadable or not a JSON object
     (a run directory is someone else's file: it may be cut short or edited)."""
     try:
-        check_regular(path)           # a FIFO under the name would block the read
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = records.load_json(path)     # a FIFO under the name, a huge or deep file: refused, not read
+    except ConfigError:
         return None
     return data if isinstance(data, dict) else None
 

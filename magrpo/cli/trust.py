@@ -5,6 +5,7 @@ store: magrpo.trust).
     magrpo-trust --show exported_team         # what it records and whether it is trusted
     magrpo-trust --revoke exported_team       # forget that trust
     magrpo-trust --list                       # every directory you trust
+    magrpo-trust --adopt results/<run>        # a run or team you made and moved: sign it as yours again
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 
 from magrpo.plugins import PluginError
 from magrpo.schema import ConfigError
-from magrpo.trust import STORE_FILE, describe, home, needs_trust, revoke, trust, trusted_dirs
+from magrpo.trust import STORE_FILE, adopt, describe, home, needs_trust, revoke, trust, trusted_dirs
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show", action="store_true", help="show what each DIR records and whether it is trusted; change nothing")
     p.add_argument("--revoke", action="store_true", help="forget the trust given to each DIR")
     p.add_argument("--list", action="store_true", help="list the directories you trust")
+    p.add_argument("--adopt", action="store_true",
+                   help="sign each DIR as made by you, where it is now: one you made and then moved, or made "
+                        "before signatures bound the whole directory. Its code and the keys that choose where "
+                        "data goes or what is read (URLs, paths) are then taken up as yours; never adopt a "
+                        "directory someone else made")
     args = p.parse_args(argv)
     if args.list:
         for where, codes in trusted_dirs().items():
@@ -41,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
                 print("\n".join(describe(d)))
             elif args.revoke:
                 print(f"magrpo-trust: {'revoked' if revoke(d) else 'was not trusted:'} {d}")
+            elif args.adopt:
+                refs = adopt(d)
+                listed = ", ".join(dict.fromkeys(r.name for r in refs if needs_trust(r))) or "no code references"
+                print(f"magrpo-trust: signed {d} as made by you: {listed}, and its reach keys")
             else:
                 refs = trust(d)
                 listed = ", ".join(dict.fromkeys(r.name for r in refs if needs_trust(r))) or "no code references"

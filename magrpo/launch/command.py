@@ -8,6 +8,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import hydra
@@ -25,6 +26,7 @@ from magrpo.paper_grid import names_paper_alias
 from magrpo.plugins import PluginInterrupt, add_option, conf_dirs, load_option, load_plugins, plugins_in_argv
 from magrpo.run_config import (
     caller_keys_in_argv,
+    dirs_in_argv,
     inherit_argv,
     named_runs,
     reward_modules_in_argv,
@@ -153,13 +155,16 @@ def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = Non
     own = list(argv if given is None else given)
     own_plugins = plugins_in_argv(own)
     trust.allow_named([*own_plugins, *reward_modules_in_argv(own)])
-    trust.on_this_command(trust_plugins_in_argv(own), "trust_plugins=true", caller_keys_in_argv(own))
+    runs = named_runs(config_name, argv)
+    # the flag covers what this command line names itself: the run or team it takes up, its partners
+    trust.on_this_command(trust_plugins_in_argv(own), "trust_plugins=true", caller_keys_in_argv(own),
+                          dirs=[*runs, *dirs_in_argv(own)])
     paths: list[str] = []
-    for run in named_runs(config_name, argv):      # first: a missing one is named with the run that needs it
+    for run in runs:      # first: a missing one is named with the run that needs it
         up = trust.take_up(run)
         if not is_team_dir(up.root):                # a team composes with no directory of its own
             paths += up.config_dirs
-    load_plugins(own_plugins)
+    load_plugins(own_plugins, beside=runs)
     paths += [f"file://{d}" for d in conf_dirs()]
     paths = list(dict.fromkeys(paths))
     if not paths or any(override_key(a) == "hydra.searchpath" for a in own):
@@ -187,15 +192,17 @@ def console_log() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def parse_plain_cli(parser: Any, argv: list[str] | None) -> Any:
+def parse_plain_cli(parser: Any, argv: list[str] | None, dirs: Callable[[Any], list[str]] = lambda args: []) -> Any:
     """The arguments of a command that is not a Hydra app (magrpo-export, magrpo-crossplay), with
-    the console set up as the Hydra commands set it: INFO lines, no download progress bars."""
+    the console set up as the Hydra commands set it: INFO lines, no download progress bars.
+    `dirs(args)`: the runs and teams the command line names, which `--trust-plugins` covers."""
 
     add_option(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="[%(name)s] %(message)s")
     quiet_progress_bars()
-    trust.on_this_command(args.trust_plugins, "--trust-plugins")
-    load_option(args, parser.prog)
+    named = [Path(d).expanduser() for d in dirs(args)]
+    trust.on_this_command(args.trust_plugins, "--trust-plugins", dirs=named)
+    load_option(args, parser.prog, beside=[d for d in named if d.exists()])
     trust.allow_named([m.strip() for m in (args.plugins or "").split(",") if m.strip()])
     return args

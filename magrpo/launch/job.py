@@ -4,7 +4,6 @@ line an interrupt (Ctrl-C) ends with."""
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import os
 import shlex
@@ -15,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from magrpo import records
 from magrpo.checkpoint import resolve
 from magrpo.overrides import override_key
 from magrpo.plugins import ProcessExit, code_folders, exits_raise, origin_line
@@ -142,9 +141,11 @@ def discard_unstarted(run_dir: Path) -> bool:
     stderr said everything, and an empty failed run would sit among the real ones. A folder with
     anything else in it (an earlier run, the user's files) is left as it is. True when removed."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = records.load_json(run_dir / "summary.json")
         names = {p.name for p in run_dir.iterdir()}
     except (OSError, ValueError):
+        return False
+    if not isinstance(summary, dict):
         return False
     if summary.get("status") != "failed" or summary.get("phase") != "config" or not names <= set(UNSTARTED):
         return False
@@ -185,8 +186,8 @@ def interrupt_report(prog: str, run_dir: Path | None, argv: list[str]) -> str:
     except Exception:
         return f"{where}; no checkpoint was saved, so it cannot be resumed (save_every=N saves one every N steps)"
     try:
-        given = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or []
-    except (OSError, ValueError):
+        given = records.load_yaml(Path(run_dir) / ".hydra" / "overrides.yaml") or []
+    except ValueError:
         given = [a for a in argv if not a.startswith("-")]
     keep = [o for o in given if override_key(o) not in ("resume", "hydra.run.dir", "output_dir")]
     cmd = shlex.join([prog, *keep, f"resume={run_dir}", f"hydra.run.dir={run_dir}"])

@@ -9,7 +9,12 @@ from pathlib import Path
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+from hydra.errors import (
+    ConfigCompositionException,
+    HydraException,
+    MissingConfigException,
+    OverrideParseException,
+)
 from omegaconf import OmegaConf
 
 from magrpo.config import CONF_DIR
@@ -67,6 +72,9 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
         where = f"in {parent}" if parent else "at the top level"
         listing = f"; keys allowed {where}: {', '.join(allowed)}" if allowed else ""
         return f"unknown config key {typed!r}{listing}{_elsewhere(cfg, parent, leaf) or did_you_mean(leaf, allowed)}"
+    if isinstance(exc, HydraException):         # any other composition error: its first line, no traceback
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return f"cannot compose the config ({first[:300]})"
     return None
 
 
@@ -79,6 +87,11 @@ def _composition_message(text: str) -> str | None:
         key, _, value = line.partition("=")
         return (f"{line!r} gives several values, which is a sweep; a single run takes one value: run "
                 f"`-m {line}` to sweep over them, write {key}=[{value}] for a list or {key}='{value}' for a string")
+    m = re.match(r"Multiple values for ([\w/.]+)\.", text)
+    if m:
+        group = m.group(1)
+        return (f"+{group}=... adds the config group {group!r}, which the config already picks; write "
+                f"{group}=OPTION to pick another option")
     m = re.match(r"Could not override '([^']*)'\. No match in the defaults list", text)
     if m:
         group = m.group(1)

@@ -9,10 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from magrpo import records
+from magrpo.schema import ConfigError
 from magrpo.tracking import read_status
 
 
@@ -29,8 +30,8 @@ def job_dirs(sweep_dir: Path) -> list[Path]:
 def job_overrides(job_dir: Path) -> str:
     """A sweep job's overrides as one line (its folder is its number; they are in .hydra/)."""
     try:
-        lines = yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or []
-    except (OSError, yaml.YAMLError):
+        lines = records.load_yaml(job_dir / ".hydra" / "overrides.yaml") or []
+    except ConfigError:
         return "overrides unknown"
     return " ".join(str(x) for x in lines) if isinstance(lines, list) else "overrides unknown"
 

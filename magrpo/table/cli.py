@@ -85,8 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     add_option(parser)
     args = parser.parse_args(argv)
-    trust.on_this_command(args.trust_plugins, "--trust-plugins")
-    load_option(args, "magrpo-table")
+    trust.on_this_command(args.trust_plugins, "--trust-plugins", dirs=args.dirs)
+    load_option(args, "magrpo-table", beside=[d for d in args.dirs if d.exists()])
     trust.allow_named([m.strip() for m in (args.plugins or "").split(",") if m.strip()])
     try:
         if args.out is None and len(args.dirs) > 1:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -18,7 +17,7 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo import trust
+from magrpo import records, trust
 from magrpo.config import typed_node
 from magrpo.launch.sweep import natural_key
 from magrpo.schema import ConfigError
@@ -125,10 +124,6 @@ def flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: _hashable(node)}
 
 
-_RESOLVER_CALL = re.compile(r"\$\{\s*[\w.-]+\s*:")     # ${oc.env:X}, ${hydra:...}: a resolver, not a key
-_KEY_REF = re.compile(r"\$\{\s*([\w.\[\]-]+)\s*\}")
-
-
 def check_regular(path: Path, limit: int | None = None) -> None:
     """Refuse (OSError) a file a run directory holds that is not a regular file, or is larger than
     `limit` bytes: a FIFO or a device under a file's name (someone else's run directory) would block
@@ -141,29 +136,11 @@ def check_regular(path: Path, limit: int | None = None) -> None:
 
 
 def read_hydra_config(path: Path) -> dict[str, Any]:
-    """`.hydra/config.yaml` flattened, with interpolations between its own keys resolved
-    (`${algo.temperature}`); one that calls a resolver (`${oc.env:TOKEN}`, `${hydra:...}`), or leads to
-    one, stays as written: a run's record never reads this machine's environment into a table."""
-    check_regular(path)
-    cfg = OmegaConf.load(path)
-    flat = flatten(OmegaConf.to_container(cfg, resolve=False))
-    raw = {k: v for k, v in flat.items() if isinstance(v, str) and "${" in v}
-    tainted = {k for k, v in raw.items() if _RESOLVER_CALL.search(v)}
-    while True:
-        more = {k for k, v in raw.items() if k not in tainted and any(
-            t == ref or t.startswith(ref + ".") or ref.startswith(t + ".") for ref in _KEY_REF.findall(v)
-            for t in tainted)}
-        if not more:
-            break
-        tainted |= more
-    for key, value in flat.items():
-        if isinstance(value, str) and "${" in value and key not in tainted:
-            try:
-                flat[key] = _hashable(OmegaConf.to_container(OmegaConf.create({"v": OmegaConf.select(cfg, key)}),
-                                                             resolve=True)["v"])
-            except Exception:  # resolvers that only exist inside a Hydra app
-                pass
-    return flat
+    """`.hydra/config.yaml` flattened (the bounded reader: magrpo.records), with interpolations between
+    its own keys resolved (`${algo.temperature}`); one that calls a resolver (`${oc.env:TOKEN}`,
+    `${hydra:...}`), or leads to one, stays as written: a run's record never reads this machine's
+    environment into a table."""
+    return flatten(records.resolve_own_refs(records.load_yaml(path)))
 
 
 def read_curves(path: Path) -> dict[str, dict[int, float]]:
@@ -172,22 +149,15 @@ def read_curves(path: Path) -> dict[str, dict[int, float]]:
     curves: dict[str, dict[int, float]] = {}
     if not path.exists():
         return curves
-    check_regular(path)
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash
-            step = row.get("step")
-            if not isinstance(step, (int, float)):
-                continue
-            for key, value in row.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    curves.setdefault(key, {})[int(step)] = float(value)
+    for row in records.iter_jsonl(path):      # a line cut short by a crash is skipped
+        if not isinstance(row, dict):
+            continue
+        step = row.get("step")
+        if not isinstance(step, (int, float)) or isinstance(step, bool):
+            continue
+        for key, value in row.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                curves.setdefault(key, {})[int(step)] = float(value)
     return curves
 
 
@@ -200,9 +170,8 @@ def _numbers(d: Any) -> dict[str, float]:
 def load_run(path: Path) -> Run:
     """One run directory. Raises TableError when its summary.json cannot be read."""
     try:
-        check_regular(path / "summary.json")
-        summary = json.loads((path / "summary.json").read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        summary = records.load_json(path / "summary.json")
+    except ConfigError as e:
         raise TableError(f"cannot read {path / 'summary.json'}: {e}") from None
     if not isinstance(summary, dict):
         raise TableError(f"{path / 'summary.json'} is not a JSON object")
@@ -224,7 +193,7 @@ def load_run(path: Path) -> Run:
     final = _numbers(summary.get("final_eval"))
     try:
         curves = read_curves(path / "metrics.jsonl")
-    except (OSError, UnicodeDecodeError) as e:
+    except ConfigError as e:
         raise TableError(f"cannot read {path / 'metrics.jsonl'}: {e}") from None
     if not final:
         final = last_eval(curves, summary)
@@ -329,7 +298,7 @@ def run_task(run: Run):
     composition are the ones the run trained with. A run without that file gets the defaults.
     None for a task this version does not know; TableError when the saved nodes no longer fit."""
     try:        # a plugin's task: the plugins the run recorded, when the trust rule allows them
-        trust.take_up(run.path)
+        up = trust.take_up(run.path)
     except ConfigError as e:
         raise TableError(str(e)) from None
     if run.task not in available_tasks():
@@ -339,9 +308,12 @@ def run_task(run: Run):
     file = run.path / ".hydra" / "config.yaml"
     try:
         if file.exists():
-            cfg = OmegaConf.load(file)
-            saved = {node: OmegaConf.to_container(cfg[node], resolve=True)
-                     for node in ("task", "reward") if node in cfg and OmegaConf.is_dict(cfg[node])}
+            cfg = records.resolve_own_refs(records.load_yaml(file))
+            nodes = {node: cfg[node] for node in ("task", "reward") if isinstance(cfg, dict) and
+                     isinstance(cfg.get(node), dict)}
+            # its values as data (an interpolation left is refused); of a run you did not make, no key
+            # that chooses what is read (a data path, a lexicon, a verifier model)
+            saved = trust.taken_config(up.root, nodes, str(file), own=up.own)
         reward = OmegaConf.create(saved.get("reward") or {})
         if (schema := reward_schema_of(cls)) is not None:
             reward = typed_node(reward, schema, "reward.")

@@ -16,11 +16,12 @@ The trial runs themselves (DIR/<task>_<row>/<n>/) are not rows of the table.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from magrpo.records import load_json
+from magrpo.schema import ConfigError
 from magrpo.table.render import md_escape
 from magrpo.table.runs import TableError
 
@@ -33,9 +34,9 @@ def read_records(folder: Path) -> list[dict[str, Any]]:
     records = []
     for path in sorted(folder.glob("*.json")):
         try:
-            record = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise TableError(f"cannot read the tuning record {path}: {e}") from None
+            record = load_json(path)
+        except ConfigError as e:
+            raise TableError(f"cannot read the tuning record: {e}") from None
         if not isinstance(record, dict) or not {"task", "row", "space", "trials"} <= set(record):
             raise TableError(f"{path} is not a tuning record (it needs task, row, space and trials)")
         records.append(record)

@@ -17,14 +17,15 @@ read or run; a file that is not one crossplay.json of one row is named under the
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from magrpo.table.runs import Run, check_regular, walk
+from magrpo import records
+from magrpo.schema import ConfigError
+from magrpo.table.runs import Run, walk
 from magrpo.table.stats import Cell
 
 FILE = "crossplay.json"
@@ -63,13 +64,9 @@ def _candidates(here: Path, recorded: str, relative: str | None) -> list[str]:
 def read(path: Path, runs_by_path: dict[str, Run]) -> tuple[tuple[str, str] | None, Result | None, str | None]:
     """(task, row label), its Result, or a note saying why the file is not used."""
     try:
-        check_regular(path, MAX_BYTES)
-    except OSError as e:
-        return None, None, f"`{path}`: not read ({e})"
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        return None, None, f"`{path}`: not readable as JSON ({e.__class__.__name__}), not used"
+        data = records.load_json(path, MAX_BYTES)
+    except ConfigError as e:
+        return None, None, f"`{path}`: not used ({e})"
     sources = data.get("sources") if isinstance(data, dict) else None
     if not isinstance(sources, list) or not sources or not all(isinstance(s, str) for s in sources):
         return None, None, f"`{path}`: no list of sources, not a {FILE} of magrpo-crossplay; not used"

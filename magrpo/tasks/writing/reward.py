@@ -40,6 +40,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from magrpo.checkpoint import allow_state_enum
 from magrpo.schema import ConfigError, at_least, positive
 from magrpo.tasks.base import RewardConfig
 
@@ -67,6 +68,7 @@ def load_lexicon(path: str | None = None) -> Lexicon:
 
 
 # -- config -----------------------------------------------------------------------------------
+@allow_state_enum      # an older magrpo pickled it inside a trainer state's config
 class TransitionSource(str, Enum):
     """Where level 4 looks for transition phrases (an Enum so a typo fails at start-up)."""
 
