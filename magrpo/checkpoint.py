@@ -47,12 +47,9 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 # A prefix covers its sub-keys. They steer how long the run goes, what it logs and evaluates,
 # where it writes and on which hardware, none of which changes what the next step computes.
 MAY_CHANGE_ON_RESUME = ("max_steps", "resume", "output_dir", "save_every", "save_final", "logger", "eval", "plugins",
-                        "algo.eval_every", "algo.micro_batch_size", "hardware", "agents.gradient_checkpointing",
-                        "sandbox")
-# What magrpo-eval checks of a checkpoint it loads into the agents it builds (agents.gradient_checkpointing:
-# the deprecated alias of hardware.gradient_checkpointing, which checkpoints saved before it moved hold).
+                        "algo.micro_batch_size", "hardware", "sandbox")
+# What magrpo-eval checks of a checkpoint it loads into the agents it builds.
 AGENT_KEYS = ("agents",)
-AGENT_KEYS_FREE = ("agents.gradient_checkpointing",)
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -455,7 +452,7 @@ def check_agents_match(cfg: dict, ckpt: Path, policy_dirs: list[str], key: str =
     """Refuse to load a checkpoint into agents built from a different `agents` config, or into
     more policies than it holds (a single-policy run's checkpoint under a multi-agent algo).
     `policy_dirs`: the directories the policies to build load from (TeamSpec.policy_dirs)."""
-    changes = config_changes(stored_config(ckpt), cfg, only=AGENT_KEYS, free=AGENT_KEYS_FREE)
+    changes = config_changes(stored_config(ckpt), cfg, only=AGENT_KEYS, free=())
     if changes:
         raise ConfigError(f"{key}={str(ckpt)!r} holds agents trained with a different agents config "
                           f"({describe(changes)}); pass the agents=... options the training run used")

@@ -107,7 +107,6 @@ class AgentsSchema:
     num_agents: int = at_least(1, 2)     # agents in the team (one role each)
     share_base: bool = False             # one base model, one LoRA adapter per agent (a LoRA per role)
     share_policy: bool = False           # one model and one optimizer play every role (a shared policy)
-    gradient_checkpointing: bool | None = None   # deprecated alias of hardware.gradient_checkpointing
     models: list[ModelSchema] = field(default_factory=list)
 
 

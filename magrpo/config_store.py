@@ -15,7 +15,6 @@ from magrpo import key_classes
 from magrpo.algos import ALGOS
 from magrpo.config import CONF_DIR, ENTRY_KEYS, GROUP_SCHEMAS, defaults_of, entry_defaults
 from magrpo.feedback import FEEDBACKS
-from magrpo.paper_grid import register_aliases
 from magrpo.plugins import conf_dirs
 from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
 
@@ -33,7 +32,7 @@ def share_config_store() -> None:
         ConfigStore.__deepcopy__ = lambda self, memo: self   # type: ignore[attr-defined]
 
 
-def register_schemas(paper_aliases: bool = False) -> None:
+def register_schemas() -> None:
     """Give Hydra every config node's defaults, from its schema dataclass, as `schema/<group>/<name>`.
     Every entry point calls it first (launch.cli_main), and so must code that composes `conf/` with
     Hydra's compose API (the tests' conftest does); calling it again stores only what is new.
@@ -82,10 +81,6 @@ def register_schemas(paper_aliases: bool = False) -> None:
             _offer(store, "reward", name, reward)
         _declare_key_classes()
         _registered["from"] = made_from
-    # experiment=paper/<task>/<row>, the deprecated form of recipe= method=: 127 nodes that Hydra copies
-    # on every composition, so only for a command (or a run taken up) that names one
-    if paper_aliases:
-        register_aliases(store)
 
 
 _registered: dict[str, Any] = {}     # what register_schemas last stored nodes from

@@ -53,7 +53,6 @@ from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema
 from magrpo.config_store import register_schemas
 from magrpo.launch import check_run_dir, explain_override_error, register_resolvers, resumed_run, stamp
 from magrpo.overrides import override_key, parse_override
-from magrpo.paper_grid import names_paper_alias
 from magrpo.plugins import conf_dirs, import_plugin, load_plugins, plugins_in_argv
 from magrpo.run_config import reward_modules_in_argv
 from magrpo.schema import ConfigError, literal
@@ -284,7 +283,7 @@ class Experiment:
         named = plugins_in_argv(self.overrides)
         trust.allow_named([*named, *reward_modules_in_argv(self.overrides)])   # yours: the run signs them
         load_plugins(named)
-        register_schemas(paper_aliases=names_paper_alias(self.overrides))
+        register_schemas()
         register_resolvers()
         lines = list(self.overrides)
         if conf_dirs():         # the plugins' own YAML (hydra.searchpath is never given: it is refused)

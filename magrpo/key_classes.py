@@ -45,7 +45,7 @@ KEY_CLASSES: dict[str, str] = {
     **dict.fromkeys(("agents.models.name_or_path", "agents.models.tokenizer", "agents.models.attn_implementation"),
                     REACH),
     "agents.models.trust_remote_code": CODE,
-    **dict.fromkeys(("agents.num_agents", "agents.share_base", "agents.share_policy", "agents.gradient_checkpointing",
+    **dict.fromkeys(("agents.num_agents", "agents.share_base", "agents.share_policy",
                      "agents.models.revision", "agents.models.dtype", "agents.models.chat_template_kwargs",
                      "agents.models.lora.r", "agents.models.lora.lora_alpha", "agents.models.lora.lora_dropout",
                      "agents.models.lora.target_modules", "agents.models.lora.bias", "agents.models.optimizer.lr",
@@ -57,7 +57,7 @@ KEY_CLASSES: dict[str, str] = {
     **dict.fromkeys(tuple(f"algo.{k}" for k in (
         "name", "advantage", "batch_size", "beta", "branch", "branching", "cliprange_value", "critic", "critic_lr",
         "critic_type", "cross_credit", "decode_step", "discount", "dynamic_sampling", "dynamic_sampling_rounds",
-        "early_termination_threshold", "ent_coef", "epsilon", "epsilon_high", "eval_every", "gamma", "joint_mode",
+        "early_termination_threshold", "ent_coef", "epsilon", "epsilon_high", "gamma", "joint_mode",
         "kl_horizon", "kl_target", "lam", "loss", "loss_agg", "max_branches", "max_new_tokens", "max_prompt_length",
         "max_tree_nodes", "micro_batch_size", "normalization", "num_generations", "num_iterations",
         "num_mini_batches", "num_turns", "other_play", "overlong_buffer", "overlong_penalty", "ppo_epochs",

@@ -354,7 +354,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
     if any(d.type == "cuda" for d in devices):
         # process-wide: torch keeps the attention backends global
         torch.backends.cuda.enable_cudnn_sdp(bool(getattr(hw_cfg, "cudnn_attention", False)))
-    checkpointing = bool(getattr(hw_cfg, "gradient_checkpointing", False) or agents_cfg.gradient_checkpointing)
+    checkpointing = bool(hw_cfg.gradient_checkpointing)
     autocast = getattr(hw_cfg, "autocast", "none")
     cpu_bf16 = getattr(hw_cfg, "cpu_bf16", "auto")
     agents: list[Agent] = []

@@ -10,15 +10,12 @@ A row of a table is one run config, `recipe=<task> method=<row>`:
                                    the coordination suite's search spaces (`tune:`), the LLM recipes'
                                    MAAC critic, Dr. MAS's individual reward where the reward splits
 
-`experiment=paper/<task>/<row>`, the form before, is a deprecated alias of the same config for one
-release: Hydra nodes made here from the grid (register_aliases), no files.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -109,44 +106,3 @@ FAMILY: dict[str, str] = {task: name for name, t in TABLES.items() for task in t
 def title(label: str) -> str:
     """A row's name in the paper's tables (its label where the paper has no name for it)."""
     return METHODS[label].title if label in METHODS else label
-
-
-# -- the deprecated form: experiment=paper/<task>/<row> ------------------------------------------------
-ALIAS_GROUP = "experiment/paper"
-
-
-def alias_node(task: str, row: str) -> dict[str, Any]:
-    """experiment=paper/<task>/<row>: the recipe and method chosen as `recipe=<task> method=<row>`
-    would (the same config), and a callback that says so when a job starts."""
-    return {"defaults": [{"override /recipe": task}, {"override /method": row}],
-            "hydra": {"callbacks": {"deprecated_paper_experiment": {
-                "_target_": f"{__name__}.DeprecatedAlias", "old": f"experiment=paper/{task}/{row}",
-                "new": f"recipe={task} method={row}"}}}}
-
-
-def names_paper_alias(overrides: list[str]) -> bool:
-    """Whether overrides use the deprecated experiment=paper/<task>/<row> form."""
-    return any(str(o).lstrip("+~").startswith(f"experiment={ALIAS_GROUP.split('/', 1)[1]}/") for o in overrides)
-
-
-def register_aliases(store: Any) -> None:
-    """Every (task, row) of every table as the Hydra node experiment=paper/<task>/<row>."""
-    for t in TABLES.values():
-        for task, row in t.cells():
-            store.store(group=f"{ALIAS_GROUP}/{task}", name=row, node=alias_node(task, row), package="_global_")
-
-
-try:
-    from hydra.experimental.callback import Callback
-except ImportError:     # pragma: no cover - hydra is a dependency
-    Callback = object   # type: ignore[misc,assignment]
-
-
-class DeprecatedAlias(Callback):  # type: ignore[misc]
-    """Says, when a job starts, that its experiment=paper/... is the old form of recipe=... method=..."""
-
-    def __init__(self, old: str, new: str) -> None:
-        self.old, self.new = old, new
-
-    def on_job_start(self, config: Any, **kwargs: Any) -> None:
-        log.warning(f"{self.old} is deprecated and goes in the next release: use {self.new} (the same config)")

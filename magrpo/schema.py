@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import logging
 import math
 import re
 import typing
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -147,14 +145,6 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
     cross_check = getattr(schema, "check_node", None)
     if cross_check is not None:
         cross_check(node, prefix)
-
-
-def warn_renamed(old: str, new: str, why: str = "") -> None:
-    """A renamed config key or public name, still honoured for one release: a DeprecationWarning and
-    a log line, both naming the old and the new name."""
-    message = f"{old} is deprecated (removed in the next release): use {new} instead{why}"
-    warnings.warn(message, DeprecationWarning, stacklevel=3)
-    logging.getLogger("magrpo").warning(message)
 
 
 _BACKSLASHES_BEFORE_INTERPOLATION = re.compile(r"(\\*)\$\{")

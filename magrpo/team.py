@@ -740,7 +740,7 @@ def check_team_option(cfg: DictConfig) -> None:
     info = read_team(root)
     # the team's models are its own folders; the base models they came from count only for eval.ablation=base
     base = cfg.eval.diagnostics and cfg.eval.ablation == "base"
-    free = checkpoint.AGENT_KEYS_FREE if base else (*checkpoint.AGENT_KEYS_FREE, *TEAM_MODEL_KEYS)
+    free = () if base else TEAM_MODEL_KEYS
     changes = checkpoint.config_changes(info["config"], OmegaConf.to_container(cfg, resolve=True),
                                         only=checkpoint.AGENT_KEYS, free=free)
     if changes:

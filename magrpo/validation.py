@@ -17,7 +17,6 @@ from magrpo.algos import ALGOS
 from magrpo.algos.scaffold import check_other_play, check_signalling, check_tree, return_readers
 from magrpo.config import (
     EvalRunSchema,
-    EvalSchema,
     ModelSchema,
     TrainSchema,
     typed_node,
@@ -33,7 +32,6 @@ from magrpo.schema import (
     ConfigError,
     check_values,
     literal_strings,
-    warn_renamed,
 )
 from magrpo.tasks import TASKS, RewardConfig, available_tasks, reward_schema_of
 from magrpo.tasks.reward_fns import check_reward_node
@@ -107,7 +105,6 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
         typed.algo = algo_node
         typed.feedback = feedback_node
 
-    _fold_renamed_keys(typed)
     check_values(typed, schema)
     check_values(algo_node, algo_schema, "algo.")
     check_values(feedback_node, feedback_schema, "feedback.")
@@ -166,21 +163,6 @@ def _validate_diversity(cfg: DictConfig) -> None:
     if not getattr(algo_cls, "reads_returns", False):
         raise ConfigError(f"diversity: algo.name={cfg.algo.name} does not read the diversity term (its credit does "
                           f"not come from the team's returns); allowed with: {', '.join(return_readers())}")
-
-
-def _fold_renamed_keys(cfg: DictConfig) -> None:
-    """Deprecated aliases, honoured for one release: each warns, naming the old key and the new one,
-    and its value moves to the new key (which the rest of the code reads)."""
-    alias = cfg.algo.eval_every
-    if alias is not None:                 # the evaluation cadence of a training run is eval.every
-        warn_renamed("algo.eval_every", "eval.every",
-                     f" (algo.eval_every={alias} overrides eval.every={cfg.eval.every})"
-                     if cfg.eval.every != alias and cfg.eval.every != EvalSchema.every else "")
-        cfg.eval.every = alias
-    alias = cfg.agents.gradient_checkpointing
-    if alias is not None:                 # a memory choice: hardware.gradient_checkpointing
-        warn_renamed("agents.gradient_checkpointing", "hardware.gradient_checkpointing")
-        cfg.hardware.gradient_checkpointing = alias
 
 
 def _resolved(node: DictConfig) -> dict:

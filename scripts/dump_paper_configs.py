@@ -1,11 +1,10 @@
 """Compose every paper row (table x task x row) at scale=tiny and scale=paper and write each config
 as OmegaConf.to_yaml, one file per row and scale, to compare two versions of conf/ byte for byte:
 
-    python scripts/dump_paper_configs.py OUT [new|alias]
+    python scripts/dump_paper_configs.py OUT
     diff -r OUT_BEFORE OUT_AFTER            # empty: every row composes to the same config
 
-`new` composes `recipe=<task> method=<row>`, `alias` the deprecated `experiment=paper/<task>/<row>`
-(the only form of versions before the recipe x method grid, which this script also reads)."""
+Each row composes `recipe=<task> method=<row>`; run it on two checkouts and diff the folders."""
 
 from __future__ import annotations
 
@@ -25,7 +24,7 @@ def rows() -> list[tuple[str, str, str]]:
     return [(task, row, METHODS[row].entry) for t in TABLES.values() for task, row in t.cells()]
 
 
-def main(out: Path, form: str) -> int:
+def main(out: Path) -> int:
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
@@ -33,14 +32,14 @@ def main(out: Path, form: str) -> int:
     from magrpo.config import CONF_DIR
     from magrpo.config_store import register_schemas
 
-    register_schemas(paper_aliases=True)
+    register_schemas()
     out.mkdir(parents=True, exist_ok=True)
     found = rows()
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
         for task, row, entry in found:
             for scale in ("tiny", "paper"):
-                chosen = [f"recipe={task}", f"method={row}"] if form == "new" else [f"experiment=paper/{task}/{row}"]
+                chosen = [f"recipe={task}", f"method={row}"]
                 cfg = compose(config_name="eval" if entry == "eval" else "train", overrides=[*chosen, f"scale={scale}"])
                 (out / f"{task}__{row}__{scale}.yaml").write_text(OmegaConf.to_yaml(cfg))
     print(f"{len(found)} rows x 2 scales -> {out}")
@@ -48,6 +47,6 @@ def main(out: Path, form: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and sys.argv[2] not in ("new", "alias")):
+    if len(sys.argv) != 2:
         sys.exit(__doc__)
-    sys.exit(main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) == 3 else "new"))
+    sys.exit(main(Path(sys.argv[1])))

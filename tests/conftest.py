@@ -221,17 +221,3 @@ def small_tmpfs(path, size: str):
             subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
     return mounted()
-
-
-@pytest.fixture
-def paper_aliases():
-    """The deprecated experiment=paper/<task>/<row> nodes for one test: an entry point registers them
-    only for a command that names one, as every composition pays for them."""
-    from hydra.core.config_store import ConfigStore
-
-    from magrpo.paper_grid import register_aliases
-
-    store = ConfigStore.instance()
-    register_aliases(store)
-    yield
-    store.repo.get("experiment", {}).pop("paper", None)

@@ -174,7 +174,7 @@ def test_a_training_run_logs_the_diagnostics_in_metrics_and_summary(tmp_path):
     from magrpo.cli.train import run
 
     out = tmp_path / "run"
-    run(compose_cfg([f"output_dir={out}", "max_steps=1", "algo.batch_size=2", "algo.eval_every=0", "save_final=false",
+    run(compose_cfg([f"output_dir={out}", "max_steps=1", "algo.batch_size=2", "eval.every=0", "save_final=false",
                      "eval.diagnostics=true", "eval.ablation=base", *SMALL]))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if "eval/reward_mean" in r]
@@ -252,7 +252,7 @@ def test_every_algorithm_logs_grad_norm_kl_and_entropy_per_policy(tmp_path):
 
     for algo in sorted(ALGOS):
         out = tmp_path / algo
-        run(compose_cfg([f"output_dir={out}", f"algo={algo}", "max_steps=1", "algo.batch_size=1", "algo.eval_every=0",
+        run(compose_cfg([f"output_dir={out}", f"algo={algo}", "max_steps=1", "algo.batch_size=1", "eval.every=0",
                          "save_final=false", "algo.max_new_tokens=4", "eval.num_items=1", "eval.num_samples=1"]))
         row = train_rows(out)[1]
         policies = ["agent_1"] if ALGOS[algo].team(compose_cfg([f"algo={algo}"])).num_agents == 1 \

@@ -247,47 +247,12 @@ def test_eval_every_is_the_evaluation_cadence(make_cfg, recwarn):
     assert validate(make_cfg()).eval.every == 20           # EvalSchema's default
 
 
-@pytest.mark.parametrize("extra", [[], ["experiment=paper/tldr/magrpo", "scale=tiny"]])
-def test_algo_eval_every_is_a_deprecated_alias_of_eval_every(make_cfg, extra, paper_aliases):
-    """algo.eval_every (the old key) still sets the cadence, over a recipe's eval.every too, and warns
-    naming both keys."""
-    with pytest.warns(DeprecationWarning, match=r"algo\.eval_every is deprecated.*use eval\.every"):
-        cfg = validate(make_cfg([*extra, "algo.eval_every=0"]))
-    assert cfg.eval.every == 0
-
-
 def test_gradient_checkpointing_is_a_hardware_key(make_cfg, recwarn):
     assert validate(make_cfg(["hardware.gradient_checkpointing=true"])).hardware.gradient_checkpointing
     assert not [w for w in recwarn if issubclass(w.category, DeprecationWarning)]
     # a large model's preset turns it on under the canonical key, whichever hardware option comes with it
     full = make_cfg(["agents=qwen3_1.7b", "hardware=gpu"])
-    assert full.hardware.gradient_checkpointing is True and full.agents.gradient_checkpointing is None
-
-
-@pytest.mark.parametrize("value", [True, False])
-def test_agents_gradient_checkpointing_is_a_deprecated_alias(make_cfg, value):
-    """The old key still decides, as a preset's value did (false turns a preset's checkpointing
-    off), and warns naming both keys."""
-    preset = [] if value else ["agents=qwen3_1.7b", "agents.models.0.name_or_path=builtin:tiny"]
-    with pytest.warns(DeprecationWarning, match=r"agents\.gradient_checkpointing is deprecated.*"
-                                                r"use hardware\.gradient_checkpointing"):
-        cfg = validate(make_cfg([*preset, f"agents.gradient_checkpointing={str(value).lower()}"]))
-    assert cfg.hardware.gradient_checkpointing is value
-
-
-def test_a_checkpoint_saved_with_agents_gradient_checkpointing_resumes_and_evaluates(make_cfg):
-    """A run saved before the key moved (agents.gradient_checkpointing: true, the hardware key false)
-    matches today's config of the same run (hardware.gradient_checkpointing: true, the alias null):
-    neither the resume check nor magrpo-eval's agents check sees a change."""
-    from omegaconf import OmegaConf
-
-    from magrpo.checkpoint import AGENT_KEYS, AGENT_KEYS_FREE, config_changes
-
-    now = OmegaConf.to_container(validate(make_cfg(["hardware.gradient_checkpointing=true"])), resolve=True)
-    saved = OmegaConf.to_container(validate(make_cfg()), resolve=True)
-    saved["agents"]["gradient_checkpointing"], saved["hardware"]["gradient_checkpointing"] = True, False
-    assert config_changes(saved, now) == []
-    assert config_changes(saved, now, only=AGENT_KEYS, free=AGENT_KEYS_FREE) == []
+    assert full.hardware.gradient_checkpointing is True and "gradient_checkpointing" not in full.agents
 
 
 def test_compositions_share_the_config_store_and_see_what_is_registered_later(make_cfg):

@@ -29,7 +29,7 @@ def cover_seeds(tmp_path_factory) -> list[Path]:
     agent takes which needed part, a convention each seed settles on its own."""
     root = tmp_path_factory.mktemp("cover")
     return [_train(root / f"s{s}", ["recipe=cover", "method=magrpo", f"seed={s}", "max_steps=100",
-                                    "algo.eval_every=0", "eval.num_items=8", "eval.num_samples=1"])
+                                    "eval.every=0", "eval.num_items=8", "eval.num_samples=1"])
             for s in (0, 1)]
 
 

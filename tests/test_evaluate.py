@@ -40,7 +40,7 @@ def test_every_prompting_baseline_runs_and_is_written(tmp_path):
 
 def test_checkpoint_eval_reproduces_the_final_training_eval(tmp_path):
     train_dir = tmp_path / "train"
-    result = run(compose_cfg([f"output_dir={train_dir}", "max_steps=2", "algo.batch_size=2", "algo.eval_every=0",
+    result = run(compose_cfg([f"output_dir={train_dir}", "max_steps=2", "algo.batch_size=2", "eval.every=0",
                               "eval.num_items=2", "eval.num_samples=2", "algo.max_new_tokens=8"]))
     report = run_eval(_eval_cfg(tmp_path, [f"checkpoint={train_dir}"]))
     assert list(report["results"]) == ["team"]

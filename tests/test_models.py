@@ -36,7 +36,7 @@ def test_shared_base_adapters_are_separate_and_resume_exactly(make_cfg, tmp_path
     p1, p2 = a1.trainable_parameters(), a2.trainable_parameters()
     assert p1 and p2 and not {id(p) for p in p1} & {id(p) for p in p2}
 
-    common = ["agents=tiny_lora", "max_steps=4", "save_every=2", "algo.eval_every=0", "algo.batch_size=2",
+    common = ["agents=tiny_lora", "max_steps=4", "save_every=2", "eval.every=0", "algo.batch_size=2",
               "algo.max_new_tokens=8", "eval.num_items=2", "optimizer.lr=1e-2"]
     full, resumed = tmp_path / "full", tmp_path / "resumed"
     run(make_cfg(common, out=str(full)))

@@ -79,25 +79,15 @@ def scaled_row_params() -> list:
 
     return [pytest.param(t, task, r, s, id=f"{t}-{task}-{r}-{s}", marks=[pytest.mark.slow] if slow(t, task, r, s) else [])
             for t, task, r, s in SCALED_ROWS]
-# The deprecated experiment=paper/<task>/<row> form is compared on the first task of each table and
-# FAST_GAME_ROWS here, on every row in the slow suite (test_every_deprecated_row_composes_as_its_recipe_and_method).
-FIRST_TASKS = {t.tasks[0] for t in TABLES.values()}
 
 
 @pytest.mark.parametrize("table,task,row,scale", scaled_row_params())
-def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp_path, request):
+def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp_path):
     entry = METHODS[row].entry
     algo = row_algo(row) if entry == "train" else None
     config_name = "eval" if entry == "eval" else "train"
     cfg = compose_cfg([f"recipe={task}", f"method={row}", f"scale={scale}", f"output_dir={tmp_path}"],
                       config_name=config_name)
-    if (scale == "tiny" or not TABLES[table].scaled) and task in FIRST_TASKS and row in FAST_GAME_ROWS:
-        # the deprecated form of the same row, experiment=paper/<task>/<row>: the same config (every
-        # row in the slow suite: test_every_deprecated_row_composes_as_its_recipe_and_method)
-        request.getfixturevalue("paper_aliases")
-        alias = compose_cfg([f"experiment=paper/{task}/{row}", f"scale={scale}", f"output_dir={tmp_path}"],
-                            config_name=config_name)
-        assert OmegaConf.to_yaml(alias) == OmegaConf.to_yaml(cfg)
     if scale == "paper" and TABLES[table].scaled and not torch.cuda.is_available():
         # The paper's recipes run on a GPU; here every other key is still checked.
         assert cfg.hardware.device == "cuda"
@@ -157,17 +147,6 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
 
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("table,task,row", PAPER_ROWS, ids=[f"{t}-{task}-{r}" for t, task, r in PAPER_ROWS])
-def test_every_deprecated_row_composes_as_its_recipe_and_method(table, task, row, tmp_path, paper_aliases):
-    config_name = "eval" if METHODS[row].entry == "eval" else "train"
-    scale = "tiny" if TABLES[table].scaled else "paper"
-    new = compose_cfg([f"recipe={task}", f"method={row}", f"scale={scale}", f"output_dir={tmp_path}"],
-                      config_name=config_name)
-    old = compose_cfg([f"experiment=paper/{task}/{row}", f"scale={scale}", f"output_dir={tmp_path}"],
-                      config_name=config_name)
-    assert OmegaConf.to_yaml(old) == OmegaConf.to_yaml(new)
-
 def test_every_paper_row_is_a_recipe_and_a_method_and_nothing_else_is_there():
     from magrpo.cli.train import CONF_DIR
 
@@ -201,36 +180,6 @@ def test_the_rows_are_listed_once_for_the_driver_and_the_renderer():
     assert sorted(grid.FAMILY) == sorted(task for t in grid.TABLES.values() for task in t.tasks)
     for t in grid.TABLES.values():
         assert t.skip <= {(task, row) for task in t.tasks for row in t.rows}
-
-
-def test_the_deprecated_form_warns_once_per_job_naming_the_new_one(caplog, paper_aliases):
-    """experiment=paper/<task>/<row> composes through a node made from the grid, whose callback says,
-    when a job starts, which recipe= method= it is."""
-    from hydra.utils import instantiate
-
-    cfg = compose_hydra(["experiment=paper/cover/magrpo"])
-    callback = instantiate(cfg.hydra.callbacks.deprecated_paper_experiment)
-    with caplog.at_level("WARNING"):
-        callback.on_job_start(config=cfg)
-    assert [r.getMessage() for r in caplog.records] == [
-        "experiment=paper/cover/magrpo is deprecated and goes in the next release: use recipe=cover method=magrpo "
-        "(the same config)"]
-    assert "deprecated_paper_experiment" not in compose_hydra(["recipe=cover", "method=magrpo"]).hydra.callbacks
-
-
-def compose_hydra(overrides: list[str]):
-    """The train config with its hydra node (callbacks)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-
-    from magrpo.launch import CONF_DIR
-
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
-            return compose(config_name="train", overrides=overrides, return_hydra_config=True)
-    finally:
-        GlobalHydra.instance().clear()
 
 
 def test_the_paper_rows_do_not_flood_help():

@@ -71,7 +71,7 @@ def test_resume_continues_exactly(make_cfg, tmp_path):
 
 
 def test_same_seed_same_metrics(make_cfg, tmp_path):
-    overrides = ["max_steps=2", "algo.batch_size=2", "algo.eval_every=0", *FAST]
+    overrides = ["max_steps=2", "algo.batch_size=2", "eval.every=0", *FAST]
     run(make_cfg(overrides, out=str(tmp_path / "a")))
     run(make_cfg(overrides, out=str(tmp_path / "b")))
     strip = lambda rows: [{k: v for k, v in r.items() if not k.startswith(("time/", "speed/", "eval/response", "eval/reward_time"))} for r in rows]  # noqa: E731
@@ -83,7 +83,7 @@ def test_team_learns_length_ratio(make_cfg, tmp_path):
     learning rate gain about what 60 default steps do (+0.4 to +0.5 over seeds 0-2). The default
     budget itself, over every algorithm and three seeds, is the slow test below."""
     out = tmp_path / "learn"
-    result = run(make_cfg(["max_steps=20", "optimizer.lr=5e-3", "algo.eval_every=0", "eval.num_items=16",
+    result = run(make_cfg(["max_steps=20", "optimizer.lr=5e-3", "eval.every=0", "eval.num_items=16",
                            "save_final=false"], out=str(out)))
     init, final = result["initial_eval"]["reward_mean"], result["final_eval"]["reward_mean"]
     assert final > init + 0.1, (init, final)

@@ -22,8 +22,6 @@ check), the optimizers in `optim.py`, and the step's reward and timing metrics i
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -51,7 +49,6 @@ class AlgoConfig(SamplingKeys, TurnKeys):
     batch_size: int = at_least(1, 8)             # items per update
     micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
     beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
-    eval_every: int | None = option(None, check=lambda v: v is None or v >= 0, allowed=">= 0")  # deprecated: eval.every
     # positive signalling (magrpo/algos/signalling.py): each sample's return gains lam * pmi(move; prompt) in bits
     signal_bonus: float = at_least(0, 0.0)
     signal_agents: list[int] | None = None       # the agents (numbered from 1) that get it; null = every agent
@@ -101,22 +98,3 @@ class Algorithm(Protocol):
     def state_dict(self) -> dict: ...
 
     def load_state_dict(self, state: dict) -> None: ...
-
-
-# Names this module held before the contract was split from the machinery (one release: their
-# new homes are below); importing one from here still works, with a DeprecationWarning.
-_MOVED = {
-    "check_tree": "magrpo.algos.scaffold",
-    "agent_optimizer": "magrpo.algos.optim", "agent_overrides": "magrpo.algos.optim",
-    "build_optimizer": "magrpo.algos.optim", "clip_and_step": "magrpo.algos.optim",
-    "reward_metrics": "magrpo.algos.step_metrics", "timing_metrics": "magrpo.algos.step_metrics",
-    "update_phase": "magrpo.algos.step_metrics",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        warnings.warn(f"magrpo.algos.base.{name} is deprecated; import it from {_MOVED[name]}",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -449,13 +448,3 @@ class AdaptiveKLController:
 
     def load_state_dict(self, state: dict) -> None:
         self.value = state["value"]
-
-
-def __getattr__(name: str) -> Any:
-    # `SCALES` was ADVANTAGE_SCALES' name (it read like magrpo.cli.paper.SCALES, the paper's run scales);
-    # kept one release, with a DeprecationWarning.
-    if name == "SCALES":
-        warnings.warn("magrpo.algos.core.SCALES is deprecated; use magrpo.algos.core.ADVANTAGE_SCALES",
-                      DeprecationWarning, stacklevel=2)
-        return ADVANTAGE_SCALES
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -273,12 +272,7 @@ class TeamAlgorithm:
         # Critics (actor-critic methods, `build_critics`): modules whose state the checkpoint carries;
         # a separate critic model has its own optimizer (`attach_critics`), a head trains with its
         # policy (`extra_parameters`). Built before anything else draws from the random generator.
-        if "critics" in self.__dict__:         # set before this __init__: the way before build_critics
-            warnings.warn(f"{type(self).__name__} sets self.critics before TeamAlgorithm.__init__; override "
-                          f"build_critics() instead (the old way stops working in the next release)",
-                          DeprecationWarning, stacklevel=2)
-        else:
-            self.critics: list[torch.nn.Module] = self.build_critics()
+        self.critics: list[torch.nn.Module] = self.build_critics()
         self.sampling = Sampling.from_algo(cfg.algo)
         self.turns = TurnSpec.from_algo(cfg.algo)
         self.feedback = build_feedback(cfg.feedback, task)

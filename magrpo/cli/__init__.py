@@ -12,6 +12,5 @@
     magrpo-population   magrpo.cli.population   train a population of partners
 
 They sit on top of the package: nothing below imports them (tests/test_layers.py). Each is also
-`python -m magrpo.cli.<module>`; the old paths (`python -m magrpo.train`, `import magrpo.paper`)
-are kept for one release.
+`python -m magrpo.cli.<module>`.
 """

@@ -22,7 +22,6 @@ from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars
 from magrpo.launch.override_errors import explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
-from magrpo.paper_grid import names_paper_alias
 from magrpo.plugins import PluginInterrupt, add_option, conf_dirs, load_option, load_plugins, plugins_in_argv
 from magrpo.run_config import (
     caller_keys_in_argv,
@@ -120,7 +119,7 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     # write tables (magrpo-table, magrpo-crossplay's argument check) import magrpo.launch without it
     from magrpo.config_store import register_schemas  # noqa: PLC0415  start-up: torch loads only where a model does; the store imports every algorithm; magrpo-table imports magrpo.launch without it
 
-    register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
+    register_schemas()
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
     if config_name == "train" and taken:    # resume=RUN continues RUN's own directory
         argv = resume_in_place(argv, taken)

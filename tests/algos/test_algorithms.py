@@ -74,7 +74,7 @@ def test_golden_numbers_of_two_steps_of_each_algorithm(make_cfg, tmp_path):
     runs = {**{algo: [f"algo={algo}"] for algo in ALGOS}, **VARIANTS}
     for name, overrides in sorted(runs.items()):
         out = tmp_path / name
-        run(make_cfg([*overrides, "max_steps=2", "algo.eval_every=0", "save_final=false", *FAST], out=str(out)))
+        run(make_cfg([*overrides, "max_steps=2", "eval.every=0", "save_final=false", *FAST], out=str(out)))
         rows[name] = train_rows(out)
         got[name] = {f"{step}:{k}": rows[name][step][k] for step in (1, 2) for k in GOLDEN_KEYS}
     if os.environ.get("GOLDEN_REGEN"):
@@ -89,7 +89,7 @@ def test_golden_numbers_of_two_steps_of_each_algorithm(make_cfg, tmp_path):
 
 
 def test_grpo_equals_magrpo_with_one_agent(make_cfg, tmp_path):
-    common = ["max_steps=2", "algo.eval_every=0", "save_final=false", *FAST]
+    common = ["max_steps=2", "eval.every=0", "save_final=false", *FAST]
     run(make_cfg(["algo=grpo", *common], out=str(tmp_path / "grpo")))
     run(make_cfg(["algo=magrpo", "agents.num_agents=1", *common], out=str(tmp_path / "magrpo1")))
     a, b = train_rows(tmp_path / "grpo"), train_rows(tmp_path / "magrpo1")
@@ -309,18 +309,6 @@ def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
     assert any(p is head.weight for group in algo.optimizers[0].param_groups for p in group["params"])
     state = algo.state_dict()
     assert torch.equal(state["critics"][0]["weight"], head.weight)
-
-
-def test_the_machinery_that_left_the_contract_module_still_imports_from_it_with_a_warning():
-    from magrpo.algos import base, optim, scaffold, step_metrics
-
-    for name, home in [("check_tree", scaffold), ("agent_optimizer", optim), ("clip_and_step", optim),
-                       ("timing_metrics", step_metrics), ("update_phase", step_metrics)]:
-        with pytest.warns(DeprecationWarning, match=f"import it from {home.__name__}"):
-            assert getattr(base, name) is getattr(home, name)
-    with pytest.raises(AttributeError):
-        _ = base.no_such_name
-
 
 def test_every_algo_key_is_declared_once():
     # A key several algorithms read is declared in one place (magrpo/algos/keys.py, or a shared

@@ -27,7 +27,7 @@ def test_at_grpo_groups_by_item_agent_and_turn():
 
 
 def test_at_grpo_with_one_turn_is_magrpo(make_cfg, tmp_path):
-    common = ["max_steps=2", "algo.eval_every=0", "save_final=false", *FAST]
+    common = ["max_steps=2", "eval.every=0", "save_final=false", *FAST]
     run(make_cfg(["algo=at_grpo", *common], out=str(tmp_path / "at")))
     run(make_cfg(["algo=magrpo", *common], out=str(tmp_path / "ma")))
     a, b = train_rows(tmp_path / "at"), train_rows(tmp_path / "ma")
@@ -38,7 +38,7 @@ def test_at_grpo_with_one_turn_is_magrpo(make_cfg, tmp_path):
 
 def test_at_grpo_two_turns_expand_one_node_per_set(make_cfg, tmp_path):
     out = tmp_path / "at2"
-    run(make_cfg(["algo=at_grpo", "algo.num_turns=2", "feedback=plain", "max_steps=1", "algo.eval_every=0",
+    run(make_cfg(["algo=at_grpo", "algo.num_turns=2", "feedback=plain", "max_steps=1", "eval.every=0",
                   "save_final=false", *FAST], out=str(out)))
     row = train_rows(out)[1]
     assert row["train/turn_1/expanded"] == 2.0 and row["train/turn_2/nodes"] == 2 * 2

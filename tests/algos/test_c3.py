@@ -43,7 +43,7 @@ def test_c3_freezes_the_context_and_replays_a_fixed_continuation(make_cfg):
 
 def test_c3_logs_its_cost(make_cfg, tmp_path):
     out = tmp_path / "c3"
-    run(make_cfg(["algo=c3", "task=agree", "max_steps=1", "algo.eval_every=0", "save_final=false", *FAST],
+    run(make_cfg(["algo=c3", "task=agree", "max_steps=1", "eval.every=0", "save_final=false", *FAST],
                  out=str(out)))
     row = train_rows(out)[1]
     assert row["train/sequences_per_item"] == 2 * 3            # K N (N + 1) / 2 with K = N = 2

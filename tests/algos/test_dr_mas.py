@@ -30,7 +30,7 @@ def test_dr_mas_normalizes_each_agent_by_its_own_statistics():
 
 @pytest.mark.parametrize("shared", [False, True])
 def test_dr_mas_equals_magrpo_with_group_scale_under_the_team_reward(make_cfg, tmp_path, shared):
-    common = ["max_steps=2", "algo.eval_every=0", "save_final=false", "task=agree", *FAST,
+    common = ["max_steps=2", "eval.every=0", "save_final=false", "task=agree", *FAST,
               f"agents.share_policy={str(shared).lower()}"]
     run(make_cfg(["algo=dr_mas", *common], out=str(tmp_path / "dr")))
     run(make_cfg(["algo=magrpo", "algo.scale=group", *common], out=str(tmp_path / "ma")))

@@ -113,7 +113,7 @@ def test_the_coordination_table_renders_the_suites_rows_and_columns(tmp_path):
 
     sweep = tmp_path / "sweep"
     run(compose_cfg([f"output_dir={sweep / 'train' / '0'}", "recipe=cover", "method=magrpo", "max_steps=2",
-                     "algo.eval_every=0", "eval.num_items=2"]))
+                     "eval.every=0", "eval.num_items=2"]))
     run_eval(compose_cfg([f"output_dir={sweep / 'eval' / '0'}", "recipe=cover", "method=untrained",
                           "eval.num_items=2"], config_name="eval"))
     assert table_main([str(sweep), "--layout", "paper", "--no-plots"]) == 0
