@@ -165,7 +165,10 @@ def _allowed_roots(root: Path) -> list[Path]:
 
 
 def _inside(path: Path, roots: list[Path]) -> bool:
-    real = path.resolve()
+    try:
+        real = path.resolve()
+    except (RuntimeError, OSError, ValueError):     # a link loop, a name the file system refuses: not inside
+        return False
     return any(real == r or real.is_relative_to(r) for r in roots)
 
 
@@ -180,7 +183,11 @@ def contained(root: Path, name: str, what: str = "checkpoint") -> Path:
                               f"path inside the {what}")
     f = root.joinpath(*parts)
     if not _inside(f, _allowed_roots(root)):
-        raise CheckpointError(root, f"refused {what}: {name} leads outside the {what} (to {f.resolve()}); "
+        try:
+            where = f"to {f.resolve()}"
+        except (RuntimeError, OSError, ValueError):
+            where = "a link that never ends"
+        raise CheckpointError(root, f"refused {what}: {name} leads outside the {what} ({where}); "
                               f"a shared {what} is read only from its own directory")
     return f
 

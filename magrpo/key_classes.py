@@ -26,6 +26,7 @@ this package (or of a plugin you trusted): inert.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -76,22 +77,24 @@ KEY_CLASSES: dict[str, str] = {
     **dict.fromkeys(tuple(f"hardware.{k}" for k in (
         "name", "device", "agent_devices", "num_threads", "deterministic", "gradient_checkpointing", "autocast",
         "cpu_bf16", "cudnn_attention", "strategy", "dist_timeout_s")), INERT),
-    # logger (W&B): the entity and an online mode choose where a run's data goes
-    **dict.fromkeys(("logger.entity", "logger.mode"), REACH),
+    # logger (W&B): whether metrics go to W&B at all, the entity and an online mode choose where they go
+    **dict.fromkeys(("logger.name", "logger.entity", "logger.mode"), REACH),
     **dict.fromkeys(tuple(f"logger.{k}" for k in (
-        "name", "project", "group", "run_name", "tags", "job_type", "log_every")), INERT),
+        "project", "group", "run_name", "tags", "job_type", "log_every")), INERT),
     # optimizer
     **dict.fromkeys(tuple(f"optimizer.{k}" for k in (
         "name", "lr", "weight_decay", "betas", "eps", "schedule", "warmup_steps", "max_grad_norm")), INERT),
-    # reward (every task's; fn/fns name code, lexicon a file, verifier_model a model)
+    # reward (every task's; fn/fns name code, lexicon a file, verifier_model a model, and the coding
+    # rewards' sandbox limits how long and how big model-written code may run here)
     **dict.fromkeys(("reward.fn", "reward.fns"), CODE),
-    **dict.fromkeys(("reward.lexicon", "reward.verifier_model"), REACH),
+    **dict.fromkeys(("reward.lexicon", "reward.verifier_model", "reward.sandbox_timeout_s", "reward.per_test_timeout_s",
+                     "reward.memory_mb", "reward.max_timeouts", "reward.max_workers"), REACH),
     **dict.fromkeys(tuple(f"reward.{k}" for k in (
         "name", "weights", "max", "completions", "shift", "scale", "aux_defined", "correct", "correction",
         "fix_ignored_result", "ignored_result_penalty", "jaccard_cap", "jaccard_weight", "length_band_high",
         "length_band_low", "length_ramp_high", "length_ramp_low", "length_reward", "main_calls_aux", "main_defined",
-        "max_ratio", "max_timeouts", "max_tokens", "max_workers", "memory_mb", "min_ratio", "min_tokens",
-        "not_wrapper", "per_test_timeout_s", "persuasion", "regression", "sandbox_timeout_s", "structure_reward",
+        "max_ratio", "max_tokens", "min_ratio", "min_tokens",
+        "not_wrapper", "persuasion", "regression", "structure_reward",
         "syntax", "tests", "tolerance", "transition_base", "transition_cap", "transition_source", "transition_step",
         "transition_weight", "transition_whole_words", "unique_band_high", "unique_band_low", "unique_ramp_high",
         "unique_ramp_low", "unique_reward", "unique_without_stopwords", "verifier")), INERT),
@@ -149,6 +152,12 @@ def key_class(key: str) -> str | None:
     return None
 
 
+def is_group(key: str) -> bool:
+    """Whether an override's key picks an option of a config group (`task`, `method/family/x`)."""
+    k = normalized(key)
+    return "." not in k and ("/" in k or k in GROUPS)
+
+
 # -- values of a reach key that choose nothing ----------------------------------------------------
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?$")
@@ -170,6 +179,19 @@ def names_nothing_local(value: Any) -> bool:
         return False
 
 
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _within(v: Any, bound: float) -> bool:
+    return _number(v) and 0 < v <= bound
+
+
+# The coding rewards' sandbox limits at their defaults (magrpo.tasks.coding.reward.CodingRewardConfig; a
+# test holds them equal): a record may tighten them, never loosen them.
+SANDBOX_LIMITS: dict[str, float] = {"sandbox_timeout_s": 30.0, "per_test_timeout_s": 2.0, "memory_mb": 1024,
+                                    "max_timeouts": 3}
+
 _ATTENTION = {"eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"}
 
 # reach key -> the values of it that choose nothing (beside null and empty, which never do)
@@ -183,7 +205,10 @@ INERT_VALUES: dict[str, Callable[[Any], bool]] = {
     "reward.verifier_model": names_nothing_local,
     "task.data.hub_id": names_nothing_local,
     "sandbox.isolation": lambda v: v == "auto",
+    "logger.name": lambda v: v == "none",
     "logger.mode": lambda v: v in ("offline", "disabled"),
+    # the sandbox's limits: as tight as the coding rewards' defaults or tighter (SANDBOX_LIMITS)
+    **{f"reward.{k}": functools.partial(_within, bound=bound) for k, bound in SANDBOX_LIMITS.items()},
 }
 
 

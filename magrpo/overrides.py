@@ -6,7 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from magrpo.records import check_depth
 from magrpo.schema import ConfigError
+
+MAX_VALUE_DEPTH = 16      # a saved override's list or dict value nests no deeper (a command line never does)
 
 
 def override_key(line: str) -> str:
@@ -41,6 +44,14 @@ def check_saved_line(line: Any, where: Path | str) -> str:
     except Exception as e:
         raise ConfigError(f"{where}: the saved override {shown} is not a valid override "
                           f"({str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__})") from None
+    try:
+        value = o.value()
+        if isinstance(value, (list, dict)):
+            check_depth(value, f"{where}: the saved override {shown}", MAX_VALUE_DEPTH)
+    except ConfigError:
+        raise
+    except Exception:       # noqa: BLE001  (a value the parser keeps lazily: checked when composed)
+        pass
     if o.is_sweep_override():
         raise ConfigError(f"{where}: the saved override {shown} is a sweep (several values); a run's saved "
                           f"overrides give one value per key")

@@ -179,6 +179,13 @@ def check_location(module: str, specs: list[tuple[str, Any]], root: Path, beside
             if any(f == r or f.is_relative_to(r) for f in forms(place) for r in roots):
                 raise PluginError(f"the plugin {module!r} ({why}) would be imported from inside {root} ({place}); "
                                   f"a run or team never brings code along: install the plugin instead")
+    if beside:              # the module, or a parent package, in the folder that holds `root` (at any depth)
+        for _name, spec in specs:
+            for place in _places(spec):
+                if within_or_beside(place, root):
+                    raise PluginError(f"the plugin {module!r} ({why}) would be imported from beside {root} ({place}, "
+                                      f"in the folder that holds it); a run or team never brings code along: "
+                                      f"install the plugin, or name it yourself with plugins=[{module}]")
     if beside and specs and specs[0][1] is not None:
         top = specs[0][1]       # the sys.path entry it is found through: a package's folder's parent, a module's folder
         folders = [Path(p).parent for p in (top.submodule_search_locations or [])] or \

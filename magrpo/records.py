@@ -94,16 +94,32 @@ def read_text(path: str | os.PathLike, limit: int = MAX_FILE_BYTES) -> str:
 
 
 def check_depth(data: Any, where: str, limit: int = MAX_DEPTH) -> Any:
-    """`data`, refused when its lists and mappings nest deeper than `limit` (walked without recursion)."""
+    """`data`, refused when its lists and mappings nest deeper than `limit` (walked without recursion),
+    or when a string in it (a key or a value) is not UTF-8 text: JSON's escapes can write a lone
+    surrogate, which no file, log or terminal can take."""
     stack = [(data, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, (dict, list, tuple)):
+        if isinstance(node, str):
+            _check_text(node, where)
+        elif isinstance(node, (dict, list, tuple)):
             if depth > limit:
                 raise RecordError(f"{where}: nested more than {limit} levels deep; a record is never that deep")
+            if isinstance(node, dict):
+                for k in node:
+                    if isinstance(k, str):
+                        _check_text(k, where)
             children = node.values() if isinstance(node, dict) else node
-            stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple)))
+            stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list, tuple, str)))
     return data
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RecordError(f"{where}: holds a string that is not UTF-8 text (a lone surrogate); a record's text "
+                          f"always is") from None
 
 
 def parse_json(text: str, where: str) -> Any:
@@ -241,15 +257,34 @@ def _flat(data: Any) -> dict[str, Any]:
     return out
 
 
+MAX_RESOLVED_BYTES = MAX_FILE_BYTES      # what resolving a record's references may add up to
+
+
 def resolve_own_refs(data: Any) -> Any:
     """A copy of Hydra's composed config `data` (plain data) with each reference to one of its own
     keys (`${algo.temperature}`, `${agents.models.0.name_or_path}`) replaced by that key's value,
     computed here without OmegaConf. A string that calls a resolver (`${oc.env:TOKEN}`,
     `${hydra:runtime.output_dir}`), refers to one that does, or refers to a key it does not hold
-    stays as written: text, never this machine's environment."""
+    stays as written: text, never this machine's environment. References that would expand past
+    MAX_RESOLVED_BYTES (a chain that repeats a long value) are refused in one line."""
     flat = _flat(data)
+    budget = {"left": MAX_RESOLVED_BYTES}
+    memo: dict[str, tuple[bool, Any]] = {}
+
+    def spend(value: Any) -> Any:
+        budget["left"] -= len(value) if isinstance(value, str) else \
+            len(json.dumps(value, default=str)) if isinstance(value, (dict, list)) else 8
+        if budget["left"] < 0:
+            raise RecordError(f"its interpolations expand past {_size(MAX_RESOLVED_BYTES)}; a record's references "
+                              f"are never that large")
+        return value
 
     def resolve(text: str, seen: frozenset[str]) -> tuple[bool, Any]:
+        if text not in memo:
+            memo[text] = _resolve(text, seen)
+        return memo[text]
+
+    def _resolve(text: str, seen: frozenset[str]) -> tuple[bool, Any]:
         if _RESOLVER_CALL.search(text):
             return False, text
         whole = _KEY_REF.fullmatch(text.strip())
@@ -267,8 +302,10 @@ def resolve_own_refs(data: Any) -> Any:
                     return False, text
             values[ref] = value
         if whole:
-            return True, values[whole.group(1)]
-        out = _KEY_REF.sub(lambda m: "" if values[m.group(1)] is None else str(values[m.group(1)]), text)
+            return True, spend(values[whole.group(1)])
+        for value in values.values():       # the pieces first: a string that would grow past the budget is refused
+            spend(value)
+        out = spend(_KEY_REF.sub(lambda m: "" if values[m.group(1)] is None else str(values[m.group(1)]), text))
         return ("${" not in out), out
 
     def rebuild(node: Any) -> Any:

@@ -180,6 +180,15 @@ def check_inheritable(line: str, where: Path | str) -> None:
     if _is_group(key.strip()) and (_PATH_UP.search(value) or value.strip().startswith(("/", "\\"))):
         raise ConfigError(f"{where}: the saved override {line[:200]!r} names a config by a path outside the "
                           f"config directories; a run's saved overrides pick options by name")
+    if key.strip() in NAME_KEYS and not _PLAIN_NAME.fullmatch(value.strip().strip("'\"")):
+        raise ConfigError(f"{where}: the saved override {line[:200]!r} gives {key.strip()} a value that is not a "
+                          f"plain name (letters, digits, _ . + -): it names run directories, so a saved one never "
+                          f"holds a path")
+
+
+# Keys whose values name run directories (conf/train.yaml, conf/eval.yaml hydra.run.dir) or files.
+NAME_KEYS = ("task.name", "algo.name", "feedback.mode", "label", "seed", "reward.name")
+_PLAIN_NAME = re.compile(r"(?!\.)(?!.*\.\.)[\w.+-]{0,200}")
 
 
 def _is_group(key: str) -> bool:
@@ -203,7 +212,55 @@ def inheritable(kind: str, run_dir: Path) -> list[str]:
                         "a model, or named by a run)", where, line)
         elif in_scope(kind, override_key(line)):
             lines.append(line)
-    return trust.taken_lines(trust.trust_root(run_dir), lines, str(where))
+    return trust.taken_lines(trust.trust_root(run_dir), lines, str(where), options=option_keys)
+
+
+def option_keys(group: str, option: str, depth: int = 0) -> dict:
+    """What picking `group=option` sets, as config data from the top: the option's own YAML (in conf/
+    or a plugin's config directory) and the options its defaults list picks in turn, read as data
+    (the schema nodes under `/schema/` hold the dataclasses' defaults and are left out). A pick
+    from a record you did not make is taken up only when this sets no reach key (magrpo.key_classes)."""
+    if depth > 8 or not option or not _PLAIN_NAME.fullmatch(option.replace("/", "_")):
+        return {}
+    for d in [CONF_DIR, *conf_dirs()]:
+        f = Path(d) / group / f"{option}.yaml"
+        if f.is_file():
+            break
+    else:
+        return {}
+    try:
+        text = records.read_text(f)
+        node = records.parse_yaml(text, str(f)) or {}
+    except RecordError:
+        return {}
+    if not isinstance(node, dict):
+        return {}
+    out: dict = {}
+    for entry in node.pop("defaults", None) or []:
+        pick = entry if isinstance(entry, str) else next(iter(entry.items()), None) if isinstance(entry, dict) else None
+        if isinstance(pick, tuple):
+            target, choice = pick
+            target = str(target).removeprefix("override ").removeprefix("optional ").strip().lstrip("/")
+            target = target.partition("@")[0]
+            if not target.startswith("schema") and isinstance(choice, str) and "${" not in choice:
+                _merge(out, option_keys(target, choice, depth + 1))
+    packaged = "# @package _global_" in text.splitlines()[0] if text.strip() else False
+    if packaged:
+        _merge(out, node)
+    else:
+        here = out
+        for part in group.split("/"):
+            here = here.setdefault(part, {})
+        _merge(here, node)
+    return out
+
+
+def _merge(into: dict, more: dict) -> None:
+    for k, v in more.items():
+        if isinstance(v, dict) and isinstance(into.get(k), dict):
+            _merge(into[k], v)
+        else:
+            into[k] = v
 
 
 # -- the command line --------------------------------------------------------------------------------

@@ -108,15 +108,16 @@ class Team:
 
     def __init__(self, config: DictConfig, agents: list, source: dict[str, Any] | None = None,
                  info: dict[str, Any] | None = None, loaded_from: DictConfig | None = None,
-                 allowed: dict[str, str] | None = None):
+                 allowed: dict[str, str] | None = None, own: bool = True):
         self.config = config
         self.agents = agents
         self.source = source or {}
         self.info = info or {}          # team.json of a loaded team ({} for one built from a run)
         # How each code reference of the directory it was loaded from was allowed (magrpo.trust:
         # yours, or someone else's you trusted); None for a team built here from a config. Saving it
-        # signs only what is yours.
+        # signs only what is yours, and its config's reach keys as yours only when `own`.
         self.allowed = allowed
+        self.own = own
         # The `agents` node the models were loaded with: the run's own (config.agents, which keeps
         # the models the team was trained from), or an exported team's with its directories' paths.
         self.loaded_from = loaded_from if loaded_from is not None else config.agents
@@ -150,7 +151,7 @@ class Team:
         agents = load_team_agents(team_cfg, hardware or default_hardware(device), ckpt)
         run = ckpt.parent.parent if ckpt.parent.name == "checkpoints" else None
         return cls(team_cfg, agents, source={"run_dir": str(run) if run else None, "checkpoint": str(ckpt),
-                                             "step": checkpoint.checkpoint_step(ckpt)}, allowed=up.how)
+                                             "step": checkpoint.checkpoint_step(ckpt)}, allowed=up.how, own=up.own)
 
     @classmethod
     @trust.one_call
@@ -174,7 +175,7 @@ class Team:
         agents, agents_cfg = team_agents(root, info, config.agents, hardware or default_hardware(device),
                                          trust_remote_code)
         return cls(config, agents, source={**info.get("source", {}), "team_dir": str(root)}, info=info,
-                   loaded_from=agents_cfg, allowed=up.how)
+                   loaded_from=agents_cfg, allowed=up.how, own=up.own)
 
     # -- shape ------------------------------------------------------------------------------------
 
@@ -416,7 +417,7 @@ def write_team(team: Any, out: Path, card_extra: dict[str, Any]) -> Path:
             (tmp / OVERRIDES_FILE).write_text(yaml.safe_dump(list(overrides), default_flow_style=False))
 
     def seal(tmp: Path) -> None:        # made by you, here: you load it again without trusting it
-        trust.sign_team(tmp, out, info, team.allowed)
+        trust.sign_team(tmp, out, info, team.allowed, reach=team.own)
 
     step = team.source.get("step") or 0
     checkpoint.write_checkpoint(out, fill, int(step), None, seal=seal)
@@ -668,14 +669,15 @@ def _check_file_references(root: Path, files: dict) -> None:
     for name in files:
         folder, _, base = name.rpartition("/")
         if base.endswith(_INDEX_SUFFIX) or base == "tokenizer_config.json":
-            try:
-                data = json.loads((root / name).read_text())
-            except (OSError, ValueError) as e:
-                raise ConfigError(f"{root}: {name} is not readable JSON ({e})") from None
+            data = records.load_json(root / name)
             if not isinstance(data, dict):
                 raise ConfigError(f"{root}: {name} is not a JSON object")
-            named = (list((data.get("weight_map") or {}).values()) if base.endswith(_INDEX_SUFFIX) else
-                     [v for k, v in data.items() if k.endswith("_file") and v is not None])
+            weight_map = data.get("weight_map") or {}
+            if base.endswith(_INDEX_SUFFIX) and not isinstance(weight_map, dict):
+                raise ConfigError(f"{root}: {name}: weight_map is {type(weight_map).__name__}; expected an object "
+                                  f"(tensor name -> file)")
+            named = (list(weight_map.values()) if base.endswith(_INDEX_SUFFIX) else
+                     [v for k, v in data.items() if str(k).endswith("_file") and v is not None])
             for ref in named:
                 target = f"{folder}/{ref}" if folder else str(ref)
                 if not isinstance(ref, str) or "/" in ref or "\\" in ref or target not in files:

@@ -172,8 +172,8 @@ class RunStatus:
     def _owner(self, claim: Path) -> dict | None:
         """The claim's owner when it is a live process other than this run, else None."""
         try:
-            owner = json.loads(claim.read_text())
-        except (OSError, json.JSONDecodeError):
+            owner = records.load_json(claim, 1 << 16)       # a regular file, small, plain data
+        except ConfigError:
             # Being written this instant, or left empty by a crash: young means busy.
             try:
                 return {"pid": "?", "host": "?"} if time.time() - claim.stat().st_mtime < 60 else None
@@ -249,15 +249,15 @@ def set_aside_after(run_dir: Path, step: int) -> int:
     attempt logged after `step` move from metrics.jsonl to metrics.after_step_<step>.jsonl (kept,
     not lost), so metrics.jsonl holds one history. Returns how many rows moved."""
     path = Path(run_dir) / "metrics.jsonl"
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
+    if not path.exists():
         return 0
+    lines = records.read_text(path, records.MAX_LOG_BYTES).splitlines()     # a regular file, bounded
     keep, later = [], []
     for line in lines:
         try:
-            row_step = json.loads(line).get("step", 0)
-        except (json.JSONDecodeError, AttributeError):
+            row = records.parse_json(line, str(path))
+            row_step = row.get("step", 0) if isinstance(row, dict) else 0
+        except ConfigError:
             row_step = 0
         (later if isinstance(row_step, (int, float)) and row_step > step else keep).append(line)
     if later:

@@ -294,8 +294,9 @@ class Trainer:
                         "elapsed": self.elapsed(), "config": checkpoint.json_data(config)}, out / STATE_FILE)
 
         if self.world.is_main:
-            checkpoint.write_checkpoint(dest, fill, self.step, config)
-            trust.sign_checkpoint(self.run_dir, dest)       # your run's signature covers it too
+            # your run's signature covers it before it is in place (a run stopped at any moment is whole)
+            checkpoint.write_checkpoint(dest, fill, self.step, config,
+                                        seal=lambda tmp: trust.sign_checkpoint(self.run_dir, dest, tmp / checkpoint.MANIFEST))
             log.info("saved checkpoint %s", dest)
         distributed.barrier()
         return dest

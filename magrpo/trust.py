@@ -211,10 +211,12 @@ class Signature:
     codes: set[str] = field(default_factory=set)
     files: dict[str, str] = field(default_factory=dict)
     why: str = ""
+    reach: bool = False         # its reach keys are yours (none was taken from a record you did not make)
 
 
-def _sig_message(place: str, codes: Iterable[str], files: dict[str, str]) -> dict:
-    return {"format": FORMAT, "dir": place, "code": sorted(set(codes)), "files": dict(sorted(files.items()))}
+def _sig_message(place: str, codes: Iterable[str], files: dict[str, str], reach: bool) -> dict:
+    return {"format": FORMAT, "dir": place, "code": sorted(set(codes)), "files": dict(sorted(files.items())),
+            "reach": bool(reach)}
 
 
 def signature(root: Path, check_files: bool = True) -> Signature:
@@ -226,8 +228,8 @@ def signature(root: Path, check_files: bool = True) -> Signature:
         return Signature(False, why="it carries no signature of yours (made elsewhere, or before signatures)")
     try:
         data = records.load_json(f, 1 << 20)
-        codes, files, mac, place = data["code"], data["files"], data["hmac"], data["dir"]
-        if data.get("format") != FORMAT or not isinstance(codes, list) or \
+        codes, files, mac, place, reach = data["code"], data["files"], data["hmac"], data["dir"], data["reach"]
+        if data.get("format") != FORMAT or not isinstance(codes, list) or not isinstance(reach, bool) or \
                 not all(isinstance(c, str) for c in codes) or not isinstance(files, dict) or \
                 not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()) or \
                 not isinstance(mac, str) or not isinstance(place, str):
@@ -235,7 +237,7 @@ def signature(root: Path, check_files: bool = True) -> Signature:
     except (ConfigError, ValueError, KeyError, TypeError):
         return Signature(False, why=f"its {SIGNATURE_FILE} is not a signature of this magrpo's")
     key = _secret(create=False)
-    if key is None or not hmac.compare_digest(_mac(key, _sig_message(place, codes, files)), mac):
+    if key is None or not hmac.compare_digest(_mac(key, _sig_message(place, codes, files, reach)), mac):
         return Signature(False, why="its signature is not yours (made by another user or on another machine, or "
                                     "edited)")
     if place != _place(root):
@@ -247,16 +249,17 @@ def signature(root: Path, check_files: bool = True) -> Signature:
             if (p.exists() or p.is_symlink()) and _sha256(p) != digest:
                 return Signature(False, why=f"its {name} changed since you made it")
     return Signature(True, set(codes), dict(files), "your signature does not cover it (it changed since you made "
-                                                    "it, or it was made from a run you trusted but did not make)")
+                                                    "it, or it was made from a run you trusted but did not make)",
+                     reach)
 
 
-def _write_signature(root: Path, place: str, codes: Iterable[str], files: dict[str, str]) -> None:
+def _write_signature(root: Path, place: str, codes: Iterable[str], files: dict[str, str], reach: bool) -> None:
     key = _secret(create=True)
     if key is None:
         return
     codes = sorted(set(codes))
-    body = json.dumps({**_sig_message(place, codes, files), "by": "magrpo",
-                       "hmac": _mac(key, _sig_message(place, codes, files))}, indent=1) + "\n"
+    message = _sig_message(place, codes, files, reach)
+    body = json.dumps({**message, "by": "magrpo", "hmac": _mac(key, message)}, indent=1) + "\n"
     tmp = Path(root) / f".{SIGNATURE_FILE}.tmp"
     tmp.write_text(body)
     os.replace(tmp, Path(root) / SIGNATURE_FILE)
@@ -302,20 +305,22 @@ def made_by_you(path: str | Path) -> bool:
     if not root.is_dir():
         return False
     sig = signature(root)
-    if not sig.valid:
+    if not sig.valid or not sig.reach:
         return False
     manifests: dict[str, dict] = {}
     return all(_covered(root, name, sig, manifests) for name in _record_files(root))
 
 
 def write_signature(root: Path, codes: Iterable[str], files: Iterable[str] | None = None,
-                    place: str | Path | None = None) -> None:
+                    place: str | Path | None = None, reach: bool = True) -> None:
     """Sign `codes` as made by you into `root`, bound to its place (`place`: where it will stay, for a
     folder renamed into place after it is sealed) and to the sha256 of its records (`files`: relative
-    paths; default every record it holds now)."""
+    paths; default every record it holds now). `reach`: its reach keys are yours too (False when a
+    value of one was taken from a record you did not make, even one that chose nothing then: a hub
+    id may name a local folder where it is used later)."""
     names = list(_record_files(root) if files is None else files)
     digests = {n: d for n in names if (d := _sha256(Path(root) / n)) is not None}
-    _write_signature(root, str(place) if place is not None else _place(root), codes, digests)
+    _write_signature(root, str(place) if place is not None else _place(root), codes, digests, reach)
 
 
 def _store() -> dict[str, Any]:
@@ -516,8 +521,11 @@ def check_refs(root: Path, refs: list[Ref]) -> None:
                           f"directories); at most {MAX_REFS} are taken up")
     for ref in refs:
         if ref.kind == "config dir":
-            if len(ref.value) > 4096 or "\n" in ref.value:
+            if len(ref.value) > 4096 or "\n" in ref.value or "\0" in ref.value:
                 raise ConfigError(f"{root}: {ref} is not a config directory")
+            if "${" in ref.value:
+                raise RecordError(f"{root}: {ref} holds an interpolation; a record's values are data and never "
+                                  f"resolve here")
             continue
         if ref.kind == "reward" and (ref.value.count(":") != 1 or "${" in ref.value):
             raise ConfigError(f"{root}: {ref} is not module:function (a recorded reference is a plain name, never "
@@ -539,12 +547,15 @@ def check_sys_path(root: Path) -> None:
         here = forms(entry or ".")
         if any(h == r or h.is_relative_to(r) for h in here for r in inside) or here & holders:
             shown_entry = entry if entry not in ("", ".") else f"{entry!r} (the working directory)"
+            ran = [n for n in ("sitecustomize.py", "usercustomize.py") for f in here if (f / n).is_file()]
+            hook = (f"; its {ran[0]} was imported by Python itself when this process started, before magrpo could "
+                    f"look: remove it") if ran else ""
             raise UntrustedError(f"{root} is not yours (not made by you) and the folder {shown_entry} on sys.path "
                                  f"{'holds it' if here & holders else 'is inside it'}: what came with it would be "
                                  f"importable here, so it is not taken up. Keep received directories in a folder of "
                                  f"their own that is not on sys.path (e.g. move it to teams/), and put only your own "
                                  f"modules' folder on PYTHONPATH (run from another folder when it is the working "
-                                 f"directory)")
+                                 f"directory){hook}")
 
 
 # -- the decision -------------------------------------------------------------------------------------
@@ -772,12 +783,16 @@ def _skip_line(where: str, key: str, value: Any) -> None:
                 "read here); give it yourself if you want it: %s=...", where, key, shown(value, 60), key)
 
 
-def taken_lines(root: Path, lines: list[str], where: str, own: bool | None = None) -> list[str]:
+def taken_lines(root: Path, lines: list[str], where: str, own: bool | None = None,
+                options: Callable[[str, str], dict] | None = None) -> list[str]:
     """Of a record's saved override lines, those a command takes up: a line whose value holds an
     interpolation is refused (one line: a record's values never resolve); from a directory you did
     not make (`own`: made_by_you), a line that sets a reach key (or a key of no class) to a value
-    that chooses something is skipped, each said in one line."""
+    that chooses something is skipped, each said in one line, and so is a group pick whose option
+    sets one (`options(group, option)`: what the pick sets; feedback=expert sets a reviewer's URL)."""
     own = made_by_you(root) if own is None else own
+    if not own:
+        _command["received"] = True     # what this command writes is composed from a record you did not make
     out = []
     for line in lines:
         if "${" in line:
@@ -793,6 +808,13 @@ def taken_lines(root: Path, lines: list[str], where: str, own: bool | None = Non
         except Exception:
             value = line.partition("=")[2]
         reach = key_classes.reaching(key, value)
+        if not reach and options is not None and key_classes.is_group(key) and isinstance(value, str):
+            reach = key_classes.reaching("", options(key, value))
+            if reach:
+                log.warning("%s: not taken up: %s=%s (its option sets %s=%s, and a record you did not make never "
+                            "chooses where data goes or what is read here); pick it yourself if you want it",
+                            where, key, value[:60], reach[0][0], shown(reach[0][1], 60))
+                continue
         if reach:
             _skip_line(where, *reach[0])
             continue
@@ -902,39 +924,47 @@ def sign_run(run_dir: Path, cfg: Any, took_up: bool = False) -> None:
     earlier = signature(run_dir, check_files=False)
     kept = [n for n, d in earlier.files.items() if n.endswith(f"/{MANIFEST}") and _sha256(Path(run_dir) / n) == d] \
         if earlier.valid else []
+    reach = not _command.get("received") and (earlier.reach or not kept)
     try:
         write_signature(run_dir, [*own_codes(config_codes(cfg, search), took_up), *earlier.codes],
-                        [n for n in RUN_RECORDS if (Path(run_dir) / n).is_file()] + kept)
+                        [n for n in RUN_RECORDS if (Path(run_dir) / n).is_file()] + kept, reach=reach)
     except OSError as e:
         log.warning("could not sign %s (%s): later commands will ask you to trust it", run_dir, e)
 
 
-def sign_checkpoint(run_dir: Path, ckpt: Path) -> None:
-    """Extend a run's signature to a checkpoint it just wrote (its manifest, which lists every file);
-    a run whose signature is not yours (a received one resumed in place) stays unsigned for it."""
+def sign_checkpoint(run_dir: Path, ckpt: Path, manifest: Path | None = None) -> None:
+    """Extend a run's signature to a checkpoint it writes (its manifest, which lists every file), as
+    the checkpoint's last step before it is renamed into place (`manifest`: where it is now; a
+    checkpoint that appears is covered already, whenever the run is stopped); a run whose signature
+    is not yours (a received one resumed in place) stays unsigned for it."""
     sig = signature(run_dir, check_files=False)
     if not sig.valid:
         return
     name = Path(ckpt).resolve().relative_to(Path(run_dir).resolve()).as_posix() + f"/{MANIFEST}"
-    names = [n for n in sig.files if (Path(run_dir) / n).is_file()] + [name]
+    digest = _sha256(manifest if manifest is not None else Path(run_dir) / name)
+    files = {n: d for n, d in sig.files.items() if (Path(run_dir) / n).is_file() and n != name}
+    if digest is not None:
+        files[name] = digest
     try:
-        write_signature(run_dir, sig.codes, list(dict.fromkeys(names)))
+        _write_signature(run_dir, _place(run_dir), sig.codes, files, sig.reach)
     except OSError as e:
         log.warning("could not sign the checkpoint %s (%s): later commands will ask you to trust it", ckpt, e)
 
 
-def sign_team(folder: Path, place: Path, info: dict[str, Any], allowed: dict[str, str] | None) -> None:
+def sign_team(folder: Path, place: Path, info: dict[str, Any], allowed: dict[str, str] | None,
+              reach: bool = True) -> None:
     """Sign a team being exported (`info`: its team.json) into `folder`, its manifest written, bound
     to `place`, where it is renamed to. `allowed`: how the code of the directory the team was
     loaded from was allowed (TakeUp.how); only what was yours is signed (None: a team configured
-    here, whose code is yours)."""
+    here, whose code is yours). `reach`: its config's reach keys are yours (the team was loaded
+    from a directory you made, or configured here)."""
     codes = [r.code for r in _team_refs(info) if needs_trust(r)]
     if allowed is None:
         mine = own_codes(codes, took_up=False)
     else:
         named = {f"module:{m}" for m in named_by_user()}
         mine = [c for c in dict.fromkeys(codes) if c in named or allowed.get(c) in OWN or _allowed.get(c) == NAMED]
-    write_signature(folder, mine, [MANIFEST], place=Path(place).resolve())
+    write_signature(folder, mine, [MANIFEST], place=Path(place).resolve(), reach=reach)
 
 
 # -- magrpo-trust --------------------------------------------------------------------------------------

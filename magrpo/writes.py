@@ -243,7 +243,7 @@ def start_ticks(pid: int) -> int | None:
 
 def pid_alive(pid: Any, pid_start: Any = None) -> bool:
     """Whether process `pid` (started at `pid_start` ticks, when known) still exists on this host."""
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or isinstance(pid, bool) or not 0 < pid < 1 << 31:    # what a record says: any number
         return False
     try:
         os.kill(pid, 0)

@@ -243,31 +243,24 @@ def test_a_received_team_never_sends_to_its_url_nor_reads_its_key_variable(sende
     no_secret_written(out, tmp_path / "downloads")
 
 
-def test_your_own_team_takes_its_reach_keys_up(sender, sink, tmp_path):
-    """The positive control: a team you exported here, its reach keys yours."""
-    team = download(sender, tmp_path, "team")
-    env = {**receiver_env(tmp_path), "MAGRPO_HOME": str(sender["home"])}
-    edit_team(team, lines=["feedback=expert", f"feedback.url={sink.url}", "algo.num_turns=2"],
-              config={"feedback": {**expert(sink.url), "api_key_env": "OPENAI_API_KEY"}, "algo.num_turns": 2},
-              turns={"num_turns": 2, "discount": 1.0, "early_termination_threshold": None})
-    mine = tmp_path / "mine"
-    done = preloaded.script("magrpo-export", [str(sender["run"]), str(mine)], cwd=tmp_path, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    shutil.rmtree(mine)         # an export of the edited team: exported by you, so signed by you, in place
+def test_your_own_team_takes_its_reach_keys_up(sender, sink, tmp_path, monkeypatch):
+    """The positive control: a team you exported, from a team of yours, here: its reach keys are yours."""
+    from omegaconf import OmegaConf
+
     from magrpo.team import Team
 
-    old = os.environ.get("MAGRPO_HOME")
-    os.environ["MAGRPO_HOME"] = str(sender["home"])
-    try:
-        edited = Team.from_pretrained(team, device="cpu", trust_plugins=True, overrides={"feedback.url": sink.url})
-        edited.save_pretrained(mine)
-        assert trust.made_by_you(mine)
-        again = Team.from_pretrained(mine, device="cpu")
-        assert again.config.feedback.url == sink.url            # taken: yours
-    finally:
-        os.environ["MAGRPO_HOME"] = old if old is not None else ""
-        if old is None:
-            del os.environ["MAGRPO_HOME"]
+    monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
+    loaded = Team.from_pretrained(sender["team"], device="cpu")
+    assert loaded.own
+    OmegaConf.update(loaded.config, "feedback", {**expert(sink.url), "api_key_env": "OPENAI_API_KEY"}, merge=False)
+    mine = tmp_path / "mine"
+    loaded.save_pretrained(mine)
+    assert trust.made_by_you(mine)
+    again = Team.from_pretrained(mine, device="cpu")
+    assert again.config.feedback.url == sink.url            # taken: yours
+    copy = Path(shutil.copytree(mine, tmp_path / "copy"))
+    with pytest.raises(ConfigError, match="feedback.url=None"):   # a copy elsewhere is received
+        Team.from_pretrained(copy, device="cpu")
 
 
 def test_from_python_a_received_teams_reach_keys_are_skipped_and_given_back_by_you(sender, sink, tmp_path,
@@ -677,3 +670,191 @@ def test_a_plugins_key_declares_its_class(monkeypatch):
     finally:
         TASKS.unregister("mirror_game")
         key_classes._declared.clear()
+
+
+# -- a second hostile read: what got through, and each now one line ------------------------------------------
+
+
+def test_a_group_pick_whose_option_sets_a_reach_key_is_not_taken_up(sender, tmp_path, caplog):
+    """feedback=expert picks conf/feedback/expert.yaml, whose url is a local endpoint; logger=wandb turns W&B on."""
+    from magrpo.run_config import option_keys
+
+    run = download(sender, tmp_path, "run")
+    lines = trust.taken_lines(run, ["feedback=expert", "logger=wandb", "task=agree", "algo.num_turns=2"],
+                              "overrides.yaml", own=False, options=option_keys)
+    assert lines == ["task=agree", "algo.num_turns=2"]
+    assert "not taken up: feedback=expert (its option sets feedback.url=" in caplog.text
+    assert "not taken up: logger=wandb (its option sets logger.name=" in caplog.text
+    assert trust.taken_lines(run, ["feedback=expert"], "x", own=True, options=option_keys) == ["feedback=expert"]
+
+
+def test_a_module_in_the_folder_that_holds_a_received_team_is_refused_at_any_depth(sender, tmp_path, monkeypatch):
+    """downloads/evil.py beside downloads/team, named downloads.evil, found through the folder above."""
+    from magrpo.team import Team
+
+    team = download(sender, tmp_path, "team")
+    (team.parent / "evil.py").write_text(PAYLOAD)
+    edit_team(team, plugins=["downloads.evil"], config={"plugins": ["downloads.evil"]})
+    monkeypatch.setenv("MAGRPO_HOME", str(tmp_path / "home_receiver"))
+    monkeypatch.setenv("RECEIVED_MARKER", str(tmp_path / "RAN"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match="from beside"):
+        Team.from_pretrained(team, device="cpu", trust_plugins=True)
+    assert not (tmp_path / "RAN").exists()
+
+
+def test_references_that_grow_past_the_budget_are_one_line(sender, tmp_path):
+    runs = tmp_path / "downloads" / "runs"
+    run = Path(shutil.copytree(sender["run"], runs / "a"))
+    chain = "".join(f"  a{i}: '" + f"${{task.a{i - 1}}}" * 4 + "'\n" for i in range(1, 16))
+    config = run / ".hydra" / "config.yaml"
+    config.write_text(config.read_text().replace("task:\n", "task:\n  a0: " + "x" * 1000 + "\n" + chain, 1))
+    done = command("magrpo-table", [str(runs), "--out", str(tmp_path / "t")], tmp_path)
+    assert "expand past" in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_a_received_record_never_loosens_the_sandbox():
+    assert key_classes.reaching("reward", {"sandbox_timeout_s": 1e5, "memory_mb": 10 ** 6, "per_test_timeout_s": 1,
+                                           "max_timeouts": 1000, "max_workers": 64}) == [
+        ("reward.sandbox_timeout_s", 1e5), ("reward.memory_mb", 10 ** 6), ("reward.max_timeouts", 1000),
+        ("reward.max_workers", 64)]
+    from magrpo.tasks.coding.reward import CodingRewardConfig
+
+    defaults = CodingRewardConfig()
+    assert {k: getattr(defaults, k) for k in key_classes.SANDBOX_LIMITS} == key_classes.SANDBOX_LIMITS
+
+
+def test_an_export_of_a_received_run_is_yours_for_code_only(sender, tmp_path, monkeypatch):
+    """Its hub ids and model names may have chosen nothing where it was exported; where it is used
+    later they might: the export's signature does not make its reach keys yours."""
+    run = download(sender, tmp_path, "run")
+    out = tmp_path / "exported"
+    done = command("magrpo-export", [str(run), str(out)], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    monkeypatch.setenv("MAGRPO_HOME", str(tmp_path / "home_receiver"))
+    sig = trust.signature(out)
+    assert sig.valid and not sig.reach and not trust.made_by_you(out)
+    mine = tmp_path / "mine"
+    done = command("magrpo-export", [str(sender["run"]), str(mine)], tmp_path,
+                   MAGRPO_HOME=str(sender["home"]))
+    assert done.returncode == 0
+    monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
+    assert trust.signature(mine).reach and trust.made_by_you(mine)
+
+
+@pytest.mark.parametrize("line", ["task.name=x/../../../elsewhere/PWNED", "seed=../x", "algo.name=../../a"])
+def test_a_saved_name_that_would_place_the_run_directory_is_refused(sender, tmp_path, line):
+    run = download(sender, tmp_path, "run")
+    add_lines(run, [line])
+    done = command("magrpo-eval", [f"checkpoint={run}"], tmp_path)
+    err = lines_of(done, "magrpo-eval")
+    assert done.returncode == 2 and len(err) == 1 and "not a plain name" in err[0], done.stderr[-2000:]
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "outputs").exists()
+
+
+def test_a_reward_function_is_named_where_it_is_defined():
+    from magrpo.tasks.reward_fns import resolve
+
+    with pytest.raises(ConfigError, match="is a module"):
+        resolve("magrpo.cli.paper:subprocess.run")
+    with pytest.raises(ConfigError, match="is defined in"):
+        resolve("magrpo.cli.paper:Path")
+    assert resolve("tests.reward_fns_example:brevity").__name__ == "brevity"
+
+
+def test_a_config_directory_named_with_an_interpolation_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="interpolation"):
+        trust.check_refs(tmp_path, [trust.Ref("config dir", "file:///x_${oc.env:HOME}", "hydra.yaml")])
+
+
+def test_python_start_up_hooks_beside_a_received_team_are_named(sender, tmp_path, monkeypatch):
+    team = download(sender, tmp_path, "team")
+    (team.parent / "sitecustomize.py").write_text("")
+    monkeypatch.syspath_prepend(str(team.parent))
+    monkeypatch.setenv("MAGRPO_HOME", str(tmp_path / "home_receiver"))
+    with pytest.raises(trust.UntrustedError, match="sitecustomize.py was imported by Python itself"):
+        trust.check_sys_path(team)
+
+
+def _hostile(kind: str, root: Path) -> None:
+    """Damage a copy of a team (or a run) as a sender would, for a reader that must stay one line."""
+    team_dir = root
+    if kind == "deep tokenizer config":
+        f = team_dir / "agent_1" / "tokenizer_config.json"
+        f.write_text("[" * 200_000 + "]" * 200_000)
+    elif kind == "weight_map a list":
+        (team_dir / "agent_1" / "model.safetensors.index.json").write_text(json.dumps({"weight_map": ["a"]}))
+    elif kind == "a lone surrogate":
+        info = json.loads((team_dir / "team.json").read_text())
+        (team_dir / "team.json").write_text(json.dumps(info).replace('"task": "', '"task": "\\ud800', 1))
+    elif kind == "a link that loops":
+        (team_dir / "agent_1" / "loop").symlink_to("loop")
+    rehash(team_dir)
+    if kind == "a link that loops":
+        m = json.loads((team_dir / "manifest.json").read_text())
+        m["files"]["agent_1/loop"] = {"size": 0, "sha256": "0" * 64}
+        (team_dir / "manifest.json").write_text(json.dumps(m))
+
+
+@pytest.mark.parametrize("kind", ["deep tokenizer config", "weight_map a list", "a lone surrogate",
+                                  "a link that loops"])
+def test_a_damaged_team_is_one_line_for_eval_and_crossplay(sender, tmp_path, kind):
+    team = download(sender, tmp_path, "team")
+    _hostile(kind, team)
+    for prog, args in (("magrpo-eval", [f"team={team}", f"hydra.run.dir={tmp_path / 'e'}"]),
+                       ("magrpo-crossplay", [str(team), str(sender["team"]), "--out", str(tmp_path / "x")])):
+        done = command(prog, args, tmp_path)
+        assert done.returncode in (1, 2) and "Traceback" not in done.stderr, (prog, done.stderr[-2000:])
+        assert len(lines_of(done, prog)) == 1, (prog, done.stderr[-2000:])
+
+
+@pytest.mark.parametrize("damage", ["metrics fifo", "owner fifo", "deep metrics line"])
+def test_resuming_a_received_run_in_place_never_hangs_on_its_files(sender, tmp_path, damage):
+    run = download(sender, tmp_path, "run")
+    if damage == "metrics fifo":
+        (run / "metrics.jsonl").unlink()
+        os.mkfifo(run / "metrics.jsonl")
+    elif damage == "owner fifo":
+        os.mkfifo(run / ".magrpo-owner.json")
+    else:
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write("[" * 100_000 + "]" * 100_000 + "\n")
+    done = command("magrpo-train", [f"resume={run}", "max_steps=3", "trust_plugins=true"], tmp_path)
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.returncode in (0, 1, 2), done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("damage", ["step NaN", "task name 300 long", "pid 10**30", "trials not objects"])
+def test_magrpo_table_reads_hostile_run_files_in_one_line(sender, tmp_path, damage):
+    runs = tmp_path / "downloads" / "runs"
+    run = Path(shutil.copytree(sender["run"], runs / "a"))
+    summary = json.loads((run / "summary.json").read_text())
+    args = []
+    if damage == "step NaN":
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write('{"step": NaN, "eval/reward_mean": 1.0}\n{"step": Infinity, "eval/reward_mean": 1.0}\n')
+    elif damage == "task name 300 long":
+        summary["config"]["task"] = "t" * 300
+    elif damage == "pid 10**30":
+        summary.update(status="running", pid=10 ** 30, host=os.uname().nodename)
+    else:
+        tuning = tmp_path / "tuning"
+        tuning.mkdir()
+        (tuning / "r.json").write_text(json.dumps({"task": "agree", "row": "magrpo", "space": {}, "trials": [1, 2]}))
+        args = ["--tuning", str(tuning)]
+    (run / "summary.json").write_text(json.dumps(summary))
+    for layout in ("generic", "paper"):
+        done = command("magrpo-table", [str(runs), "--out", str(tmp_path / f"t_{layout}"), "--layout", layout, *args],
+                       tmp_path)
+        assert "Traceback" not in done.stderr and done.returncode in (0, 2), (layout, done.stderr[-2000:])
+
+
+def test_a_saved_override_nested_too_deep_is_one_line(sender, tmp_path):
+    run = download(sender, tmp_path, "run")
+    add_lines(run, ["+task.x=" + "[" * 300 + "]" * 300])
+    done = command("magrpo-eval", [f"checkpoint={run}", f"hydra.run.dir={tmp_path / 'o'}"], tmp_path)
+    err = lines_of(done, "magrpo-eval")
+    assert done.returncode == 2 and len(err) == 1 and "nested" in err[0] and "Traceback" not in done.stderr, \
+        done.stderr[-2000:]

@@ -5,6 +5,7 @@ frame, and writing the files into OUT."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -106,8 +107,13 @@ def skipped_note(skipped: Sequence[tuple[Path, str]]) -> list[str]:
     return ["", f"Not in the table ({len(skipped)} run(s)):", ""] + [f"- `{p}`: {why}" for p, why in skipped]
 
 
-def _filename(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9@.=+-]+", "_", text).strip("_")
+def _filename(text: str, limit: int = 120) -> str:
+    """`text` as a file name: safe characters only, and short enough for any file system (a run's
+    record names the text; a long one keeps its start and a hash of the whole)."""
+    name = re.sub(r"[^A-Za-z0-9@.=+-]+", "_", text).strip("_")
+    if len(name) <= limit:
+        return name
+    return f"{name[:limit - 17]}_{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
 
 
 MARKERS = "osD^vP*Xph<>"

@@ -7,6 +7,7 @@ Nothing here formats a table: the layouts (generic.py, paper.py) take the `Run`s
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import sys
@@ -153,7 +154,7 @@ def read_curves(path: Path) -> dict[str, dict[int, float]]:
         if not isinstance(row, dict):
             continue
         step = row.get("step")
-        if not isinstance(step, (int, float)) or isinstance(step, bool):
+        if not isinstance(step, (int, float)) or isinstance(step, bool) or not math.isfinite(step):
             continue
         for key, value in row.items():
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -39,6 +39,13 @@ def read_records(folder: Path) -> list[dict[str, Any]]:
             raise TableError(f"cannot read the tuning record: {e}") from None
         if not isinstance(record, dict) or not {"task", "row", "space", "trials"} <= set(record):
             raise TableError(f"{path} is not a tuning record (it needs task, row, space and trials)")
+        best = record.get("best")
+        if not isinstance(record["task"], str) or not isinstance(record["row"], str) or \
+                not isinstance(record["space"], dict) or not isinstance(record["trials"], list) or \
+                not all(isinstance(t, dict) for t in record["trials"]) or \
+                not (best is None or isinstance(best, dict) and isinstance(best.get("params", {}), dict)):
+            raise TableError(f"{path} is not a tuning record: task and row are names, space an object, trials a "
+                             f"list of objects, best an object or null")
         records.append(record)
     if not records:
         raise TableError(f"--tuning {folder}: no tuning records (*.json) there")

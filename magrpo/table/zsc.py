@@ -57,8 +57,13 @@ def _number(value) -> float | None:
 def _candidates(here: Path, recorded: str, relative: str | None) -> list[str]:
     """Where a recorded source may be now: beside the file (the path relative to it, which survives
     moving the whole sweep), as recorded (absolute, or relative to this directory)."""
-    out = [os.path.realpath(here / relative)] if isinstance(relative, str) else []
-    return out + [os.path.realpath(recorded)]
+    out = []
+    for place in ([here / relative] if isinstance(relative, str) else []) + [recorded]:
+        try:
+            out.append(os.path.realpath(place))
+        except (ValueError, OSError):       # a NUL byte, a loop: no place of any run
+            continue
+    return out
 
 
 def read(path: Path, runs_by_path: dict[str, Run]) -> tuple[tuple[str, str] | None, Result | None, str | None]:

@@ -27,6 +27,7 @@ import math
 import numbers
 import re
 import sys
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -97,9 +98,16 @@ def resolve(spec: str, key: str = "reward.fn", imports: bool = True) -> Callable
             if not hasattr(obj, part):
                 raise ConfigError(f"{key}={spec!r}: {module!r} has no attribute {attr!r}")
             obj = getattr(obj, part)
+            if isinstance(obj, types.ModuleType):       # module:other_module.f reaches past the module named
+                raise ConfigError(f"{key}={spec!r}: {module}.{part} is a module; name the function in the module "
+                                  f"that defines it (module:function)")
         if not callable(obj):
             raise ConfigError(f"{key}={spec!r} is not a function f(prompts, completions, **columns) but a value of "
                               f"type {type(obj).__name__}")
+        home = str(getattr(obj, "__module__", "") or "")
+        if home != module and not home.startswith(module + "."):
+            raise ConfigError(f"{key}={spec!r}: {attr!r} is defined in {home or 'no module'!r}, not in {module!r}; "
+                              f"name it where it is defined ({home or 'its module'}:{attr.rpartition('.')[2]})")
         return obj
     if spec in REWARD_FNS:
         return REWARD_FNS[spec]
