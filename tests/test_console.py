@@ -70,7 +70,8 @@ def test_a_data_file_without_the_tasks_columns_is_one_line_naming_both(tmp_path)
                 "humaneval": "(prompt, test, entry_point) or (code, test_list)",
                 "mbpp": "(prompt, test, entry_point) or (code, test_list)", "maporl_qa": "(question, answer)"}
     for task, needs in expected.items():
-        cfg = validate(compose_cfg([f"output_dir={tmp_path / task}", f"task={task}", f"task.data.path={path}"]))
+        cfg = validate(compose_cfg([f"output_dir={tmp_path / task}", f"task={task}", f"task.data.path={path}",
+                                    "task.data.train_split='train[:1]'", "task.data.eval_split='train[1:]'"]))
         with pytest.raises(DataUnavailableError) as info:
             build_task(cfg.task, cfg.reward).load("eval")
         msg = str(info.value)
