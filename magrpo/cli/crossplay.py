@@ -47,6 +47,7 @@ import itertools
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -57,7 +58,7 @@ from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from magrpo.checkpoint import read_manifest
-from magrpo.launch import check_out_dir, parse_plain_cli
+from magrpo.launch import check_out_dir, parse_plain_cli, stopped, term_as_interrupt
 from magrpo.schema import ConfigError, SetupError
 from magrpo.table.render import pyplot
 from magrpo.table.stats import mean_std
@@ -399,6 +400,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 @one_command
 def main(argv: list[str] | None = None) -> int:
+    with term_as_interrupt():       # a SIGTERM stops it as Ctrl-C does
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_plain_cli(build_parser(), argv)
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
@@ -412,8 +418,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"magrpo-crossplay: setup error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:        # a PluginInterrupt names the plugin it was importing
-        print(f"magrpo-crossplay: {e if str(e) else 'interrupted'}; nothing was written", file=sys.stderr)
-        return 130
+        how, code = stopped(e)
+        again = shlex.join(["magrpo-crossplay", *(sys.argv[1:] if argv is None else argv)])
+        print(f"magrpo-crossplay: {e if str(e) else how}; nothing was written; run it again with: {again}",
+              file=sys.stderr)
+        return code
     print((Path(args.out) / "crossplay.md").read_text())
     held = f", held-out partners {res['held_out']:.3f}" if "held_out" in res else ""
     print(f"magrpo-crossplay: wrote {args.out}/crossplay.{{md,csv,png,json}} (self-play {res['self_play']:.3f}, "

@@ -17,7 +17,7 @@ from magrpo import trust
 from magrpo.checkpoint import is_team_dir
 from magrpo.config import CONF_DIR
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
-from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
+from magrpo.launch.job import interrupt_report, quiet_progress_bars, report, stopped, term_as_interrupt
 from magrpo.launch.override_errors import explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
@@ -90,7 +90,13 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     the schemas and resolvers, put the overrides of the run that `resume=`/`checkpoint=` names before
     the command line's (magrpo.run_config), import the plugins, run `job` as a Hydra app, and turn
     what Hydra would report with its own words (a mistyped key, an unknown group option) or a
-    traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
+    traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt, 143
+    for a SIGTERM, which stops the command as Ctrl-C does (magrpo.launch.job.Terminated)."""
+    with term_as_interrupt():
+        _cli_main(job, prog, config_name, argv)
+
+
+def _cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None) -> None:
     quiet_progress_bars()
     register_resolvers()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -111,9 +117,9 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
         report(prog, f"config error: {e}")
         sys.exit(2)
     except KeyboardInterrupt as e:      # a PluginInterrupt names the plugin it was importing
-        report(prog, str(e) if isinstance(e, PluginInterrupt) else "interrupted before a run started; nothing was "
-                                                                    "written")
-        sys.exit(130)
+        how, code = stopped(e)
+        report(prog, str(e) if isinstance(e, PluginInterrupt) else f"{how} before a run started; nothing was written")
+        sys.exit(code)
     # start-up: the store imports every algorithm (torch); the commands that only read runs and
     # write tables (magrpo-table, magrpo-crossplay's argument check) import magrpo.launch without it
     from magrpo.config_store import register_schemas  # noqa: PLC0415  start-up: torch loads only where a model does; the store imports every algorithm; magrpo-table imports magrpo.launch without it
@@ -126,9 +132,11 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     try:
         run_hydra(HydraJob(job, taken), config_name, argv)
     except KeyboardInterrupt as e:
-        run_dir = e.run_dir if isinstance(e, Interrupted) else None
-        print(f"{prog}: {interrupt_report(prog, run_dir, argv)}", file=sys.stderr, flush=True)
-        sys.exit(130)
+        how, code = stopped(e)
+        run_dir = getattr(e, "run_dir", None)
+        print(f"{prog}: {interrupt_report(prog, run_dir, argv, how, resumable=config_name == 'train')}",
+              file=sys.stderr, flush=True)
+        sys.exit(code)
     except Exception as e:
         msg = explain_override_error(e, config_name, argv)
         if msg is None or user_full_error:
