@@ -157,6 +157,37 @@ def test_other_bad_values_exit_2_on_stderr_without_traceback(tmp_path, capsys, o
     assert not run_dir.exists()          # no work was done: the refused run leaves no folder behind
 
 
+@pytest.mark.parametrize("overrides,needle", [
+    (["eval.num_samples=0"], "eval.num_samples=0 is out of range; it must be >= 1"),
+    (["checkpoint=runs/nope"], "checkpoint='runs/nope': no such checkpoint or run directory"),
+    (["team=./teams/nope"], "'teams/nope': no such directory"),
+    (["team=teams/nope"], "'teams/nope': no such directory"),   # teams/ is here: a mistyped folder, no hub id
+])
+def test_eval_config_errors_leave_no_folder_and_a_local_path_is_no_hub_id(tmp_path, monkeypatch, capsys, overrides,
+                                                                          needle):
+    from magrpo.cli.evaluate import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "teams" / "first").mkdir(parents=True)
+    capsys.readouterr()
+    code = run_cli(main, "magrpo-eval", overrides)          # into the default outputs/eval/<stamp>
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert err.strip().splitlines()[-1] == f"magrpo-eval: config error: {needle}" + \
+        (" (and not a hub repo id 'owner/name')" if needle.endswith("no such directory") else ""), err
+    assert "hub" not in err.replace("not a hub repo id", "") and "Traceback" not in err
+    assert list((tmp_path / "outputs" / "eval").iterdir()) == []      # nothing of the refused run is left
+
+
+def test_a_repo_id_is_one_slash_with_no_local_folder_of_its_owner(tmp_path, monkeypatch):
+    from magrpo.hub import is_repo_id
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "teams").mkdir()
+    assert is_repo_id("owner/name") and is_repo_id("LovelyBuggies/team-1")
+    assert not any(map(is_repo_id, ["teams/nope", "./owner/name", "/abs/x", "~/x", "a/b/c", "name", "owner/", "/x"]))
+
+
 def test_a_refused_config_keeps_a_folder_that_holds_anything_else_and_a_sweeps_record(tmp_path, capsys):
     # Only what the refused attempt wrote is removed: a folder with the user's file stays (with the
     # refusal recorded), and a sweep keeps each refused job's summary for its table.

@@ -134,8 +134,9 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
 
 
 # What a single run leaves when its config is refused before any work: Hydra's saved config, the
-# log, and the summary that records the refusal.
-UNSTARTED = (".hydra", "train.log", "summary.json")
+# log (named after the job: conf/train.yaml's and conf/eval.yaml's hydra.job.name), and the summary
+# that records the refusal.
+UNSTARTED = (".hydra", "train.log", "eval.log", "summary.json")
 
 
 def discard_unstarted(run_dir: Path) -> bool:
@@ -154,7 +155,7 @@ def discard_unstarted(run_dir: Path) -> bool:
     if hydra.is_dir() and not hydra.is_symlink() and \
             {p.name for p in hydra.iterdir()} <= {"config.yaml", "hydra.yaml", "overrides.yaml"}:
         shutil.rmtree(hydra)
-    for name in ("train.log", "summary.json"):
+    for name in UNSTARTED[1:]:
         (run_dir / name).unlink(missing_ok=True)
     try:
         run_dir.rmdir()
