@@ -179,6 +179,32 @@ def test_eval_config_errors_leave_no_folder_and_a_local_path_is_no_hub_id(tmp_pa
     assert list((tmp_path / "outputs" / "eval").iterdir()) == []      # nothing of the refused run is left
 
 
+@pytest.mark.parametrize("args,line", [
+    (["--max_steps=10"], "'--max_steps=10': magrpo-train takes no such option; a key is set as a Hydra override, "
+                         "key=value: write max_steps=10 (magrpo-train --help lists the keys)"),
+    (["--max-steps", "10", "seed=1", "--algo.num_generations=8"],
+     "'--max-steps 10', '--algo.num_generations=8': magrpo-train takes no such option; a key is set as a Hydra "
+     "override, key=value: write max_steps=10 algo.num_generations=8 (magrpo-train --help lists the keys)"),
+    (["--cfg", "job", "--save_every"], "'--save_every': magrpo-train takes no such option; a key is set as a Hydra "
+                                       "override, key=value: write save_every=VALUE (magrpo-train --help lists the keys)"),
+])
+def test_argparse_style_options_get_one_line_with_the_hydra_form(tmp_path, monkeypatch, capsys, args, line):
+    monkeypatch.chdir(tmp_path)
+    code, err = _train_here(args, capsys)
+    assert code == 2 and err.strip().splitlines() == [f"magrpo-train: config error: {line}"], err
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_hydras_own_options_are_left_to_hydra():
+    from magrpo.launch.override_errors import dashed_overrides
+
+    for argv in (["--help"], ["--hydra-help"], ["--cfg", "job"], ["--cfg=job"], ["-m", "seed=0,1"], ["--multirun"],
+                 ["--info", "plugins"], ["--config-name", "eval"], ["--he"], ["--resolve", "--cfg", "all"],
+                 ["hydra.run.dir=--x"]):
+        assert dashed_overrides(argv, "magrpo-train") is None, argv
+    assert "write seed=3" in dashed_overrides(["--seed", "3"], "magrpo-eval")
+
+
 def test_a_repo_id_is_one_slash_with_no_local_folder_of_its_owner(tmp_path, monkeypatch):
     from magrpo.hub import is_repo_id
 

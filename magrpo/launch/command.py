@@ -18,7 +18,7 @@ from magrpo.checkpoint import is_team_dir
 from magrpo.config import CONF_DIR
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import interrupt_report, quiet_progress_bars, report, stopped, term_as_interrupt
-from magrpo.launch.override_errors import explain_override_error
+from magrpo.launch.override_errors import dashed_overrides, explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
 from magrpo.paper_grid import names_paper_alias
@@ -100,6 +100,9 @@ def _cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None) -> 
     quiet_progress_bars()
     register_resolvers()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (msg := dashed_overrides(argv, prog)) is not None:   # --max_steps=10: Hydra would print its usage block
+        report(prog, f"config error: {msg}")
+        sys.exit(2)
     given = list(argv)          # the user's own command line: what it names is theirs (magrpo.trust)
     try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
         with console_log():
