@@ -86,8 +86,10 @@ def _sigterm_to_this_process(*args, **kwargs):
 def test_magrpo_eval_stopped_by_sigterm_records_interrupted_and_gives_the_command_again(tmp_path, monkeypatch,
                                                                                          capsys):
     import magrpo.cli.evaluate as evaluate_cli
+    import magrpo.eval_loop
+    import magrpo.trainer  # noqa: F401  (before the patch: the trainer's own name for evaluate stays the real one)
 
-    monkeypatch.setattr(evaluate_cli, "evaluate", _sigterm_to_this_process)
+    monkeypatch.setattr(magrpo.eval_loop, "evaluate", _sigterm_to_this_process)
     before = signal.getsignal(signal.SIGTERM)
     d = tmp_path / "e"
     code = run_cli(evaluate_cli.main, "magrpo-eval", ["methods=[single]", "eval.num_items=2", f"hydra.run.dir={d}"])

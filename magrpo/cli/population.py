@@ -36,10 +36,9 @@ import sys
 import time
 from pathlib import Path
 
-from magrpo.checkpoint import step_dirs
+from magrpo.checkpoint import POPULATION_FILE, step_dirs
 from magrpo.launch import Terminated, check_out_dir, stopped, term_as_interrupt
 from magrpo.overrides import override_key
-from magrpo.partners import POPULATION_FILE
 from magrpo.schema import ConfigError
 
 # Keys the command sets for each member itself.

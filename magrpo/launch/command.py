@@ -16,6 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 from magrpo import trust
 from magrpo.checkpoint import is_team_dir
 from magrpo.config import CONF_DIR
+from magrpo.config_store import register_schemas
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import interrupt_report, quiet_progress_bars, report, stopped, term_as_interrupt
 from magrpo.launch.override_errors import dashed_overrides, explain_override_error
@@ -123,11 +124,9 @@ def _cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None) -> 
         how, code = stopped(e)
         report(prog, str(e) if isinstance(e, PluginInterrupt) else f"{how} before a run started; nothing was written")
         sys.exit(code)
-    # start-up: the store imports every algorithm (torch); the commands that only read runs and
-    # write tables (magrpo-table, magrpo-crossplay's argument check) import magrpo.launch without it
-    from magrpo.config_store import register_schemas  # noqa: PLC0415  start-up: torch loads only where a model does; the store imports every algorithm; magrpo-table imports magrpo.launch without it
-
-    register_schemas(paper_aliases=names_paper_alias(argv))     # argv holds a taken-up run's overrides too
+    # argv holds a taken-up run's overrides too; the nodes cached when nothing can have changed them
+    # (magrpo.config_store): --help and a mistyped key answer without importing torch
+    register_schemas(paper_aliases=names_paper_alias(argv), cached=True)
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
     if config_name == "train" and taken:    # resume=RUN continues RUN's own directory
         argv = resume_in_place(argv, taken)

@@ -211,9 +211,15 @@ def _rows(ds: Any, sl: slice) -> list[dict[str, Any]]:
     return [dict(ds[i]) for i in idx]
 
 
-def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]:
+def _datasets():
+    """The `datasets` library, imported where a data set is read from a file or the hub."""
     import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
 
+    return datasets
+
+
+def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]:
+    datasets = _datasets()
     p = Path(path).expanduser()
     if not p.exists():
         raise DataUnavailableError(f"task.data.path={str(path)!r} does not exist")
@@ -245,8 +251,7 @@ def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]
 
 
 def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> list[dict[str, Any]]:
-    import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
-
+    datasets = _datasets()
     hub.ensure_mode()       # offline: the cache only, and a fast failure
     try:
         with hub.quiet_bars("datasets"):
