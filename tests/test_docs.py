@@ -624,3 +624,19 @@ def test_the_quickstart_names_every_make_target():
     line = next(x for x in (ROOT / "docs" / "quickstart.md").read_text().splitlines()
                 if x.startswith("`make help` lists every target"))
     assert set(re.findall(r"`([a-z-]+)`", line)) == set(targets) - {"help", "train", "test"}
+
+
+def test_the_readme_tour_says_how_to_reach_the_commands_as_the_quickstart_does():
+    path_line = 'put them on your\n`PATH` with `source .venv/bin/activate` (or `export PATH="$PWD/.venv/bin:$PATH"`'
+    readme = (ROOT / "README.md").read_text().split("## A short tour", 1)[1].split("```", 1)[0]
+    quickstart = (ROOT / "docs" / "quickstart.md").read_text().split("## A short tour", 1)[1].split("```", 1)[0]
+    for text in (readme, quickstart):
+        assert " ".join(path_line.split()) in " ".join(text.split())
+
+
+def test_the_benchmarks_page_opens_with_results_and_ends_with_the_test_suite():
+    text = (ROOT / "docs" / "benchmarks.md").read_text()
+    sections = re.findall(r"^## (.+)$", text, re.MULTILINE)
+    assert sections[0] == "The coordination games at 5 seeds" and sections[-1] == "The test suite"
+    before = text.split("\n## ", 1)[0]
+    assert len(before.split()) < 80                  # the title and one paragraph, then a result
