@@ -713,8 +713,11 @@ def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsy
     overrides = ["label=${task.name}_x", "hydra.job.name=a b", "logger.tags=[it's]"]
     # overrides after the options, as `make paper ... $(ARGS)` passes them
     assert paper_main([table, "--scale", "tiny", "--seeds", "0,1", "--out", str(root), "--dry-run", *overrides]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert not root.exists()            # a dry run makes nothing
+    # a table with one scale says so, where --scale tiny used to be dropped without a word
+    assert err == ("" if TABLES[table].scaled else f"magrpo-paper: the {table} table has one scale: its recipes "
+                   "are written for the tiny agents, so --scale tiny runs them as they are\n")
     commands = [line for line in out.splitlines() if not line.startswith("#")]
     scale = "tiny" if TABLES[table].scaled else "paper"     # the coordination recipes run as they are
     expected = [sweep_command(entry, rows, "0,1", scale, root.name, root / entry, "joblib", 2, overrides)

@@ -817,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)
     check(parser, args)
+    if not TABLES[args.table].scaled and args.scale != "paper":     # said, not silently dropped
+        print(f"{PROG}: the {args.table} table has one scale: its recipes are written for the tiny agents, so "
+              f"--scale {args.scale} runs them as they are", file=sys.stderr, flush=True)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     if args.record_tuning or args.record_crossplay:     # a step between the sweeps and the table, alone
         problems = record_tuning(args.table, runnable(args.table, "train", args), root, args.tune_trials) \
