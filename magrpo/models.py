@@ -410,10 +410,11 @@ def save_agent(agent: Agent, out: Path, state_dict: dict | None = None) -> None:
     `state_dict`: the gathered weights of a sharded (fsdp) model."""
     out.mkdir(parents=True, exist_ok=True)
     kwargs = {} if state_dict is None else {"state_dict": state_dict}
-    if agent.adapter is not None:
-        agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter], **kwargs)
-    else:
-        agent.model.save_pretrained(str(out), **kwargs)
+    with hub.quiet_bars("transformers"):        # a "Writing model shards" bar per save is noise
+        if agent.adapter is not None:
+            agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter], **kwargs)
+        else:
+            agent.model.save_pretrained(str(out), **kwargs)
     agent.tokenizer.save_pretrained(str(out))
 
 

@@ -267,7 +267,8 @@ def _write_base(spec: Any, out: Path) -> None:
         path = resolve_model_path(spec.name_or_path)
         model = _load_model(spec, path, torch.device("cpu"))
         tok = _load_tokenizer(spec, path)
-    model.save_pretrained(str(out))
+    with hub.quiet_bars("transformers"):
+        model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
     del model
 
