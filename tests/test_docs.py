@@ -233,10 +233,23 @@ def test_the_architecture_picture_shows_every_part_of_the_package_and_no_upward_
     parts = {part(m) for m in graph()} - {"__init__"}
     shown = {t.removesuffix(".py").removesuffix("/") for t in texts if t.endswith((".py", "/"))}
     assert shown == parts
-    labels = [label for label, _ in layers_from_docs(ARCHITECTURE.read_text())]
-    assert [t for t in texts if t in labels] == labels          # the layers, in the page's order
+    words = [w for label, _ in layers_from_docs(ARCHITECTURE.read_text()) for w in label.split()]
+    assert [t for t in texts if t in set(words)] == words          # the layers (a line a word), in the page's order
     assert any(re.search(r"\b0 upward\b", t) for t in texts)
     assert "](assets/img/architecture.svg)" in ARCHITECTURE.read_text()
+
+
+def test_the_architecture_pictures_labels_read_at_the_pages_width_and_fit_their_boxes(tmp_path):
+    """Every label is at least SMALLEST_LABEL_PX when the picture is shown PAGE_WIDTH_PX wide (they were
+    about 6 px), and drawing it checks that each name fits inside its box (one ran over its border)."""
+    figures = _load_script("docs_figures")
+    svg = (ROOT / "docs" / "assets" / "img" / "architecture.svg").read_text()
+    width = float(re.search(r'<svg[^>]*\bwidth="([0-9.]+)pt"', svg).group(1))
+    sizes = [float(x) for x in re.findall(r"font-size: ([0-9.]+)px", svg)]
+    assert len(sizes) > 50
+    assert min(sizes) * figures.PAGE_WIDTH_PX / width >= figures.SMALLEST_LABEL_PX
+    drawn = figures.draw_architecture(tmp_path / "architecture.svg")      # raises where a name overflows
+    assert re.findall(r"<text[^>]*>([^<]+)</text>", drawn.read_text()) == re.findall(r"<text[^>]*>([^<]+)</text>", svg)
 
 
 def test_readme_fits_on_a_few_screens():
