@@ -4,6 +4,15 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TORCH_VERSION ?= 2.13.0
+# The index of the torch build `make setup` installs: the CPU build by default (about 200 MB; on Linux
+# the public index's default is the CUDA build, several GB). pip's own indexes are used when they give
+# that build already (`+cpu`, as some machines' pip settings do); else this index is added. Empty:
+# pip's own default build (the CUDA build on Linux); .../whl/cu128: that CUDA build (docs/install.md).
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+ifneq ($(TORCH_INDEX),)
+TORCH_FROM = $$($(PIP) install -q --dry-run --no-deps --ignore-installed --report - torch==$(TORCH_VERSION) 2>/dev/null \
+	| grep -q '"version": "$(TORCH_VERSION)+$(notdir $(TORCH_INDEX))"' || echo --extra-index-url $(TORCH_INDEX))
+endif
 STAMP := $(VENV)/.installed
 ARGS ?=
 RUNS ?= $(wildcard outputs multirun)
@@ -22,13 +31,13 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
 	@echo "  pass options with ARGS='...', e.g. make train ARGS='task=tldr seed=1'"
 
-setup: $(STAMP) ## create .venv: torch (CPU wheel) first, then the package with dev extras
+setup: $(STAMP) ## create .venv: torch (the CPU build; TORCH_INDEX= for pip's default) first, then the package with dev extras
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	# torch first and pinned, so no dependency pulls a multi-GB CUDA build
-	$(PIP) install -q torch==$(TORCH_VERSION)
+	# torch first and pinned, so no dependency pulls another build: TORCH_INDEX's (above)
+	$(PIP) install -q torch==$(TORCH_VERSION) $(TORCH_FROM)
 	$(PIP) install -q -e '.[dev]'
 	touch $(STAMP)
 

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 MANIFEST = "manifest.json"        # written last: the completion marker
 TEAM_FILE = "team.json"           # an exported team (magrpo.team): a manifest too, but no trainer state
 OVERRIDES_FILE = "overrides.yaml"     # an exported team's saved command-line overrides
+POPULATION_FILE = "population.json"   # a population's manifest (magrpo-population, magrpo.partners)
 CONFIG_FILE = "config.json"
 STATE_FILE = "trainer_state.pt"
 FORMAT = 1

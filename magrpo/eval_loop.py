@@ -79,6 +79,7 @@ def collect_answers(agents: list[Agent], task: Task, items: list[dict], sampling
     return EvalAnswers(per_turn, paths, tokens, gen_s, reward_s, degraded, len(items))
 
 
+@torch.no_grad()
 def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampling, batch_size: int,
              seed: int, num_examples: int = 8, scheme: str = "team", turns: TurnSpec | None = None,
              feedback: Feedback | None = None,
@@ -86,7 +87,7 @@ def evaluate(agents: list[Agent], task: Task, items: list[dict], sampling: Sampl
     """Metrics (unprefixed: reward_mean, reward/<component>, pass@1, normalized_return, and the same
     per turn as turn_{t}/...) and example rows. One path for any number of turns: with one turn
     the path stops after the first rollout. With `diagnostics`, also the collaboration
-    diagnostics (agent_<k>/contribution, lazy_agent_rate, ...: magrpo.collaboration)."""
+    diagnostics (agent_<k>/contribution, lazy_agent_rate, ...: magrpo.collaboration). No gradients."""
     answers = collect_answers(agents, task, items, sampling, batch_size, seed, scheme, turns, feedback)
     metrics = eval_metrics(task, answers.per_turn, answers.tokens, answers.gen_s, answers.reward_s,
                            answers.degraded, answers.num_items)

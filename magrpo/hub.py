@@ -22,6 +22,15 @@ PROBE_TIMEOUT_S = 3.0
 _state: dict[str, str | None] = {}
 
 
+def is_repo_id(text: str) -> bool:
+    """Whether `text`, which names no existing path here, reads as a hub repo id `owner/name` rather
+    than a local path: one "/", not starting with ".", "/" or "~", and its owner no directory here
+    (beside an existing `teams/`, `teams/nope` is a mistyped folder, not a repo of user "teams")."""
+    owner, slash, name = text.partition("/")
+    return (bool(slash) and bool(owner) and bool(name) and "/" not in name and not text.startswith((".", "/", "~"))
+            and not os.path.isdir(owner))
+
+
 def _probe(endpoint: str, timeout: float) -> str | None:
     """None when a TCP connection to the endpoint opens within `timeout`, else why not."""
     url = urlparse(endpoint)

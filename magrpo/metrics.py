@@ -9,6 +9,7 @@ The heavy libraries are imported on first use.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
@@ -73,6 +74,9 @@ def _rouge_scorer():
     """One scorer per process: building one costs more than scoring a pair of short answers."""
     from rouge_score.rouge_scorer import RougeScorer  # noqa: PLC0415  start-up: ROUGE loads only for the writing tasks
 
+    # rouge_score logs through absl at INFO when a scorer is built ("Using default tokenizer."): its
+    # line, not ours, in every writing run's log
+    logging.getLogger("absl").setLevel(logging.WARNING)
     return RougeScorer(["rougeL"], use_stemmer=True)
 
 

@@ -170,12 +170,17 @@ def policy_agents(agents: list[Agent]) -> list[Agent]:
     return [roles[0] for roles in policy_groups(agents)]
 
 
-def _lora_config(lora: Any):
-    from peft import LoraConfig  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
+def _peft_lib():
+    """peft, imported where a LoRA model is made or loaded: about 2 s of a start that needs none."""
+    import peft  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
 
+    return peft
+
+
+def _lora_config(lora: Any):
     target = lora.target_modules
     target = target if isinstance(target, str) else list(target)
-    return LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
+    return _peft_lib().LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
                       target_modules=target, bias=lora.bias, task_type="CAUSAL_LM")
 
 
@@ -210,12 +215,12 @@ def _check_chat_template(tok: Any, spec: Any) -> None:
                          f"agents.models.N.tokenizer to one") from None
 
 
-def _peft(wrap, model, *args, **kwargs):
+def _peft(model, *args, **kwargs):
     """peft's `get_peft_model`, without the FutureWarning it triggers itself: peft reads the model's
     `is_gradient_checkpointing`, which transformers 5 renamed (nothing the user can act on)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
-        return wrap(model, *args, **kwargs)
+        return _peft_lib().get_peft_model(model, *args, **kwargs)
 
 
 def _enable_checkpointing(model) -> None:
@@ -359,8 +364,6 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
     cpu_bf16 = getattr(hw_cfg, "cpu_bf16", "auto")
     agents: list[Agent] = []
     if agents_cfg.share_base:
-        from peft import get_peft_model  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
-
         spec = specs[0]
         with _loading(spec, 0):
             path = resolve_model_path(spec.name_or_path)
@@ -368,7 +371,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             base = _with_autocast(_load_model(spec, path, devices[0], safetensors_only), autocast)
         if checkpointing:
             _enable_checkpointing(base)
-        model = _peft(get_peft_model, base, _lora_config(spec.lora), adapter_name="agent_1")
+        model = _peft(base, _lora_config(spec.lora), adapter_name="agent_1")
         for i in range(1, num_agents):
             model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
         _widen_cpu_bf16(model, devices[0], autocast, cpu_bf16, "the shared base")
@@ -388,9 +391,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             _enable_checkpointing(model)
         reference = None
         if spec.lora is not None:
-            from peft import get_peft_model  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
-
-            model = _peft(get_peft_model, model, _lora_config(spec.lora))
+            model = _peft(model, _lora_config(spec.lora))
         elif need_reference:
             reference = _with_autocast(_load_model(spec, path, devices[i], safetensors_only), autocast).eval().requires_grad_(False)
             _widen_cpu_bf16(reference, devices[i], autocast, cpu_bf16, f"agent_{i + 1}'s reference")
@@ -409,10 +410,11 @@ def save_agent(agent: Agent, out: Path, state_dict: dict | None = None) -> None:
     `state_dict`: the gathered weights of a sharded (fsdp) model."""
     out.mkdir(parents=True, exist_ok=True)
     kwargs = {} if state_dict is None else {"state_dict": state_dict}
-    if agent.adapter is not None:
-        agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter], **kwargs)
-    else:
-        agent.model.save_pretrained(str(out), **kwargs)
+    with hub.quiet_bars("transformers"):        # a "Writing model shards" bar per save is noise
+        if agent.adapter is not None:
+            agent.model.save_pretrained(str(out), selected_adapters=[agent.adapter], **kwargs)
+        else:
+            agent.model.save_pretrained(str(out), **kwargs)
     agent.tokenizer.save_pretrained(str(out))
 
 
@@ -454,9 +456,7 @@ def load_agent_weights(agent: Agent, src: Path) -> None:
             raise SetupError(f"cannot read the weights {f} ({type(e).__name__}: {first[:200]})") from None
     try:
         if agent.adapter is not None or hasattr(agent.model, "peft_config"):
-            from peft import set_peft_model_state_dict  # noqa: PLC0415  start-up: peft (about 2 s) loads only for a LoRA model
-
-            set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
+            _peft_lib().set_peft_model_state_dict(agent.model, state, adapter_name=agent.adapter or "default")
             return
         missing, unexpected = agent.model.load_state_dict(state, strict=False)
     except RuntimeError as e:       # a tensor of another shape

@@ -39,13 +39,12 @@ from pathlib import Path
 from typing import Any
 
 from magrpo import records
-from magrpo.checkpoint import is_team_dir, step_dirs
+from magrpo.checkpoint import POPULATION_FILE, is_team_dir, step_dirs
 from magrpo.schema import ConfigError
 from magrpo.team import Team
 
 log = logging.getLogger("magrpo")
 
-POPULATION_FILE = "population.json"
 SAMPLING = ("uniform", "cycle")
 
 

@@ -37,7 +37,7 @@ from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import OmegaConf
 
-from magrpo import checkpoint, records, trust
+from magrpo import checkpoint, hub, records, trust
 from magrpo.checkpoint import CALLER_KEYS, OVERRIDES_FILE, is_team_dir
 from magrpo.config import CONF_DIR
 from magrpo.overrides import check_saved_line, override_key
@@ -321,7 +321,7 @@ def _fetch_hub_team(argv: list[str], given: list[str], lines: list[str]) -> tupl
     if override_key(last) != "team":
         return argv, given, lines
     value = str(override_value(last) or "")
-    if not value or Path(value).expanduser().exists() or value.count("/") != 1 or value.startswith((".", "~")):
+    if not value or Path(value).expanduser().exists() or not hub.is_repo_id(value):
         return argv, given, lines
     from magrpo.team import local_team  # noqa: PLC0415  start-up: torch loads only where a model does; the schemas are read without it
 

@@ -295,7 +295,8 @@ def _write_base(spec: Any, out: Path) -> None:
         path = resolve_model_path(spec.name_or_path)
         model = _load_model(spec, path, torch.device("cpu"))
         tok = _load_tokenizer(spec, path)
-    model.save_pretrained(str(out))
+    with hub.quiet_bars("transformers"):
+        model.save_pretrained(str(out))
     tok.save_pretrained(str(out))
     del model
 
@@ -487,6 +488,8 @@ def _read_team(root: Path, trust_plugins: bool = False) -> tuple[dict[str, Any],
         raise ConfigError(f"{root}: the temporary directory of an export that did not finish; it is no team: "
                           f"export again with magrpo-export RUN_DIR OUT_DIR")
     f = root / TEAM_FILE
+    if not root.exists():
+        raise ConfigError(f"{str(root)!r}: no such directory (and not a hub repo id 'owner/name')")
     if not f.is_file():
         raise ConfigError(f"{root}: not an exported team (no {TEAM_FILE}); write one with magrpo-export RUN_DIR OUT_DIR")
     manifest = checkpoint.verify(root, (TEAM_FILE,), "team")   # every file whole and inside (written last)
@@ -705,7 +708,7 @@ def local_team(path_or_repo: str | Path, revision: str | None = None) -> Path:
             raise ConfigError(f"{path_or_repo}: a file; give an exported team's directory or a hub repo id")
         return p
     text = str(path_or_repo)
-    if text.startswith((".", "/", "~")) or text.count("/") != 1:
+    if not hub.is_repo_id(text):
         raise ConfigError(f"{text!r}: no such directory (and not a hub repo id 'owner/name')")
 
     hub.ensure_mode()

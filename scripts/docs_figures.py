@@ -68,39 +68,54 @@ def layer_edges(reader) -> tuple[list[tuple[str, list[str]]], Counter]:
     return layers, counts
 
 
+# The picture is shown about this wide on a page (pixels), and every label must read at this size there.
+PAGE_WIDTH_PX, SMALLEST_LABEL_PX = 720, 11
+
+
 def draw_architecture(out: Path) -> Path:
+    """The layers as bands, each part of the package a box in its layer, the imports between layers
+    as arrows on the right. Drawn 7.5 inches wide, so that a part's name is about 12 px on a page; a
+    name that would run past its box (or a layer's name past its column) stops the drawing."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
     plt = _pyplot()
     reader = _layers_reader()
     layers, counts = layer_edges(reader)
-    per_row, box_w, box_h, gap = 6, 1.8, 0.36, 0.12
+    per_row, box_w, box_h, gap = 4, 2.3, 0.42, 0.12
     heights = [math.ceil(len(parts) / per_row) * (box_h + gap) + gap for _, parts in layers]
-    label_w, band_w = 2.1, per_row * (box_w + gap) + gap
+    label_w, band_w, arrows_w = 1.8, per_row * (box_w + gap) + gap, 1.3
     total = sum(heights) + gap * (len(layers) - 1)
-    fig, ax = plt.subplots(figsize=(12, total * 0.95 + 0.6))
-    ax.set_xlim(-0.2, label_w + band_w + 3.2)
-    ax.set_ylim(-0.1, total + 0.5)
+    width = label_w + band_w + arrows_w
+    fig, ax = plt.subplots(figsize=(7.5, 7.5 * (total + 1.3) / width))
+    ax.set_xlim(0, width)
+    ax.set_ylim(-0.6, total + 0.7)
+    ax.set_position((0, 0, 1, 1))
     ax.axis("off")
-    ax.text(0, total + 0.25, "magrpo's layers, top first: a part imports only from its own layer and those below "
-            "(tests/test_layers.py)", fontsize=10, fontweight="bold", va="center")
-    tops, y = [], total
+    ax.text(0, total + 0.45, "magrpo's layers, top first", fontsize=11, fontweight="bold", va="center")
+    ax.text(0, total + 0.15, "a part imports only from its own layer and those below (tests/test_layers.py)",
+            fontsize=9, va="center")
+    tops, y, fitted = [], total, []
     colours = plt.colormaps["Pastel1"]
     for k, ((label, parts), h) in enumerate(zip(layers, heights)):
         bottom = y - h
         ax.add_patch(FancyBboxPatch((0, bottom), label_w + band_w, h, boxstyle="round,pad=0,rounding_size=0.08",
                                     facecolor=colours(k % 9), edgecolor="#888888", linewidth=0.6, alpha=0.55))
-        ax.text(0.12, bottom + h / 2, label, fontsize=10, fontweight="bold", va="center")
+        column = ax.add_patch(FancyBboxPatch((0.08, bottom), label_w - 0.12, h, boxstyle="square,pad=0",
+                                             facecolor="none", edgecolor="none"))
+        name = ax.text(0.12, bottom + h / 2, label.replace(", ", ",\n").replace(" ", "\n"), fontsize=10,
+                       fontweight="bold", va="center", linespacing=1.1)
+        fitted.append((name, column))
         for j, p in enumerate(parts):
             row, col = divmod(j, per_row)
             x = label_w + gap + col * (box_w + gap)
             top = y - gap - row * (box_h + gap)
             package = (ROOT / "magrpo" / p).is_dir()
-            ax.add_patch(FancyBboxPatch((x, top - box_h), box_w, box_h, boxstyle="round,pad=0,rounding_size=0.05",
-                                        facecolor="#ffffff", edgecolor="#333333" if package else "#999999",
-                                        linewidth=1.2 if package else 0.6))
-            ax.text(x + box_w / 2, top - box_h / 2, p + ("/" if package else ".py"), fontsize=7,
-                    ha="center", va="center", family="monospace", fontweight="bold" if package else "normal")
+            box = ax.add_patch(FancyBboxPatch((x, top - box_h), box_w, box_h, boxstyle="round,pad=0,rounding_size=0.05",
+                                              facecolor="#ffffff", edgecolor="#333333" if package else "#999999",
+                                              linewidth=1.2 if package else 0.6))
+            text = ax.text(x + box_w / 2, top - box_h / 2, p + ("/" if package else ".py"), fontsize=9,
+                           ha="center", va="center", family="monospace", fontweight="bold" if package else "normal")
+            fitted.append((text, box))
         tops.append((bottom, y))
         y = bottom - gap
     # the imports between layers, as arcs on the right: width by count, every one pointing down
@@ -108,13 +123,18 @@ def draw_architecture(out: Path) -> Path:
     biggest = max(counts.values(), default=1)
     for (a, b), n in sorted(counts.items(), key=lambda kv: (kv[0][1] - kv[0][0], kv[0])):
         ya, yb = sum(tops[a]) / 2, sum(tops[b]) / 2
-        arrow = FancyArrowPatch((right, ya), (right, yb), connectionstyle=f"arc3,rad={-0.08 - 0.05 * (b - a)}",
+        arrow = FancyArrowPatch((right, ya), (right, yb), connectionstyle=f"arc3,rad={-0.05 - 0.02 * (b - a)}",
                                 arrowstyle="-|>", mutation_scale=8, linewidth=0.4 + 2.2 * n / biggest,
                                 color="#1f4e79" if b > a else "#c00000", alpha=0.55)
         ax.add_patch(arrow)
     upward = sum(n for (a, b), n in counts.items() if b < a)
-    ax.text(right + 0.15, -0.05, f"arrows: imports between layers ({sum(counts.values())} in all, "
-            f"{upward} upward), width by count", fontsize=8, color="#1f4e79", ha="left", va="bottom")
+    ax.text(0, -0.35, f"arrows on the right: the imports between layers ({sum(counts.values())} in all, {upward} "
+            f"upward), width by count", fontsize=9, color="#1f4e79", ha="left", va="center")
+    fig.canvas.draw()
+    for text, box in fitted:        # every name inside its box: none runs over a border or another box
+        t, b = text.get_window_extent(), box.get_window_extent()
+        if t.x0 < b.x0 or t.x1 > b.x1 or t.y0 < b.y0 or t.y1 > b.y1:
+            raise ValueError(f"the label {text.get_text()!r} runs past its box: give it more room")
     return _save(fig, out)
 
 

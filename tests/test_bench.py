@@ -1,4 +1,4 @@
-"""Smoke test of the benchmark contract (docs/benchmarks.md, "Tests and benchmark"): scripts/bench.py trains on
+"""Smoke test of the benchmark contract (docs/benchmarks.md, "Speed per method"): scripts/bench.py trains on
 length_ratio and ends its output with one JSON line holding the throughput, the time shares and
 the peak memory."""
 

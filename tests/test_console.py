@@ -20,6 +20,46 @@ def test_loading_a_team_draws_no_library_progress_bars(tmp_path, capfd):
     assert "Loading weights" not in err + out and "it/s" not in err + out, err
 
 
+def test_saving_a_sharded_model_draws_no_writing_bar(tmp_path, capfd):
+    """A model of several shards draws "Writing model shards" on every save_pretrained (a checkpoint,
+    an export, from the Python API too); the package's saves draw none."""
+    import functools
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from magrpo.models import resolve_model_path, save_agent
+
+    path = resolve_model_path("builtin:tiny")
+    model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.enable_progress_bar()        # as in a fresh Python session (a command run here turned them off)
+    try:
+        capfd.readouterr()
+        model.save_pretrained(tmp_path / "theirs", max_shard_size="200KB")          # transformers' own bar
+        assert "Writing model shards" in capfd.readouterr().err
+        model.save_pretrained = functools.partial(model.save_pretrained, max_shard_size="200KB")
+        save_agent(SimpleNamespace(model=model, tokenizer=tok, adapter=None), tmp_path / "ours")
+        assert hf_logging.is_progress_bar_enabled()         # the user's setting is put back after the save
+    finally:
+        (hf_logging.enable_progress_bar if was else hf_logging.disable_progress_bar)()
+    out, err = capfd.readouterr()
+    assert len(list((tmp_path / "ours").glob("model-*.safetensors"))) >= 2     # several shards were written
+    assert "Writing model shards" not in err + out and "it/s" not in err + out, err
+
+
+def test_the_writing_reward_logs_no_absl_line(caplog):
+    """rouge_score logs "Using default tokenizer." through absl when a scorer is built (each tldr run)."""
+    import logging
+
+    from magrpo.metrics import _rouge_scorer
+
+    with caplog.at_level(logging.INFO):
+        _rouge_scorer.__wrapped__()
+    assert [r.getMessage() for r in caplog.records if r.name == "absl"] == []
+
+
 def test_a_tasks_data_file_loads_without_a_progress_bar(tmp_path, capfd):
     """What task.data.path names (tldr, arxiv, your own file) is read by `datasets`, quietly."""
     rows = [{"prompt": f"Text number {k} about the sea and the sky.", "completion": "A summary."} for k in range(4)]
@@ -70,7 +110,8 @@ def test_a_data_file_without_the_tasks_columns_is_one_line_naming_both(tmp_path)
                 "humaneval": "(prompt, test, entry_point) or (code, test_list)",
                 "mbpp": "(prompt, test, entry_point) or (code, test_list)", "maporl_qa": "(question, answer)"}
     for task, needs in expected.items():
-        cfg = validate(compose_cfg([f"output_dir={tmp_path / task}", f"task={task}", f"task.data.path={path}"]))
+        cfg = validate(compose_cfg([f"output_dir={tmp_path / task}", f"task={task}", f"task.data.path={path}",
+                                    "task.data.train_split='train[:1]'", "task.data.eval_split='train[1:]'"]))
         with pytest.raises(DataUnavailableError) as info:
             build_task(cfg.task, cfg.reward).load("eval")
         msg = str(info.value)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from magrpo.cli.crossplay import Pairing, host_partner_matrix, labels_of, main, pairings
+from magrpo.cli.crossplay import Pairing, _pm, host_partner_matrix, labels_of, main, pairings
 from magrpo.schema import ConfigError
 from tests.conftest import compose_cfg, tree_digest
 
@@ -240,9 +240,19 @@ def test_zsc_summary_by_hand():
     t = t_quantile_975(1)
     # per source: self 1.0 / 0.8; cross (both pairings include both sources) 0.3 / 0.3; held-out 0.65 / 0.4
     assert s["self_play_ci95"] == pytest.approx(t * math.sqrt(0.02) / math.sqrt(2))
-    assert s["cross_play_ci95"] == pytest.approx(0.0)
+    # both per-source cross-play means are the same two pairings: their spread is 0 by construction, not an
+    # interval; it is n/a, with the reason, and never 0.000
+    assert s["cross_play_ci95"] is None and s["cross_play_ci95_na"].startswith("2 sources: ")
+    assert "self_play_ci95_na" not in s and "held_out_ci95_na" not in s
     assert s["held_out"] == pytest.approx(0.525)
     assert s["held_out_ci95"] == pytest.approx(t * math.sqrt(0.03125) / math.sqrt(2))
+    assert _pm(s["cross_play"], s["cross_play_ci95"], s["cross_play_ci95_na"]) == \
+        "0.300 ± n/a (2 sources: each source's cross-play is the mean of the same pairings, so they cannot " \
+        "differ; 3 or more sources give an interval)"
+    # three sources: each source's cross-play is a different set of pairings, so an interval
+    three = {(i, j): 1.0 if i == j else 0.1 * (i + 2 * j) for i in range(3) for j in range(3)}
+    s3 = summarize([(p, {"mean": three[p.slots]}) for p in pairings(3, 2, "one_swap")], 3)
+    assert s3["cross_play_ci95"] > 0 and "cross_play_ci95_na" not in s3
 
 
 def test_held_out_partners_play_with_every_source(smoke_runs, tmp_path, capsys):
@@ -257,7 +267,8 @@ def test_held_out_partners_play_with_every_source(smoke_runs, tmp_path, capsys):
     held = [p for p in res["pairings"] if p["held_out"]]
     assert len(held) == 4 and all("partner:agree_c" in p["slots"] for p in held)
     assert res["held_out"] == pytest.approx(sum(p["mean"] for p in held) / 4)
-    assert res["partners"] == [str(partner)] and res["cross_play_ci95"] is not None
+    assert res["partners"] == [str(partner)] and res["held_out_ci95"] is not None
+    assert res["cross_play_ci95"] is None and res["cross_play_ci95_na"].startswith("2 sources")
     md = (out / "crossplay.md").read_text()
     assert "held-out partner mean" in md and "Held-out partners: partner:agree_c" in md
     rows = list(csv.DictReader(open(out / "crossplay.csv")))
@@ -307,6 +318,14 @@ def test_paper_crossplay_pairs_each_rows_seeds_and_the_table_shows_it(paper_root
         assert rows["magrpo"][f"zsc/{key}_ci95"] == ("" if ci is None else repr(ci))
         assert rows["ippo"][f"zsc/{key}_mean"] == ""        # no cross-play of its own: an empty cell
     assert "magrpo-crossplay over the row's seeds" in md and "`zsc/" not in md   # a row without one is no gap
+    # two seeds: cross-play's interval cannot be estimated; the cell says n/a and the note says why
+    assert res["cross_play_ci95"] is None
+    magrpo_row = next(line for line in md.splitlines() if line.startswith("| MAGRPO") or line.startswith("| magrpo"))
+    cells = [c.strip() for c in magrpo_row.strip("|").split("|")]
+    assert cells[header.strip("|").split("|").index(" cross-play ")] == f"{res['cross_play']:.3f} ± n/a"
+    assert f"agree/magrpo, cross-play: ± n/a ({res['cross_play_ci95_na']})" in md
+    cp_md = (paper_root / "crossplay" / "agree_magrpo" / "crossplay.md").read_text()
+    assert f"- cross-play mean: {res['cross_play']:.3f} ± n/a (2 sources: " in cp_md
 
 
 def test_the_table_takes_a_crossplay_json_only_for_runs_it_holds(paper_root, tmp_path, capsys):

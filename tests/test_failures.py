@@ -157,6 +157,63 @@ def test_other_bad_values_exit_2_on_stderr_without_traceback(tmp_path, capsys, o
     assert not run_dir.exists()          # no work was done: the refused run leaves no folder behind
 
 
+@pytest.mark.parametrize("overrides,needle", [
+    (["eval.num_samples=0"], "eval.num_samples=0 is out of range; it must be >= 1"),
+    (["checkpoint=runs/nope"], "checkpoint='runs/nope': no such checkpoint or run directory"),
+    (["team=./teams/nope"], "'teams/nope': no such directory"),
+    (["team=teams/nope"], "'teams/nope': no such directory"),   # teams/ is here: a mistyped folder, no hub id
+])
+def test_eval_config_errors_leave_no_folder_and_a_local_path_is_no_hub_id(tmp_path, monkeypatch, capsys, overrides,
+                                                                          needle):
+    from magrpo.cli.evaluate import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "teams" / "first").mkdir(parents=True)
+    capsys.readouterr()
+    code = run_cli(main, "magrpo-eval", overrides)          # into the default outputs/eval/<stamp>
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    assert err.strip().splitlines()[-1] == f"magrpo-eval: config error: {needle}" + \
+        (" (and not a hub repo id 'owner/name')" if needle.endswith("no such directory") else ""), err
+    assert "hub" not in err.replace("not a hub repo id", "") and "Traceback" not in err
+    assert list((tmp_path / "outputs" / "eval").iterdir()) == []      # nothing of the refused run is left
+
+
+@pytest.mark.parametrize("args,line", [
+    (["--max_steps=10"], "'--max_steps=10': magrpo-train takes no such option; a key is set as a Hydra override, "
+                         "key=value: write max_steps=10 (magrpo-train --help lists the keys)"),
+    (["--max-steps", "10", "seed=1", "--algo.num_generations=8"],
+     "'--max-steps 10', '--algo.num_generations=8': magrpo-train takes no such option; a key is set as a Hydra "
+     "override, key=value: write max_steps=10 algo.num_generations=8 (magrpo-train --help lists the keys)"),
+    (["--cfg", "job", "--save_every"], "'--save_every': magrpo-train takes no such option; a key is set as a Hydra "
+                                       "override, key=value: write save_every=VALUE (magrpo-train --help lists the keys)"),
+])
+def test_argparse_style_options_get_one_line_with_the_hydra_form(tmp_path, monkeypatch, capsys, args, line):
+    monkeypatch.chdir(tmp_path)
+    code, err = _train_here(args, capsys)
+    assert code == 2 and err.strip().splitlines() == [f"magrpo-train: config error: {line}"], err
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_hydras_own_options_are_left_to_hydra():
+    from magrpo.launch.override_errors import dashed_overrides
+
+    for argv in (["--help"], ["--hydra-help"], ["--cfg", "job"], ["--cfg=job"], ["-m", "seed=0,1"], ["--multirun"],
+                 ["--info", "plugins"], ["--config-name", "eval"], ["--he"], ["--resolve", "--cfg", "all"],
+                 ["hydra.run.dir=--x"]):
+        assert dashed_overrides(argv, "magrpo-train") is None, argv
+    assert "write seed=3" in dashed_overrides(["--seed", "3"], "magrpo-eval")
+
+
+def test_a_repo_id_is_one_slash_with_no_local_folder_of_its_owner(tmp_path, monkeypatch):
+    from magrpo.hub import is_repo_id
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "teams").mkdir()
+    assert is_repo_id("owner/name") and is_repo_id("LovelyBuggies/team-1")
+    assert not any(map(is_repo_id, ["teams/nope", "./owner/name", "/abs/x", "~/x", "a/b/c", "name", "owner/", "/x"]))
+
+
 def test_a_refused_config_keeps_a_folder_that_holds_anything_else_and_a_sweeps_record(tmp_path, capsys):
     # Only what the refused attempt wrote is removed: a folder with the user's file stays (with the
     # refusal recorded), and a sweep keeps each refused job's summary for its table.

@@ -310,7 +310,7 @@ def test_paper_layout_rows_columns_bold_cells_and_listed_runs(paper_runs, capsys
     assert rows["GRPO (single model)"][-1] == "**0.300 ± 0.141**"
     assert all("**" not in r[3] for r in rows.values())
     # A metric one run lacks: the cell counts it, and the note names the run.
-    assert rows["GRPO (single model)"][5] == "0.100 (n=1)"
+    assert rows["GRPO (single model)"][5] == "0.100 ± n/a (n=1)"
     text = md.read_text()
     assert "`GRPO (single model)`: no `rouge_l` in 1 of 2 run(s): " in text and "5_tldr_grpo_s1`" in text
     # Runs left out are named, with the reason.
@@ -359,7 +359,7 @@ def test_eval_runs_write_the_run_directory_layout_and_split_into_rows(make_cfg, 
     _, rows = md_table(tmp_path / "sweep" / "table" / "table.md", "### length_ratio")
     assert list(rows) == ["Single model (prompting)", "Naive concatenation (prompting)"]
     norm = report["results"]["naive_concat"]["normalized_return"]
-    assert rows["Naive concatenation (prompting)"][1].strip("*") == f"{norm:.3f}"   # one seed: no ±
+    assert rows["Naive concatenation (prompting)"][1].strip("*") == f"{norm:.3f} ± n/a"   # one seed: no spread
     header, _ = md_table(tmp_path / "sweep" / "table" / "table.md", "### length_ratio")
     # The component holds a length ratio, not a reward: labelled so, and never bold (no better direction).
     assert header[3] == "length ratio a2/a1 (a ratio, not a reward)"
@@ -461,7 +461,7 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
                       "cost (sequences/item/update)", "response time (s/item)"]
     # [0.6, 0.7, 0.8]: mean 0.7, s = 0.1, t_{0.975, 2} = 4.3027 -> 4.3027 * 0.1 / sqrt(3) = 0.248
     assert rows["MAGRPO"][:2] == ["3", "0.700 ± 0.248"]
-    assert rows["Untrained team"][:2] == ["1", "0.100"] and rows["Untrained team"][2:4] == ["–"] * 2 \
+    assert rows["Untrained team"][:2] == ["1", "0.100 ± n/a"] and rows["Untrained team"][2:4] == ["–"] * 2 \
         and rows["Untrained team"][5] == "–"
     assert rows["IPPO"][1] == "**0.900 ± 0.000**" and rows["IPPO"][5] == "24.000 ± 0.000"   # cost: never bold
     # AUC over B = 200 tokens (the fewest any run spent: 2 steps x 100). IPPO: (0, 0.45) -> (200, 0.9),
@@ -483,7 +483,7 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
     # The overview: every method on every task, then the mean rank (1 = best); bold = best per line.
     header, rows = md_table(md, "### coordination: norm. return on every task, and each method's mean rank")
     assert header == ["task", "Untrained team", "IPPO", "IPPO, individual reward", "MAGRPO"]
-    assert rows["agree"] == ["0.100", "**0.900 ± 0.000**", "0.700 ± 0.000", "0.700 ± 0.248"]
+    assert rows["agree"] == ["0.100 ± n/a", "**0.900 ± 0.000**", "0.700 ± 0.000", "0.700 ± 0.248"]
     assert rows["signal"][2] == "–"
     assert rows["mean rank (1 = best)"] == ["3.67", "**1.33**", "2.75 (2/3)", "1.83"]
     # Does each task separate the methods? agree: IPPO 0.9 ± 0 is apart from IPPO-individual 0.7 ± 0 (MAGRPO's
@@ -662,8 +662,11 @@ def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsy
     overrides = ["label=${task.name}_x", "hydra.job.name=a b", "logger.tags=[it's]"]
     # overrides after the options, as `make paper ... $(ARGS)` passes them
     assert paper_main([table, "--scale", "tiny", "--seeds", "0,1", "--out", str(root), "--dry-run", *overrides]) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert not root.exists()            # a dry run makes nothing
+    # a table with one scale says so, where --scale tiny used to be dropped without a word
+    assert err == ("" if TABLES[table].scaled else f"magrpo-paper: the {table} table has one scale: its recipes "
+                   "are written for the tiny agents, so --scale tiny runs them as they are\n")
     commands = [line for line in out.splitlines() if not line.startswith("#")]
     scale = "tiny" if TABLES[table].scaled else "paper"     # the coordination recipes run as they are
     expected = [sweep_command(entry, rows, "0,1", scale, root.name, root / entry, "joblib", 2, overrides)

@@ -137,9 +137,9 @@ def test_a_sigterm_stops_the_table_as_a_ctrl_c_does(tmp_path):
         _, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err[-3000:]
+    assert proc.returncode == 143, err[-3000:]                 # 128 + SIGTERM
     assert "Traceback" not in err, err[-3000:]
-    assert "interrupted: 0 of 2 jobs finished" in err and f"--out {out}" in err, err[-3000:]
+    assert "stopped by SIGTERM: 0 of 2 jobs finished" in err and f"--out {out}" in err, err[-3000:]
     statuses = [s["status"] for s in _summaries(out / "train").values()]
     assert statuses == ["interrupted"]                    # the job got the stop and recorded it
 

@@ -138,7 +138,7 @@ def test_mean_std_match_hand_computed_values_in_md_csv_and_tex(sweep, capsys):
     assert "reward\\_mean & reward/length\\_ratio" in tex
 
 
-def test_metrics_option_selects_columns_and_single_seed_has_no_std(sweep, tmp_path, capsys):
+def test_metrics_option_selects_columns_and_single_seed_shows_no_std_as_n_a(sweep, tmp_path, capsys):
     out = tmp_path / "sel"
     assert main([str(sweep), "--out", str(out), "--metrics", "eval/pass@1,reward_mean", "--digits", "2"]) == 0
     assert md_header(out / "table.md") == ["method", "n", "pass@1", "reward_mean", "initial reward_mean"]
@@ -147,7 +147,9 @@ def test_metrics_option_selects_columns_and_single_seed_has_no_std(sweep, tmp_pa
     one = tmp_path / "one"
     write_run(one / "run", seed=5, final=final_eval(0.42, 1.0), initial={"reward_mean": 0.1})
     assert main([str(one)]) == 0
-    assert md_rows(one / "table" / "table.md")["magrpo"][:2] == ["1", "0.420"]
+    assert md_rows(one / "table" / "table.md")["magrpo"][:2] == ["1", "0.420 ± n/a"]
+    assert "one seed shows ± n/a (one value has no spread)" in (one / "table" / "table.md").read_text()
+    assert "$\\pm$ n/a" in (one / "table" / "table.tex").read_text()
     row = read_csv(one / "table" / "table.csv")["magrpo"]
     assert row["reward_mean_mean"] == "0.42" and row["reward_mean_std"] == ""
 
@@ -566,7 +568,7 @@ def test_the_table_is_never_written_into_a_run(sweep, tmp_path, capsys):
     assert {d: tree_digest(d) for d in (sweep, other)} == before
     # the same run, tabled from outside
     assert main([str(run), "--out", str(tmp_path / "t"), "--no-plots"]) == 0
-    assert md_rows(tmp_path / "t" / "table.md")["magrpo"][:2] == ["1", "0.500"]
+    assert md_rows(tmp_path / "t" / "table.md")["magrpo"][:2] == ["1", "0.500 ± n/a"]
 
 
 def test_an_out_holding_a_file_the_table_writes_is_refused_unless_force(sweep, tmp_path, capsys):

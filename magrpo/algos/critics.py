@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModel, AutoTokenizer
 
+from magrpo import hub
 from magrpo.algos.base import AlgoConfig
 from magrpo.algos.core import RowBatch, sequence_forward, shares_prompt
 from magrpo.models import Agent, resolve_model_path
@@ -47,7 +48,8 @@ class ValueHead(torch.nn.Module):
 
 def _backbone(critic_model: str, device):
     path = resolve_model_path(critic_model)
-    return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
+    with hub.quiet_bars("transformers"):        # a "Loading weights" bar per critic is noise
+        return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
 
 
 class Critic(torch.nn.Module):

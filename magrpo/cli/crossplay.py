@@ -27,7 +27,9 @@ with its std over the eval items. Writes into --out:
     crossplay.csv   one row per pairing: each slot's source, the metric's mean and std, reward_mean,
                     reward_std, whether it is self-play, whether a held-out partner plays in it
     crossplay.md    the matrix (2 agents) or the pairings table, and self-play, cross-play, gap (and
-                    the held-out partner score), each with its 95% interval
+                    the held-out partner score), each with its 95% interval, or `± n/a (why)` where
+                    it cannot be estimated: cross-play of 2 sources (each source's cross-play is the
+                    mean of the same pairings), or a score of one source
     crossplay.png   a heatmap: host team (row) x partner source (column); for 2 agents the matrix
     crossplay.json  every pairing's full metrics and the settings
 --out is never inside a run or an exported team, and one that already holds any of these files is
@@ -47,6 +49,7 @@ import itertools
 import json
 import logging
 import os
+import shlex
 import sys
 import time
 from dataclasses import dataclass
@@ -57,7 +60,7 @@ from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from magrpo.checkpoint import read_manifest
-from magrpo.launch import check_out_dir, parse_plain_cli
+from magrpo.launch import check_out_dir, parse_plain_cli, stopped, term_as_interrupt
 from magrpo.schema import ConfigError, SetupError
 from magrpo.table.render import pyplot
 from magrpo.table.stats import mean_std
@@ -189,17 +192,35 @@ def summarize(results: list[tuple[Pairing, dict]], num_sources: int | None = Non
 
     self_mean = sum(own) / len(own)
     cross_mean = sum(cross) / len(cross) if cross else float("nan")
-    out: dict[str, Any] = {"self_play": self_mean, "cross_play": cross_mean, "gap": self_mean - cross_mean,
-                           "self_play_ci95": mean_std(per_source(lambda p: p.self_play)).ci95,
-                           "cross_play_ci95": mean_std(per_source(lambda p: not p.self_play and not p.held_out)).ci95}
+    out: dict[str, Any] = {"self_play": self_mean, "cross_play": cross_mean, "gap": self_mean - cross_mean}
+    scores = [("self_play", lambda p: p.self_play), ("cross_play", lambda p: not p.self_play and not p.held_out)]
     if held:
         out["held_out"] = sum(held) / len(held)
-        out["held_out_ci95"] = mean_std(per_source(lambda p: p.held_out)).ci95
+        scores.append(("held_out", lambda p: p.held_out))
+    for key, keep in scores:
+        values = per_source(keep)
+        ci = mean_std(values).ci95
+        na = None if ci is not None else f"{len(values)} source(s): one value has no spread"
+        if key == "cross_play" and R == 2:
+            ci, na = None, TWO_SOURCES
+        out[f"{key}_ci95"] = ci
+        if na is not None:
+            out[f"{key}_ci95_na"] = na
     return out
 
 
-def _pm(value: float, ci: float | None) -> str:
-    return f"{value:.3f}" + (f" ± {ci:.3f}" if ci is not None else "")
+# Why cross-play of two sources has no interval: each source's cross-play is the mean of the pairings it
+# plays in with the other, and with two sources both are the same pairings, so the two values agree by
+# construction and their spread (0) says nothing about the sources.
+TWO_SOURCES = ("2 sources: each source's cross-play is the mean of the same pairings, so they cannot differ; "
+               "3 or more sources give an interval")
+
+
+def _pm(value: float, ci: float | None, na: str | None = None) -> str:
+    """`mean ± ci`, or `mean ± n/a (why)` where the interval cannot be estimated."""
+    if ci is not None:
+        return f"{value:.3f} ± {ci:.3f}"
+    return f"{value:.3f}" + (f" ± n/a ({na})" if na else "")
 
 
 def host_partner_matrix(results: list[tuple[Pairing, dict]], num_sources: int, num_agents: int) -> list[list[float]]:
@@ -262,11 +283,11 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
                   "| " + " | ".join(f"agent {k + 1}" for k in range(n)) + " | mean ± std |", "|" + "---|" * (n + 1)]
         lines += ["| " + " | ".join(labels[s] for s in p.slots) + f" | {r['mean']:.3f} ± {r['std']:.3f} |"
                   for p, r in held]
-    lines += ["", f"- self-play mean: {_pm(summary['self_play'], summary.get('self_play_ci95'))}",
-              f"- cross-play mean: {_pm(summary['cross_play'], summary.get('cross_play_ci95'))}",
+    lines += ["", f"- self-play mean: {_pm(*(summary.get(k) for k in ('self_play', 'self_play_ci95', 'self_play_ci95_na')))}",
+              f"- cross-play mean: {_pm(*(summary.get(k) for k in ('cross_play', 'cross_play_ci95', 'cross_play_ci95_na')))}",
               f"- gap (self-play - cross-play): {summary['gap']:.3f}"]
     if "held_out" in summary:
-        lines.append(f"- held-out partner mean: {_pm(summary['held_out'], summary.get('held_out_ci95'))} "
+        lines.append(f"- held-out partner mean: {_pm(*(summary.get(k) for k in ('held_out', 'held_out_ci95', 'held_out_ci95_na')))} "
                      f"({len(settings['partners'])} partner team(s) none of the sources trained with)")
     lines += ["", "Intervals: 95% of the mean over the sources (Student's t)." if len(settings["sources"]) > 1 else "",
               "Sources: " + "; ".join(f"{lab} = {src}" for lab, src in zip(labels, settings["sources"]))]
@@ -399,6 +420,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 @one_command
 def main(argv: list[str] | None = None) -> int:
+    with term_as_interrupt():       # a SIGTERM stops it as Ctrl-C does
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = parse_plain_cli(build_parser(), argv, dirs=lambda a: [*a.sources, *(a.partners or [])])
     try:
         res = crossplay(args.sources, args.out, labels=args.labels, num_items=args.num_items,
@@ -412,8 +438,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"magrpo-crossplay: setup error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:        # a PluginInterrupt names the plugin it was importing
-        print(f"magrpo-crossplay: {e if str(e) else 'interrupted'}; nothing was written", file=sys.stderr)
-        return 130
+        how, code = stopped(e)
+        again = shlex.join(["magrpo-crossplay", *(sys.argv[1:] if argv is None else argv)])
+        print(f"magrpo-crossplay: {e if str(e) else how}; nothing was written; run it again with: {again}",
+              file=sys.stderr)
+        return code
     print((Path(args.out) / "crossplay.md").read_text())
     held = f", held-out partners {res['held_out']:.3f}" if "held_out" in res else ""
     print(f"magrpo-crossplay: wrote {args.out}/crossplay.{{md,csv,png,json}} (self-play {res['self_play']:.3f}, "

@@ -13,7 +13,9 @@ summary.json record both values under `from_run` (magrpo.run_config).
 Writes `eval.json` (method -> metrics, plus the settings) and `eval.md` (a table) into its run
 directory, and one `samples_<method>.jsonl` of example completions per method. It also writes the
 `summary.json` every training run writes (`eval_summary`), so a sweep that mixes prompting
-baselines and trained methods yields run directories of one layout for `magrpo-table`.
+baselines and trained methods yields run directories of one layout for `magrpo-table`. The models,
+the evaluation loop and the checks of a composed config (torch, transformers) are imported once a
+job starts, so `--help` and an override Hydra cannot apply answer without them.
 """
 
 from __future__ import annotations
@@ -27,14 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo import trust
 from magrpo.checkpoint import resolve
-from magrpo.collaboration import CollaborationConfig
 from magrpo.config import ConfigError, EvalRunSchema
-from magrpo.eval_loop import eval_sampling, evaluate
 from magrpo.feedback import build_feedback
 from magrpo.launch import (
     as_setup_error,
@@ -44,15 +43,9 @@ from magrpo.launch import (
     output_dir,
     run_job,
 )
-from magrpo.models import load_agents
-from magrpo.rollout import BASELINES
 from magrpo.run_config import from_run
 from magrpo.tasks import build_task
-from magrpo.team import check_team_option, load_team_agents, read_team, team_agents
 from magrpo.tracking import RunLogger, RunStatus, run_identity, write_json
-from magrpo.trainer import seed_everything
-from magrpo.turns import TurnSpec
-from magrpo.validation import validate
 
 log = logging.getLogger("magrpo")
 
@@ -92,6 +85,8 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
     """Validate, load, evaluate every method; returns {"results": {method: metrics}, ...}.
     A failure leaves summary.json (status failed, phase, reason); success leaves eval.json.
     `taken`: what the command line took up from the run `checkpoint=`/`team=` names (magrpo.run_config)."""
+    from magrpo import team, validation  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
+
     out = output_dir(cfg)
     check_run_dir(out)
     keep_saved_config(out)
@@ -99,20 +94,22 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
         origin = from_run(cfg, "eval", taken)  # what checkpoint=RUN took from the run's config
         if taken:                             # what the taken-up run or team names, resolved, is trusted
             trust.check_composed(cfg, "the composed config")
-        cfg = validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
+        cfg = validation.validate(cfg, EvalRunSchema)    # resolves and verifies the checkpoint too
         trust.sign_run(out, cfg, bool(taken))  # made by you: magrpo-table takes up its plugins (magrpo.trust)
         if cfg.team:
-            check_team_option(cfg)            # the exported team, whole, with this config's agents
+            team.check_team_option(cfg)       # the exported team, whole, with this config's agents
         status.phase = "setup"
         return _evaluate(cfg, out, status, origin)
 
 
 def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
+    from magrpo import collaboration, eval_loop, models, rollout, team, trainer, turns  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
+
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else None
     team_dir = cfg.team
     weights = str(ckpt) if ckpt else team_dir
-    methods = list(cfg.methods) if cfg.methods else (["team"] if weights else BASELINES)
-    seed_everything(cfg.seed)
+    methods = list(cfg.methods) if cfg.methods else (["team"] if weights else rollout.BASELINES)
+    trainer.seed_everything(cfg.seed)
 
     def setup() -> tuple[Any, list, list]:
         task = build_task(cfg.task, cfg.reward, cfg.sandbox)
@@ -123,10 +120,10 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
             # check_team_option); trust_remote_code only from this command line, never the team's
             trust = any(m.trust_remote_code for m in cfg.agents.models)
             root = Path(team_dir)
-            agents, _ = team_agents(root, read_team(root), cfg.agents, cfg.hardware, trust)
+            agents, _ = team.team_agents(root, team.read_team(root), cfg.agents, cfg.hardware, trust)
             log.info("loaded the exported team %s", team_dir)
         else:
-            agents = load_team_agents(cfg, cfg.hardware, ckpt)
+            agents = team.load_team_agents(cfg, cfg.hardware, ckpt)
         return task, items, agents
 
     task, items, agents = as_setup_error(setup)
@@ -134,7 +131,7 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
     if not items:
         raise ConfigError(f"split={cfg.split!r} of task {cfg.task.name!r} has no items to evaluate")
     status.phase = "evaluation"
-    turns, feedback = TurnSpec.from_algo(cfg.algo), build_feedback(cfg.feedback, task)
+    spec, feedback = turns.TurnSpec.from_algo(cfg.algo), build_feedback(cfg.feedback, task)
     base: list = []
 
     def base_agents() -> list:
@@ -145,10 +142,10 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
         if weights is None:
             return agents
         if not base:
-            base.extend(load_agents(cfg.agents, cfg.hardware, len(agents), need_reference=False))
+            base.extend(models.load_agents(cfg.agents, cfg.hardware, len(agents), need_reference=False))
         return base
 
-    diagnostics = CollaborationConfig.from_eval(cfg.eval, base_agents)
+    diagnostics = collaboration.CollaborationConfig.from_eval(cfg.eval, base_agents)
     logger = RunLogger(cfg, out)
     results: dict[str, dict[str, float]] = {}
     identity = {**run_identity(cfg), "methods": methods, "checkpoint": str(ckpt) if ckpt else None,
@@ -156,11 +153,10 @@ def _evaluate(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | 
     started, outcome = time.time(), "failed"
     try:
         for method in methods:
-            with torch.no_grad():
-                metrics, examples = evaluate(agents, task, items, eval_sampling(cfg), cfg.eval.batch_size,
-                                             seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
-                                             scheme=method, turns=turns, feedback=feedback,
-                                             diagnostics=diagnostics)
+            metrics, examples = eval_loop.evaluate(agents, task, items, eval_loop.eval_sampling(cfg),
+                                                   cfg.eval.batch_size, seed=cfg.seed + 7919,
+                                                   num_examples=cfg.eval.log_completions, scheme=method,
+                                                   turns=spec, feedback=feedback, diagnostics=diagnostics)
             results[method] = metrics
             logger.log(0, {f"eval/{method}/{k}": v for k, v in metrics.items()})
             logger.log_examples(0, f"samples_{method}", examples)

@@ -65,7 +65,7 @@ import yaml
 from magrpo import records
 from magrpo import table as table_cli
 from magrpo.cli import crossplay as crossplay_cli
-from magrpo.launch import CONF_DIR, group_options
+from magrpo.launch import CONF_DIR, group_options, stopped, term_as_interrupt
 from magrpo.paper_grid import METHODS, TABLES
 from magrpo.schema import ConfigError
 from magrpo.table import natural_key
@@ -817,6 +817,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_intermixed_args(argv)
     check(parser, args)
+    if not TABLES[args.table].scaled and args.scale != "paper":     # said, not silently dropped
+        print(f"{PROG}: the {args.table} table has one scale: its recipes are written for the tiny agents, so "
+              f"--scale {args.scale} runs them as they are", file=sys.stderr, flush=True)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     if args.record_tuning or args.record_crossplay:     # a step between the sweeps and the table, alone
         problems = record_tuning(args.table, runnable(args.table, "train", args), root, args.tune_trials) \
@@ -841,74 +844,66 @@ def main(argv: list[str] | None = None) -> int:
     failed: list[str] = []
     started = time.time()
     progress = SweepProgress(steps)
-    on_term = _term_as_interrupt()
     try:
-        for step, what, cmd in steps:
-            print(f"{PROG}: {what}\n  {shlex.join(cmd)}", flush=True)
-            if step == "table":
-                print(f"{PROG}: sweeps done in {time.time() - started:.0f} s; W&B group (with logger=wandb): "
-                      f"{root.name}", flush=True)
-                rc = table_cli.main(cmd[3:])
-                if rc != 0:
-                    failed.append(f"magrpo-table exited with {rc}")
-                continue
-            if step in ("tune", "eval", "train") and sweep_done(cmd):
-                print(f"{PROG}: already done in {root}, not run again", flush=True)
-                continue
-            if step == "crossplay":     # in this process; a row it cannot pair is named, the others go on
-                rc = main(cmd[3:])
-                if rc != 0:
-                    failed.append("cross-play did not cover every trained row (above)")
-                continue
-            if step == "record":    # in this process; a row whose tuning failed runs at its own values
-                rc = main(cmd[3:])
-                if rc != 0:
-                    failed.append("a tuning found no best value (above); those rows ran at their own values")
-                continue
-            if step in ("eval", "train") and _sweep_dir(cmd).is_dir() and any(_sweep_dir(cmd).glob("*/summary.json")):
-                # An earlier call stopped inside this sweep: its finished jobs stay, the rest run as single
-                # runs, --jobs at a time with the joblib launcher.
-                commands, notes = continue_sweep(cmd)
-                for note in notes:
-                    print(f"{PROG}: {note}", flush=True)
-                parallel = args.jobs if args.launcher in JOBS_KEY else 1
-                print(f"{PROG}: continuing the {step} sweep: {len(commands)} job(s) left, {parallel} at a time",
-                      flush=True)
-                for single, rc in zip(commands, progress.run_all(commands, parallel)):
-                    if rc != 0:
-                        failed.append(f"the {step} job {Path(_run_dir(single)).name} exited with {rc}")
-                continue
-            rc = progress.run_all([cmd], 1)[0]
-            if rc != 0:
-                # Hydra runs every job of the sweep before it reports a failed one: the others are there.
-                failed.append(f"the {step} sweep {what.split(':')[1].strip() + ' ' if step == 'tune' else ''}"
-                              f"exited with {rc}")
-    except KeyboardInterrupt:
+        with term_as_interrupt():      # a SIGTERM (a scheduler's stop, `kill`) ends the call as a Ctrl-C does
+            _run_steps(steps, progress, args, root, started, failed)
+    except KeyboardInterrupt as e:
+        how, code = stopped(e)
         done = progress.count()
         again = [a for a in (argv if argv is not None else sys.argv[1:])]
         if args.out is None:
             again += ["--out", str(root)]
-        print(f"{PROG}: interrupted: {done} of {len(progress.cells)} jobs finished in {root}; continue with: "
+        print(f"{PROG}: {how}: {done} of {len(progress.cells)} jobs finished in {root}; continue with: "
               f"magrpo-paper {shlex.join(again)}", file=sys.stderr, flush=True)
-        return 130
-    finally:
-        if on_term is not None:
-            signal.signal(signal.SIGTERM, on_term)
+        return code
     for msg in failed:
         print(f"{PROG}: error: {msg}", file=sys.stderr)
     return 1 if failed else 0
 
 
-def _term_as_interrupt():
-    """A SIGTERM (a scheduler's stop, `kill`) ends the call as a Ctrl-C does: the jobs are stopped
-    and recorded, and the line says how to continue. The handler it replaced (None off the main thread)."""
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt
-
-    try:
-        return signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:          # not the main thread: signals are not ours to handle
-        return None
+def _run_steps(steps: list, progress: SweepProgress, args: argparse.Namespace, root: Path, started: float,
+               failed: list[str]) -> None:
+    """Run a table's steps in order (main), adding what failed to `failed`."""
+    for step, what, cmd in steps:
+        print(f"{PROG}: {what}\n  {shlex.join(cmd)}", flush=True)
+        if step == "table":
+            print(f"{PROG}: sweeps done in {time.time() - started:.0f} s; W&B group (with logger=wandb): "
+                  f"{root.name}", flush=True)
+            rc = table_cli.main(cmd[3:])
+            if rc != 0:
+                failed.append(f"magrpo-table exited with {rc}")
+            continue
+        if step in ("tune", "eval", "train") and sweep_done(cmd):
+            print(f"{PROG}: already done in {root}, not run again", flush=True)
+            continue
+        if step == "crossplay":     # in this process; a row it cannot pair is named, the others go on
+            rc = main(cmd[3:])
+            if rc != 0:
+                failed.append("cross-play did not cover every trained row (above)")
+            continue
+        if step == "record":    # in this process; a row whose tuning failed runs at its own values
+            rc = main(cmd[3:])
+            if rc != 0:
+                failed.append("a tuning found no best value (above); those rows ran at their own values")
+            continue
+        if step in ("eval", "train") and _sweep_dir(cmd).is_dir() and any(_sweep_dir(cmd).glob("*/summary.json")):
+            # An earlier call stopped inside this sweep: its finished jobs stay, the rest run as single
+            # runs, --jobs at a time with the joblib launcher.
+            commands, notes = continue_sweep(cmd)
+            for note in notes:
+                print(f"{PROG}: {note}", flush=True)
+            parallel = args.jobs if args.launcher in JOBS_KEY else 1
+            print(f"{PROG}: continuing the {step} sweep: {len(commands)} job(s) left, {parallel} at a time",
+                  flush=True)
+            for single, rc in zip(commands, progress.run_all(commands, parallel)):
+                if rc != 0:
+                    failed.append(f"the {step} job {Path(_run_dir(single)).name} exited with {rc}")
+            continue
+        rc = progress.run_all([cmd], 1)[0]
+        if rc != 0:
+            # Hydra runs every job of the sweep before it reports a failed one: the others are there.
+            failed.append(f"the {step} sweep {what.split(':')[1].strip() + ' ' if step == 'tune' else ''}"
+                          f"exited with {rc}")
 
 
 def _run_dir(cmd: list[str]) -> str:

@@ -14,6 +14,9 @@ every skill level), else its final one. After each member the manifest `populati
 written again (members so far, their checkpoints, the overrides, the wall time), so a population
 stopped part way is usable as far as it got; `complete` says whether every member finished. A
 member that fails stops the command (exit 1) with its last log lines; the members before it stay.
+Ctrl-C or a SIGTERM stops the member in training as it stops `magrpo-train` (a SIGTERM sent to this
+command alone is passed on to it) and ends with one line: the signal, the members that finished and
+the member's own last line, which holds its resume command; exit 130, or 143 for a SIGTERM.
 
 `partners=[DIR]` (magrpo.partners) reads the manifest: every checkpoint it lists is a partner.
 """
@@ -27,15 +30,15 @@ import magrpo.process  # noqa: F401  (first: the process defaults, before torch 
 import argparse
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from magrpo.checkpoint import step_dirs
-from magrpo.launch import check_out_dir
+from magrpo.checkpoint import POPULATION_FILE, step_dirs
+from magrpo.launch import Terminated, check_out_dir, stopped, term_as_interrupt
 from magrpo.overrides import override_key
-from magrpo.partners import POPULATION_FILE
 from magrpo.schema import ConfigError
 
 # Keys the command sets for each member itself.
@@ -99,6 +102,31 @@ def write_manifest(root: Path, members: list[dict], args: argparse.Namespace, st
     tmp.replace(root / POPULATION_FILE)
 
 
+class MemberStopped(KeyboardInterrupt):
+    """Ctrl-C or a SIGTERM while a member trained: which member, how many finished before it, and
+    the member's own last line (its resume command)."""
+
+    def __init__(self, cause: BaseException, seed: int, finished: int, last_line: str) -> None:
+        super().__init__(str(cause))
+        self.how, self.code = stopped(cause)
+        self.seed, self.finished, self.last_line = seed, finished, last_line
+
+
+def stop_member(proc: subprocess.Popen, cause: BaseException, patience: float = 120.0) -> str:
+    """Stop the member in training as its own command stops, and return its last line. Ctrl-C at a
+    terminal reaches it too; a SIGTERM sent to this command alone is passed on. A member still
+    running after `patience` seconds is killed."""
+    if isinstance(cause, Terminated) and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=patience)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    lines = [ln for ln in (err or "").strip().splitlines() if ln.startswith("magrpo-train:")]
+    return lines[-1].removeprefix("magrpo-train: ") if lines else f"it ended with exit {proc.returncode}"
+
+
 def population(args: argparse.Namespace) -> dict:
     """Train the members and write the manifest (module docstring); returns the manifest."""
     check_args(args)
@@ -115,11 +143,16 @@ def population(args: argparse.Namespace) -> dict:
             cmd += [f"diversity=[{earlier}]", f"diversity_coef={args.diversity}"]
         t0 = time.time()
         print(f"magrpo-population: member {k + 1}/{args.size} (seed {seed}) -> {run}", file=sys.stderr, flush=True)
-        done = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            tail = "\n".join(done.stderr.strip().splitlines()[-5:])
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            _, err = proc.communicate()
+        except KeyboardInterrupt as e:
             write_manifest(root, members, args, started, complete=False)
-            raise RuntimeError(f"member seed {seed} failed (exit {done.returncode}); the {len(members)} member(s) "
+            raise MemberStopped(e, seed, len(members), stop_member(proc, e)) from None
+        if proc.returncode != 0:
+            tail = "\n".join(err.strip().splitlines()[-5:])
+            write_manifest(root, members, args, started, complete=False)
+            raise RuntimeError(f"member seed {seed} failed (exit {proc.returncode}); the {len(members)} member(s) "
                                f"before it are in {root / POPULATION_FILE}:\n{tail}")
         summary = json.loads((run / "summary.json").read_text())
         final = summary.get("final_eval") or {}
@@ -136,17 +169,23 @@ def population(args: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        manifest = population(args)
+        with term_as_interrupt():
+            manifest = population(args)
     except ConfigError as e:
         print(f"magrpo-population: error: {e}", file=sys.stderr)
         return 2
     except RuntimeError as e:
         print(f"magrpo-population: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"magrpo-population: interrupted; {args.out}/{POPULATION_FILE} lists the members that finished",
+    except MemberStopped as e:
+        print(f"magrpo-population: {e.how} while member seed {e.seed} trained; {args.out}/{POPULATION_FILE} lists "
+              f"the {e.finished} member(s) that finished; the member says: {e.last_line}", file=sys.stderr)
+        return e.code
+    except KeyboardInterrupt as e:
+        how, code = stopped(e)
+        print(f"magrpo-population: {how}; {args.out}/{POPULATION_FILE} lists the members that finished",
               file=sys.stderr)
-        return 130
+        return code
     n = sum(len(m["checkpoints"]) for m in manifest["members"])
     print(f"magrpo-population: wrote {args.out}/{POPULATION_FILE}: {len(manifest['members'])} member(s), {n} "
           f"checkpoint(s), {manifest['wall_seconds']:.0f} s")

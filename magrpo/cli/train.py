@@ -8,7 +8,8 @@
 
 A bad config exits 2 and a missing model, data set or device exits 1, each with one line on
 stderr and `summary.json` saying why; a failed job of a sweep leaves the other jobs running
-(magrpo.launch).
+(magrpo.launch). The trainer and the checks of a composed config (torch, transformers: seconds) are
+imported once a job starts, so `--help` and an override Hydra cannot apply answer without them.
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ import sys
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
-from torch.distributed.elastic.multiprocessing.errors import record
 
-from magrpo import distributed, plugins, trust
+from magrpo import plugins, trust
 from magrpo.checkpoint import checkpoint_step
 from magrpo.config import ConfigError, optimized_metric
 from magrpo.launch import (
@@ -42,8 +42,6 @@ from magrpo.run_config import from_run
 from magrpo.tasks import TASKS, available_tasks
 from magrpo.tasks.reward_fns import primary_metric
 from magrpo.tracking import RunStatus, read_status, set_aside_after
-from magrpo.trainer import Trainer
-from magrpo.validation import validate
 
 log = logging.getLogger("magrpo")
 __all__ = ["CONF_DIR", "main", "run", "sweep_value"]
@@ -57,6 +55,8 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     place) and claimed (no other live run may write it); whatever stops the run after that is
     recorded in its summary.json (status, phase, reason). Under torchrun, rank 0 owns the run
     directory and its status; the other ranks only train."""
+    from magrpo.validation import validate  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
+
     out = output_dir(cfg)
     if taken:       # resume= took a run up: what the composed config names, resolved, is trusted
         trust.check_composed(cfg, "the composed config")
@@ -91,21 +91,28 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
 
 
 def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origin: dict | None = None) -> dict:
+    from magrpo import distributed, trainer  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
+
     try:
-        trainer = as_setup_error(lambda: Trainer(cfg, out, status_before=before, from_run=origin))
+        fitting = as_setup_error(lambda: trainer.Trainer(cfg, out, status_before=before, from_run=origin))
         if status is not None:
             status.phase = "training"
-        result = trainer.fit()
+        result = fitting.fit()
     except Exception as e:
         # Hydra turns the exception into an exit code; torchrun's failure report (its "root
         # cause", the first rank that failed) reads the traceback from this file instead.
         if os.environ.get("TORCHELASTIC_ERROR_FILE"):
-            from torch.distributed.elastic.multiprocessing.errors import ErrorHandler  # noqa: PLC0415  start-up: torch's elastic error file only under torchrun
-
-            ErrorHandler().record_exception(e)
+            _elastic_errors().ErrorHandler().record_exception(e)
         raise
     distributed.shutdown()      # a failed rank raised: torchrun stops every other rank
     return result
+
+
+def _elastic_errors():
+    """torch's elastic error file (what torchrun reports of a failed rank), only under torchrun."""
+    from torch.distributed.elastic.multiprocessing import errors  # noqa: PLC0415  start-up: torch's elastic error file only under torchrun
+
+    return errors
 
 
 def _run_and_score(cfg: DictConfig, taken: dict | None = None) -> float:
@@ -145,9 +152,12 @@ def quiet_other_ranks(argv: list[str]) -> list[str]:
     return argv
 
 
-@record        # under torchrun, a failing rank's traceback is what the launcher reports
 def main() -> None:
-    cli_main(train_job, "magrpo-train", "train", quiet_other_ranks(sys.argv[1:]))
+    argv = quiet_other_ranks(sys.argv[1:])
+    if os.environ.get("TORCHELASTIC_ERROR_FILE"):   # under torchrun, a failing rank's traceback is what it reports
+        _elastic_errors().record(cli_main)(train_job, "magrpo-train", "train", argv)
+    else:
+        cli_main(train_job, "magrpo-train", "train", argv)
 
 
 if __name__ == "__main__":

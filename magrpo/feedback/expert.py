@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo import hub
 from magrpo.feedback import FeedbackConfig, NodeView, PlainFeedback, register_feedback
 from magrpo.schema import ConfigError, at_least, option, positive
 
@@ -112,7 +113,8 @@ def load_reviewer(path: str):
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(where).eval()
+    with hub.quiet_bars("transformers"):
+        model = AutoModelForCausalLM.from_pretrained(where).eval()
     return model, tok
 
 

@@ -35,12 +35,15 @@ from magrpo.launch.command import (
 from magrpo.launch.groups import GROUPS_RESOLVER, INTERNAL_GROUPS, config_groups, group_options, help_groups
 from magrpo.launch.job import (
     Interrupted,
+    Terminated,
     as_setup_error,
     interrupt_report,
     output_dir,
     quiet_progress_bars,
     report,
     run_job,
+    stopped,
+    term_as_interrupt,
 )
 from magrpo.launch.override_errors import explain_override_error
 from magrpo.launch.run_dirs import (
@@ -62,9 +65,9 @@ from magrpo.launch.sweep import SweepReport, failed_jobs, job_dirs
 
 __all__ = [
     "CONF_DIR", "GROUPS_RESOLVER", "INTERNAL_GROUPS", "RUN_MARKERS", "RUN_RECORDS", "STAMP_RESOLVER", "HydraJob",
-    "Interrupted", "RunDirGuard", "SweepReport", "as_setup_error", "check_out_dir", "check_run_dir", "cli_main",
+    "Interrupted", "RunDirGuard", "SweepReport", "Terminated", "as_setup_error", "check_out_dir", "check_run_dir", "cli_main",
     "conf_dir", "config_groups", "explain_override_error", "failed_jobs", "group_options", "help_groups",
     "interrupt_report", "is_run_dir", "job_dirs", "keep_saved_config", "load_cli_plugins", "output_dir",
     "parse_plain_cli", "quiet_progress_bars", "register_resolvers", "report", "resume_in_place", "resumed_run", "run_dir_around",
-    "run_dir_follows_output_dir", "run_hydra", "run_job", "stamp",
+    "run_dir_follows_output_dir", "run_hydra", "run_job", "stamp", "stopped", "term_as_interrupt",
 ]

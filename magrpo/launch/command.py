@@ -17,9 +17,10 @@ from omegaconf import DictConfig, OmegaConf
 from magrpo import trust
 from magrpo.checkpoint import is_team_dir
 from magrpo.config import CONF_DIR
+from magrpo.config_store import register_schemas
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
-from magrpo.launch.job import Interrupted, interrupt_report, quiet_progress_bars, report
-from magrpo.launch.override_errors import explain_override_error
+from magrpo.launch.job import interrupt_report, quiet_progress_bars, report, stopped, term_as_interrupt
+from magrpo.launch.override_errors import dashed_overrides, explain_override_error
 from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
 from magrpo.overrides import override_key
 from magrpo.plugins import PluginInterrupt, add_option, conf_dirs, load_option, load_plugins, plugins_in_argv
@@ -91,10 +92,19 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     the schemas and resolvers, put the overrides of the run that `resume=`/`checkpoint=` names before
     the command line's (magrpo.run_config), import the plugins, run `job` as a Hydra app, and turn
     what Hydra would report with its own words (a mistyped key, an unknown group option) or a
-    traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt."""
+    traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt, 143
+    for a SIGTERM, which stops the command as Ctrl-C does (magrpo.launch.job.Terminated)."""
+    with term_as_interrupt():
+        _cli_main(job, prog, config_name, argv)
+
+
+def _cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None) -> None:
     quiet_progress_bars()
     register_resolvers()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if (msg := dashed_overrides(argv, prog)) is not None:   # --max_steps=10: Hydra would print its usage block
+        report(prog, f"config error: {msg}")
+        sys.exit(2)
     given = list(argv)          # the user's own command line: what it names is theirs (magrpo.trust)
     try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
         with console_log():
@@ -112,14 +122,12 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
         report(prog, f"config error: {e}")
         sys.exit(2)
     except KeyboardInterrupt as e:      # a PluginInterrupt names the plugin it was importing
-        report(prog, str(e) if isinstance(e, PluginInterrupt) else "interrupted before a run started; nothing was "
-                                                                    "written")
-        sys.exit(130)
-    # start-up: the store imports every algorithm (torch); the commands that only read runs and
-    # write tables (magrpo-table, magrpo-crossplay's argument check) import magrpo.launch without it
-    from magrpo.config_store import register_schemas  # noqa: PLC0415  start-up: torch loads only where a model does; the store imports every algorithm; magrpo-table imports magrpo.launch without it
-
-    register_schemas()
+        how, code = stopped(e)
+        report(prog, str(e) if isinstance(e, PluginInterrupt) else f"{how} before a run started; nothing was written")
+        sys.exit(code)
+    # argv holds a taken-up run's overrides too; the nodes cached when nothing can have changed them
+    # (magrpo.config_store): --help and a mistyped key answer without importing torch
+    register_schemas(cached=True)
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
     if config_name == "train" and taken:    # resume=RUN continues RUN's own directory
         argv = resume_in_place(argv, taken)
@@ -127,9 +135,11 @@ def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = Non
     try:
         run_hydra(HydraJob(job, taken), config_name, argv)
     except KeyboardInterrupt as e:
-        run_dir = e.run_dir if isinstance(e, Interrupted) else None
-        print(f"{prog}: {interrupt_report(prog, run_dir, argv)}", file=sys.stderr, flush=True)
-        sys.exit(130)
+        how, code = stopped(e)
+        run_dir = getattr(e, "run_dir", None)
+        print(f"{prog}: {interrupt_report(prog, run_dir, argv, how, resumable=config_name == 'train')}",
+              file=sys.stderr, flush=True)
+        sys.exit(code)
     except Exception as e:
         msg = explain_override_error(e, config_name, argv)
         if msg is None or user_full_error:

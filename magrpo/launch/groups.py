@@ -3,19 +3,19 @@ in conf/hydra/help/) and the messages for an option that is none."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import yaml
+from hydra.core.config_store import ConfigStore
 
 from magrpo.config import CONF_DIR
 from magrpo.plugins import conf_dirs
 
 GROUPS_RESOLVER = "magrpo.groups"
 INTERNAL_GROUPS = ("hydra", "schema")      # Hydra's own, and the algorithms' and modes' schema defaults
-# The groups whose options also come from a registry (an entry composes from its schema alone).
-REGISTRIES = {"algo": "magrpo.algos.base:ALGOS", "task": "magrpo.tasks:TASKS", "reward": "magrpo.tasks:TASKS",
-              "feedback": "magrpo.feedback:FEEDBACKS"}
+# The groups whose options also come from a registry: each registered entry's schema node is in the
+# config store as schema/<group>/<name> (magrpo.config_store), and composes from it alone.
+REGISTERED = ("algo", "task", "reward", "feedback")
 
 
 def config_groups() -> list[str]:
@@ -31,15 +31,16 @@ def group_options(group: str) -> list[str]:
 
 def all_options(group: str) -> list[str]:
     """A group's options: its YAML (conf/ and the plugins' conf directories; an experiment's nested
-    ones as paths) and the registered entries that compose from their schema alone."""
+    ones as paths) and the registered entries that compose from their schema alone (their nodes in
+    the config store, which every command fills first: magrpo.config_store.register_schemas)."""
     names: set[str] = set()
     for root in [Path(CONF_DIR), *map(Path, conf_dirs())]:
         d = root / group
         files = d.rglob("*.yaml") if group == "experiment" else d.glob("*.yaml")
         names |= {f.relative_to(d).with_suffix("").as_posix() for f in files}
-    if group in REGISTRIES:
-        module, _, attr = REGISTRIES[group].partition(":")
-        names |= set(getattr(importlib.import_module(module), attr))
+    if group in REGISTERED:
+        registered = ConfigStore.instance().repo.get("schema", {}).get(group, {})
+        names |= {name.removesuffix(".yaml") for name in registered}
     return sorted(names)
 
 

@@ -1,5 +1,5 @@
 """Inside a job: how a failure is reported and what exit code it gets (magrpo.launch), and the one
-line an interrupt (Ctrl-C) ends with."""
+line an interrupt (Ctrl-C, or a SIGTERM) ends with."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import logging
 import os
 import shlex
 import shutil
+import signal
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,8 +104,8 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
     try:
         with exits_raise():
             return fn(cfg)
-    except KeyboardInterrupt:
-        raise Interrupted(run_dir) from None
+    except KeyboardInterrupt as e:
+        raise Interrupted(run_dir, *stopped(e)) from None
     except (SystemExit, ProcessExit) as e:   # code the run called (a plugin, a reward) ended it: say which
         how = f"{'os._exit' if isinstance(e, ProcessExit) else 'sys.exit'}({e.code!r})"
         report(prog, f"{where}failed: the run was ended by {how}, called at {origin_line(e, code_folders())}; it did "
@@ -131,8 +133,9 @@ def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:
 
 
 # What a single run leaves when its config is refused before any work: Hydra's saved config, the
-# log, and the summary that records the refusal.
-UNSTARTED = (".hydra", "train.log", "summary.json")
+# log (named after the job: conf/train.yaml's and conf/eval.yaml's hydra.job.name), and the summary
+# that records the refusal.
+UNSTARTED = (".hydra", "train.log", "eval.log", "summary.json")
 
 
 def discard_unstarted(run_dir: Path) -> bool:
@@ -153,7 +156,7 @@ def discard_unstarted(run_dir: Path) -> bool:
     if hydra.is_dir() and not hydra.is_symlink() and \
             {p.name for p in hydra.iterdir()} <= {"config.yaml", "hydra.yaml", "overrides.yaml"}:
         shutil.rmtree(hydra)
-    for name in ("train.log", "summary.json"):
+    for name in UNSTARTED[1:]:
         (run_dir / name).unlink(missing_ok=True)
     try:
         run_dir.rmdir()
@@ -165,30 +168,73 @@ def discard_unstarted(run_dir: Path) -> bool:
 # -- interrupts ----------------------------------------------------------------------------------
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C during a job, carrying the job's run directory out to the command (cli_main), which
-    ends with interrupt_report's line."""
+class Terminated(KeyboardInterrupt):
+    """A SIGTERM (what `kill`, `timeout`, SLURM and Kubernetes send to stop a process), raised where
+    the process was, as Ctrl-C raises KeyboardInterrupt: a command stops the same way (its checkpoint
+    policy, `summary.json` says interrupted, one last line with the resume command), and exits 143
+    (128 + SIGTERM) where Ctrl-C exits 130."""
 
-    def __init__(self, run_dir: Path | None = None) -> None:
-        super().__init__(run_dir)
-        self.run_dir = run_dir
+    def __init__(self) -> None:
+        super().__init__(f"stopped by {signal.SIGTERM.name}")
 
 
-def interrupt_report(prog: str, run_dir: Path | None, argv: list[str]) -> str:
-    """One line for Ctrl-C: the step reached, the status recorded and the exact resume command
-    (the run's saved overrides, else the command line's `argv`)."""
-    if run_dir is None:
-        return "interrupted before a run started; nothing was written"
-    status, summary = read_status(run_dir)
-    where = f"interrupted at step {summary.get('steps', 0)}; {run_dir}/summary.json says {status}"
+def stopped(e: BaseException) -> tuple[str, int]:
+    """How a command's last line words an interrupt, and the exit code it ends with."""
+    if isinstance(e, Interrupted):
+        return e.how, e.code
+    return (str(e), 128 + signal.SIGTERM) if isinstance(e, Terminated) else ("interrupted", 128 + signal.SIGINT)
+
+
+@contextmanager
+def term_as_interrupt() -> Iterator[None]:
+    """Inside: a SIGTERM raises Terminated in the main thread. A second one while the command winds
+    down (its records, its last line) is ignored; SIGKILL still ends it. Off the main thread signals
+    are not ours to handle, and nothing changes."""
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
     try:
-        ckpt = resolve(run_dir, "resume")
-    except Exception:
-        return f"{where}; no checkpoint was saved, so it cannot be resumed (save_every=N saves one every N steps)"
+        before = signal.signal(signal.SIGTERM, stop)
+    except ValueError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or a SIGTERM during a job, carrying the job's run directory, the words for it and the
+    exit code out to the command (cli_main), which ends with interrupt_report's line."""
+
+    def __init__(self, run_dir: Path | None = None, how: str = "interrupted", code: int = 130) -> None:
+        super().__init__(run_dir)
+        self.run_dir, self.how, self.code = run_dir, how, code
+
+
+def interrupt_report(prog: str, run_dir: Path | None, argv: list[str], how: str = "interrupted",
+                     resumable: bool = True) -> str:
+    """One line for Ctrl-C or a SIGTERM (`how`: "interrupted", "stopped by SIGTERM"): the step reached,
+    the status recorded and the exact resume command (the run's saved overrides, else the command
+    line's `argv`); for a command that keeps no checkpoint (`resumable` false: magrpo-eval), the
+    command that runs it again, into a new directory."""
+    if run_dir is None:
+        return f"{how} before a run started; nothing was written"
+    status, summary = read_status(run_dir)
     try:
         given = records.load_yaml(Path(run_dir) / ".hydra" / "overrides.yaml") or []
     except ValueError:
         given = [a for a in argv if not a.startswith("-")]
+    if not resumable:       # into a directory of its own: this one holds the interrupted run's record
+        again = shlex.join([prog, *(o for o in given if override_key(o) not in ("hydra.run.dir", "output_dir"))])
+        return f"{how}; {run_dir}/summary.json says {status}; run it again with: {again}"
+    where = f"{how} at step {summary.get('steps', 0)}; {run_dir}/summary.json says {status}"
+    try:
+        ckpt = resolve(run_dir, "resume")
+    except Exception:
+        return f"{where}; no checkpoint was saved, so it cannot be resumed (save_every=N saves one every N steps)"
     keep = [o for o in given if override_key(o) not in ("resume", "hydra.run.dir", "output_dir")]
     cmd = shlex.join([prog, *keep, f"resume={run_dir}", f"hydra.run.dir={run_dir}"])
     return f"{where} (checkpoint {Path(ckpt).name}); resume with: {cmd}"

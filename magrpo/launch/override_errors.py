@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
+from hydra._internal.utils import get_args_parser
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import (
@@ -76,6 +77,35 @@ def explain_override_error(exc: BaseException, config_name: str, argv: list[str]
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return f"cannot compose the config ({first[:300]})"
     return None
+
+
+def dashed_overrides(argv: list[str], prog: str) -> str | None:
+    """Our line for `--key=value` and `--key value` (what argparse and TRL commands take), which Hydra
+    would answer with its usage block: the same overrides in Hydra's form, `key=value`. None when
+    every `--` argument is one of Hydra's own options (--help, --cfg job, -m ...) or a prefix of one."""
+    parser = get_args_parser()
+    own = [s for a in parser._actions for s in a.option_strings if s.startswith("--")]
+    takes_value = {s for a in parser._actions if a.nargs is None for s in a.option_strings}
+    given, fixed, i = [], [], 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        name, eq, value = arg.partition("=")
+        if name in takes_value and not eq:
+            i += 1                               # --cfg job, -cn train: the value is Hydra's
+        if not arg.startswith("--") or arg == "--" or any(o.startswith(name) for o in own):
+            continue
+        if not eq and i < len(argv) and not argv[i].startswith("-") and "=" not in argv[i]:
+            eq, value = "=", argv[i]              # --key value
+            given.append(f"{arg} {value}")
+            i += 1
+        else:
+            given.append(arg)
+        fixed.append(f"{name[2:].replace('-', '_')}={value if eq else 'VALUE'}")
+    if not given:
+        return None
+    return (f"{', '.join(repr(g) for g in given)}: {prog} takes no such option; a key is set as a Hydra override, "
+            f"key=value: write {' '.join(fixed)} ({prog} --help lists the keys)")
 
 
 def _composition_message(text: str) -> str | None:

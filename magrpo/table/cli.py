@@ -115,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for note in unused:
                 warn(f"crossplay: {note}")
             notes += [f"Not in the table: {note}" for note in unused]
+            notes += zsc.na_notes(crossplay)
 
         def fill(stage: Path) -> None:
             nonlocal rc

@@ -666,7 +666,7 @@ def to_latex(tables: list[RenderedTable], digits: int) -> str:
         for i, row in enumerate(t.rows):
             cells = row_cells(t, i, digits, "$\\pm$", "--", lambda text: f"\\textbf{{{text}}}")
             out.append(" & ".join([tex_escape(row.name), str(len(row.runs)), *cells]) + " \\\\")
-        note = (TEX_CI_NOTE if t.interval == "ci95" else "Mean $\\pm$ sample std (n-1) over n seeds;") \
+        note = (TEX_CI_NOTE if t.interval == "ci95" else "Mean $\\pm$ sample std (n-1) over n seeds (n/a: one seed);") \
             + " bold: best in its column."
         if shows_codebleu([t]):
             note += " " + tex_escape(codebleu_note(short=True))
@@ -682,7 +682,7 @@ def to_latex(tables: list[RenderedTable], digits: int) -> str:
             if j == len(body) - 1:
                 out.append("\\midrule")
             out.append(" & ".join([tex_escape(cells[0]), *cells[1:]]) + " \\\\")
-        out += ["\\bottomrule", tex_note_row(ncols, "Norm. return, mean $\\pm$ 95\\% CI; mean rank over the tasks "
+        out += ["\\bottomrule", tex_note_row(ncols, "Norm. return, mean $\\pm$ 95\\% CI (n/a: one seed); mean rank over the tasks "
                                                     "(1 = best; (k/m): ran k of m tasks)."), "\\end{tabular}", ""]
     return "\n".join(out)
 

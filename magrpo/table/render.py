@@ -16,30 +16,33 @@ from magrpo.table.runs import warn
 from magrpo.table.stats import Cell
 
 STD_NOTE = ("mean ± sample standard deviation (n − 1 in the denominator) over seeds of each run's "
-            "final evaluation; n = number of seeds; a cell marked (n=k) has the metric in only k of them")
+            "final evaluation; n = number of seeds, one seed shows ± n/a (one value has no spread); a cell marked "
+            "(n=k) has the metric in only k of them")
 
-TEX_NOTE = "Mean $\\pm$ sample std (n-1) over n seeds, final evaluation."
+TEX_NOTE = "Mean $\\pm$ sample std (n-1) over n seeds (n/a: one seed), final evaluation."
 
 # Any reference works: the package's floor comes from its data-flow term, whatever the reference holds.
 _CODEBLEU_REFERENCE = "def add_one(values):\n    out = [v + 1 for v in values]\n    return out\n"
 
 
 CI_NOTE = ("mean ± the 95% confidence interval of the mean over seeds, t_{0.975, n−1} · s / √n (Student's t, "
-           "s the sample standard deviation); n = number of seeds, one seed shows the mean alone; a cell marked "
-           "(n=k) has the metric in only k of them")
+           "s the sample standard deviation); n = number of seeds, one seed shows ± n/a (one value has no spread); "
+           "a cell marked (n=k) has the metric in only k of them")
 
-TEX_CI_NOTE = "Mean $\\pm$ 95\\% CI of the mean (Student's t) over n seeds, final evaluation."
+TEX_CI_NOTE = "Mean $\\pm$ 95\\% CI of the mean (Student's t) over n seeds (n/a: one seed), final evaluation."
 
 
 def cell_text(cell: Cell, n: int, digits: int, pm: str = "±", missing: str = "–", interval: str = "std") -> str:
     """`mean ± spread`: the spread is the sample std (`interval="std"`) or the 95% CI's
-    half-width (`"ci95"`); none with one value."""
+    half-width (`"ci95"`); `± n/a` where it cannot be estimated (one seed: the notes say why)."""
     if cell.mean is None:
         return missing
     text = f"{cell.mean:.{digits}f}"
     spread = cell.ci95 if interval == "ci95" else cell.std
     if spread is not None:
         text += f" {pm} {spread:.{digits}f}"
+    elif cell.na is not None:
+        text += f" {pm} n/a"
     if cell.count < n:
         text += f" (n={cell.count})"
     return text

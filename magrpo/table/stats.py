@@ -17,6 +17,7 @@ class Cell:
     std: float | None      # None with fewer than two values
     count: int
     ci95: float | None = None   # half-width of the 95% confidence interval of the mean; None with one value
+    na: str | None = None       # why the spread cannot be estimated (shown "± n/a"); None where it can
 
 
 def t_quantile_975(df: int) -> float:
@@ -51,14 +52,18 @@ def t_quantile_975(df: int) -> float:
     return (lo + hi) / 2
 
 
+ONE_VALUE = "one value has no spread"      # why a cell of one seed shows "± n/a"
+
+
 def mean_std(values: Sequence[float]) -> Cell:
     """Mean, sample standard deviation s = sqrt(sum (x - mean)^2 / (n - 1)) and the 95% confidence
-    interval's half-width t_{0.975, n-1} * s / sqrt(n) (Student's t: a handful of seeds)."""
+    interval's half-width t_{0.975, n-1} * s / sqrt(n) (Student's t: a handful of seeds). One value
+    has neither (`na` says so)."""
     vals = [v for v in values if v is not None and math.isfinite(v)]
     if not vals:
         return Cell(None, None, 0)
     if len(vals) == 1:
-        return Cell(vals[0], None, 1)
+        return Cell(vals[0], None, 1, None, ONE_VALUE)
     std = statistics.stdev(vals)
     return Cell(statistics.fmean(vals), std, len(vals), t_quantile_975(len(vals) - 1) * std / math.sqrt(len(vals)))
 

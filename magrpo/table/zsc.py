@@ -39,7 +39,8 @@ FIELDS = (("zsc/self_play", "self-play", "self_play", True),
 NOTE = ("self-play, cross-play, ZSC gap and held-out partner: magrpo-crossplay over the row's seeds (its "
         "crossplay.json under the table's directories): each seed's team with itself, agents of different "
         "seeds paired, their difference, and (where it was given --partners) each team with one slot filled "
-        "by a partner none of them trained with; ± is the 95% interval over the seeds.")
+        "by a partner none of them trained with; ± is the 95% interval over the seeds (± n/a where it cannot be "
+        "estimated, for the reason listed under the table).")
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,20 @@ def read(path: Path, runs_by_path: dict[str, Run]) -> tuple[tuple[str, str] | No
     for key, _, field, _ in FIELDS:
         mean = _number(data.get(field))
         if mean is not None:
-            values[key] = Cell(mean, None, len(sources), _number(data.get(f"{field}_ci95")))
+            ci = _number(data.get(f"{field}_ci95"))
+            na = data.get(f"{field}_ci95_na")
+            na = (na if isinstance(na, str) and na else "no interval recorded") if ci is None and field != "gap" else None
+            values[key] = Cell(mean, None, len(sources), ci, na)
     if "zsc/self_play" not in values:
         return None, None, f"`{path}`: no self-play score; not used"
     return rows.pop(), Result(path, values), None
+
+
+def na_notes(results: dict[tuple[str, str], Result]) -> list[str]:
+    """One line per score shown `± n/a`: where, and why magrpo-crossplay could not estimate its interval."""
+    headers = {key: header for key, header, _, _ in FIELDS}
+    return [f"{task}/{row}, {headers[key]}: ± n/a ({cell.na})" for (task, row), res in sorted(results.items())
+            for key, cell in res.values.items() if cell.na is not None]
 
 
 def collect(dirs: Iterable[Path], runs: Sequence[Run],

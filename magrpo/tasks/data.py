@@ -12,6 +12,10 @@
 A local file holds one split; its rows are sliced with the same expressions (`train[:1000]` on a
 file means rows 0..999 of that file), so a local copy of the hub data reproduces the paper's splits.
 A saved `datasets` directory (DatasetDict) is indexed by split name.
+
+The train and eval expressions may not select the same rows of one source (`check_held_out`, at
+start-up): on a file `train[:1000]` and `test[:1000]` are both its first 1000 rows, and the
+evaluation would score rows the team trained on.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class DataKeys:
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
         check_data_path(node, prefix)
+        check_held_out(node, prefix)
 
 
 @dataclass
@@ -131,14 +136,90 @@ def check_data_path(node: Any, prefix: str) -> None:
                           f"{'/'.join(sorted(LOCAL_SUFFIXES))} file or a directory saved with Dataset.save_to_disk")
 
 
+# -- train rows and eval rows apart ----------------------------------------------------------------
+
+ONE_SPLIT = "the name before '[' is not read"      # why a file's `train[...]` and `test[...]` meet
+
+
+def selected_rows(expr: str, length: int, limit: int | None = None) -> list[tuple[str, range]]:
+    """The rows a split expression selects from splits of `length` rows: (split name, rows) per part
+    joined with "+", then the first `limit` of them in all (as load_split and the coding tasks read)."""
+    out, left = [], limit
+    for part in str(expr).split("+"):
+        name, sl = parse_split(part)
+        rows = range(length)[sl]
+        if left is not None:
+            rows = rows[:left]
+            left -= len(rows)
+        out.append((name, rows))
+    return out
+
+
+def shared_rows(train_expr: str, eval_expr: str, one_split: bool, limit: int | None = None) -> tuple[str, str] | None:
+    """(split name, rows as a slice) that both expressions select, or None when they select none in
+    common. `one_split`: the source holds one split whose rows both slice, whatever name they give (a
+    file, a saved Dataset); else the names are the source's splits (a hub dataset, a saved
+    DatasetDict). Compared on splits longer than every bound, so a bound from the end (-100) and
+    one from the start (1000) never meet by the split's length alone."""
+    bounds = [abs(b) for part in f"{train_expr}+{eval_expr}".split("+")
+              for b in (parse_split(part)[1].start, parse_split(part)[1].stop) if b is not None]
+    n = 2 * (max(bounds, default=0) + (limit or 0)) + 2
+    for name_a, a in selected_rows(train_expr, n, limit):
+        for name_b, b in selected_rows(eval_expr, n, limit):
+            lo, hi = max(a.start, b.start), min(a.stop, b.stop)
+            if lo < hi and (one_split or name_a == name_b):
+                def bound(i: int) -> str:
+                    return str(i) if i <= n // 2 else ("" if i == n else str(i - n))
+                return name_a, f"[{bound(lo)}:{bound(hi)}]"
+    return None
+
+
+def check_held_out(node: Any, prefix: str, package: str | None = None) -> None:
+    """The train and eval splits of `task.data` select no row in common (module docstring): one line
+    naming both slices, the rows they share and a disjoint pair. `package`: the words for the one-split
+    source the task reads when neither a path nor a hub id is set (HumanEval from its package)."""
+    keys = ("train_split", "eval_split")
+    path = node.path
+    if path:
+        p = Path(str(path)).expanduser()
+        one_split = not (p / "dataset_dict.json").is_file()    # a file or a saved Dataset: one split
+        where = f"{prefix}path={str(path)!r}" + (f" (it holds one split: {ONE_SPLIT})" if one_split else "")
+    elif getattr(node, "builtin", False):
+        if getattr(node, "builtin_train_split", None) is None:      # items generated, no rows to share
+            return
+        keys, one_split, where = ("builtin_train_split", "builtin_eval_split"), True, "the built-in file"
+    elif node.hub_id:
+        one_split, where = False, f"the hub dataset {node.hub_id!r}"
+    elif package:
+        one_split, where = True, f"{package} (one split: {ONE_SPLIT})"
+    else:
+        return
+    train_expr, eval_expr = str(getattr(node, keys[0])), str(getattr(node, keys[1]))
+    shared = shared_rows(train_expr, eval_expr, one_split, getattr(node, "limit", None))
+    if shared is None:
+        return
+    name, rows = shared
+    split = "" if one_split else f" of split {name!r}"
+    raise ConfigError(f"{prefix}{keys[0]}={train_expr!r} and {prefix}{keys[1]}={eval_expr!r} both select rows "
+                      f"{rows}{split} of {where}, so the evaluation would score rows the team trained on; give "
+                      f"disjoint slices, e.g. {prefix}{keys[0]}='{name}[:-100]' {prefix}{keys[1]}='{name}[-100:]' "
+                      f"(the last 100 rows held out)")
+
+
 def _rows(ds: Any, sl: slice) -> list[dict[str, Any]]:
     idx = range(len(ds))[sl]
     return [dict(ds[i]) for i in idx]
 
 
-def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]:
+def _datasets():
+    """The `datasets` library, imported where a data set is read from a file or the hub."""
     import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
 
+    return datasets
+
+
+def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]:
+    datasets = _datasets()
     p = Path(path).expanduser()
     if not p.exists():
         raise DataUnavailableError(f"task.data.path={str(path)!r} does not exist")
@@ -170,8 +251,7 @@ def load_local(path: str | os.PathLike, split_expr: str) -> list[dict[str, Any]]
 
 
 def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> list[dict[str, Any]]:
-    import datasets  # noqa: PLC0415  start-up: datasets loads only for a dataset read from the hub or a file
-
+    datasets = _datasets()
     hub.ensure_mode()       # offline: the cache only, and a fast failure
     try:
         with hub.quiet_bars("datasets"):

