@@ -13,7 +13,7 @@ something else, with everything else held fixed:
         A_k = R_k - (1 / (K - 1)) * sum_{j != k} R_j            (`advantage=rloo`)
   5. a PPO-style update of agent i on its alternatives: the clipped surrogate over
      `num_iterations` passes (the group-relative update MAGRPO uses, group_relative.py, with its
-     ratio and loss options).
+     loss options: `loss=clip` by default).
 
 The context of agent i + 1's decision is agent i's first alternative (a sample of the policy)
 after the same context, so every context is on-policy.
@@ -34,9 +34,10 @@ from typing import Any
 
 import torch
 
+from magrpo.algos.advantages import ADVANTAGES, advantages
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import ADVANTAGES, advantages
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
+from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.scaffold import Episode
 from magrpo.algos.step_metrics import reward_metrics
 from magrpo.models import Agent
@@ -55,6 +56,8 @@ class C3Config(GroupRelativeConfig):
     topology: str = option("sequential", choices=["simultaneous", "sequential"])   # C3 needs: sequential
     advantage: str = option("rloo", choices=lambda: sorted(ADVANTAGES))   # leave-one-out
     num_iterations: int = at_least(1, 2)          # PPO-style: each rollout is reused with clipped ratios
+    # the policy loss (losses.POLICY_LOSSES): PPO's token-clipped surrogate, for the reused rollouts
+    loss: str = option("clip", choices=lambda: sorted(POLICY_LOSSES))
 
 
 def first_answers(gen: Generation) -> Generation:

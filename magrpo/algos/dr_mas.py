@@ -27,8 +27,8 @@ from typing import Any
 
 import torch
 
+from magrpo.algos.advantages import ADVANTAGE_SCALES, keyed_advantages
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import ADVANTAGE_SCALES, keyed_advantages
 from magrpo.algos.keys import RewardKeys
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode, check_individual_reward

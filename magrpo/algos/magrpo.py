@@ -18,9 +18,14 @@ R = r + discount * mean(children's R), each sibling set is a group for step 3, a
 over the samples of every node of every turn.
 
 Options of MAGRPO and the methods that subclass it (grpo, dr_mas, at_grpo; c3 shares only the
-update's: ratio_level, epsilon_high, loss_agg, loss):
+update's: loss, loss_agg, epsilon_high, num_iterations):
 
-  * `ratio_level=sequence` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
+  * `loss`: the policy loss by name (losses.POLICY_LOSSES, each with its equation), the only key that
+    picks it: `reinforce` (the default: the paper's -A log pi, one pass per rollout), `clip` (PPO's
+    token-clipped surrogate, to reuse a rollout `num_iterations` > 1 times), `gspo`, or a plugin's
+    `register_policy_loss`;
+
+  * `loss=gspo` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
     completion, the geometric mean of its token ratios
         s = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
     clipped at sequence level: L = -min(s A, clip(s, 1 - eps, 1 + eps_high) A), placed on each of
@@ -35,10 +40,7 @@ update's: ratio_level, epsilon_high, loss_agg, loss):
         overlong_penalty * min(0, max(-1, ((L_max - buffer) - L) / buffer)),
     0 up to L_max - buffer, falling linearly to -overlong_penalty at L_max (a cut-off answer);
 
-  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`);
-  * `loss`: the policy loss by name (core.POLICY_LOSSES, each with its equation: `reinforce`,
-    `clip`, `gspo`, or a plugin's `register_policy_loss`); left null it follows the keys above:
-    gspo at `ratio_level=sequence`, clip when `num_iterations` > 1, else reinforce.
+  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`).
 
 The update of one policy (group_relative.py) reads: the ratio's pi_old (the rollout policy, fixed
 on the first pass), the policy loss, then the aggregation (`loss_agg`).
@@ -53,8 +55,8 @@ from dataclasses import dataclass
 
 import torch
 
+from magrpo.algos.advantages import advantages, keyed_advantages
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import advantages, keyed_advantages
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
 from magrpo.algos.keys import CrossCreditKeys, reward_kind
 from magrpo.algos.scaffold import Episode, group_items

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from magrpo.algos.core import ADVANTAGES, STD_EPS, advantages
+from magrpo.algos.advantages import ADVANTAGES, STD_EPS, advantages
 
 R = torch.tensor([[1.0, 2.0, 3.0, 6.0], [0.0, 0.0, 4.0, 4.0]])
 
@@ -43,10 +43,3 @@ def test_equal_returns_give_zero_advantage_and_finite_scale():
             continue
         a = advantages(same, name, "group")
         assert torch.isfinite(a).all() and torch.allclose(a, torch.zeros_like(a), atol=1e-5)
-
-
-def test_the_old_name_of_the_advantage_scale_registry_still_imports_with_a_warning():
-    from magrpo.algos import core
-
-    with pytest.warns(DeprecationWarning, match="ADVANTAGE_SCALES"):
-        assert core.SCALES is core.ADVANTAGE_SCALES

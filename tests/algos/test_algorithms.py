@@ -62,11 +62,11 @@ def test_every_algorithm_is_registered_with_its_own_schema():
 
 
 # Named variants of an algorithm that the golden numbers pin too: MAGRPO's GSPO and DAPO options.
-VARIANTS = {"gspo": ["algo=magrpo", "algo.ratio_level=sequence", "algo.loss_agg=seq_mean_token_mean",
+VARIANTS = {"gspo": ["algo=magrpo", "algo.loss=gspo", "algo.loss_agg=seq_mean_token_mean",
                      "algo.num_iterations=2"],
             "dapo": ["algo=magrpo", "algo.dynamic_sampling=true", "algo.overlong_penalty=1.0",
                      "algo.overlong_buffer=4", "algo.loss_agg=token_mean", "algo.epsilon_high=0.28",
-                     "algo.num_iterations=2"]}
+                     "algo.loss=clip", "algo.num_iterations=2"]}
 
 
 def test_golden_numbers_of_two_steps_of_each_algorithm(make_cfg, tmp_path):
@@ -152,8 +152,8 @@ def test_in_a_chain_the_centralized_critic_reads_each_samples_own_joint_action(m
 def test_the_centralized_critic_values_each_token_after_the_joint_context(make_cfg):
     """Values read from the split input (shared prompts, then the answers) equal those of the whole
     text run as one sequence."""
-    from magrpo.algos.core import RowBatch
     from magrpo.algos.ippo import CriticInput, critic_values
+    from magrpo.algos.logprobs import RowBatch
 
     cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=mappo", *FAST])
     rollout = team_rollout(agents, task, task.load("train")[:2], algo.sampling)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from magrpo.algos.core import keyed_advantages
+from magrpo.algos.advantages import keyed_advantages
 from magrpo.cli.train import run
 from magrpo.tasks import Scores
 from tests.algos import FAST

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from magrpo.algos.core import clipped_surrogate, sequence_log_ratio
+from magrpo.algos.losses import clipped_surrogate, sequence_log_ratio
 from magrpo.algos.magrpo import MAGRPO, overlong_penalty
 from magrpo.tasks import Scores
 from magrpo.trainer import seed_everything
@@ -35,8 +35,8 @@ def test_gspo_on_policy_gradient_weights_each_token_by_one_over_the_length(make_
     """At ratio 1 with seq_mean_token_mean, GSPO's gradient is A * (1/|y|) sum_t grad log pi: the
     same as MAGRPO's token ratio with that aggregation; with seq_sum it is the plain sum."""
     grads = {}
-    for level in ("token", "sequence"):
-        cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", f"algo.ratio_level={level}",
+    for level, loss in (("token", "clip"), ("sequence", "gspo")):
+        cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", f"algo.loss={loss}",
                                                     "algo.loss_agg=seq_mean_token_mean", *FAST])
         seed_everything(0)
         ep = algo.collect(task.load("train")[:2])
