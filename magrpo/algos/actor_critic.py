@@ -46,13 +46,13 @@ import torch
 
 from magrpo import distributed
 from magrpo.algos.aggregation import LOSS_AGG, AggContext
-from magrpo.algos.base import register_algo
+from magrpo.algos.base import StepInput, register_algo
 from magrpo.algos.critics import CriticConfig, TurnCritic
 from magrpo.algos.keys import CrossCreditKeys, EntropyKeys, LossKeys, RewardKeys, ValueKeys
 from magrpo.algos.logprobs import row_chunks, row_logprobs
 from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.optim import clip_and_step
-from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
+from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, credit
@@ -113,7 +113,6 @@ class IAC(TeamAlgorithm):
 
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
-        check_individual_reward(cfg, task_cls)
         if cfg.algo.beta > 0:
             raise ConfigError(f"algo.beta={cfg.algo.beta} is not used by algo={cls.name}: its actor follows the TD "
                               f"error alone, with no KL term; set algo.beta=0")
@@ -122,18 +121,15 @@ class IAC(TeamAlgorithm):
                               f"V(h_t) is the state before the agents act together, and in a chain agent i's "
                               f"state already holds earlier answers; use algo=iac, or algo.topology=simultaneous")
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        super().__init__(cfg, agents, task)
-        self.attach_critics(self.critic_owners(), self.algo.critic_lr)
-
     def critic_owners(self) -> list[Agent]:
         """The policy each critic rides on: maac's one critic on the first policy, iac's one per policy."""
         return [self.policies[0]] if self.centralized else self.policies
 
-    def build_critics(self) -> list[TurnCritic]:
+    def build_critics(self) -> list[CriticParts]:
         algo, n = self.algo, len(self.agents)
         length = algo.max_prompt_length * (n if self.centralized else 1) + algo.max_new_tokens * n
-        return [TurnCritic(algo.critic, p, algo.critic_model, length) for p in self.critic_owners()]
+        return [self.critic_parts(TurnCritic(algo.critic, p, algo.critic_model, length), p, algo.critic_lr)
+                for p in self.critic_owners()]
 
     def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
         if policy >= len(self.critics) or self.critics[policy].kind != "head":
@@ -145,8 +141,8 @@ class IAC(TeamAlgorithm):
         return 0 if self.centralized else next(k for k, roles in enumerate(self.roles) if agent in roles)
 
     # -- one training step ----------------------------------------------------------------------------
-    def step(self, items: list[dict]) -> dict[str, float]:
-        ep = self.collect(items)
+    def step(self, inp: StepInput) -> dict[str, float]:
+        ep = self.collect(inp)
         deltas, batches = self.td_errors(ep)                     # advantages: the turn-level TD errors
         for p, policy, gen, delta in self.policy_batches(ep, lambda agent: deltas[agent.index]):
             own = [c for c in range(len(self.critics)) if self.critics[c].kind == "head" and c == p]

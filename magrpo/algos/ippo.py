@@ -46,7 +46,7 @@ import torch
 from magrpo import distributed
 from magrpo.algos.advantages import gae, masked_whiten
 from magrpo.algos.aggregation import LOSS_AGG, AggContext, masked_mean
-from magrpo.algos.base import register_algo
+from magrpo.algos.base import StepInput, StepSpecs, register_algo
 from magrpo.algos.critics import Critic, CriticConfig
 from magrpo.algos.keys import (
     ClipKeys,
@@ -60,7 +60,7 @@ from magrpo.algos.keys import (
 from magrpo.algos.logprobs import RowBatch, rollout_logprobs, row_chunks, row_logprobs
 from magrpo.algos.losses import POLICY_LOSSES, AdaptiveKLController, clipped_value_loss, k3_kl
 from magrpo.algos.optim import clip_and_step
-from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
+from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout
@@ -203,13 +203,8 @@ class IPPO(TeamAlgorithm):
     reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
     centralized = False
 
-    @classmethod
-    def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
-        check_individual_reward(cfg, task_cls)
-
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        super().__init__(cfg, agents, task)
-        self.attach_critics(self.policies, self.algo.critic_lr)
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
+        super().__init__(cfg, agents, task, specs)
         self.kl_ctl = self.make_kl_controller()
         # The decoding pass records the rollout policy's log-probs (and, for a head critic on the
         # actor's own prompt, the hidden states it reads), so _prepare runs no forward of its own.
@@ -217,10 +212,11 @@ class IPPO(TeamAlgorithm):
             else ("logprobs",)
         self.sampling = replace(self.sampling, record=wants)
 
-    def build_critics(self) -> list[Critic]:
+    def build_critics(self) -> list[CriticParts]:
         # One actor, critic and optimizer per policy (a shared policy has one for all its roles);
         # a head critic trains with its actor (and its adapter), a critic model has its own optimizer.
-        return [Critic(self.algo.critic, p, self.algo.critic_model) for p in self.policies]
+        algo = self.algo
+        return [self.critic_parts(Critic(algo.critic, p, algo.critic_model), p, algo.critic_lr) for p in self.policies]
 
     def steps_per_update(self) -> int:
         return self.algo.ppo_epochs * self.algo.num_mini_batches   # optimizer steps over the run
@@ -240,10 +236,10 @@ class IPPO(TeamAlgorithm):
         return None
 
     # -- one training step ----------------------------------------------------------------------------
-    def step(self, items: list[dict]) -> dict[str, float]:
-        ep = self.collect(items)
+    def step(self, inp: StepInput) -> dict[str, float]:
+        ep = self.collect(inp)
         for p, policy, gen, R in self.policy_batches(ep, lambda agent: self.role_returns(agent, ep)):
-            texts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p) for lv in ep.levels()]
+            texts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p, ep.seat) for lv in ep.levels()]
             texts = None if texts[0] is None else [t for part in texts for t in part]
             batch, stats = self._prepare(p, gen, R, texts)        # values, GAE advantages, returns
             stats.update(self._update(p, batch))                   # PPO epochs

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from magrpo.algos import ALGOS
+from magrpo.algos.base import StepInput
 from magrpo.cli.train import run
 from magrpo.config import ConfigError
 from magrpo.rollout import team_rollout
@@ -179,7 +180,7 @@ def test_ippo_value_head_and_policy_both_move(make_cfg):
     cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=ippo", "optimizer.lr=1e-2", *FAST])
     head = algo.critics[0].head.v.weight.detach().clone()
     params = [p.detach().clone() for p in agents[0].trainable_parameters()]
-    metrics = algo.step(task.load("train")[:2])
+    metrics = algo.step(StepInput(task.load("train")[:2]))
     assert not torch.equal(head, algo.critics[0].head.v.weight)
     assert any(not torch.equal(p, q) for p, q in zip(params, agents[0].trainable_parameters()))
     for key in ("loss", "policy_loss", "value_loss", "clip_frac", "approx_kl", "kl", "entropy",
@@ -290,16 +291,17 @@ def test_the_update_phase_is_counted_on_the_clock_of_the_algorithm_that_ran_it(m
 
 def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
     """TeamAlgorithm calls build_critics() once the policies are known and before the optimizers
-    (a head's parameters train with its policy); the checkpoint state carries the critics. None by
-    default."""
-    from magrpo.algos.scaffold import TeamAlgorithm
+    (a head's parameters train with its policy); each critic comes back with what steps it (a
+    separate critic model: its own optimizer and schedule); the checkpoint state carries them. None
+    by default."""
+    from magrpo.algos.scaffold import CriticParts, TeamAlgorithm
 
     cfg, agents, task, plain = build_algorithm(make_cfg, ["algo=magrpo", *FAST])
     assert plain.critics == [] and "critics" not in plain.state_dict()
 
     class WithHead(TeamAlgorithm):
         def build_critics(self):
-            return [torch.nn.Linear(len(self.policies), 1)]
+            return [CriticParts(torch.nn.Linear(len(self.policies), 1))]
 
         def extra_parameters(self, policy):
             return list(self.critics[0].parameters())
@@ -307,19 +309,15 @@ def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
     algo = WithHead(cfg, agents, task)
     head = algo.critics[0]
     assert any(p is head.weight for group in algo.optimizers[0].param_groups for p in group["params"])
+    assert algo.critic_optimizers == [None] and algo.critic_schedulers == [None]
     state = algo.state_dict()
     assert torch.equal(state["critics"][0]["weight"], head.weight)
 
-
-def test_the_machinery_that_left_the_contract_module_still_imports_from_it_with_a_warning():
-    from magrpo.algos import base, optim, scaffold, step_metrics
-
-    for name, home in [("check_tree", scaffold), ("agent_optimizer", optim), ("clip_and_step", optim),
-                       ("timing_metrics", step_metrics), ("update_phase", step_metrics)]:
-        with pytest.warns(DeprecationWarning, match=f"import it from {home.__name__}"):
-            assert getattr(base, name) is getattr(home, name)
-    with pytest.raises(AttributeError):
-        _ = base.no_such_name
+    _, _, _, ippo = build_algorithm(make_cfg, ["algo=ippo", "algo.critic=model", "algo.critic_lr=0.5", *FAST])
+    for critic, opt, sch in zip(ippo.critics, ippo.critic_optimizers, ippo.critic_schedulers):
+        assert critic.kind == "model" and sch.optimizer is opt
+        assert [p for g in opt.param_groups for p in g["params"]] == list(critic.parameters())
+        assert opt.param_groups[0]["initial_lr"] == 0.5
 
 
 def test_every_algo_key_is_declared_once():
