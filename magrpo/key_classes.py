@@ -62,7 +62,7 @@ KEY_CLASSES: dict[str, str] = {
         "kl_horizon", "kl_target", "lam", "loss", "loss_agg", "max_branches", "max_new_tokens", "max_prompt_length",
         "max_tree_nodes", "micro_batch_size", "normalization", "num_generations", "num_iterations",
         "num_mini_batches", "num_turns", "other_play", "overlong_buffer", "overlong_penalty", "ppo_epochs",
-        "ratio_level", "reward", "scale", "share_prompt", "signal_agents", "signal_bonus", "target_kl",
+        "reward", "scale", "share_prompt", "signal_agents", "signal_bonus", "target_kl",
         "temperature", "top_k", "top_p", "topology", "vf_coef", "whiten_advantages", "whiten_min_std")), INERT),
     # eval
     **dict.fromkeys(tuple(f"eval.{k}" for k in (

@@ -51,7 +51,7 @@ def _log_once(model, reason: str) -> None:
 
 def shares_prompt(model, requested: bool) -> bool:
     """Whether `model` can run a prompt once and continue it for several rows (`requested` = the
-    `algo.share_prompt` key), in generation and in the update (magrpo.algos.core). A model that
+    `algo.share_prompt` key), in generation and in the update (magrpo.algos.logprobs). A model that
     cannot falls back to one prompt per row, with one log line."""
     if not requested:
         return False
@@ -541,7 +541,7 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
 
     `record` (a dict, filled in place): with key "logprobs" requested, the log-probability of each
     chosen token under the decoding step's own logits, log softmax(limit_vocab(logits) / T)
-    ([B*G, C] float32, as `algos.core.token_logprobs` computes it from a whole-sequence forward:
+    ([B*G, C] float32, as `algos.logprobs.token_logprobs` computes it from a whole-sequence forward:
     the same numbers up to the order of float additions, since a cached step and a full forward
     add the same products in other orders); with "hidden" requested, the final-normed hidden state
     at the position that predicts each token ([B*G, C, H], what a value head reads). Request a key

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from magrpo import checkpoint, distributed, trust
 from magrpo.algos import ALGOS
+from magrpo.algos.base import StepInput, StepSpecs
 from magrpo.algos.diversity import Diversity
 from magrpo.algos.keys import reward_kind
 from magrpo.algos.optim import agent_overrides
@@ -29,7 +30,6 @@ from magrpo.checkpoint import STATE_FILE
 from magrpo.collaboration import CollaborationConfig
 from magrpo.config import optimized_metric
 from magrpo.eval_loop import eval_sampling, evaluate, metric_names
-from magrpo.feedback import build_feedback
 from magrpo.models import (
     Agent,
     cuda_memory_metrics,
@@ -41,11 +41,10 @@ from magrpo.models import (
 )
 from magrpo.partners import PartnerPool, load_members
 from magrpo.schema import ConfigError, did_you_mean
-from magrpo.tasks import TASKS, Task, build_task
-from magrpo.tasks.reward_fns import ZERO_SPREAD_STEPS, ZeroSpread, check_splits, fallback_note, reward_specs
+from magrpo.tasks import Task, build_task
+from magrpo.tasks.reward_fns import ZERO_SPREAD_STEPS, ZeroSpread, check_splits
 from magrpo.tasks.symmetry import other_play, with_views
 from magrpo.tracking import RunLogger, read_status, run_identity
-from magrpo.turns import TurnSpec
 from magrpo.writes import disk_full_is_one_line
 
 log = logging.getLogger(__name__)
@@ -160,7 +159,7 @@ class Trainer:
         team = algo_cls.team(cfg)
         self.status_before = status_before
         self.check_metrics(team.num_agents)     # before any model is loaded
-        if reward_specs(cfg.reward) and reward_kind(cfg.algo) == "individual":
+        if self.task.reward_fns is not None and reward_kind(cfg.algo) == "individual":
             check_splits(self.task, self.eval_items[0], team.num_agents)   # per-agent shares, before any model
         self.agents: list[Agent] = load_agents(cfg.agents, hw, team.num_agents, need_reference=team.reference)
         self.policies = policy_agents(self.agents)   # what saves and loads: one per policy
@@ -176,18 +175,17 @@ class Trainer:
                 distributed.broadcast_module(model)        # every rank starts from rank 0's weights
                 if self.sharded:
                     distributed.shard_model(model)
-        self.algo = algo_cls(cfg, self.agents, self.task)   # its optimizers hold the (sharded) parameters
-        self.algo.refill = self.refill                      # more items for dynamic sampling (DAPO)
+        # How a step samples, grows its turns and shows feedback: built once, for the algorithm's
+        # training and this loop's evaluation (which follows the training turns).
+        self.specs = StepSpecs.of(cfg, self.task)
+        self.algo = algo_cls(cfg, self.agents, self.task, self.specs)   # its optimizers hold the (sharded) parameters
         # Frozen partners (magrpo.partners): loaded once, before the first step.
         self.partners = PartnerPool(list(cfg.partners), cfg.partner_roles, cfg.partner_sampling, team.num_agents,
                                     cfg.task.name, str(self.agents[0].device), cfg.seed) if cfg.partners else None
         # The population's diversity term (magrpo.algos.diversity): earlier members, loaded once, frozen.
-        if cfg.diversity:
-            self.algo.diversity = diversity_of(cfg, self.agents, self.algo.sampling.temperature)
+        self.diversity = diversity_of(cfg, self.agents, self.specs.sampling.temperature) if cfg.diversity else None
         if self.world.distributed:      # every rank samples its own completions: a random stream per rank
             seed_everything(cfg.seed + 1_000_003 * self.world.rank)
-        self.turns = TurnSpec.from_algo(cfg.algo)            # the eval follows the training turns
-        self.feedback = build_feedback(cfg.feedback, self.task)
         self.logger = RunLogger(cfg, run_dir) if self.world.is_main else _QuietLogger()
         self.step = 0
         self.initial_eval: dict[str, float] | None = None
@@ -213,6 +211,12 @@ class Trainer:
         idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed + 7919 * round_)
         return self.views([self.train_items[i] for i in idx[distributed.shard(len(idx))]][:n], round_)
 
+    def step_input(self, items: list[dict], seat: dict[int, Agent] | None = None) -> StepInput:
+        """What the algorithm gets for the current step: the items as each agent sees them, the
+        partners `seat` places (who fills the partner roles this step), more items for dynamic
+        sampling, and the diversity term."""
+        return StepInput(self.views(items), seat or {}, self.refill, self.diversity)
+
     def views(self, items: list[dict], round_: int = 0) -> list[dict]:
         """The training items as each agent sees them: under `algo.other_play`, copies that carry a
         fresh random relabelling per partner (magrpo.tasks.symmetry), drawn from the run's seed, the
@@ -236,9 +240,8 @@ class Trainer:
         be one this run's evaluation reports: refused now, not after training."""
         cfg = self.cfg
         name = optimized_metric(cfg, self.task.primary_metric)
-        note = fallback_note(TASKS[cfg.task.name], cfg.reward)
-        if note and self.world.is_main:
-            log.warning(note)
+        if self.task.reward_note and self.world.is_main:
+            log.warning(self.task.reward_note)
         if not self.eval_items:
             raise ConfigError(f"eval.num_items / task {cfg.task.name!r}: the eval split has no items to evaluate")
         names = metric_names(self.task, self.eval_items[0], cfg.eval.num_samples, num_agents, cfg.algo.num_turns)
@@ -252,7 +255,7 @@ class Trainer:
         cfg = self.cfg
         metrics, examples = evaluate(self.agents, self.task, self.eval_items, eval_sampling(cfg), cfg.eval.batch_size,
                                      seed=cfg.seed + 7919, num_examples=cfg.eval.log_completions,
-                                     turns=self.turns, feedback=self.feedback,
+                                     turns=self.specs.turns, feedback=self.specs.feedback,
                                      diagnostics=CollaborationConfig.from_eval(cfg.eval, self.base_agents))
         self.logger.log(self.step, {f"eval/{k}": v for k, v in metrics.items()})
         self.logger.log_examples(self.step, "eval/samples", examples)
@@ -377,14 +380,12 @@ class Trainer:
                        desc=f"{cfg.algo.name}:{cfg.task.name}", dynamic_ncols=True,
                        disable=None if self.world.is_main else True)
             progress = Progress(self.step, cfg.max_steps) if self.world.is_main and bar.disable else None
-            spread = ZeroSpread(self.task, cfg.reward, len(self.agents), min(ZERO_SPREAD_STEPS, cfg.max_steps - self.step))
+            spread = ZeroSpread(self.task, len(self.agents), min(ZERO_SPREAD_STEPS, cfg.max_steps - self.step))
             for _ in bar:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
                 idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
-                seated = {}
-                if self.partners is not None:    # who fills the partner roles this step
-                    self.algo.seat, seated = self.partners.seat(self.step)
-                metrics = {**self.algo.step(self.views([self.train_items[i] for i in idx])), **seated}
+                seat, seated = self.partners.seat(self.step) if self.partners is not None else ({}, {})
+                metrics = {**self.algo.step(self.step_input([self.train_items[i] for i in idx], seat)), **seated}
                 metrics = distributed.mean_metrics({**metrics, **cuda_memory_metrics(self.agents)})
                 self.step += 1
                 if (notice := spread.see(metrics)) and self.world.is_main:

@@ -14,7 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from magrpo import checkpoint
 from magrpo.algos import ALGOS
-from magrpo.algos.scaffold import check_other_play, check_signalling, check_tree, return_readers
+from magrpo.algos.keys import reward_kind
 from magrpo.config import (
     EvalRunSchema,
     ModelSchema,
@@ -33,8 +33,9 @@ from magrpo.schema import (
     check_values,
     literal_strings,
 )
-from magrpo.tasks import TASKS, RewardConfig, available_tasks, reward_schema_of
-from magrpo.tasks.reward_fns import check_reward_node
+from magrpo.tasks import TASKS, RewardConfig, Task, available_tasks, reward_schema_of
+from magrpo.tasks.reward_fns import check_reward_node, reward_specs
+from magrpo.turns import sequences_per_item, tree_size
 
 
 def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> DictConfig:
@@ -122,9 +123,11 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     check_other_play(typed, task_cls, num_agents)
     _validate_partners(typed, num_agents)
     _validate_diversity(typed)
+    check_individual_reward(typed, task_cls)
     # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
     # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
-    # whole typed config across groups (this algorithm with that task, topology, team).
+    # whole typed config across groups (this algorithm with that task, topology, team) where a rule
+    # is its own; the ones the algorithms share are below.
     algo_check = getattr(ALGOS[algo_name], "check_config", None)
     if algo_check is not None:
         algo_check(typed, task_cls)
@@ -133,6 +136,94 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     elif typed.resume:
         _validate_resume(typed)
     return typed
+
+
+# -- the checks across groups that the algorithms share ------------------------------------------------
+
+
+def check_individual_reward(cfg: DictConfig, task_cls: type[Task]) -> None:
+    """`algo.reward=individual` needs a task whose reward splits per agent. Reward functions
+    (`reward.fn`) split when they return per-agent lists: the trainer checks that before training
+    (magrpo.tasks.reward_fns.check_splits)."""
+    if reward_specs(cfg.reward):
+        return
+    if reward_kind(cfg.algo) == "individual" and not task_cls.splits_reward:
+        raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
+                          f"is one team reward that does not split per agent; choose algo.reward=team")
+
+
+def check_tree(cfg: DictConfig, num_agents: int) -> None:
+    """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
+    a = cfg.algo
+    topology, branching = a.topology, a.branching
+    branching = list(branching) if branching else None
+    if branching is not None and topology != "sequential":
+        raise ConfigError(f"algo.branching={branching} sets the samples per prefix of a sequential team; "
+                          f"set algo.topology=sequential, or algo.branching=null")
+    if topology == "sequential":
+        if a.joint_mode != "aligned":
+            raise ConfigError(f"algo.joint_mode={a.joint_mode!r} pairs simultaneous samples; a sequential team's "
+                              f"joint actions are the leaves of its chain: set algo.joint_mode=aligned")
+        if branching is not None and num_agents > 1 and len(branching) != num_agents:
+            raise ConfigError(f"algo.branching={branching} gives {len(branching)} level(s) for {num_agents} agents; "
+                              f"give one number (samples per prefix) per agent")
+        if branching is not None and min(branching) < 1:
+            raise ConfigError(f"algo.branching={branching}: every level samples at least 1 answer per prefix")
+    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.max_branches, topology, branching)
+    size = tree_size(*shape)
+    if size > a.max_tree_nodes:
+        raise ConfigError(
+            f"algo.num_turns={a.num_turns} with algo.topology={topology!r}, algo.joint_mode={a.joint_mode!r}, "
+            f"algo.num_generations={a.num_generations}, algo.branching={branching}, "
+            f"{num_agents} agent(s) and algo.max_branches={a.max_branches} grows a tree "
+            f"of {size} nodes per item ({sequences_per_item(*shape)} generated sequences), more than "
+            f"algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
+            f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
+
+
+def check_signalling(cfg: DictConfig, algo_cls: type, num_agents: int) -> None:
+    """Stop `algo.signal_agents` naming an agent the team lacks, and `algo.signal_bonus` on an
+    algorithm that does not take its returns from `Episode.returns` (where the bonus is added)."""
+    a = cfg.algo
+    chosen = a.signal_agents
+    if chosen is not None and not len(chosen):
+        raise ConfigError(f"algo.signal_agents=[] names no agent; allowed: agent numbers 1..{num_agents}, "
+                          f"or null for every agent")
+    for k in chosen or ():
+        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= num_agents:
+            raise ConfigError(f"algo.signal_agents={list(chosen)}: {k!r} is not an agent of this team; "
+                              f"allowed: agent numbers 1..{num_agents}, or null for every agent")
+    if a.signal_bonus > 0 and not getattr(algo_cls, "reads_returns", False):
+        raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
+                          f"credit does not come from the team's returns); allowed with: {', '.join(return_readers())}")
+
+
+def return_readers() -> list[str]:
+    """The algorithms whose credit comes from `Episode.returns`, where `algo.signal_bonus` and the
+    diversity term are added."""
+    return sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
+
+
+def check_other_play(cfg: DictConfig, task_cls: type, num_agents: int) -> None:
+    """`algo.other_play=true` needs partners to relabel (a team of 2 or more agents) and a task that
+    declares the symmetries to relabel them by (Task.symmetries)."""
+    if not cfg.algo.other_play:
+        return
+    if num_agents < 2:
+        raise ConfigError(f"algo.other_play=true relabels each partner's view of the game, but algo.name="
+                          f"{cfg.algo.name} trains a team of {num_agents} agent; use a team of 2 or more")
+    if not task_cls(cfg.task, cfg.reward).symmetries():
+        having = sorted(n for n in TASKS if _declares_symmetries(TASKS[n]))
+        raise ConfigError(f"algo.other_play=true: task {cfg.task.name!r} declares no symmetry to relabel "
+                          f"(Task.symmetries); tasks that do: {', '.join(having)}")
+
+
+def _declares_symmetries(cls: type) -> bool:
+    try:
+        return bool(cls(cls.config_schema() if cls.config_schema else None,
+                        cls.reward_schema() if cls.reward_schema else None).symmetries())
+    except Exception:
+        return False
 
 
 def _validate_partners(cfg: DictConfig, num_agents: int) -> None:

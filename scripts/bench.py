@@ -218,10 +218,11 @@ def sync(agents) -> None:
 
 def run_magrpo(args, cfg, agents, task, warm_items, timed_items) -> list[dict]:
     from magrpo.algos import ALGOS
+    from magrpo.algos.base import StepInput
 
     algo = ALGOS[cfg.algo.name](cfg, agents, task)
     for batch in batches(warm_items, args.batch):
-        algo.step(batch)
+        algo.step(StepInput(batch))
     n_completions = args.batch * args.gens * len(agents)
     runs = []
     for _ in range(args.repeats):
@@ -230,7 +231,7 @@ def run_magrpo(args, cfg, agents, task, warm_items, timed_items) -> list[dict]:
         sync(agents)
         t0, c0 = time.perf_counter(), time.process_time()
         for batch in batches(timed_items, args.batch):
-            m = algo.step(batch)
+            m = algo.step(StepInput(batch))
             for k in ("generate", "reward", "update", "step", "feedback"):
                 sums[k] += m.get(f"time/{k}_s", 0.0)
             sums["tokens"] += m.get("train/completions/tokens", m["train/completions/mean_length"] * n_completions)

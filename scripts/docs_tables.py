@@ -288,8 +288,10 @@ def config_page() -> str:
 
 def algorithms_page() -> str:
     from magrpo.algos import ALGOS
+    from magrpo.algos.advantages import ADVANTAGE_SCALES, ADVANTAGES
+    from magrpo.algos.aggregation import LOSS_AGG
     from magrpo.algos.base import AlgoConfig
-    from magrpo.algos.core import ADVANTAGE_SCALES, ADVANTAGES, LOSS_AGG, POLICY_LOSSES
+    from magrpo.algos.losses import POLICY_LOSSES
 
     shared = frozenset(f.name for f in dataclasses.fields(AlgoConfig))
     out = [HEADER, "# Algorithms\n",

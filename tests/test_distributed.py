@@ -77,7 +77,7 @@ def _rank_main(rank: int, world_size: int, port: int, out: str, cases: dict[str,
 
 
 # Each strategy with a loss aggregation whose normaliser spans the ranks' items.
-CASES = {strategy: [f"algo.loss_agg={agg}", "algo.num_iterations=2", "algo.beta=0.05", f"hardware.strategy={strategy}"]
+CASES = {strategy: [f"algo.loss_agg={agg}", "algo.loss=clip", "algo.num_iterations=2", "algo.beta=0.05", f"hardware.strategy={strategy}"]
          for agg, strategy in [("token_mean", "ddp"), ("seq_mean_token_mean", "fsdp")]}
 
 

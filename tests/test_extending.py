@@ -146,7 +146,7 @@ def _plugin(folder: Path, name: str, body: str) -> str:
 
 
 def test_a_name_registered_twice_names_both_places(tmp_path, monkeypatch):
-    from magrpo.algos.core import ADVANTAGES
+    from magrpo.algos.advantages import ADVANTAGES
     from magrpo.registry import RegistryError
 
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -211,7 +211,7 @@ def test_an_unknown_evaluation_scheme_lists_the_known_ones():
 
 
 def test_an_unknown_name_lists_the_known_ones():
-    from magrpo.algos.core import ADVANTAGES
+    from magrpo.algos.advantages import ADVANTAGES
     from magrpo.registry import RegistryError
 
     with pytest.raises(RegistryError, match=r"algo.advantage='meen' is not a known advantage estimator; "

@@ -266,10 +266,10 @@ def test_one_step_with_spread_ends_the_watch():
     cfg = compose_cfg(["output_dir=/unused"])
     task = build_task(cfg.task, cfg.reward)
     flat = {"train/frac_reward_zero_std": 1.0, "train/reward_mean": 0.0, "train/reward_std": 0.0}
-    watch = ZeroSpread(task, {}, 2, steps=3)
+    watch = ZeroSpread(task, 2, steps=3)
     assert watch.see(flat) is None and watch.see({**flat, "train/frac_reward_zero_std": 0.5}) is None
     assert [watch.see(flat) for _ in range(5)] == [None] * 5
-    watch = ZeroSpread(task, {}, 2, steps=2)
+    watch = ZeroSpread(task, 2, steps=2)
     varied = {**flat, "train/reward_mean": 1.0, "train/reward_std": 0.3}   # equal within groups, not across items
     assert watch.see(flat) is None
     line = watch.see(varied)

@@ -103,7 +103,7 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
         if row.startswith("magrpo_2turn_"):
             assert cfg.algo.num_turns == 2 and cfg.feedback.mode == row.removeprefix("magrpo_2turn_")
         if row == "gspo":
-            assert (cfg.algo.ratio_level, cfg.algo.loss_agg) == ("sequence", "seq_mean_token_mean")
+            assert (cfg.algo.loss, cfg.algo.loss_agg) == ("gspo", "seq_mean_token_mean")
         if row == "dapo":
             assert cfg.algo.dynamic_sampling and cfg.algo.overlong_penalty == 1.0 and cfg.algo.overlong_buffer == 1
             assert cfg.algo.loss_agg == "token_mean" and cfg.algo.epsilon_high == 0.28 and cfg.algo.num_iterations == 1

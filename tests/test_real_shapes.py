@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from magrpo.algos.core import token_logprobs
+from magrpo.algos.logprobs import token_logprobs
 from magrpo.models import load_agents
 from magrpo.rollout import Sampling, generate
 from magrpo.sampler import sample_shared_prompt, vocab_limit

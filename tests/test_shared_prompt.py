@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from magrpo.algos.core import LOSS_AGG, AggContext, RowBatch, row_chunks, row_logprobs, sequence_forward
+from magrpo.algos.aggregation import LOSS_AGG, AggContext
+from magrpo.algos.logprobs import RowBatch, row_chunks, row_logprobs, sequence_forward
 from magrpo.algos.magrpo import MAGRPO
 from magrpo.models import load_agents
 from magrpo.rollout import Generation, Sampling, completion_mask, generate
@@ -114,7 +115,7 @@ def test_hidden_states_for_a_value_head_and_a_critic_backbone(make_cfg):
             torch.testing.assert_close(outs[1][0] * m, outs[0][0] * m, atol=ATOL, rtol=0)
 
 
-@pytest.mark.parametrize("extra", [[], ["algo.num_iterations=2", "algo.loss_agg=token_mean"], ["algo.beta=0.1"]])
+@pytest.mark.parametrize("extra", [[], ["algo.loss=clip", "algo.num_iterations=2", "algo.loss_agg=token_mean"], ["algo.beta=0.1"]])
 def test_magrpo_update_gives_the_same_gradients_with_and_without_sharing(make_cfg, extra):
     grads = []
     for share in (False, True):
@@ -429,7 +430,7 @@ def test_decoding_records_the_logprobs_and_hidden_states_a_forward_gives(kind, l
     # products as the whole-sequence forward in another order, so they agree to float32 rounding:
     # ATOL relative to the size of the numbers (log-probs of a 300-token vocabulary are ~6).
     from magrpo import sampler
-    from magrpo.algos.core import token_logprobs
+    from magrpo.algos.logprobs import token_logprobs
 
     if not lean:
         monkeypatch.setattr(sampler.LeanDecoder, "of", classmethod(lambda cls, model: None))
@@ -457,7 +458,7 @@ def test_the_ppo_family_takes_the_rollout_logprobs_and_values_from_decoding(make
     # IPPO's _prepare reads the recorded log-probs and head values: they equal a rollout forward's
     # to float32 rounding, and a generation without a record (model.generate) still gets them.
     from magrpo.algos import ALGOS
-    from magrpo.algos.core import rollout_logprobs, row_chunks
+    from magrpo.algos.logprobs import rollout_logprobs, row_chunks
     from magrpo.rollout import team_rollout
 
     cfg, agents = _agents(make_cfg, ["algo=ippo", "algo.batch_size=3", "algo.max_new_tokens=8"])

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from magrpo.algos import ALGOS
+from magrpo.algos.base import StepInput
 from magrpo.cli.train import run
 from magrpo.models import load_agents
 from magrpo.schema import ConfigError
@@ -39,7 +40,7 @@ def test_a_shared_policy_takes_one_optimizer_step_per_update_over_every_roles_sa
     update = trainer._update
     trainer._update = lambda i, b, *rest: (rows.append((i, (b if algo == "magrpo" else b.gen).completion_ids.shape[0])),
                                            update(i, b, *rest))[1]
-    metrics = trainer.step(task.load("train")[:2])
+    metrics = trainer.step(StepInput(task.load("train")[:2]))
     a = trainer.algo
     per_update = 1 if algo == "magrpo" else a.ppo_epochs * a.num_mini_batches
     assert len(steps) == per_update            # the same count as one agent's: not once per role
@@ -127,7 +128,7 @@ def test_a_chain_shows_each_agent_its_predecessors_and_groups_never_mix_prefixes
     seen = []
     update = trainer._update
     trainer._update = lambda i, gen, adv: (seen.append((gen, adv)), update(i, gen, adv))[1]
-    trainer.step(task.load("train")[:2])
+    trainer.step(StepInput(task.load("train")[:2]))
     (g1, a1), (g2, a2) = seen
     assert g1.completion_ids.shape[0] == 2 * 3 and g2.completion_ids.shape[0] == 2 * 3 * 2
     for r in range(len(g2.texts)):       # row r of agent 2 answers prefix r // 2 = agent 1's row r // 2
@@ -174,7 +175,7 @@ def test_a_shared_policy_plays_every_level_of_a_chain(make_cfg, algo):
     update = trainer._update
     trainer._update = lambda i, b, *rest: (rows.append((b if algo == "magrpo" else b.gen).completion_ids.shape[0]),
                                            update(i, b, *rest))[1]
-    trainer.step(task.load("train")[:2])
+    trainer.step(StepInput(task.load("train")[:2]))
     assert rows == [2 * 2 + 2 * 2 * 3]          # agent 1: 2 per item; agent 2: 3 per each of them
     a = trainer.algo
     assert len(steps) == (1 if algo == "magrpo" else a.ppo_epochs * a.num_mini_batches)

@@ -271,9 +271,9 @@ def test_the_diversity_term_is_the_mixtures_nll_of_each_answer_added_to_its_retu
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'div'}", *SMALL, "diversity_coef=0.5",
                                 f"diversity=[{partner_runs[0]},{partner_runs[1]}]"]))
     trainer = Trainer(cfg, tmp_path / "div")
-    div = trainer.algo.diversity
+    div = trainer.diversity
     assert div.coef == 0.5 and len(div.members) == 2
-    ep = trainer.algo.collect(trainer.train_items[:2])
+    ep = trainer.algo.collect(trainer.step_input(trainer.train_items[:2]))
     with_term = ep.returns(0, 1.0)
     ep.diversity = None
     without = ep.returns(0, 1.0)

@@ -1,9 +1,13 @@
 """Algorithms, registered by name: `algo.name` (the `algo` config group) picks one.
 
 Each is one file whose math reads top to bottom. What they share:
-  base.py            the contract every algorithm keeps (ALGOS, register_algo, AlgoConfig, TeamSpec);
-  core.py            the math pieces and their registries (token log-probs, advantage estimators and
-                     scales, policy losses, loss aggregation, KL estimators, GAE);
+  base.py            the contract every algorithm keeps (ALGOS, register_algo, AlgoConfig, TeamSpec,
+                     StepSpecs, StepInput);
+  advantages.py      advantage estimators and scales (ADVANTAGES, ADVANTAGE_SCALES), GAE, whitening;
+  losses.py          the policy losses (POLICY_LOSSES: reinforce, clip, gspo), the clipped value loss,
+                     the KL estimator and its adaptive coefficient;
+  aggregation.py     how per-token losses become one scalar (LOSS_AGG);
+  logprobs.py        token log-probabilities of completion rows (each distinct prompt run once);
   scaffold.py        TeamAlgorithm and Episode: set-up, collection, per-policy batches, checkpoint state;
   group_relative.py  the update of the group-relative methods (MAGRPO's family and C3);
   critics.py         value heads and critic models; optim.py the optimizers; step_metrics.py the
@@ -12,16 +16,10 @@ Each is one file whose math reads top to bottom. What they share:
 
 from __future__ import annotations
 
+from magrpo.algos.advantages import ADVANTAGES, register_advantage, register_scale
+from magrpo.algos.aggregation import LOSS_AGG, register_loss_agg
 from magrpo.algos.base import ALGOS, AlgoConfig, Algorithm, TeamSpec, register_algo
-from magrpo.algos.core import (
-    ADVANTAGES,
-    LOSS_AGG,
-    POLICY_LOSSES,
-    register_advantage,
-    register_loss_agg,
-    register_policy_loss,
-    register_scale,
-)
+from magrpo.algos.losses import POLICY_LOSSES, register_policy_loss
 
 # Importing a module registers its algorithm.
 from magrpo.algos import magrpo as _magrpo  # noqa: E402,F401  isort: skip

@@ -20,6 +20,9 @@ ratio and no clipping (as in the paper):
     L_actor  = -delta_t * log pi_i(a_{i,t} | h_{i,t})  - ent_coef * H(pi_i)   (aggregated by `loss_agg`)
     L_critic = vf_coef * 0.5 * (V(h_t) - y_t)^2         (Q(h_t, a_t) for critic_type=q)
 
+(the actor's term is the registered policy loss `loss`, `reinforce` by default, with delta_t as
+its advantage on each token of the turn's answer).
+
 r_t is the turn's reward (the team's, or for iac with `reward=individual` the agent's share),
 credited to a sample as MAGRPO credits it (the mean over the joint actions that contain it). A
 node left unexpanded by `max_branches` takes its expanded siblings' mean V(h_{t+1}).
@@ -42,25 +45,37 @@ from typing import Any
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import register_algo
-from magrpo.algos.core import LOSS_AGG, AggContext, row_chunks, row_logprobs, shares_prompt
+from magrpo.algos.aggregation import LOSS_AGG, AggContext
+from magrpo.algos.base import StepInput, register_algo
 from magrpo.algos.critics import CriticConfig, TurnCritic
-from magrpo.algos.keys import AggregationKeys, CrossCreditKeys, EntropyKeys, RewardKeys, ValueKeys
+from magrpo.algos.keys import CrossCreditKeys, EntropyKeys, LossKeys, RewardKeys, ValueKeys
+from magrpo.algos.logprobs import row_chunks, row_logprobs
+from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.optim import clip_and_step
-from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
+from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout, credit
+from magrpo.sampler import shares_prompt
 from magrpo.schema import ConfigError, option
 from magrpo.tasks import Task
 
 
 @dataclass
-class IACConfig(CriticConfig, RewardKeys, CrossCreditKeys, AggregationKeys, ValueKeys, EntropyKeys):
-    """critic_model (critic=model) may have its own tokenizer: a turn-level critic reads text."""
+class IACConfig(CriticConfig, RewardKeys, CrossCreditKeys, LossKeys, ValueKeys, EntropyKeys):
+    """critic_model (critic=model) may have its own tokenizer: a turn-level critic reads text.
+    `loss`: reinforce (the paper's -delta log pi), or a plugin's; clip and gspo read a clip range
+    this on-policy actor has no key for."""
 
     name: str = "iac"
     critic_type: str = option("v", choices=["v", "q"])             # V(h_t) or Q(h_t, a_t)
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        if node.loss in ("clip", "gspo"):
+            raise ConfigError(f"{prefix}loss={node.loss!r} clips an importance ratio, but this actor takes one "
+                              f"on-policy step per rollout (ratio 1) and has no clip range ({prefix}epsilon); "
+                              f"choose {prefix}loss=reinforce (the paper's) or a registered loss of your own")
 
 
 @dataclass
@@ -98,7 +113,6 @@ class IAC(TeamAlgorithm):
 
     @classmethod
     def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
-        check_individual_reward(cfg, task_cls)
         if cfg.algo.beta > 0:
             raise ConfigError(f"algo.beta={cfg.algo.beta} is not used by algo={cls.name}: its actor follows the TD "
                               f"error alone, with no KL term; set algo.beta=0")
@@ -107,18 +121,15 @@ class IAC(TeamAlgorithm):
                               f"V(h_t) is the state before the agents act together, and in a chain agent i's "
                               f"state already holds earlier answers; use algo=iac, or algo.topology=simultaneous")
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        super().__init__(cfg, agents, task)
-        self.attach_critics(self.critic_owners(), self.algo.critic_lr)
-
     def critic_owners(self) -> list[Agent]:
         """The policy each critic rides on: maac's one critic on the first policy, iac's one per policy."""
         return [self.policies[0]] if self.centralized else self.policies
 
-    def build_critics(self) -> list[TurnCritic]:
+    def build_critics(self) -> list[CriticParts]:
         algo, n = self.algo, len(self.agents)
         length = algo.max_prompt_length * (n if self.centralized else 1) + algo.max_new_tokens * n
-        return [TurnCritic(algo.critic, p, algo.critic_model, length) for p in self.critic_owners()]
+        return [self.critic_parts(TurnCritic(algo.critic, p, algo.critic_model, length), p, algo.critic_lr)
+                for p in self.critic_owners()]
 
     def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
         if policy >= len(self.critics) or self.critics[policy].kind != "head":
@@ -130,8 +141,8 @@ class IAC(TeamAlgorithm):
         return 0 if self.centralized else next(k for k, roles in enumerate(self.roles) if agent in roles)
 
     # -- one training step ----------------------------------------------------------------------------
-    def step(self, items: list[dict]) -> dict[str, float]:
-        ep = self.collect(items)
+    def step(self, inp: StepInput) -> dict[str, float]:
+        ep = self.collect(inp)
         deltas, batches = self.td_errors(ep)                     # advantages: the turn-level TD errors
         for p, policy, gen, delta in self.policy_batches(ep, lambda agent: deltas[agent.index]):
             own = [c for c in range(len(self.critics)) if self.critics[c].kind == "head" and c == p]
@@ -260,31 +271,34 @@ class IAC(TeamAlgorithm):
         agent.activate()
         agent.model.train()
         dev = agent.device
-        delta = delta.to(dev)
         mask = gen.completion_mask.to(dev)
+        delta = delta.to(dev).unsqueeze(-1).expand_as(mask)    # the turn's TD error on each of its tokens
         ctx = AggContext.of(mask, algo.max_new_tokens)
-        aggregate = LOSS_AGG[algo.loss_agg]
+        policy_loss, aggregate = POLICY_LOSSES[algo.loss], LOSS_AGG[algo.loss_agg]
         share = shares_prompt(agent.model, algo.share_prompt)
         optimizer.zero_grad(set_to_none=True)
-        sums = {"loss": 0.0, "policy_loss": 0.0, "entropy": 0.0}
+        sums = dict.fromkeys(("loss", "policy_loss", "entropy", "clip_frac", "approx_kl"), 0.0)
+        n_tok = max(ctx.num_tokens, 1)
         for mb in row_chunks(mask.shape[0], algo.micro_batch_size, gen.num_generations):
             logp, entropy = row_logprobs(agent.model, gen, mb, agent.temperature(algo.temperature), dev, share,
                                          with_entropy=True, entropy_grad=algo.ent_coef > 0)
             m = mask[mb]
-            token_loss = -delta[mb].unsqueeze(-1) * logp        # -delta_t * log pi_i(a_i,t | h_i,t), no ratio
-            sums["policy_loss"] += aggregate(token_loss.detach(), m, ctx).item()
-            token_loss = token_loss - algo.ent_coef * entropy
-            loss = aggregate(token_loss, m, ctx)
+            # -delta_t * log pi_i(a_i,t | h_i,t) (reinforce: no ratio, one on-policy step; pi_old = pi)
+            pg, info = policy_loss(logp, logp.detach(), delta[mb], m, algo)
+            loss = aggregate(pg - algo.ent_coef * entropy, m, ctx)
             loss.backward()
             sums["loss"] += loss.item()
-            sums["entropy"] += (entropy.detach() * m).sum().item() / max(ctx.num_tokens, 1)
+            sums["policy_loss"] += aggregate(pg.detach(), m, ctx).item()
+            sums["entropy"] += (entropy.detach() * m).sum().item() / n_tok
+            sums["clip_frac"] += (info.clipped * m).sum().item() / n_tok        # 0 on-policy, as approx_kl
+            sums["approx_kl"] += (info.approx_kl * m).sum().item() / n_tok
         stats = distributed.sum_dict(sums)
         for c, batch in critics.items():              # a head critic's loss joins its policy's step
             stats["value_loss"], stats["value_mean"] = self._critic_loss(c, batch, algo.vf_coef)
             agent.model.train()
         stats["grad_norm"] = clip_and_step(agent.trainable_parameters() + self.extra_parameters(p), optimizer,
                                            scheduler, self.cfg.optimizer.max_grad_norm)
-        stats.update({"lr": scheduler.get_last_lr()[0], "kl": 0.0, "clip_frac": 0.0, "approx_kl": 0.0})
+        stats.update({"lr": scheduler.get_last_lr()[0], "kl": 0.0})
         return stats
 
     @update_phase

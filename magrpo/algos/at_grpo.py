@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from magrpo.algos.base import register_algo
+from magrpo.algos.base import StepSpecs, register_algo
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode
 from magrpo.models import Agent
@@ -42,8 +42,8 @@ class ATGRPOConfig(MAGRPOConfig):
 class ATGRPO(MAGRPO):
     config_schema = ATGRPOConfig
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task) -> None:
-        super().__init__(cfg, agents, task)
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None) -> None:
+        super().__init__(cfg, agents, task, specs)
         self.turns = replace(self.turns, branch=self.algo.branch)     # its tree sampling (module docstring)
 
     def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:

@@ -8,12 +8,16 @@ An algorithm is a class registered by name (`@register_algo("ippo")`) that decla
   * optionally `check_config(cfg, task_cls)`, a classmethod: checks ACROSS groups of the typed config
     (this algorithm with that task, topology or team); one node's own keys: its schema's `check_node`;
 
-and, once built from (cfg, agents, task), offers
-  * `step(items) -> metrics` for one update on a batch of items, and
+and, once built from (cfg, agents, task, specs), offers
+  * `step(StepInput) -> metrics` for one update on a batch of items: the one call between the loop
+    and the algorithm, holding everything the loop hands it for the step (the items, the partners
+    seated this step, where more items come from, the population's diversity term), and
   * `state_dict()` / `load_state_dict()` covering every optimizer, scheduler, critic and
     controller it owns (the agents' weights are saved by the loop).
 
-The loop (magrpo.trainer) never tests which algorithm it runs.
+`StepSpecs` (how a step samples, grows its turn tree and shows feedback) is built once from the
+config by the loop, which evaluates with the same turns and feedback, and handed to the algorithm.
+The loop (magrpo.trainer) never tests which algorithm it runs, and sets nothing on it.
 
 This module is the contract alone. What the built-in algorithms share to keep it lives beside it:
 the set-up, collection and checkpoint state in `scaffold.py` (TeamAlgorithm, Episode, the turn-tree
@@ -22,15 +26,18 @@ check), the optimizers in `optim.py`, and the step's reward and timing metrics i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+from magrpo.algos.diversity import Diversity
+from magrpo.feedback import Feedback, build_feedback
 from magrpo.models import SHARED_POLICY, Agent
 from magrpo.registry import Registry, registrar
-from magrpo.rollout import SamplingKeys
+from magrpo.rollout import Sampling, SamplingKeys
 from magrpo.schema import at_least, option
 from magrpo.tasks import Task
-from magrpo.turns import TurnKeys
+from magrpo.turns import TurnKeys, TurnSpec
 
 ALGOS: Registry[type[Algorithm]] = Registry("algorithm", "algo.name", set_name=True, builtins=tuple(
     f"magrpo.algos.{m}" for m in ("magrpo", "grpo", "ippo", "mappo", "ppo", "dr_mas", "at_grpo", "actor_critic", "c3")))
@@ -84,6 +91,37 @@ class TeamSpec:
                    shared=cfg.agents.share_policy and n > 1)
 
 
+@dataclass(frozen=True)
+class StepSpecs:
+    """How every step samples, grows its turn tree and shows feedback between turns, from the
+    config: built once (by the training loop, whose evaluation follows the same turns and feedback)
+    and handed to the algorithm, which may narrow them (AT-GRPO's best branch, the log-probs IPPO
+    asks the decoding pass to record)."""
+
+    sampling: Sampling
+    turns: TurnSpec
+    feedback: Feedback
+
+    @classmethod
+    def of(cls, cfg: Any, task: Task) -> StepSpecs:
+        return cls(Sampling.from_algo(cfg.algo), TurnSpec.from_algo(cfg.algo), build_feedback(cfg.feedback, task))
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """What the training loop hands an algorithm for one step: the one call between them."""
+
+    items: list[dict]                     # this rank's block of the batch, as each agent sees them
+    # role index -> a frozen partner's agent that plays that role in this step's rollouts
+    # (magrpo.partners); a role a partner fills is not updated (its policy's other roles are)
+    seat: dict[int, Agent] = field(default_factory=dict)
+    # more items for this step (dynamic sampling): refill(round, n) -> at most n items; None: the
+    # same items are sampled again
+    refill: Callable[[int, int], list[dict]] | None = None
+    # the population's diversity term (magrpo.algos.diversity): the earlier members, or None
+    diversity: Diversity | None = None
+
+
 class Algorithm(Protocol):
     name: ClassVar[str]
     config_schema: ClassVar[type]
@@ -91,9 +129,9 @@ class Algorithm(Protocol):
     @classmethod
     def team(cls, cfg: Any) -> TeamSpec: ...
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task) -> None: ...
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None) -> None: ...
 
-    def step(self, items: list[dict]) -> dict[str, float]: ...
+    def step(self, inp: StepInput) -> dict[str, float]: ...
 
     def state_dict(self) -> dict: ...
 

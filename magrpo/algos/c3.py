@@ -13,7 +13,7 @@ something else, with everything else held fixed:
         A_k = R_k - (1 / (K - 1)) * sum_{j != k} R_j            (`advantage=rloo`)
   5. a PPO-style update of agent i on its alternatives: the clipped surrogate over
      `num_iterations` passes (the group-relative update MAGRPO uses, group_relative.py, with its
-     ratio and loss options).
+     loss options: `loss=clip` by default).
 
 The context of agent i + 1's decision is agent i's first alternative (a sample of the policy)
 after the same context, so every context is on-policy.
@@ -34,9 +34,10 @@ from typing import Any
 
 import torch
 
-from magrpo.algos.base import register_algo
-from magrpo.algos.core import ADVANTAGES, advantages
+from magrpo.algos.advantages import ADVANTAGES, advantages
+from magrpo.algos.base import StepInput, register_algo
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
+from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.scaffold import Episode
 from magrpo.algos.step_metrics import reward_metrics
 from magrpo.models import Agent
@@ -55,6 +56,8 @@ class C3Config(GroupRelativeConfig):
     topology: str = option("sequential", choices=["simultaneous", "sequential"])   # C3 needs: sequential
     advantage: str = option("rloo", choices=lambda: sorted(ADVANTAGES))   # leave-one-out
     num_iterations: int = at_least(1, 2)          # PPO-style: each rollout is reused with clipped ratios
+    # the policy loss (losses.POLICY_LOSSES): PPO's token-clipped surrogate, for the reused rollouts
+    loss: str = option("clip", choices=lambda: sorted(POLICY_LOSSES))
 
 
 def first_answers(gen: Generation) -> Generation:
@@ -114,25 +117,25 @@ class C3(GroupRelativeAlgorithm):
                 raise ConfigError(f"algo.{key}={a[key]} does not apply to algo=c3: {why}; "
                                   f"leave it at its default")
 
-    def collect(self, items: list[dict]) -> Episode:
+    def collect(self, inp: StepInput) -> Episode:
         t0 = time.perf_counter()
-        decisions, generated = counterfactual_rollouts(self.players, self.task, items, self.sampling)
+        decisions, generated = counterfactual_rollouts(self.players(inp.seat), self.task, inp.items, self.sampling)
         t_gen = time.perf_counter()
         for d in decisions:
             d.score(self.task)
         stats = TreeStats(generate_s=t_gen - t0)
         ep = Episode(decisions, stats, self.task, len(self.agents), t0, t_gen, time.perf_counter(),
-                     clock=self.update_clock)
+                     clock=self.update_clock, seat=inp.seat)
         ep.cache["generated"] = generated
         ep.metrics.update(reward_metrics(decisions[0]))      # decision 1: the team as a whole
         for i, d in enumerate(decisions):
             ep.metrics[f"train/c3/decision_{i + 1}/reward_mean"] = d.rewards.mean().item()
         return ep
 
-    def step(self, items: list[dict]) -> dict[str, float]:
-        ep = self.collect(items)
+    def step(self, inp: StepInput) -> dict[str, float]:
+        ep = self.collect(inp)
         for p in range(len(self.roles)):
-            roles = self.trained_roles(p)
+            roles = self.trained_roles(p, ep.seat)
             if not roles:                    # a partner plays every role of this policy this step
                 continue
             # Agent i trains on its own decision's alternatives, each with its leave-one-out advantage.
@@ -153,7 +156,7 @@ class C3(GroupRelativeAlgorithm):
         generated = ep.cache["generated"]
         tokens = sum(g.lengths.sum().item() for g in generated)
         rows = sum(len(g.texts) for g in generated)
-        metrics.update({"train/sequences_per_item": rows / len(items), "train/completions/tokens": float(tokens),
+        metrics.update({"train/sequences_per_item": rows / len(inp.items), "train/completions/tokens": float(tokens),
                         "train/completions/mean_length": tokens / max(rows, 1),
                         "speed/tokens_per_s": tokens / metrics["time/step_s"]})
         return metrics

@@ -17,8 +17,9 @@ from transformers import AutoModel, AutoTokenizer
 
 from magrpo import hub
 from magrpo.algos.base import AlgoConfig
-from magrpo.algos.core import RowBatch, sequence_forward, shares_prompt
+from magrpo.algos.logprobs import RowBatch, sequence_forward
 from magrpo.models import Agent, resolve_model_path
+from magrpo.sampler import shares_prompt
 from magrpo.schema import ConfigError, option
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from magrpo.algos.core import rollout_logprobs, row_chunks
+from magrpo.algos.logprobs import rollout_logprobs, row_chunks
 
 CHUNK_ROWS = 64        # answers per forward of a member's model
 

@@ -23,18 +23,16 @@ team, whose later agents' samples of an item span several prefixes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from magrpo.algos.advantages import ADVANTAGE_SCALES, keyed_advantages
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import ADVANTAGE_SCALES, keyed_advantages
 from magrpo.algos.keys import RewardKeys
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
-from magrpo.algos.scaffold import Episode, check_individual_reward
+from magrpo.algos.scaffold import Episode
 from magrpo.models import Agent
 from magrpo.schema import option
-from magrpo.tasks import Task
 
 
 @dataclass
@@ -47,10 +45,6 @@ class DrMASConfig(MAGRPOConfig, RewardKeys):
 @register_algo("dr_mas")
 class DrMAS(MAGRPO):
     config_schema = DrMASConfig
-
-    @classmethod
-    def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
-        check_individual_reward(cfg, task_cls)
 
     def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
         if self.algo.normalization == "global":

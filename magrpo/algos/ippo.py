@@ -20,7 +20,9 @@ own share where the task can split it). One step, for a batch of B items and N a
           + vf_coef * 0.5 * max((V - R)^2, (V_old + clip(V - V_old, +-c) - R)^2)     (clipped value loss)
           - ent_coef * H(pi)                                                        (entropy bonus)
      averaged over the mini-batch's tokens, r = pi / pi_old; the epochs stop early once the mean
-     approx KL(pi_old || pi) of an epoch exceeds `target_kl`.
+     approx KL(pi_old || pi) of an epoch exceeds `target_kl`. The surrogate is the registered policy
+     loss `loss` (default clip; losses.POLICY_LOSSES) and the average the aggregation `loss_agg`
+     (default token_mean; aggregation.LOSS_AGG), as in every algorithm.
 
 With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py) and each turn's completion is
 one episode of the token-level MDP above whose terminal reward is its node's return: the reward
@@ -42,37 +44,40 @@ from typing import Any
 import torch
 
 from magrpo import distributed
-from magrpo.algos.base import register_algo
-from magrpo.algos.core import (
-    AdaptiveKLController,
-    RowBatch,
-    clipped_surrogate,
-    clipped_value_loss,
-    gae,
-    k3_kl,
-    masked_mean,
-    masked_whiten,
-    rollout_logprobs,
-    row_chunks,
-    row_logprobs,
-    shares_prompt,
-)
+from magrpo.algos.advantages import gae, masked_whiten
+from magrpo.algos.aggregation import LOSS_AGG, AggContext, masked_mean
+from magrpo.algos.base import StepInput, StepSpecs, register_algo
 from magrpo.algos.critics import Critic, CriticConfig
-from magrpo.algos.keys import ClipKeys, CrossCreditKeys, EntropyKeys, RewardKeys, ValueKeys
+from magrpo.algos.keys import (
+    ClipKeys,
+    CrossCreditKeys,
+    EntropyKeys,
+    LossKeys,
+    RewardKeys,
+    ValueKeys,
+    check_ratio_loss,
+)
+from magrpo.algos.logprobs import RowBatch, rollout_logprobs, row_chunks, row_logprobs
+from magrpo.algos.losses import POLICY_LOSSES, AdaptiveKLController, clipped_value_loss, k3_kl
 from magrpo.algos.optim import clip_and_step
-from magrpo.algos.scaffold import Episode, TeamAlgorithm, check_individual_reward
+from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
 from magrpo.models import Agent
 from magrpo.rollout import Generation, Rollout
+from magrpo.sampler import shares_prompt
 from magrpo.schema import at_least, option, positive, within
 from magrpo.tasks import Task
 
 
 @dataclass
-class IPPOConfig(CriticConfig, RewardKeys, CrossCreditKeys, ClipKeys, ValueKeys, EntropyKeys):
+class IPPOConfig(CriticConfig, RewardKeys, CrossCreditKeys, LossKeys, ClipKeys, ValueKeys, EntropyKeys):
     """critic_model (critic=model) must share the actor's tokenizer: it values the actor's tokens."""
 
     name: str = "ippo"
+    # the policy loss (losses.POLICY_LOSSES): PPO's token-clipped surrogate, one symmetric epsilon
+    loss: str = option("clip", choices=lambda: sorted(POLICY_LOSSES))
+    # how token losses become one scalar (aggregation.LOSS_AGG): the mean over the mini-batch's tokens
+    loss_agg: str = option("token_mean", choices=lambda: sorted(LOSS_AGG))
     gamma: float = within(0, 1, 1.0)     # per-token discount of GAE
     # 1 (Monte-Carlo) by default. The reward comes once, at the last token, and the critic starts
     # as a zero head; with lam < 1 token t gets lam^(T-t) of the return's signal and the rest from
@@ -90,6 +95,12 @@ class IPPOConfig(CriticConfig, RewardKeys, CrossCreditKeys, ClipKeys, ValueKeys,
     # stop the epochs once an epoch's mean approx KL exceeds it
     target_kl: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = no early stop")
     # beta (AlgoConfig): per-token KL penalty to the agent's frozen reference in the reward.
+
+    @staticmethod
+    def check_node(node: Any, prefix: str) -> None:
+        epochs, minis = node.ppo_epochs, node.num_mini_batches
+        check_ratio_loss(node, prefix, epochs * minis, f"{prefix}ppo_epochs={epochs} x {prefix}num_mini_batches={minis} "
+                         f"optimizer steps", f"{prefix}ppo_epochs=1 {prefix}num_mini_batches=1")
 
 
 @dataclass
@@ -192,13 +203,8 @@ class IPPO(TeamAlgorithm):
     reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
     centralized = False
 
-    @classmethod
-    def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
-        check_individual_reward(cfg, task_cls)
-
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
-        super().__init__(cfg, agents, task)
-        self.attach_critics(self.policies, self.algo.critic_lr)
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
+        super().__init__(cfg, agents, task, specs)
         self.kl_ctl = self.make_kl_controller()
         # The decoding pass records the rollout policy's log-probs (and, for a head critic on the
         # actor's own prompt, the hidden states it reads), so _prepare runs no forward of its own.
@@ -206,10 +212,11 @@ class IPPO(TeamAlgorithm):
             else ("logprobs",)
         self.sampling = replace(self.sampling, record=wants)
 
-    def build_critics(self) -> list[Critic]:
+    def build_critics(self) -> list[CriticParts]:
         # One actor, critic and optimizer per policy (a shared policy has one for all its roles);
         # a head critic trains with its actor (and its adapter), a critic model has its own optimizer.
-        return [Critic(self.algo.critic, p, self.algo.critic_model) for p in self.policies]
+        algo = self.algo
+        return [self.critic_parts(Critic(algo.critic, p, algo.critic_model), p, algo.critic_lr) for p in self.policies]
 
     def steps_per_update(self) -> int:
         return self.algo.ppo_epochs * self.algo.num_mini_batches   # optimizer steps over the run
@@ -229,10 +236,10 @@ class IPPO(TeamAlgorithm):
         return None
 
     # -- one training step ----------------------------------------------------------------------------
-    def step(self, items: list[dict]) -> dict[str, float]:
-        ep = self.collect(items)
+    def step(self, inp: StepInput) -> dict[str, float]:
+        ep = self.collect(inp)
         for p, policy, gen, R in self.policy_batches(ep, lambda agent: self.role_returns(agent, ep)):
-            texts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p) for lv in ep.levels()]
+            texts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p, ep.seat) for lv in ep.levels()]
             texts = None if texts[0] is None else [t for part in texts for t in part]
             batch, stats = self._prepare(p, gen, R, texts)        # values, GAE advantages, returns
             stats.update(self._update(p, batch))                   # PPO epochs
@@ -308,56 +315,64 @@ class IPPO(TeamAlgorithm):
         agent.model.train()
         return Batch(gen, inputs, old_logp, old_values, adv, returns, mask), stats
 
+    def _forward(self, i: int, b: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(log pi, entropy, V) of the tokens of rows `rows` under the current actor and critic: one
+        pass for a head critic on the actor's own prompt, else the critic's own forward."""
+        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
+        shared_forward = critic.kind == "head" and not self.centralized
+        logp, entropy, *hidden = row_logprobs(agent.model, b.gen, rows, agent.temperature(algo.temperature), agent.device,
+                                              shares_prompt(agent.model, algo.share_prompt), with_entropy=True,
+                                              with_hidden=shared_forward, entropy_grad=algo.ent_coef > 0)
+        values = critic.head(hidden[0]) if shared_forward else critic_values(
+            critic, agent, b.gen, b.critic_input, rows, agent.device, algo.share_prompt)
+        return logp, entropy, values
+
     @update_phase
     def _update(self, i: int, b: Batch) -> dict[str, float]:
+        """`ppo_epochs` passes over `num_mini_batches` shuffled mini-batches of agent i's rows, one
+        optimizer step each (the module docstring, step 4); the policy's metrics."""
         algo, agent, critic = self.algo, self.policies[i], self.critics[i]
         opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
                                 self.critic_schedulers[i])
-        dev, gen = agent.device, b.gen
+        policy_loss, aggregate = POLICY_LOSSES[algo.loss], LOSS_AGG[algo.loss_agg]
         rows = b.mask.shape[0]
         # Shuffled rows, not whole groups: mini-batches of whole groups run each prompt once per
         # mini-batch, but they changed what IPPO learns (signal, seed 2: 0.08 instead of 0.98).
         mini = math.ceil(rows / algo.num_mini_batches)
-        shared_forward = critic.kind == "head" and not self.centralized
         # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`.
         params = agent.trainable_parameters() + (list(critic.parameters()) if copt is None else [])
-        sums = {k: 0.0 for k in ("loss", "policy_loss", "value_loss", "entropy", "clip_frac", "value_clip_frac",
-                                 "approx_kl", "grad_norm")}
+        sums = dict.fromkeys(("loss", "policy_loss", "value_loss", "entropy", "clip_frac", "value_clip_frac",
+                              "approx_kl", "grad_norm"), 0.0)
+        frac = 1.0 / (algo.ppo_epochs * algo.num_mini_batches)     # each step's share of the run's metrics
         n_updates, epochs_run = 0, 0
         agent.activate()
         agent.model.train()
-        share = shares_prompt(agent.model, algo.share_prompt)
         for _ in range(algo.ppo_epochs):
             epoch_kl, epoch_tokens = 0.0, 0.0
             for idx in torch.randperm(rows).split(mini):
                 opt.zero_grad(set_to_none=True)
                 if copt is not None:
                     copt.zero_grad(set_to_none=True)
-                # the mini-batch's tokens on every rank: each rank's loss is its share of the whole
-                n_tok = torch.tensor(distributed.sum_floats(b.mask[idx].sum().item())[0], device=dev).clamp(min=1)
+                # the mini-batch's sizes on every rank: each rank's loss is its share of the whole
+                ctx = AggContext.of(b.mask[idx], algo.max_new_tokens)
+                n_tok = max(ctx.num_tokens, 1)
                 for s in range(0, len(idx), algo.micro_batch_size):
                     r = idx[s:s + algo.micro_batch_size]
                     m = b.mask[r]
-                    out = row_logprobs(agent.model, gen, r, agent.temperature(algo.temperature), dev, share, with_entropy=True,
-                                       with_hidden=shared_forward, entropy_grad=algo.ent_coef > 0)
-                    logp, entropy = out[0], out[1]
-                    values = critic.head(out[2]) if shared_forward else critic_values(
-                        critic, agent, gen, b.critic_input, r, dev, algo.share_prompt)
-                    pg, clipped = clipped_surrogate(logp, b.old_logp[r], b.advantages[r], algo.epsilon, algo.epsilon)
+                    logp, entropy, values = self._forward(i, b, r)
+                    pg, info = policy_loss(logp, b.old_logp[r], b.advantages[r], m, algo)   # ratio, surrogate
                     vl, vclipped = clipped_value_loss(values, b.old_values[r], b.returns[r], algo.cliprange_value)
-                    token_loss = pg + algo.vf_coef * vl - algo.ent_coef * entropy
-                    loss = (token_loss * m).sum() / n_tok
+                    loss = aggregate(pg + algo.vf_coef * vl - algo.ent_coef * entropy, m, ctx)
                     loss.backward()
-                    approx_kl = (k3_kl(b.old_logp[r], logp.detach()) * m).sum().item()
+                    approx_kl = (info.approx_kl * m).sum().item()
                     epoch_kl, epoch_tokens = epoch_kl + approx_kl, epoch_tokens + m.sum().item()
-                    frac = 1.0 / (algo.ppo_epochs * algo.num_mini_batches)
                     sums["loss"] += loss.item() * frac
-                    sums["policy_loss"] += ((pg.detach() * m).sum() / n_tok).item() * frac
-                    sums["value_loss"] += ((vl.detach() * m).sum() / n_tok).item() * frac
+                    sums["policy_loss"] += aggregate(pg.detach(), m, ctx).item() * frac
+                    sums["value_loss"] += aggregate(vl.detach(), m, ctx).item() * frac
                     sums["entropy"] += ((entropy.detach() * m).sum() / n_tok).item() * frac
-                    sums["clip_frac"] += ((clipped * m).sum() / n_tok).item() * frac
+                    sums["clip_frac"] += ((info.clipped * m).sum() / n_tok).item() * frac
                     sums["value_clip_frac"] += ((vclipped * m).sum() / n_tok).item() * frac
-                    sums["approx_kl"] += approx_kl / n_tok.item() * frac
+                    sums["approx_kl"] += approx_kl / n_tok * frac
                 sums["grad_norm"] += clip_and_step(params, opt, sch, self.cfg.optimizer.max_grad_norm)
                 if copt is not None:
                     clip_and_step(list(critic.parameters()), copt, csch, self.cfg.optimizer.max_grad_norm)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from magrpo.algos.core import LOSS_AGG
-from magrpo.schema import at_least, option, positive
+from magrpo.algos.aggregation import LOSS_AGG
+from magrpo.algos.losses import POLICY_LOSSES
+from magrpo.schema import ConfigError, at_least, option, positive
 
 
 @dataclass
@@ -41,9 +42,22 @@ class EntropyKeys:
 
 
 @dataclass
-class AggregationKeys:
-    # how token losses become one scalar (core.LOSS_AGG)
+class LossKeys:
+    """The policy loss and its aggregation, each chosen by name: every algorithm that composes these
+    keys calls the registered loss and aggregation, and sets its own defaults."""
+
+    # the policy loss (losses.POLICY_LOSSES: reinforce, clip, gspo, or a plugin's register_policy_loss)
+    loss: str = option("reinforce", choices=lambda: sorted(POLICY_LOSSES))
+    # how token losses become one scalar (aggregation.LOSS_AGG)
     loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
+
+
+def check_ratio_loss(node, prefix: str, steps: int, keys: str, one_step: str) -> None:
+    """`loss=reinforce` has no importance ratio to the rollout policy, so it takes one optimizer step
+    per rollout: refused when the keys `keys` take `steps` > 1 (`one_step`: the keys that take one)."""
+    if node.loss == "reinforce" and steps > 1:
+        raise ConfigError(f"{prefix}loss='reinforce' has no importance ratio, so it cannot reuse a rollout "
+                          f"({keys}); set {prefix}loss=clip or gspo, or {one_step}")
 
 
 def reward_kind(algo) -> str:

@@ -18,9 +18,14 @@ R = r + discount * mean(children's R), each sibling set is a group for step 3, a
 over the samples of every node of every turn.
 
 Options of MAGRPO and the methods that subclass it (grpo, dr_mas, at_grpo; c3 shares only the
-update's: ratio_level, epsilon_high, loss_agg, loss):
+update's: loss, loss_agg, epsilon_high, num_iterations):
 
-  * `ratio_level=sequence` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
+  * `loss`: the policy loss by name (losses.POLICY_LOSSES, each with its equation), the only key that
+    picks it: `reinforce` (the default: the paper's -A log pi, one pass per rollout), `clip` (PPO's
+    token-clipped surrogate, to reuse a rollout `num_iterations` > 1 times), `gspo`, or a plugin's
+    `register_policy_loss`;
+
+  * `loss=gspo` (GSPO, Zheng et al., arXiv 2507.18071): the importance ratio of a whole
     completion, the geometric mean of its token ratios
         s = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
     clipped at sequence level: L = -min(s A, clip(s, 1 - eps, 1 + eps_high) A), placed on each of
@@ -35,10 +40,7 @@ update's: ratio_level, epsilon_high, loss_agg, loss):
         overlong_penalty * min(0, max(-1, ((L_max - buffer) - L) / buffer)),
     0 up to L_max - buffer, falling linearly to -overlong_penalty at L_max (a cut-off answer);
 
-  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`);
-  * `loss`: the policy loss by name (core.POLICY_LOSSES, each with its equation: `reinforce`,
-    `clip`, `gspo`, or a plugin's `register_policy_loss`); left null it follows the keys above:
-    gspo at `ratio_level=sequence`, clip when `num_iterations` > 1, else reinforce.
+  * `epsilon_high` (DAPO's clip-higher) and `loss_agg` (DAPO's `token_mean`).
 
 The update of one policy (group_relative.py) reads: the ratio's pi_old (the rollout policy, fixed
 on the first pass), the policy loss, then the aggregation (`loss_agg`).
@@ -53,8 +55,8 @@ from dataclasses import dataclass
 
 import torch
 
-from magrpo.algos.base import register_algo
-from magrpo.algos.core import advantages, keyed_advantages
+from magrpo.algos.advantages import advantages, keyed_advantages
+from magrpo.algos.base import StepInput, register_algo
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
 from magrpo.algos.keys import CrossCreditKeys, reward_kind
 from magrpo.algos.scaffold import Episode, group_items
@@ -84,16 +86,16 @@ class MAGRPO(GroupRelativeAlgorithm):
     reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
 
     # -- one training step ----------------------------------------------------------------------
-    def step(self, items: list[dict]) -> dict[str, float]:
-        ep = self.collect(items)
+    def step(self, inp: StepInput) -> dict[str, float]:
+        ep = self.collect(inp)
         keep = None
         if self.algo.dynamic_sampling:      # DAPO: more batches until B items have signal, then keep those
-            keep = self.signal_rows(ep, self.draw_until_signal(ep, items))
+            keep = self.signal_rows(ep, self.draw_until_signal(ep, inp))
         # A policy's one update runs over the samples of every role it plays, each role's
         # advantages computed within its own groups.
         for p, policy, gen, adv in self.policy_batches(ep, lambda agent: self.role_advantages(agent, ep)):
             if keep is not None:
-                rows = torch.cat([keep[a.index] for a in self.trained_roles(p)])
+                rows = torch.cat([keep[a.index] for a in self.trained_roles(p, ep.seat)])
                 if rows.any():         # else every group is flat: all advantages are 0, keep the batch
                     gen, adv = select_prompts(gen, rows), adv[rows]
             self.log_policy(ep, policy, self._update(p, gen, adv))
@@ -134,15 +136,15 @@ class MAGRPO(GroupRelativeAlgorithm):
                           for R, items in zip(returns, ep.row_items(agent.index))])
 
     # -- dynamic sampling (DAPO) --------------------------------------------------------------------
-    def draw_until_signal(self, ep: Episode, items: list[dict]) -> set[int]:
-        """While fewer than B = len(items) of the episode's items have a sibling set whose returns
-        differ, grow up to `dynamic_sampling_rounds` more batches into it (`refill`, else the same
+    def draw_until_signal(self, ep: Episode, inp: StepInput) -> set[int]:
+        """While fewer than B = len(inp.items) of the episode's items have a sibling set whose returns
+        differ, grow up to `dynamic_sampling_rounds` more batches into it (`inp.refill`, else the same
         items again); the items kept: the first B informative ones, numbered across the batches."""
-        B, informative, rounds = len(items), self.informative_items(ep.root), 0
+        B, informative, rounds = len(inp.items), self.informative_items(ep.root), 0
         while len(informative) < B and rounds < self.algo.dynamic_sampling_rounds:
             rounds += 1
-            more = self.refill(rounds, B) if self.refill is not None else items
-            root, stats = self.grow(more)
+            more = inp.refill(rounds, B) if inp.refill is not None else inp.items
+            root, stats = self.grow(more, inp.seat)
             offset = sum(r.num_items for r in ep.roots)
             informative += [offset + b for b in self.informative_items(root)]
             ep.roots.append(root)

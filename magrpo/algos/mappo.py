@@ -28,6 +28,7 @@ class MAPPOConfig(IPPOConfig):
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
+        IPPOConfig.check_node(node, prefix)
         # A centralised value is a function of ONE joint action; under `cross` a sample is part of
         # G^(N-1) of them and its critic would have to pick one.
         if node.joint_mode != "aligned":

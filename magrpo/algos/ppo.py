@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from magrpo.algos.base import register_algo
-from magrpo.algos.core import AdaptiveKLController
 from magrpo.algos.ippo import IPPO, IPPOConfig
+from magrpo.algos.losses import AdaptiveKLController
 from magrpo.schema import at_least, option
 
 

@@ -2,7 +2,7 @@
 
 One step of any algorithm is
 
-    episode = self.collect(items)             # grow the turn tree, score it (magrpo.turns)
+    episode = self.collect(inp)               # grow the turn tree of inp.items, score it (magrpo.turns)
     for each policy:                          # a shared policy gathers every role it plays
         signal = <the algorithm's advantages> # from episode.returns(...), a critic, ...
         <the algorithm's update>              # one optimizer step or PPO epochs
@@ -11,8 +11,9 @@ One step of any algorithm is
 `TeamAlgorithm` holds the set-up (sampling, turns, feedback, one optimizer per policy), `collect`,
 the per-policy assembly of generations (`policy_batches`) and the optimizer state; `Episode` is
 the scored tree with the questions every algorithm asks of it: a role's returns per turn, a role's
-rows across turns, and the item each row descends from. The config checks the algorithms share
-(`check_tree`, `check_individual_reward`) sit here too.
+rows across turns, and the item each row descends from. The config checks across groups that the
+algorithms share (the turn tree's size, individual rewards, signalling, Other-Play) are
+magrpo.validation's.
 """
 
 from __future__ import annotations
@@ -21,117 +22,19 @@ import functools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import torch
 
-from magrpo.algos.base import ALGOS, TeamSpec
+from magrpo.algos.base import StepInput, StepSpecs, TeamSpec
 from magrpo.algos.diversity import Diversity
-from magrpo.algos.keys import reward_kind
 from magrpo.algos.optim import agent_optimizer, build_optimizer
 from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
-from magrpo.feedback import build_feedback
 from magrpo.models import Agent, policy_agents, policy_groups
-from magrpo.rollout import Generation, Rollout, Sampling, credit
-from magrpo.schema import ConfigError
-from magrpo.tasks import TASKS, Task
-from magrpo.tasks.reward_fns import reward_specs
-from magrpo.turns import (
-    TreeStats,
-    TurnSpec,
-    concat_generations,
-    grow_tree,
-    sequences_per_item,
-    tree_metrics,
-    tree_returns,
-    tree_size,
-)
-
-
-def check_individual_reward(cfg: Any, task_cls: type[Task]) -> None:
-    """`algo.reward=individual` needs a task whose reward splits per agent. Reward functions
-    (`reward.fn`) split when they return per-agent lists: the trainer checks that before training
-    (magrpo.tasks.reward_fns.check_splits)."""
-    if reward_specs(cfg.reward):
-        return
-    if reward_kind(cfg.algo) == "individual" and not task_cls.splits_reward:
-        raise ConfigError(f"algo.reward='individual' is not allowed for task {task_cls.name!r}: its reward "
-                          f"is one team reward that does not split per agent; choose algo.reward=team")
-
-
-def check_tree(cfg: Any, num_agents: int) -> None:
-    """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
-    a = cfg.algo
-    topology, branching = a.topology, a.branching
-    branching = list(branching) if branching else None
-    if branching is not None and topology != "sequential":
-        raise ConfigError(f"algo.branching={branching} sets the samples per prefix of a sequential team; "
-                          f"set algo.topology=sequential, or algo.branching=null")
-    if topology == "sequential":
-        if a.joint_mode != "aligned":
-            raise ConfigError(f"algo.joint_mode={a.joint_mode!r} pairs simultaneous samples; a sequential team's "
-                              f"joint actions are the leaves of its chain: set algo.joint_mode=aligned")
-        if branching is not None and num_agents > 1 and len(branching) != num_agents:
-            raise ConfigError(f"algo.branching={branching} gives {len(branching)} level(s) for {num_agents} agents; "
-                              f"give one number (samples per prefix) per agent")
-        if branching is not None and min(branching) < 1:
-            raise ConfigError(f"algo.branching={branching}: every level samples at least 1 answer per prefix")
-    shape = (num_agents, a.num_generations, a.joint_mode, a.num_turns, a.max_branches, topology, branching)
-    size = tree_size(*shape)
-    if size > a.max_tree_nodes:
-        raise ConfigError(
-            f"algo.num_turns={a.num_turns} with algo.topology={topology!r}, algo.joint_mode={a.joint_mode!r}, "
-            f"algo.num_generations={a.num_generations}, algo.branching={branching}, "
-            f"{num_agents} agent(s) and algo.max_branches={a.max_branches} grows a tree "
-            f"of {size} nodes per item ({sequences_per_item(*shape)} generated sequences), more than "
-            f"algo.max_tree_nodes={a.max_tree_nodes}; cap it with "
-            f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
-
-
-def check_signalling(cfg: Any, algo_cls: type, num_agents: int) -> None:
-    """Stop `algo.signal_agents` naming an agent the team lacks, and `algo.signal_bonus` on an
-    algorithm that does not take its returns from `Episode.returns` (where the bonus is added)."""
-    a = cfg.algo
-    chosen = a.signal_agents
-    if chosen is not None and not len(chosen):
-        raise ConfigError(f"algo.signal_agents=[] names no agent; allowed: agent numbers 1..{num_agents}, "
-                          f"or null for every agent")
-    for k in chosen or ():
-        if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= num_agents:
-            raise ConfigError(f"algo.signal_agents={list(chosen)}: {k!r} is not an agent of this team; "
-                              f"allowed: agent numbers 1..{num_agents}, or null for every agent")
-    if a.signal_bonus > 0 and not getattr(algo_cls, "reads_returns", False):
-        raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
-                          f"credit does not come from the team's returns); allowed with: {', '.join(return_readers())}")
-
-
-def return_readers() -> list[str]:
-    """The algorithms whose credit comes from `Episode.returns`, where `algo.signal_bonus` and the
-    diversity term are added."""
-    return sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
-
-
-def check_other_play(cfg: Any, task_cls: type, num_agents: int) -> None:
-    """`algo.other_play=true` needs partners to relabel (a team of 2 or more agents) and a task that
-    declares the symmetries to relabel them by (Task.symmetries)."""
-    if not cfg.algo.other_play:
-        return
-    if num_agents < 2:
-        raise ConfigError(f"algo.other_play=true relabels each partner's view of the game, but algo.name="
-                          f"{cfg.algo.name} trains a team of {num_agents} agent; use a team of 2 or more")
-    if not task_cls(cfg.task, cfg.reward).symmetries():
-        having = sorted(n for n in TASKS if _declares_symmetries(TASKS[n]))
-        raise ConfigError(f"algo.other_play=true: task {cfg.task.name!r} declares no symmetry to relabel "
-                          f"(Task.symmetries); tasks that do: {', '.join(having)}")
-
-
-def _declares_symmetries(cls: type) -> bool:
-    try:
-        return bool(cls(cls.config_schema() if cls.config_schema else None,
-                        cls.reward_schema() if cls.reward_schema else None).symmetries())
-    except Exception:
-        return False
+from magrpo.rollout import Generation, Rollout, credit
+from magrpo.tasks import Task
+from magrpo.turns import TreeStats, concat_generations, grow_tree, tree_metrics, tree_returns
 
 
 def group_items(root: Rollout) -> list[torch.Tensor]:
@@ -164,6 +67,8 @@ class Episode:
     signal_agents: tuple[int, ...] = ()
     # the population's diversity term (magrpo.algos.diversity), or None
     diversity: Diversity | None = None
+    # the roles frozen partners played in this step (StepInput.seat): role index -> the partner's agent
+    seat: dict[int, Agent] = field(default_factory=dict)
 
     @property
     def root(self) -> Rollout:
@@ -243,15 +148,25 @@ class Episode:
         return self.metrics
 
 
+class CriticParts(NamedTuple):
+    """A critic as `build_critics` returns it: the module whose state the checkpoint carries and
+    what steps it. A separate critic model has its own optimizer and schedule; a head
+    (`kind == "head"`) has None here and trains in its policy's optimizer (`extra_parameters`)."""
+
+    module: torch.nn.Module
+    optimizer: Any = None
+    scheduler: Any = None
+
+
 class TeamAlgorithm:
     """Set-up, collection, per-policy assembly and optimizer state shared by every algorithm.
 
     Subclasses set `config_schema` (and `form = "single"` for one model writing the whole answer),
     and write `step` as advantages, then update. `build_critics` (an actor-critic method's
-    critics), `steps_per_update` (optimizer steps per training step, for the learning-rate
-    schedule) and `extra_parameters` (what trains with a policy besides its weights, e.g. a value
-    head) are the hooks of the set-up; `extra_state` / `load_extra_state`
-    carry what else a checkpoint must hold.
+    critics, each with its optimizer: `critic_parts`), `steps_per_update` (optimizer steps per
+    training step, for the learning-rate schedule) and `extra_parameters` (what trains with a
+    policy besides its weights, e.g. a value head) are the hooks of the set-up; `extra_state` /
+    `load_extra_state` carry what else a checkpoint must hold.
     """
 
     config_schema: ClassVar[type]
@@ -264,55 +179,47 @@ class TeamAlgorithm:
     def team(cls, cfg: Any) -> TeamSpec:
         return TeamSpec.of(cfg, cls.form)
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task):
+    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
+        """`specs`: the step's sampling, turns and feedback as the training loop built them (None:
+        built here from the config, for an algorithm used without the loop)."""
         self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
         self.update_clock = UpdateClock()      # the step's `update` phase (@update_phase methods)
         self.policies = policy_agents(agents)
         self.roles = policy_groups(agents)
-        # Critics (actor-critic methods, `build_critics`): modules whose state the checkpoint carries;
-        # a separate critic model has its own optimizer (`attach_critics`), a head trains with its
-        # policy (`extra_parameters`). Built before anything else draws from the random generator.
-        self.critics: list[torch.nn.Module] = self.build_critics()
-        self.sampling = Sampling.from_algo(cfg.algo)
-        self.turns = TurnSpec.from_algo(cfg.algo)
-        self.feedback = build_feedback(cfg.feedback, task)
+        # Critics (actor-critic methods), built before anything else draws from the random
+        # generator, each with what steps it (CriticParts).
+        critics = self.build_critics()
+        self.critics: list[torch.nn.Module] = [c.module for c in critics]
+        self.critic_optimizers: list[Any] = [c.optimizer for c in critics]
+        self.critic_schedulers: list[Any] = [c.scheduler for c in critics]
+        specs = specs if specs is not None else StepSpecs.of(cfg, task)
+        self.sampling, self.turns, self.feedback = specs.sampling, specs.turns, specs.feedback
         # One optimizer per policy: a shared policy (agents.share_policy) steps once for all its roles.
-        total = cfg.max_steps * self.steps_per_update()
         built = [build_optimizer(p.trainable_parameters() + self.extra_parameters(k), agent_optimizer(cfg, p.index),
-                                 total) for k, p in enumerate(self.policies)]
+                                 self.total_steps()) for k, p in enumerate(self.policies)]
         self.optimizers = [o for o, _ in built]
         self.schedulers = [s for _, s in built]
-        self.critic_optimizers: list[Any] = [None] * len(self.critics)
-        self.critic_schedulers: list[Any] = [None] * len(self.critics)
-        # Dynamic sampling draws more items through this, when the training loop provides it:
-        # refill(round, n) -> n items (magrpo.trainer); without it the same items are sampled again.
-        self.refill: Callable[[int, int], list[dict]] | None = None
-        # Frozen partners (magrpo.partners): role index -> the partner's agent that plays that role in
-        # this step's rollouts. Set by the training loop before each step; a role a partner fills is
-        # not updated (its policy's other roles are).
-        self.seat: dict[int, Agent] = {}
-        # The population's diversity term (magrpo.algos.diversity): the earlier members, set by the
-        # training loop before the first step when `diversity=[...]` names them.
-        self.diversity: Diversity | None = None
 
-    @property
-    def players(self) -> list[Agent]:
-        """The agents that play this step's rollouts: the team's own, a partner in each seated role."""
-        return [self.seat.get(a.index, a) for a in self.agents]
+    def players(self, seat: dict[int, Agent]) -> list[Agent]:
+        """The agents that play a step's rollouts: the team's own, a partner in each seated role."""
+        return [seat.get(a.index, a) for a in self.agents]
 
-    def trained_roles(self, policy: int) -> list[Agent]:
-        """The roles policy `policy` plays and trains on this step (a partner's role is not its)."""
-        return [a for a in self.roles[policy] if a.index not in self.seat]
+    def trained_roles(self, policy: int, seat: dict[int, Agent]) -> list[Agent]:
+        """The roles policy `policy` plays and trains on a step (a partner's seated role is not its)."""
+        return [a for a in self.roles[policy] if a.index not in seat]
 
-    def attach_critics(self, owners: list[Agent], lr: float | None) -> None:
-        """An optimizer for each critic that is a separate model (`kind != "head"`), with the
-        settings of the policy it serves (`owners[k]`) and its own learning rate `lr` (null: the
-        policy's)."""
-        total = self.cfg.max_steps * self.steps_per_update()
-        for k, (owner, critic) in enumerate(zip(owners, self.critics)):
-            if critic.kind != "head":
-                self.critic_optimizers[k], self.critic_schedulers[k] = build_optimizer(
-                    list(critic.parameters()), agent_optimizer(self.cfg, owner.index), total, lr=lr)
+    def total_steps(self) -> int:
+        """Optimizer steps over the run: the length of every learning-rate schedule."""
+        return self.cfg.max_steps * self.steps_per_update()
+
+    def critic_parts(self, critic: torch.nn.Module, owner: Agent, lr: float | None) -> CriticParts:
+        """`critic` with what steps it: a separate model (`kind != "head"`) gets an optimizer with the
+        settings of the policy it serves (`owner`) and its own learning rate `lr` (null: the
+        policy's); a head trains in its policy's optimizer."""
+        if critic.kind == "head":
+            return CriticParts(critic)
+        return CriticParts(critic, *build_optimizer(list(critic.parameters()), agent_optimizer(self.cfg, owner.index),
+                                                     self.total_steps(), lr=lr))
 
     @functools.cached_property
     def signalling(self) -> dict[str, Any]:
@@ -324,9 +231,10 @@ class TeamAlgorithm:
         return {"signal_bonus": lam, "signal_agents": agents}
 
     # -- hooks of the set-up ------------------------------------------------------------------------
-    def build_critics(self) -> list[torch.nn.Module]:
-        """The algorithm's critics, built once `self.policies` and `self.roles` are known and before
-        the optimizers (a head critic's parameters join its policy's optimizer); none by default."""
+    def build_critics(self) -> list[CriticParts]:
+        """The algorithm's critics with their optimizers (`critic_parts`), built once `self.policies`
+        and `self.roles` are known and before the policies' optimizers (a head critic's parameters
+        join its policy's); none by default."""
         return []
 
     def steps_per_update(self) -> int:
@@ -336,15 +244,16 @@ class TeamAlgorithm:
         return []
 
     # -- one episode --------------------------------------------------------------------------------
-    def grow(self, items: list[dict]) -> tuple[Rollout, TreeStats]:
-        """One scored turn tree of `items` (the algorithm's sampling, turns and topology)."""
-        return grow_tree(self.players, self.task, self.feedback, items, self.sampling, self.turns)
+    def grow(self, items: list[dict], seat: dict[int, Agent]) -> tuple[Rollout, TreeStats]:
+        """One scored turn tree of `items` (the algorithm's sampling, turns and topology), partners
+        playing the roles `seat` gives them."""
+        return grow_tree(self.players(seat), self.task, self.feedback, items, self.sampling, self.turns)
 
-    def collect(self, items: list[dict]) -> Episode:
+    def collect(self, inp: StepInput) -> Episode:
         t0 = time.perf_counter()
-        root, stats = self.grow(items)
+        root, stats = self.grow(inp.items, inp.seat)
         ep = Episode([root], stats, self.task, len(self.agents), t0, t0 + stats.generate_s, time.perf_counter(),
-                     clock=self.update_clock, diversity=self.diversity, **self.signalling)
+                     clock=self.update_clock, diversity=inp.diversity, seat=inp.seat, **self.signalling)
         ep.metrics.update(reward_metrics(root))
         if self.turns.num_turns > 1:
             ep.metrics.update(tree_metrics(root, stats))
@@ -355,7 +264,7 @@ class TeamAlgorithm:
         `per_role(role)` of each role concatenated). `per_role` returns a tensor per row, or a tuple
         of them; each role's values are computed within its own groups before they are joined."""
         for p in range(len(self.roles)):
-            roles = self.trained_roles(p)
+            roles = self.trained_roles(p, ep.seat)
             if not roles:                    # every role of this policy is a partner's this step
                 continue
             parts = [per_role(agent) for agent in roles]

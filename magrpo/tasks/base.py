@@ -150,6 +150,12 @@ class Task:
     # Whether the reward runs model-generated code (magrpo.sandbox): such a task honours the
     # `sandbox` config node and records the isolation level that ran in summary.json.
     uses_sandbox: ClassVar[bool] = False
+    # The task's reward source, resolved once when it is built: the reward functions that replace
+    # its own reward (`reward.fn` / `reward.fns`: a magrpo.tasks.reward_fns.RewardFns, set by
+    # RewardFnTask), or None for its own reward; and, with them, why the run tracks reward_mean
+    # instead of the task's primary metric (None: it does not).
+    reward_fns: Any = None
+    reward_note: str | None = None
 
     def __init__(self, cfg: Any, reward_cfg: Any, sandbox: Any = None):
         self.cfg = cfg

@@ -340,7 +340,8 @@ class RewardFnTask(Task):
         fns = RewardFns.from_config(reward_cfg)
         assert fns is not None, "task_class gives this class only to a reward node that names functions"
         self.reward_fns = fns
-        self.primary_metric = primary_metric(self.task_cls, reward_cfg)
+        self.reward_note = fallback_note(self.task_cls, reward_cfg)
+        self.primary_metric = "reward_mean" if self.reward_note else self.task_cls.primary_metric
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: list[Any]) -> Scores:
         keys = reward_keys(self.reward_cfg)        # as Task.normalized_return
@@ -398,10 +399,11 @@ class ZeroSpread:
     """Watches the first `steps` training steps: when at each of them every group of samples got
     equal rewards (`train/frac_reward_zero_std` = 1, logged by every algorithm built on
     magrpo.algos.scaffold), the reward prefers no answer to another and nothing is learned. `see` returns the one
-    line that says so, naming the reward, its value and the likely cause, once; else None."""
+    line that says so, naming the reward (the task's reward source, `Task.reward_fns`), its value and the
+    likely cause, once; else None."""
 
-    def __init__(self, task: Task, reward_cfg: Any, num_agents: int, steps: int = ZERO_SPREAD_STEPS):
-        self.task, self.reward_cfg, self.num_agents, self.steps = task, reward_cfg, num_agents, steps
+    def __init__(self, task: Task, num_agents: int, steps: int = ZERO_SPREAD_STEPS):
+        self.task, self.num_agents, self.steps = task, num_agents, steps
         self.means: list[float] = []
         self.stds: list[float] = []
         self.done = steps <= 0
@@ -424,8 +426,9 @@ class ZeroSpread:
         same = max(self.stds) < 1e-8 and max(self.means) - min(self.means) < 1e-8
         value = (f"every reward was {self.means[0]:.6g}" if same else
                  f"equal within each group, differing only between items; mean {sum(self.means) / len(self.means):.6g}")
-        specs = reward_specs(self.reward_cfg)
-        mode = _completions(self.reward_cfg)
+        fns: RewardFns | None = self.task.reward_fns
+        specs = [(fn.key, fn.spec) for fn in fns.fns] if fns is not None else []
+        mode = fns.completions if fns is not None else RewardConfig.completions
         if specs:
             who = f"reward function{'s' if len(specs) > 1 else ''} " + ", ".join(f"{spec!r} ({key})" for key, spec in specs)
             if mode == "parts" and self.num_agents > 1:

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from magrpo.algos.core import ADVANTAGES, STD_EPS, advantages
+from magrpo.algos.advantages import ADVANTAGES, STD_EPS, advantages
 
 R = torch.tensor([[1.0, 2.0, 3.0, 6.0], [0.0, 0.0, 4.0, 4.0]])
 

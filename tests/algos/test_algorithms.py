@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from magrpo.algos import ALGOS
+from magrpo.algos.base import StepInput
 from magrpo.cli.train import run
 from magrpo.config import ConfigError
 from magrpo.rollout import team_rollout
@@ -62,11 +63,11 @@ def test_every_algorithm_is_registered_with_its_own_schema():
 
 
 # Named variants of an algorithm that the golden numbers pin too: MAGRPO's GSPO and DAPO options.
-VARIANTS = {"gspo": ["algo=magrpo", "algo.ratio_level=sequence", "algo.loss_agg=seq_mean_token_mean",
+VARIANTS = {"gspo": ["algo=magrpo", "algo.loss=gspo", "algo.loss_agg=seq_mean_token_mean",
                      "algo.num_iterations=2"],
             "dapo": ["algo=magrpo", "algo.dynamic_sampling=true", "algo.overlong_penalty=1.0",
                      "algo.overlong_buffer=4", "algo.loss_agg=token_mean", "algo.epsilon_high=0.28",
-                     "algo.num_iterations=2"]}
+                     "algo.loss=clip", "algo.num_iterations=2"]}
 
 
 def test_golden_numbers_of_two_steps_of_each_algorithm(make_cfg, tmp_path):
@@ -152,8 +153,8 @@ def test_in_a_chain_the_centralized_critic_reads_each_samples_own_joint_action(m
 def test_the_centralized_critic_values_each_token_after_the_joint_context(make_cfg):
     """Values read from the split input (shared prompts, then the answers) equal those of the whole
     text run as one sequence."""
-    from magrpo.algos.core import RowBatch
     from magrpo.algos.ippo import CriticInput, critic_values
+    from magrpo.algos.logprobs import RowBatch
 
     cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=mappo", *FAST])
     rollout = team_rollout(agents, task, task.load("train")[:2], algo.sampling)
@@ -179,7 +180,7 @@ def test_ippo_value_head_and_policy_both_move(make_cfg):
     cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=ippo", "optimizer.lr=1e-2", *FAST])
     head = algo.critics[0].head.v.weight.detach().clone()
     params = [p.detach().clone() for p in agents[0].trainable_parameters()]
-    metrics = algo.step(task.load("train")[:2])
+    metrics = algo.step(StepInput(task.load("train")[:2]))
     assert not torch.equal(head, algo.critics[0].head.v.weight)
     assert any(not torch.equal(p, q) for p, q in zip(params, agents[0].trainable_parameters()))
     for key in ("loss", "policy_loss", "value_loss", "clip_frac", "approx_kl", "kl", "entropy",
@@ -290,16 +291,17 @@ def test_the_update_phase_is_counted_on_the_clock_of_the_algorithm_that_ran_it(m
 
 def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
     """TeamAlgorithm calls build_critics() once the policies are known and before the optimizers
-    (a head's parameters train with its policy); the checkpoint state carries the critics. None by
-    default."""
-    from magrpo.algos.scaffold import TeamAlgorithm
+    (a head's parameters train with its policy); each critic comes back with what steps it (a
+    separate critic model: its own optimizer and schedule); the checkpoint state carries them. None
+    by default."""
+    from magrpo.algos.scaffold import CriticParts, TeamAlgorithm
 
     cfg, agents, task, plain = build_algorithm(make_cfg, ["algo=magrpo", *FAST])
     assert plain.critics == [] and "critics" not in plain.state_dict()
 
     class WithHead(TeamAlgorithm):
         def build_critics(self):
-            return [torch.nn.Linear(len(self.policies), 1)]
+            return [CriticParts(torch.nn.Linear(len(self.policies), 1))]
 
         def extra_parameters(self, policy):
             return list(self.critics[0].parameters())
@@ -307,8 +309,16 @@ def test_the_scaffold_builds_an_algorithms_critics_through_its_hook(make_cfg):
     algo = WithHead(cfg, agents, task)
     head = algo.critics[0]
     assert any(p is head.weight for group in algo.optimizers[0].param_groups for p in group["params"])
+    assert algo.critic_optimizers == [None] and algo.critic_schedulers == [None]
     state = algo.state_dict()
     assert torch.equal(state["critics"][0]["weight"], head.weight)
+
+    _, _, _, ippo = build_algorithm(make_cfg, ["algo=ippo", "algo.critic=model", "algo.critic_lr=0.5", *FAST])
+    for critic, opt, sch in zip(ippo.critics, ippo.critic_optimizers, ippo.critic_schedulers):
+        assert critic.kind == "model" and sch.optimizer is opt
+        assert [p for g in opt.param_groups for p in g["params"]] == list(critic.parameters())
+        assert opt.param_groups[0]["initial_lr"] == 0.5
+
 
 def test_every_algo_key_is_declared_once():
     # A key several algorithms read is declared in one place (magrpo/algos/keys.py, or a shared

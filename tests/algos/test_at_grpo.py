@@ -4,7 +4,7 @@ where it equals MAGRPO."""
 import pytest
 import torch
 
-from magrpo.algos.core import keyed_advantages
+from magrpo.algos.advantages import keyed_advantages
 from magrpo.cli.train import run
 from magrpo.turns import TreeStats, TurnSpec, choose_expansions
 from tests.algos import FAST, scored_rollout

@@ -2,8 +2,8 @@
 
 import torch
 
+from magrpo.algos.advantages import advantages
 from magrpo.algos.c3 import counterfactual_rollouts
-from magrpo.algos.core import advantages
 from magrpo.cli.train import run
 from magrpo.rollout import Sampling
 from tests.algos import FAST
@@ -59,5 +59,5 @@ def test_c3_has_no_key_of_magrpos_it_does_not_use(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "unknown config key 'algo.dynamic_sampling'" in err, err
     allowed = set(err.split("keys allowed in algo: ")[1].strip().split(", "))
-    assert {"advantage", "num_iterations", "epsilon_high", "ratio_level", "loss", "topology"} <= allowed, err
+    assert {"advantage", "num_iterations", "epsilon_high", "loss", "loss_agg", "topology"} <= allowed, err
     assert not {"dynamic_sampling", "overlong_penalty", "cross_credit"} & allowed, err

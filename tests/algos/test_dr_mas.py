@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from magrpo.algos.core import keyed_advantages
+from magrpo.algos.advantages import keyed_advantages
+from magrpo.algos.base import StepInput
 from magrpo.cli.train import run
 from magrpo.tasks import Scores
 from tests.algos import FAST
@@ -48,7 +49,7 @@ def test_dr_mas_agent_and_global_statistics_on_a_real_episode(make_cfg, monkeypa
     task.score = lambda items, prompts, completions: Scores([float(k + 1) for k in range(len(completions))])
     monkeypatch.setattr(type(task), "individual_rewards",
                         lambda self, scores, n: [[0.1 * r, 10.0 * r] for r in scores])
-    ep = algo.collect(task.load("train")[:2])
+    ep = algo.collect(StepInput(task.load("train")[:2]))
     r = torch.tensor([1.0, 2.0, 3.0, 4.0]).view(2, 2)            # item-major joint rewards
     own = {0: 0.1 * r, 1: 10.0 * r}
     eps = 1e-4

@@ -21,9 +21,9 @@ METHODS = {
     "dr_mas_global": ["algo=dr_mas", "task=cover", "algo.reward=individual", "algo.normalization=global",
                       "agents.share_policy=true"],
     "c3": ["algo=c3", "task=agree"],
-    "gspo": ["algo=magrpo", "algo.ratio_level=sequence", "algo.num_iterations=2"],
+    "gspo": ["algo=magrpo", "algo.loss=gspo", "algo.num_iterations=2"],
     "dapo": ["algo=magrpo", "algo.dynamic_sampling=true", "algo.overlong_penalty=1.0", "algo.loss_agg=token_mean",
-             "algo.epsilon_high=0.28", "algo.num_iterations=2"],
+             "algo.epsilon_high=0.28", "algo.loss=clip", "algo.num_iterations=2"],
 }
 
 
@@ -38,7 +38,7 @@ def test_every_method_resumes_exactly(make_cfg, tmp_path, method):
                 assert a[step][key] == b[step][key], (method, step, key)
 
 
-GSPO = ["algo.ratio_level=sequence", "algo.num_iterations=2"]
+GSPO = ["algo.loss=gspo", "algo.num_iterations=2"]
 DAPO = ["algo.dynamic_sampling=true", "algo.overlong_penalty=1.0", "algo.loss_agg=token_mean"]
 
 
@@ -69,7 +69,7 @@ def test_every_method_runs_on_the_suite_and_a_paper_task(make_cfg, tmp_path, alg
     (["algo=iac", "algo.beta=0.1"], ["algo.beta=0.1", "algo=iac"]),
     (["algo=dr_mas", "algo.reward=individual"], ["algo.reward='individual'", "length_ratio"]),
     (["algo=maac", "algo.reward=individual"], ["algo.reward", "team"]),
-    (["algo=magrpo", "algo.ratio_level=seq"], ["algo.ratio_level", "sequence", "token"]),
+    (["algo=magrpo", "algo.loss=gspo_"], ["algo.loss", "gspo", "reinforce"]),
     (["algo=at_grpo", "algo.branch=top"], ["algo.branch", "best", "all"]),
     (["algo=iac", "algo.critic_type=w"], ["algo.critic_type", "q", "v"]),
 ])

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from magrpo.algos.core import clipped_surrogate, sequence_log_ratio
+from magrpo.algos.base import StepInput
+from magrpo.algos.losses import clipped_surrogate, sequence_log_ratio
 from magrpo.algos.magrpo import MAGRPO, overlong_penalty
 from magrpo.tasks import Scores
 from magrpo.trainer import seed_everything
@@ -35,11 +36,11 @@ def test_gspo_on_policy_gradient_weights_each_token_by_one_over_the_length(make_
     """At ratio 1 with seq_mean_token_mean, GSPO's gradient is A * (1/|y|) sum_t grad log pi: the
     same as MAGRPO's token ratio with that aggregation; with seq_sum it is the plain sum."""
     grads = {}
-    for level in ("token", "sequence"):
-        cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", f"algo.ratio_level={level}",
+    for level, loss in (("token", "clip"), ("sequence", "gspo")):
+        cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", f"algo.loss={loss}",
                                                     "algo.loss_agg=seq_mean_token_mean", *FAST])
         seed_everything(0)
-        ep = algo.collect(task.load("train")[:2])
+        ep = algo.collect(StepInput(task.load("train")[:2]))
         batch = next(algo.policy_batches(ep, functools.partial(algo.role_advantages, ep=ep)))
         algo._update(0, batch[2], batch[3])
         grads[level] = [p.detach().clone() for p in agents[0].model.parameters()]
@@ -73,7 +74,7 @@ def test_dynamic_sampling_drops_flat_groups_and_refills(make_cfg):
         return Scores([0.5 if flat else float(len(c[0]) % 3) + 0.1 * k for k, c in enumerate(completions)])
 
     task.score = score
-    m = algo.step(task.load("train")[:2])
+    m = algo.step(StepInput(task.load("train")[:2]))
     assert m["train/dynamic_sampling/rounds"] == 1.0 and m["train/dynamic_sampling/items_drawn"] == 4.0
     assert m["train/dynamic_sampling/items_kept"] == 2.0
     assert m["train/dynamic_sampling/dropped_groups"] == 2 * 2        # round 0: 2 agents x 2 items
@@ -82,14 +83,14 @@ def test_dynamic_sampling_drops_flat_groups_and_refills(make_cfg):
 
     calls.clear()
     task.score = lambda items, prompts, completions: Scores([1.0] * len(completions))   # never any signal
-    m = algo.step(task.load("train")[:2])
+    m = algo.step(StepInput(task.load("train")[:2]))
     assert m["train/dynamic_sampling/rounds"] == 3.0 and m["train/dynamic_sampling/items_kept"] == 0.0
     assert m["train/agent_1/grad_norm"] == 0.0            # nothing to learn from: every advantage is 0
 
 
 def test_select_prompts_keeps_whole_groups(make_cfg):
     cfg, agents, task, algo = build_algorithm(make_cfg, ["algo=magrpo", *FAST])
-    ep = algo.collect(task.load("train")[:2])
+    ep = algo.collect(StepInput(task.load("train")[:2]))
     gen = ep.generation(agents[0])
     sub = select_prompts(gen, torch.tensor([False, False, True, True]))
     assert sub.texts == gen.texts[2:] and torch.equal(sub.prompt_ids, gen.prompt_ids[1:])
@@ -108,7 +109,7 @@ def test_entropy_bonus_is_minus_its_coefficient_times_the_token_mean_entropy(mak
     monkeypatch.setattr(MAGRPO, "group_advantages", lambda self, agent, ep, returns: torch.zeros(
         sum(r.numel() for r in returns)))
     before = [p.detach().clone() for p in agents[0].trainable_parameters()]
-    metrics = method.step(task.load("train")[:2])
+    metrics = method.step(StepInput(task.load("train")[:2]))
     entropy, loss = metrics["train/agent_1/entropy"], metrics["train/agent_1/loss"]
     assert entropy > 0
     assert loss == pytest.approx(-coef * entropy, rel=1e-5, abs=1e-7)

@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from magrpo.algos.core import AdaptiveKLController, clipped_surrogate, clipped_value_loss, gae, masked_whiten
+from magrpo.algos.advantages import gae, masked_whiten
+from magrpo.algos.losses import AdaptiveKLController, clipped_surrogate, clipped_value_loss
 
 
 def _gae_by_hand(r, v, gamma, lam):

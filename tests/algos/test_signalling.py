@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+from magrpo.algos.base import StepInput
 from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.schema import ConfigError
 from magrpo.tasks.coordination.games import mutual_information
@@ -73,7 +74,7 @@ SIGNAL = ["task=signal", "algo.topology=sequential", "algo.max_new_tokens=2", *F
 def test_the_bonus_adds_lam_times_pmi_to_the_chosen_agents_returns(make_cfg, chosen):
     extra = [] if chosen is None else [f"algo.signal_agents={chosen}"]
     cfg, agents, task, method = build_algorithm(make_cfg, ["algo=ippo", "algo.signal_bonus=0.5", *extra, *SIGNAL])
-    ep = method.collect(task.load("train")[:2])
+    ep = method.collect(StepInput(task.load("train")[:2]))
     for agent in (0, 1):
         with_bonus = torch.cat([r.flatten() for r in ep.returns(agent, 1.0)])
         level = ep.root
@@ -94,7 +95,7 @@ def test_the_bonus_adds_lam_times_pmi_to_the_chosen_agents_returns(make_cfg, cho
 def test_off_by_default_and_the_returns_are_the_rewards(make_cfg):
     cfg, agents, task, method = build_algorithm(make_cfg, ["algo=ippo", *SIGNAL])
     assert cfg.algo.signal_bonus == 0
-    ep = method.collect(task.load("train")[:2])
+    ep = method.collect(StepInput(task.load("train")[:2]))
     # the listener answers once per joint action: its returns are the team's rewards, untouched
     assert torch.equal(torch.cat([r.flatten() for r in ep.returns(1, 1.0)]), ep.root.rewards.flatten())
     assert not any("signal_info_bits" in k for k in ep.metrics)
@@ -116,6 +117,6 @@ def test_bad_settings_stop_at_start_naming_the_key(make_cfg, overrides, match):
 
 def test_a_real_step_logs_the_information_and_trains(make_cfg):
     cfg, agents, task, method = build_algorithm(make_cfg, ["algo=magrpo", "algo.signal_bonus=0.2", *SIGNAL])
-    metrics = method.step(task.load("train")[:2])
+    metrics = method.step(StepInput(task.load("train")[:2]))
     assert 0.0 <= metrics["train/agent_1/signal_info_bits"] <= 1.0 + 1e-6      # 2 objects: at most 1 bit
     assert math.isfinite(metrics["train/agent_1/loss"])

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from magrpo.algos.core import LOSS_AGG, AggContext, token_logprobs
+from magrpo.algos.aggregation import LOSS_AGG, AggContext
+from magrpo.algos.logprobs import token_logprobs
 from magrpo.algos.magrpo import MAGRPO
 from magrpo.models import load_agents
 from magrpo.rollout import Generation, Sampling, generate
@@ -96,7 +97,7 @@ def _seq_logp(agent, gen):
     return (logp * gen.completion_mask).sum(-1)
 
 
-@pytest.mark.parametrize("extra", [[], ["algo.num_iterations=2"], ["algo.loss_agg=token_mean"]])
+@pytest.mark.parametrize("extra", [[], ["algo.loss=clip", "algo.num_iterations=2"], ["algo.loss_agg=token_mean"]])
 def test_one_step_raises_the_logprob_of_the_higher_advantage_completion(make_cfg, extra):
     _, agents, algo = _setup(make_cfg, ["optimizer.lr=1e-3", *extra])
     agent = agents[0]
@@ -107,7 +108,7 @@ def test_one_step_raises_the_logprob_of_the_higher_advantage_completion(make_cfg
     assert after[0] > before[0], "the positive-advantage completion must gain log-probability"
     assert after[0] - before[0] > after[1] - before[1], "and gain more than the negative-advantage one"
     assert metrics["loss"] == pytest.approx(metrics["loss"])  # finite
-    if extra == ["algo.num_iterations=2"]:
+    if extra == ["algo.loss=clip", "algo.num_iterations=2"]:
         assert 0.0 <= metrics["clip_frac"] <= 1.0
 
 

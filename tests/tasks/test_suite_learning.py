@@ -2,8 +2,9 @@
 task's default run takes the untrained team from at most 0.3 to a normalized return of at least
 0.8 with the method the README names; MAGRPO learns agree and cover given 200 updates (their
 default run, the benchmark's budget of 40, is where IPPO has just solved them), and signal with
-four passes over each rollout (`algo.num_iterations=4`). Slow (about 20 s per agree/cover run,
-200 s per signal run, 2.5 min per crowd run and 4.5 min per budget_signal run on 2 CPUs):
+four clipped passes over each rollout (`algo.num_iterations=4 algo.loss=clip`). Slow (about 20 s
+per agree/cover run, 200 s per signal run, 2.5 min per crowd run and 4.5 min per budget_signal run
+on 2 CPUs):
 `make test-slow`."""
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ RUNS += [("signal", "ippo", []), ("stag_hunt", "ippo", []), ("crowd", "ippo", []
 # the harder games' best rows: IPPO with positive signalling, and GRPO's one model (README table)
 RUNS += [("budget_signal", "ippo", []), ("convention", "grpo", []), ("invest", "grpo", [])]
 # MAGRPO learns signal's code with four passes over each rollout (docs/tasks.md)
-RUNS += [("signal", "magrpo", ["algo.num_iterations=4"])]
+RUNS += [("signal", "magrpo", ["algo.num_iterations=4", "algo.loss=clip"])]
 
 
 def run_id(task: str, method: str, extra: list[str]) -> str:
