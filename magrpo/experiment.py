@@ -3,7 +3,7 @@
     exp = Experiment("algo=ippo", "task=cover", max_steps=100, **{"algo.num_generations": 8})
     exp.config                      # the validated config (what magrpo-train would run)
     summary = exp.run()             # trains; summary.json's content
-    team = exp.team()               # the trained team (magrpo.team.Team)
+    team = exp.team()               # the trained team (magrpo.team.team.Team)
 
     Experiment(task=MyTask, reward_fn=my_reward, max_steps=20).run()   # a Task class, a reward callable
 
@@ -48,17 +48,17 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from magrpo import trust
-from magrpo.config import CONF_DIR, EvalRunSchema, TrainSchema
-from magrpo.config_store import register_schemas
+from magrpo.config.schemas import CONF_DIR, EvalRunSchema, TrainSchema
+from magrpo.core import trust
+from magrpo.core.overrides import override_key, parse_override
+from magrpo.core.plugins import conf_dirs, import_plugin, load_plugins, plugins_in_argv
+from magrpo.core.schema import ConfigError, literal
 from magrpo.launch import check_run_dir, explain_override_error, register_resolvers, resumed_run, stamp
-from magrpo.overrides import override_key, parse_override
-from magrpo.plugins import conf_dirs, import_plugin, load_plugins, plugins_in_argv
-from magrpo.run_config import reward_modules_in_argv
-from magrpo.schema import ConfigError, literal
+from magrpo.launch.run_config import reward_modules_in_argv
 from magrpo.tasks import TASKS, Task
-from magrpo.team import Team
-from magrpo.validation import validate
+from magrpo.team.team import Team
+from magrpo.validation.checks import validate
+from magrpo.validation.store import register_schemas
 
 _PLAIN = re.compile(r"^[A-Za-z0-9_./:@+-]+$")
 _BACKSLASHES_BEFORE_QUOTE = re.compile(r"(\\*)'")
@@ -345,7 +345,7 @@ class Experiment:
         (`step 20/120 reward ...`, the evaluations, `finished: ...`) to stderr unless `quiet=True`
         or your program has set up logging itself (then they go where your handlers send them)."""
         # import magrpo (and its public names) sets nothing in the environment; the command module
-        # sets the process defaults when it loads (magrpo.process)
+        # sets the process defaults when it loads (magrpo.core.process)
         from magrpo.cli.train import run  # noqa: PLC0415  effects: magrpo.cli.train sets the process defaults when it loads
 
         check_run_dir(self.run_dir, self.config.resume)
@@ -358,7 +358,7 @@ class Experiment:
         return self.summary
 
     def team(self, step: int | None = None, device: str | None = None):
-        """The trained team (magrpo.team.Team) of this run's newest complete checkpoint (or `step`)."""
+        """The trained team (magrpo.team.team.Team) of this run's newest complete checkpoint (or `step`)."""
         if not (self.run_dir / "checkpoints").is_dir():
             raise ConfigError(f"{self.run_dir} has no checkpoint yet: call .run() first (save_final=true keeps one)")
         return Team.from_run(self.run_dir, step=step, device=device)

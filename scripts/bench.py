@@ -150,9 +150,9 @@ def compose_config(args: argparse.Namespace):
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from magrpo.config_store import register_schemas
     from magrpo.launch import CONF_DIR
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
+    from magrpo.validation.store import register_schemas
 
     register_schemas()
     GlobalHydra.instance().clear()
@@ -165,9 +165,8 @@ def setup(args: argparse.Namespace):
     """Validated config, agents, task and the item stream (warm-up items first)."""
     import torch
 
-    from magrpo.models import load_agents
+    from magrpo.models.agents import load_agents, seed_everything
     from magrpo.tasks import build_task
-    from magrpo.trainer import seed_everything
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -6,7 +6,7 @@ and transformers' `model.generate` (--steps generate) as the reference point.
     python scripts/decode_bench.py                                  # builtin "small" on the CPU
     python scripts/decode_bench.py --model qwen3-1.7b-shape --device cuda --dtype bfloat16 --lora 8
 
-A `*-shape` model (magrpo.tiny.SHAPES) is built from its config directly on the device with random
+A `*-shape` model (magrpo.models.tiny.SHAPES) is built from its config directly on the device with random
 weights (no 3.4 GB cache write); any other builtin or a local directory is loaded. Each step kind
 decodes --prompts prompts x --gens samples, --tokens new tokens (no EOS stop), greedily, --repeats
 times; the median pass gives ms per decoded token (one token for every row). The lean step's
@@ -52,7 +52,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--bandwidth-tb-s", type=float, default=None, help="the device's memory bandwidth (TB/s)")
     args = p.parse_args(argv)
-    from magrpo.sampler import DECODE_STEPS
+    from magrpo.models.sampler import DECODE_STEPS
 
     bad = [s for s in args.steps.split(",") if s not in (*DECODE_STEPS, "generate")]
     if bad:
@@ -66,7 +66,7 @@ def load_model(args):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from magrpo.tiny import SHAPES, builtin_config
+    from magrpo.models.tiny import SHAPES, builtin_config
 
     dtype = getattr(torch, args.dtype)
     if args.model in SHAPES:
@@ -83,7 +83,7 @@ def load_model(args):
     elif Path(args.model).is_dir():
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(args.device)
     else:
-        from magrpo.models import resolve_model_path
+        from magrpo.models.agents import resolve_model_path
 
         builtin_config(args.model)          # an unknown name: the error that lists the builtins
         model = AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:" + args.model), dtype=dtype)
@@ -100,7 +100,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
 
-    from magrpo.sampler import LeanDecoder, sample_shared_prompt
+    from magrpo.models.sampler import LeanDecoder, sample_shared_prompt
 
     if args.threads:
         torch.set_num_threads(args.threads)

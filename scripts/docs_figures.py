@@ -158,7 +158,7 @@ def _series(row, metric: str):
 
 
 def draw_curves(runs_dir: Path, out: Path, metric: str = "eval/normalized_return") -> list[Path]:
-    from magrpo.paper_grid import TABLES
+    from magrpo.launch.paper_grid import TABLES
     from magrpo.table.render import line_style
 
     plt = _pyplot()

@@ -99,7 +99,7 @@ def entry_values(config_name: str) -> dict[str, str]:
     each interpolation as <its last name> (`outputs/train/<stamp>_<name>_<name>_s<seed>`)."""
     import yaml
 
-    from magrpo.config import CONF_DIR
+    from magrpo.config.schemas import CONF_DIR
 
     conf = yaml.safe_load((Path(CONF_DIR) / f"{config_name}.yaml").read_text())
     out = {}
@@ -160,7 +160,7 @@ def _group_options() -> dict[str, list[str]]:
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from magrpo.config import CONF_DIR
+    from magrpo.config.schemas import CONF_DIR
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
@@ -186,7 +186,7 @@ def _group_options() -> dict[str, list[str]]:
 def _train_defaults() -> dict[str, str]:
     import yaml
 
-    from magrpo.config import CONF_DIR
+    from magrpo.config.schemas import CONF_DIR
 
     out = {}
     for entry in yaml.safe_load((Path(CONF_DIR) / "train.yaml").read_text()).get("defaults") or []:
@@ -223,7 +223,7 @@ GROUP_MEANING = {
 
 
 def config_page() -> str:
-    from magrpo.config import (
+    from magrpo.config.schemas import (
         AgentOptimizerSchema,
         AgentSamplingSchema,
         AgentsSchema,
@@ -237,7 +237,7 @@ def config_page() -> str:
         SandboxSchema,
         TrainSchema,
     )
-    from magrpo.feedback import FEEDBACKS
+    from magrpo.rollout.feedback import FEEDBACKS
     from magrpo.tasks import RewardConfig
 
     groups, defaults = _group_options(), _train_defaults()
@@ -342,7 +342,7 @@ def tasks_page() -> str:
 
 
 def metrics_page() -> str:
-    from magrpo.metric_names import METRICS, SUMMARY_KEYS
+    from magrpo.core.metric_names import METRICS, SUMMARY_KEYS
 
     out = [HEADER, "# Metrics\n",
            "Every name a run logs to `metrics.jsonl` (and W&B) and writes to `summary.json`, with its meaning. "
@@ -368,8 +368,8 @@ SECURITY = ROOT / "docs" / "security.md"
 
 def key_classes_block() -> str:
     """docs/security.md's table of every config key a record can set, by node and class
-    (magrpo.key_classes.KEY_CLASSES, the one table in the code)."""
-    from magrpo.key_classes import CLASSES, KEY_CLASSES
+    (magrpo.core.key_classes.KEY_CLASSES, the one table in the code)."""
+    from magrpo.core.key_classes import CLASSES, KEY_CLASSES
 
     nodes: dict[str, dict[str, list[str]]] = {}
     for key, cls in sorted(KEY_CLASSES.items()):
@@ -403,7 +403,7 @@ def spliced(text: str, name: str, block: str) -> str:
 
 @functools.cache
 def render() -> dict[str, str]:
-    from magrpo.config_store import register_schemas
+    from magrpo.validation.store import register_schemas
 
     register_schemas()
     return {name: make() for name, make in PAGES.items()}

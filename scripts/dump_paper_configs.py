@@ -15,8 +15,8 @@ from pathlib import Path
 def rows() -> list[tuple[str, str, str]]:
     """(task, row, entry) of every table."""
     try:
-        from magrpo.paper_grid import METHODS, TABLES
-    except ImportError:     # before magrpo.paper_grid: the rows were magrpo.cli.paper's
+        from magrpo.launch.paper_grid import METHODS, TABLES
+    except ImportError:     # before magrpo.launch.paper_grid: the rows were magrpo.cli.paper's
         from magrpo.cli.paper import TABLES as OLD
 
         return [(task, r.name, r.entry) for t in OLD.values() for task in t.tasks for r in t.rows
@@ -29,8 +29,8 @@ def main(out: Path) -> int:
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    from magrpo.config import CONF_DIR
-    from magrpo.config_store import register_schemas
+    from magrpo.config.schemas import CONF_DIR
+    from magrpo.validation.store import register_schemas
 
     register_schemas()
     out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ part decode 100 $PY scripts/decode_bench.py --model qwen3-1.7b-shape --device cu
 part test_gpu 110 $PY -m pytest -q -m gpu -p no:cacheprovider tests/test_gpu.py
 # The shape's cache, built with its random weights drawn on the GPU (seconds, where the CPU takes
 # about 90 s; the weights differ from a CPU build's, which no timing depends on).
-part build 120 $PY -c "import torch; from magrpo.tiny import build_builtin; torch.set_default_device('cuda'); build_builtin('qwen3-1.7b-shape')"
+part build 120 $PY -c "import torch; from magrpo.models.tiny import build_builtin; torch.set_default_device('cuda'); build_builtin('qwen3-1.7b-shape')"
 B="scripts/bench.py --model builtin:qwen3-1.7b-shape --device cuda --dtype bfloat16 --agents 2 --prompts 8 --batch 8 --gens 4 --tokens 64"
 # comlrl imports wandb and datasets: carry them with it (wandb 0.22 reads protobuf 3-6 only).
 if why=$($PY -c "import comlrl.trainers.reinforce" 2>&1); then

@@ -1,12 +1,12 @@
 """mkdocs hooks of the docs site (mkdocs.yml `hooks:`).
 
 Site-only Markdown. The pages are read on the forge too, where an mkdocstrings directive
-(`::: magrpo.team.Team`) or a collapsible block (`??? quote`) would show as bare text. Such blocks
+(`::: magrpo.team.team.Team`) or a collapsible block (`??? quote`) would show as bare text. Such blocks
 are written inside an HTML comment that starts with `site:`, which the forge hides and this hook
 unwraps before the page is rendered:
 
     <!-- site:
-    ::: magrpo.team.Team
+    ::: magrpo.team.team.Team
     -->
 
 The 404 page is rendered for a server, with links from the site's root (`/index.html`); the site

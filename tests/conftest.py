@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # isort: off
-import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+import magrpo.core.process  # noqa: F401  (first: the process defaults, before torch loads)
 # isort: on
 
 import os
@@ -14,12 +14,12 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 
-from magrpo.config_store import register_schemas
 from magrpo.launch import CONF_DIR
+from magrpo.validation.store import register_schemas
 
 register_schemas()      # what every entry point does first: conf/ composes without importing one
 
-# The tests sign and trust runs with a key of their own (magrpo.trust), never the user's: one home for
+# The tests sign and trust runs with a key of their own (magrpo.core.trust), never the user's: one home for
 # the whole session, set before pytest-xdist starts its workers, so a run made in one worker is
 # "made by you" in another. A test that plays a second user gives its own MAGRPO_HOME.
 os.environ["MAGRPO_HOME"] = str(Path(tempfile.gettempdir()) / f"magrpo-test-home-{os.getuid()}")
@@ -61,12 +61,12 @@ def library_log_handlers_outlive_capsys():
 
 @pytest.fixture(autouse=True)
 def plugins_imported_by_a_test_stay_in_it():
-    """A run records every plugin imported in its process (magrpo.plugins.loaded), and the trust rule
-    remembers what this process allowed (magrpo.trust). A test that
+    """A run records every plugin imported in its process (magrpo.core.plugins.loaded), and the trust rule
+    remembers what this process allowed (magrpo.core.trust). A test that
     imports one from a folder of its own (the README's my_game.py) would otherwise have every later
     run of its worker record it too, and a subprocess export of such a run then fails to import it:
     each test starts from, and leaves, the plugin record it found."""
-    from magrpo import plugins, trust
+    from magrpo.core import plugins, trust
 
     loaded, code, conf = dict(plugins._loaded), dict(plugins._code), list(plugins._conf_dirs)
     allowed, command = dict(trust._allowed), dict(trust._command)
@@ -132,10 +132,9 @@ def build_algorithm(make_cfg, overrides: list[str]):
     """(cfg, agents, task, algorithm) of a composed train config, seeded as a run starts: for tests
     that drive an algorithm's pieces (collect, advantages, update) directly."""
     from magrpo.algos import ALGOS
-    from magrpo.models import load_agents
+    from magrpo.models.agents import load_agents, seed_everything
     from magrpo.tasks import build_task
-    from magrpo.trainer import seed_everything
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     cfg = validate(make_cfg(overrides))
     seed_everything(cfg.seed)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 # Libraries every command imports, heaviest first. None of the package's command modules is here:
 # each is imported in the child, after its environment is in place.
-PRELOAD = ["magrpo.process", "torch", "transformers", "transformers.modeling_utils",
+PRELOAD = ["magrpo.core.process", "torch", "transformers", "transformers.modeling_utils",
            "transformers.models.qwen2.modeling_qwen2", "transformers.models.llama.modeling_llama",
            "hydra", "omegaconf", "hydra._internal.hydra", "peft"]
 

@@ -11,10 +11,10 @@ import pytest
 from magrpo.algos import ALGOS
 from magrpo.algos.optim import agent_optimizer, agent_overrides
 from magrpo.cli.train import run
-from magrpo.models import load_agents
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
+from magrpo.models.agents import load_agents
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 
 TWO = ('agents.models=[{name_or_path: "builtin:tiny", optimizer: {lr: 0.01, schedule: linear, weight_decay: 0.1}},'
        ' {name_or_path: "builtin:tiny"}]')
@@ -80,7 +80,7 @@ def _sampling_models(first: str) -> str:
 
 
 def test_each_agent_samples_with_its_own_budget(make_cfg):
-    from magrpo.rollout import Sampling, team_rollout
+    from magrpo.rollout.record import Sampling, team_rollout
 
     cfg = validate(make_cfg([_sampling_models("max_new_tokens: 3"), "algo.max_new_tokens=12"]))
     agents = load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)

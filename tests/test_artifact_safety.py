@@ -20,7 +20,7 @@ import pytest
 from magrpo.cli import export
 from magrpo.cli.evaluate import main as eval_main
 from magrpo.cli.train import main as train_main
-from magrpo.schema import ConfigError, SetupError
+from magrpo.core.schema import ConfigError, SetupError
 from tests.conftest import run_cli
 
 TINY = ["task=length_ratio", "debug=smoke", "algo.max_new_tokens=8", "algo.num_generations=2",
@@ -92,7 +92,7 @@ class Payload:
 
 
 def _load_team(path: Path, **kw):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     return Team.from_pretrained(path, device="cpu", **kw)
 
@@ -195,7 +195,7 @@ def test_saved_overrides_that_are_flags_or_sweeps_are_refused(run, marker, tmp_p
 
 
 def test_a_pickle_payload_in_the_trainer_state_is_never_run(run, marker, tmp_path, capsys):
-    from magrpo.checkpoint import resolve
+    from magrpo.core.checkpoint import resolve
 
     ckpt = resolve(run, "resume")
     _pickle_file(ckpt / "trainer_state.pt", marker)
@@ -211,7 +211,7 @@ def test_a_torch_zip_payload_in_the_trainer_state_is_never_run(run, marker, caps
     """The same through torch.save's own format: an object inside an otherwise valid state."""
     import torch
 
-    from magrpo.checkpoint import resolve
+    from magrpo.core.checkpoint import resolve
 
     ckpt = resolve(run, "resume")
     state = torch.load(ckpt / "trainer_state.pt", weights_only=False)
@@ -318,7 +318,7 @@ def test_a_listed_pickle_weight_file_is_never_unpickled(team, marker):
 
 
 def test_an_unlisted_file_in_a_checkpoint_is_refused(run, tmp_path, capsys):
-    from magrpo.checkpoint import resolve
+    from magrpo.core.checkpoint import resolve
 
     ckpt = resolve(run, "resume")
     shutil.copyfile(next((ckpt / "agent_1").glob("*.safetensors")), ckpt / "agent_1" / "zz_extra.safetensors")
@@ -427,7 +427,7 @@ def test_a_state_saved_by_an_older_magrpo_with_its_config_enums_still_loads(tmp_
     of magrpo's own schemas are allowed; nothing else is."""
     import torch
 
-    from magrpo.checkpoint import CheckpointError, load_state
+    from magrpo.core.checkpoint import CheckpointError, load_state
     from magrpo.tasks.writing.reward import TransitionSource
 
     torch.save({"step": 2, "config": {"reward": {"transition_source": TransitionSource.both}}},
@@ -465,7 +465,7 @@ def test_a_yaml_payload_in_saved_overrides_is_refused_not_run(run, marker, tmp_p
 def test_a_key_added_since_a_checkpoint_was_saved_is_no_change_at_null():
     """An older checkpoint lacks reward.fn and plugins; at null (or at their defaults) they block nothing,
     while a real value still counts."""
-    from magrpo.checkpoint import config_changes
+    from magrpo.core.checkpoint import config_changes
 
     old = {"reward": {"shift": 0.0}, "algo": {"name": "magrpo"}}
     assert config_changes(old, {"reward": {"shift": 0.0, "fn": None, "max": None}, "algo": {"name": "magrpo"}}) == []

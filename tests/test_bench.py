@@ -89,10 +89,10 @@ def test_update_flops_count_six_times_the_matmul_parameters_per_token(make_cfg):
 
     from transformers import AutoModelForCausalLM, Qwen2ForCausalLM
 
-    from magrpo.models import load_agents
+    from magrpo.models.agents import load_agents
+    from magrpo.models.tiny import build_builtin
     from magrpo.tasks import build_task
-    from magrpo.tiny import build_builtin
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     bench = _bench_module()
     per_layer = (64 * 64 + 64) + 2 * (64 * 32 + 32) + 64 * 64 + 3 * 64 * 128 + 2 * 64

@@ -1,4 +1,4 @@
-"""Collaboration diagnostics (magrpo.collaboration): hand-computed contributions and lazy agents,
+"""Collaboration diagnostics (magrpo.evaluation.collaboration): hand-computed contributions and lazy agents,
 similarity, influence on real tiny chains, the config keys, the training run's files, the
 dashboard section and the table's --columns.
 
@@ -12,14 +12,20 @@ import json
 
 import pytest
 
-from magrpo.collaboration import CollaborationConfig, answer_similarity, collaboration_metrics, similarity
-from magrpo.config import ConfigError
-from magrpo.eval_loop import collect_answers, eval_sampling, evaluate
-from magrpo.feedback import build_feedback
-from magrpo.models import load_agents
+from magrpo.config.schemas import ConfigError
+from magrpo.evaluation.collaboration import (
+    CollaborationConfig,
+    answer_similarity,
+    collaboration_metrics,
+    similarity,
+)
+from magrpo.evaluation.loop import eval_sampling, evaluate
+from magrpo.models.agents import load_agents
+from magrpo.rollout.answers import collect_answers
+from magrpo.rollout.feedback import build_feedback
+from magrpo.rollout.turns import TurnSpec
 from magrpo.tasks import Scores, build_task
-from magrpo.turns import TurnSpec
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 
 SMALL = ["algo.max_new_tokens=6", "eval.num_items=2", "eval.num_samples=2"]
@@ -166,7 +172,7 @@ def test_bad_diagnostics_values_are_refused_in_one_line(override, needle):
     for name in ("train", "eval"):
         with pytest.raises(ConfigError) as e:
             validate(compose_cfg(["output_dir=/tmp/unused", override], config_name=name),
-                     *([] if name == "train" else [__import__("magrpo.config").config.EvalRunSchema]))
+                     *([] if name == "train" else [__import__("magrpo.config.schemas").config.schemas.EvalRunSchema]))
         assert needle in str(e.value) and "\n" not in str(e.value)
 
 

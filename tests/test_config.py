@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from magrpo.cli.train import CONF_DIR
-from magrpo.config import ConfigError
-from magrpo.validation import validate
+from magrpo.config.schemas import ConfigError
+from magrpo.validation.checks import validate
 
 GROUPS = ["agents", "task", "reward", "algo", "optimizer", "hardware", "logger", "feedback", "debug", "experiment"]
 
@@ -127,7 +127,7 @@ def _yaml(path: Path) -> dict:
 
 
 def _schema_node(group: str, name: str) -> dict:
-    """What `/schema/<group>@_here_: <name>` puts under an option (magrpo.config_store.register_schemas)."""
+    """What `/schema/<group>@_here_: <name>` puts under an option (magrpo.validation.store.register_schemas)."""
     from hydra.core.config_store import ConfigStore
     from omegaconf import OmegaConf
 
@@ -168,7 +168,7 @@ def test_a_group_option_holds_only_what_differs_from_its_schema(group, option):
     """Each default lives in one place, the schema dataclass: an option under conf/<group>/ starts
     from the schema's defaults (`/schema/<group>@_here_`) and holds only what differs. A value equal
     to the schema's default is a duplicate that could drift; a key the schema lacks is a typo."""
-    from magrpo.config import GROUP_SCHEMAS, defaults_of
+    from magrpo.config.schemas import GROUP_SCHEMAS, defaults_of
 
     path = Path(CONF_DIR) / group / f"{option}.yaml"
     defaults = _schema_node(group, _schema_entry(group, path))
@@ -183,7 +183,7 @@ def test_an_entry_config_holds_only_what_differs_from_its_schema(entry):
     """conf/train.yaml and conf/eval.yaml start from `schema/entry` (TrainSchema / EvalRunSchema):
     their top-level keys, eval.* and sandbox.* hold only what differs; a group node they set
     (eval.yaml's logger) is checked against that group's schema."""
-    from magrpo.config import GROUP_SCHEMAS, defaults_of
+    from magrpo.config.schemas import GROUP_SCHEMAS, defaults_of
 
     data = _yaml(Path(CONF_DIR) / f"{entry}.yaml")
     assert "schema/entry@_here_" in str(data["defaults"][0]) and data["defaults"][1] == "_self_"
@@ -203,8 +203,8 @@ def test_an_override_bundle_names_only_schema_keys(path):
     recipe's 5e-6); but every key they set is a key of its schema (an algo.* key of some algorithm's,
     a task.* key of some task's...)."""
     from magrpo.algos import ALGOS
-    from magrpo.config import GROUP_SCHEMAS, defaults_of, entry_defaults
-    from magrpo.feedback import FEEDBACKS
+    from magrpo.config.schemas import GROUP_SCHEMAS, defaults_of, entry_defaults
+    from magrpo.rollout.feedback import FEEDBACKS
     from magrpo.tasks import TASKS
 
     def union(group, names):
@@ -281,8 +281,8 @@ def test_defaults_of_reads_each_schema_as_omegaconf_does():
     from omegaconf import OmegaConf
 
     from magrpo.algos import ALGOS
-    from magrpo.config import GROUP_SCHEMAS, EvalRunSchema, TrainSchema, defaults_of
-    from magrpo.feedback import FEEDBACKS
+    from magrpo.config.schemas import GROUP_SCHEMAS, EvalRunSchema, TrainSchema, defaults_of
+    from magrpo.rollout.feedback import FEEDBACKS
     from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
 
     schemas = {TrainSchema, EvalRunSchema, RewardConfig, *GROUP_SCHEMAS.values(),
@@ -304,7 +304,7 @@ def test_register_schemas_again_stores_nothing_unless_something_was_registered_s
 
     from magrpo.algos import ALGOS, register_algo
     from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
-    from magrpo.config_store import register_schemas
+    from magrpo.validation.store import register_schemas
 
     store = ConfigStore.instance()
     register_schemas()
@@ -387,8 +387,8 @@ def declared_twice(schemas) -> dict[str, list[str]]:
 
 def test_each_key_of_a_config_group_is_declared_once():
     from magrpo.algos import ALGOS
-    from magrpo.config import TrainSchema
-    from magrpo.feedback import FEEDBACKS
+    from magrpo.config.schemas import TrainSchema
+    from magrpo.rollout.feedback import FEEDBACKS
     from magrpo.tasks import TASKS, available_tasks, reward_schema_of
 
     available_tasks()

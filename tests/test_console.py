@@ -10,7 +10,7 @@ from tests.conftest import compose_cfg
 
 def test_loading_a_team_draws_no_library_progress_bars(tmp_path, capfd):
     from magrpo.cli.train import run
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     run(compose_cfg([f"output_dir={tmp_path / 'r'}", "debug=smoke", "task=agree"]))
     capfd.readouterr()
@@ -29,7 +29,7 @@ def test_saving_a_sharded_model_draws_no_writing_bar(tmp_path, capfd):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    from magrpo.models import resolve_model_path, save_agent
+    from magrpo.models.agents import resolve_model_path, save_agent
 
     path = resolve_model_path("builtin:tiny")
     model, tok = AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
@@ -53,7 +53,7 @@ def test_the_writing_reward_logs_no_absl_line(caplog):
     """rouge_score logs "Using default tokenizer." through absl when a scorer is built (each tldr run)."""
     import logging
 
-    from magrpo.metrics import _rouge_scorer
+    from magrpo.tasks.metrics import _rouge_scorer
 
     with caplog.at_level(logging.INFO):
         _rouge_scorer.__wrapped__()
@@ -88,7 +88,7 @@ def test_an_experiment_from_python_logs_to_train_log_and_shows_progress(tmp_path
     log_text = (tmp_path / "r" / "train.log").read_text()
     for line in ("step 1/2 reward", "eval @ step 2", "finished: 2 steps"):
         assert line in log_text and line in err, line
-    assert "[magrpo.trainer][INFO]" in log_text
+    assert "[magrpo.training.trainer][INFO]" in log_text
     quiet = Experiment("task=agree", "debug=smoke", output_dir=str(tmp_path / "q"))
     quiet.run(quiet=True)
     assert "finished: 2 steps" not in capfd.readouterr().err
@@ -102,7 +102,7 @@ def test_a_data_file_without_the_tasks_columns_is_one_line_naming_both(tmp_path)
 
     from magrpo.tasks import build_task
     from magrpo.tasks.data import DataUnavailableError
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     path = tmp_path / "rows.jsonl"
     path.write_text('{"q": "one", "a": 1}\n{"q": "two", "a": 2}\n')

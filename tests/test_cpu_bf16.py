@@ -1,4 +1,4 @@
-"""bf16 linear products widened to float32 on CPUs without a bf16 unit (magrpo/cpu_bf16.py)."""
+"""bf16 linear products widened to float32 on CPUs without a bf16 unit (magrpo/models/cpu_bf16.py)."""
 
 import copy
 import pickle
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from magrpo.cpu_bf16 import MIN_ROWS, Bf16Linear, use_float32_products
+from magrpo.models.cpu_bf16 import MIN_ROWS, Bf16Linear, use_float32_products
 
 BF16 = torch.bfloat16
 
@@ -121,12 +121,12 @@ def test_a_lora_model_with_checkpointing_trains_the_same_and_saves_the_same_keys
 @pytest.mark.parametrize("mode", ["auto", "native", "widen"])
 def test_load_agents_widens_as_hardware_cpu_bf16_says(make_cfg, monkeypatch, native, mode):
     """auto widens only where the CPU lacks a bf16 unit; widen on any CPU; native on none. A CPU with
-    a bf16 unit is simulated by the probe magrpo.cpu_bf16 asks (cpu_has_native_bf16)."""
-    import magrpo.cpu_bf16
-    from magrpo import models
-    from magrpo.validation import validate
+    a bf16 unit is simulated by the probe magrpo.models.cpu_bf16 asks (cpu_has_native_bf16)."""
+    import magrpo.models.cpu_bf16
+    from magrpo.models import agents as models
+    from magrpo.validation.checks import validate
 
-    monkeypatch.setattr(magrpo.cpu_bf16, "cpu_has_native_bf16", lambda: native)
+    monkeypatch.setattr(magrpo.models.cpu_bf16, "cpu_has_native_bf16", lambda: native)
     want = mode == "widen" or (mode == "auto" and not native)
     cfg = validate(make_cfg(["hardware.autocast=bf16", f"hardware.cpu_bf16={mode}"]))
     agents = models.load_agents(cfg.agents, cfg.hardware, 2, need_reference=True)
@@ -139,8 +139,8 @@ def test_load_agents_widens_as_hardware_cpu_bf16_says(make_cfg, monkeypatch, nat
 
 
 def test_hardware_cpu_bf16_is_validated_naming_key_value_and_choices(make_cfg):
-    from magrpo.schema import ConfigError
-    from magrpo.validation import validate
+    from magrpo.core.schema import ConfigError
+    from magrpo.validation.checks import validate
 
     with pytest.raises(ConfigError) as e:
         validate(make_cfg(["hardware.cpu_bf16=fast"]))

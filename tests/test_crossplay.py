@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from magrpo.cli.crossplay import Pairing, _pm, host_partner_matrix, labels_of, main, pairings
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from tests.conftest import compose_cfg, tree_digest
 
 
@@ -46,7 +46,7 @@ def _convention(run: Path) -> tuple[str, ...]:
     """Each agent's most frequent part in its own team's answers, read through the Team API (not
     through cross-play): what the run learned."""
     from magrpo.tasks.coordination import LABELS, pick
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = Team.from_run(run)
     answers = team.answer_batch(team.task.load("eval")[:8], seed=3)

@@ -16,13 +16,13 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from magrpo import distributed
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.models import load_agents
-from magrpo.rollout import Generation, Sampling, generate
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
+from magrpo.models import distributed
+from magrpo.models.agents import load_agents
+from magrpo.rollout.record import Generation, Sampling, generate
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def _torchrun(args: list[str], cwd: Path, timeout: int = 240, script: str | None
 FAILING_RANK = """
 import sys
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.distributed import world
+from magrpo.models.distributed import world
 from magrpo.cli.train import main
 
 step = MAGRPO.step
@@ -180,7 +180,7 @@ def test_two_rank_run_writes_one_run_directory_resumes_and_stops_as_a_whole(tmp_
 
 
 def test_batch_size_must_split_over_the_ranks(make_cfg, monkeypatch):
-    from magrpo.trainer import Trainer
+    from magrpo.training.trainer import Trainer
 
     cfg = validate(make_cfg(["algo.batch_size=3"]))
     monkeypatch.setattr(distributed, "init", lambda hw: distributed.World(rank=0, size=2))

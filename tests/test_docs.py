@@ -21,10 +21,10 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 
-from magrpo.config import CONF_DIR, EvalRunSchema
-from magrpo.metric_names import METRICS, SUMMARY_KEYS, documented
-from magrpo.schema import ConfigError
-from magrpo.validation import validate
+from magrpo.config.schemas import CONF_DIR, EvalRunSchema
+from magrpo.core.metric_names import METRICS, SUMMARY_KEYS, documented
+from magrpo.core.schema import ConfigError
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,8 +137,8 @@ def test_site_only_blocks_are_hidden_on_the_forge_and_unwrapped_for_the_site():
     """An mkdocstrings directive or a collapsible block would show as bare text where the Markdown is
     read on the forge: every one sits in a `<!-- site: ... -->` comment, which the site's hook unwraps."""
     hooks = _load_script("mkdocs_hooks")
-    page = "Text.\n\n<!-- site:\n::: magrpo.team.Team\n    options:\n      members: false\n-->\n\nMore.\n"
-    assert hooks.site_only(page) == "Text.\n\n::: magrpo.team.Team\n    options:\n      members: false\n\nMore.\n"
+    page = "Text.\n\n<!-- site:\n::: magrpo.team.team.Team\n    options:\n      members: false\n-->\n\nMore.\n"
+    assert hooks.site_only(page) == "Text.\n\n::: magrpo.team.team.Team\n    options:\n      members: false\n\nMore.\n"
     bare = []
     for path in DOCS:
         forge = hooks.SITE_ONLY.sub("", path.read_text())
@@ -175,8 +175,8 @@ def test_the_api_reference_renders_the_module_docstrings_its_docstrings_point_to
         if any("module docstring" in d for d in docs):
             pointing.append(dotted)
             assert module_shown == module, f"{dotted}'s docstring points to {module}'s, which the page does not render"
-    assert {"magrpo.experiment.Experiment", "magrpo.team.Team", "magrpo.registry.Registry",
-            "magrpo.schema.option"} <= set(pointing)
+    assert {"magrpo.experiment.Experiment", "magrpo.team.team.Team", "magrpo.core.registry.Registry",
+            "magrpo.core.schema.option"} <= set(pointing)
 
 
 def _site_checker():
@@ -246,7 +246,7 @@ def test_the_architecture_pictures_labels_read_at_the_pages_width_and_fit_their_
     svg = (ROOT / "docs" / "assets" / "img" / "architecture.svg").read_text()
     width = float(re.search(r'<svg[^>]*\bwidth="([0-9.]+)pt"', svg).group(1))
     sizes = [float(x) for x in re.findall(r"font-size: ([0-9.]+)px", svg)]
-    assert len(sizes) > 50
+    assert len(sizes) > 20        # a label for each layer and each part
     assert min(sizes) * figures.PAGE_WIDTH_PX / width >= figures.SMALLEST_LABEL_PX
     drawn = figures.draw_architecture(tmp_path / "architecture.svg")      # raises where a name overflows
     assert re.findall(r"<text[^>]*>([^<]+)</text>", drawn.read_text()) == re.findall(r"<text[^>]*>([^<]+)</text>", svg)
@@ -285,7 +285,7 @@ def logged(tmp_path_factory) -> dict[str, tuple[set[str], dict]]:
 
 def test_every_logged_name_is_in_the_catalogue(logged):
     missing = sorted({(k, run) for run, (names, _) in logged.items() for k in names if documented(k) is None})
-    assert not missing, f"logged but not in magrpo/metric_names.py: {missing}"
+    assert not missing, f"logged but not in magrpo/core/metric_names.py: {missing}"
 
 
 def test_every_name_the_catalogue_promises_an_algorithm_is_logged(logged):
@@ -352,7 +352,7 @@ def _first_of_sweeps(overrides: list[str]) -> list[str]:
 
 
 def _compose_and_validate(program: str, args: list[str], illustrative: bool = False) -> None:
-    import magrpo.config as config
+    import magrpo.config.schemas as config
 
     overrides = [a for a in args if a not in ("-m", "--multirun") and not a.startswith("-")
                  and "<" not in a and a.split("=")[0].lstrip("+~") not in ("resume", "checkpoint", "team")
@@ -534,11 +534,11 @@ def test_the_api_page_documents_every_public_name():
     # Everything `from magrpo import ...` offers is on the Python API page (Team.answer and
     # TeamAnswer were missing), and each documented method has a docstring to render.
     import magrpo
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     text = (ROOT / "docs" / "reference" / "api.md").read_text()
     assert [n for n in magrpo.__all__ if n not in text] == []
-    assert re.search(r"^::: magrpo\.team\n    options:\n      members: \[Team, TeamAnswer\]", text, re.MULTILINE)
+    assert re.search(r"^::: magrpo\.team\.team\n    options:\n      members: \[Team, TeamAnswer\]", text, re.MULTILINE)
     assert Team.answer.__doc__ and Team.answer_batch.__doc__
 
 
@@ -621,7 +621,7 @@ def test_every_page_has_one_title_then_an_overview_then_sections_in_order():
 def test_numbers_the_pages_and_help_give_agree_with_the_code():
     """`make test`'s time is the same wherever it is given; --help's count of the suite's games is
     the coordination table's."""
-    from magrpo.paper_grid import TABLES
+    from magrpo.launch.paper_grid import TABLES
 
     minutes = {p: re.findall(r"make test +# the test suite \(about (\d+) minutes", (ROOT / p).read_text())
                for p in ("README.md", "docs/quickstart.md")}

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from magrpo.cli.train import run
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from magrpo.tasks import build_task, raw_reward
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 
 COMPOSITIONS = [(1.0, 0.0), (0.5, 3.0), (2.0, -4.0), (1 / 2.1, -1.0)]     # (scale, shift); scale > 0
@@ -55,16 +55,16 @@ def test_raw_reward_refuses_scale_zero():
 
 @pytest.fixture(scope="module")
 def tiny_agents():
-    from magrpo.models import load_agents
+    from magrpo.models.agents import load_agents
 
     cfg = validate(compose_cfg(["output_dir=/tmp/unused"]))
     return load_agents(cfg.agents, cfg.hardware, 2, need_reference=False)
 
 
 def evaluate_at(agents, turns: int, scale: float = 1.0, shift: float = 0.0):
-    from magrpo.eval_loop import eval_sampling, evaluate
-    from magrpo.feedback import build_feedback
-    from magrpo.turns import TurnSpec
+    from magrpo.evaluation.loop import eval_sampling, evaluate
+    from magrpo.rollout.feedback import build_feedback
+    from magrpo.rollout.turns import TurnSpec
 
     over = ["output_dir=/tmp/unused", f"reward.scale={scale}", f"reward.shift={shift}", f"algo.num_turns={turns}",
             "eval.num_items=4", "eval.num_samples=2", "algo.max_new_tokens=12"]
@@ -91,7 +91,7 @@ def test_normalized_return_is_the_same_under_any_scale_and_shift(tiny_agents, tu
 
 
 def test_one_turn_and_multi_turn_report_the_same_metrics_and_the_prediction_matches(tiny_agents):
-    from magrpo.eval_loop import metric_names
+    from magrpo.evaluation.loop import metric_names
 
     one, task, items, cfg = evaluate_at(tiny_agents, 1)
     two, *_ = evaluate_at(tiny_agents, 2)
@@ -130,8 +130,8 @@ def test_a_multi_turn_run_optimizes_normalized_return(tmp_path):
 
 
 def test_offline_hub_fails_in_one_line_naming_the_fix(tmp_path, monkeypatch):
-    from magrpo import hub
-    from magrpo.schema import SetupError
+    from magrpo.core.schema import SetupError
+    from magrpo.models import hub
 
     monkeypatch.setattr(hub, "_state", {})
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -146,7 +146,7 @@ def test_offline_hub_fails_in_one_line_naming_the_fix(tmp_path, monkeypatch):
 def test_the_hub_probe_names_why_it_failed():
     import socket
 
-    from magrpo import hub
+    from magrpo.models import hub
 
     with socket.socket() as s:          # a port nobody listens on: bound, never accepting
         s.bind(("127.0.0.1", 0))
@@ -157,7 +157,7 @@ def test_the_hub_probe_names_why_it_failed():
 
 def test_the_offline_hint_for_a_dataset_fetches_the_subset_the_config_uses(monkeypatch):
     # mbpp reads the "sanitized" subset: the command the hint gives must save that one, not the full set.
-    from magrpo import hub
+    from magrpo.models import hub
     from magrpo.tasks.data import DataUnavailableError, load_hub
 
     monkeypatch.setattr(hub, "_state", {})

@@ -160,7 +160,7 @@ def read_back(value):
     then the string in an OmegaConf node (interpolations resolved on access)."""
     from omegaconf import OmegaConf
 
-    from magrpo.overrides import parse_override
+    from magrpo.core.overrides import parse_override
 
     parsed = parse_override(f"label={hydra_value(value)}").value()
     return OmegaConf.create({"v": parsed}).v
@@ -186,7 +186,7 @@ def test_generated_strings_read_back_exactly():
 
 
 def test_nested_values_keep_their_strings():
-    from magrpo.overrides import parse_override
+    from magrpo.core.overrides import parse_override
 
     value = {"a": ["x,y", "${z}", "10", None, 1.5], "b": {"c": "q'\\"}}
     text = hydra_value(value)
@@ -283,7 +283,7 @@ def test_a_run_lands_in_hydra_run_dir_and_its_record_keeps_strings_verbatim(tmp_
     import yaml
     from omegaconf import OmegaConf
 
-    from magrpo.overrides import parse_override
+    from magrpo.core.overrides import parse_override
 
     monkeypatch.chdir(tmp_path)
     label = "${oc.env:HOME} a\\b 'q'"

@@ -1,5 +1,5 @@
 """The extension API from outside the repository: the docs' "Extending" page, run exactly as printed (slow:
-nine fresh interpreters), and the plugin mechanism's refusals (magrpo.plugins, magrpo.registry)."""
+nine fresh interpreters), and the plugin mechanism's refusals (magrpo.core.plugins, magrpo.core.registry)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from tests import preloaded
 from tests.test_artifact_safety import rehash
 
@@ -120,7 +120,7 @@ def test_the_example_task_learns_nothing_it_should_not_and_its_reward_is_hand_co
     monkeypatch.syspath_prepend(str(tmp_path))
     import my_game
 
-    from magrpo.testing import check_task
+    from magrpo.tasks.check import check_task
 
     task = my_game.SumGame(my_game.SumGameConfig(), {})
     # digits 3 and 4 for a target of 7: 1.0; 3 and 5 for 7: 1 - 1/7; one digit: 0
@@ -147,7 +147,7 @@ def _plugin(folder: Path, name: str, body: str) -> str:
 
 def test_a_name_registered_twice_names_both_places(tmp_path, monkeypatch):
     from magrpo.algos.advantages import ADVANTAGES
-    from magrpo.registry import RegistryError
+    from magrpo.core.registry import RegistryError
 
     monkeypatch.syspath_prepend(str(tmp_path))
     _plugin(tmp_path, "dup_a", "from magrpo import register_advantage\n"
@@ -169,10 +169,10 @@ def test_a_name_registered_twice_names_both_places(tmp_path, monkeypatch):
 def test_a_registry_lists_its_builtins_in_their_order_whichever_was_imported_first():
     # the order of `task=` choices and of the reference tables does not depend on which family some
     # other import happened to load first (here: the coding tasks, before the registry's first lookup)
-    code = ("import json, sys\n{first}from magrpo.tasks import TASKS\nfrom magrpo.feedback import FEEDBACKS\n"
+    code = ("import json, sys\n{first}from magrpo.tasks import TASKS\nfrom magrpo.rollout.feedback import FEEDBACKS\n"
             "print(json.dumps([list(TASKS), list(FEEDBACKS)]))")
     orders = []
-    for first in ("", "import magrpo.tasks.coding, magrpo.feedback.expert\n"):
+    for first in ("", "import magrpo.tasks.coding, magrpo.rollout.feedback.expert\n"):
         done = subprocess.run([sys.executable, "-c", code.format(first=first)], capture_output=True, text=True,
                               cwd=ROOT, env={**os.environ, "MAGRPO_PLUGINS": ""}, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
@@ -185,7 +185,7 @@ def test_a_registry_lists_its_builtins_in_their_order_whichever_was_imported_fir
 
 def test_a_lookup_imports_no_plugin_and_the_commands_do(tmp_path):
     # MAGRPO_PLUGINS names a plugin; looking a name up in a registry imports only the package's own
-    # modules, while a command (here python -m magrpo.testing) imports the plugin and finds its task
+    # modules, while a command (here magrpo-check-task) imports the plugin and finds its task
     (tmp_path / "lookup_game.py").write_text(
         "from magrpo import Task, register_task\n"
         "@register_task('lookup_game')\nclass LookupGame(Task):\n    pass\n")
@@ -196,14 +196,14 @@ def test_a_lookup_imports_no_plugin_and_the_commands_do(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "True", "False"]
-    done = subprocess.run([sys.executable, "-m", "magrpo.testing", "lookup_game", "--num-items", "2"],
+    done = subprocess.run([sys.executable, "-m", "magrpo.cli.check_task", "lookup_game", "--num-items", "2"],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert "not a known task" not in done.stderr and "lookup_game" in done.stdout + done.stderr, done.stderr
 
 
 def test_an_unknown_evaluation_scheme_lists_the_known_ones():
-    from magrpo.registry import RegistryError
-    from magrpo.rollout import SCHEMES
+    from magrpo.core.registry import RegistryError
+    from magrpo.rollout.record import SCHEMES
 
     with pytest.raises(RegistryError, match=r"methods='taem' is not a known evaluation scheme; choose one of: "
                                             r".*single.*team.*did you mean 'team'"):
@@ -212,7 +212,7 @@ def test_an_unknown_evaluation_scheme_lists_the_known_ones():
 
 def test_an_unknown_name_lists_the_known_ones():
     from magrpo.algos.advantages import ADVANTAGES
-    from magrpo.registry import RegistryError
+    from magrpo.core.registry import RegistryError
 
     with pytest.raises(RegistryError, match=r"algo.advantage='meen' is not a known advantage estimator; "
                                             r"choose one of: .*mean.*did you mean 'mean'"):
@@ -274,7 +274,7 @@ def test_a_team_cannot_bring_its_plugin_along(plugin_run, tmp_path, monkeypatch)
     directory is on the path: a team names what you installed, it never brings code."""
     import shutil
 
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = Path(shutil.copytree(plugin_run / "exports" / "sum-team", tmp_path / "team"))
     marker = tmp_path / "RAN"
@@ -352,7 +352,7 @@ def test_a_run_remembers_its_extra_config_directory(tmp_path):
 def test_a_teams_config_cannot_bring_its_plugin_along_either(plugin_run, tmp_path, monkeypatch):
     import shutil
 
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = Path(shutil.copytree(plugin_run / "exports" / "sum-team", tmp_path / "team"))
     marker = tmp_path / "RAN"

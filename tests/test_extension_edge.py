@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from magrpo.cli.train import main as train_main
-from magrpo.rewards import ZERO_SPREAD_STEPS, ZeroSpread
+from magrpo.rollout.rewards import ZERO_SPREAD_STEPS, ZeroSpread
 from magrpo.tasks import TASKS, build_task
 from magrpo.tasks.base import RewardError
 from tests.conftest import compose_cfg, run_cli
@@ -104,7 +104,7 @@ def _train(tmp_path, capsys, overrides: list[str]) -> tuple[int, list[str], dict
 
 
 def _task(tmp_path, mode: str):
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'run'}", "task=edge_game", f"task.mode={mode}"]))
     return build_task(cfg.task, cfg.reward)
@@ -165,7 +165,7 @@ def test_a_good_task_reward_passes_and_a_plain_list_becomes_scores(edge, tmp_pat
 
 def test_a_builtin_tasks_own_failure_is_not_relabelled(tmp_path):
     """A failure inside magrpo's own task is magrpo's bug: it keeps its exception and traceback."""
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'run'}"]))
     task = build_task(cfg.task, cfg.reward)
@@ -201,8 +201,8 @@ def test_a_raising_reward_function_names_the_line_it_raised_on(tmp_path, capsys)
 
 
 def test_a_reward_function_returning_nan_names_its_definition(tmp_path):
-    from magrpo.rewards import RewardFunctionError
-    from magrpo.validation import validate
+    from magrpo.rollout.rewards import RewardFunctionError
+    from magrpo.validation.checks import validate
     from tests import reward_fns_example
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'run'}", "reward.fn=tests.reward_fns_example:not_a_number"]))

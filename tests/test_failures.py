@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from magrpo import checkpoint
-from magrpo.checkpoint import CheckpointError, write_checkpoint
 from magrpo.cli.train import run
-from magrpo.config import EvalRunSchema
-from magrpo.schema import ConfigError, SetupError
-from magrpo.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
-from magrpo.validation import validate
+from magrpo.config.schemas import EvalRunSchema
+from magrpo.core import checkpoint
+from magrpo.core.checkpoint import CheckpointError, write_checkpoint
+from magrpo.core.schema import ConfigError, SetupError
+from magrpo.core.tracking import CLAIM_FILE, RunStatus, effective_status, process_record, read_status
+from magrpo.validation.checks import validate
 from tests import preloaded
 from tests.conftest import compose_cfg, run_cli, small_tmpfs
 
@@ -206,7 +206,7 @@ def test_hydras_own_options_are_left_to_hydra():
 
 
 def test_a_repo_id_is_one_slash_with_no_local_folder_of_its_owner(tmp_path, monkeypatch):
-    from magrpo.hub import is_repo_id
+    from magrpo.models.hub import is_repo_id
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "teams").mkdir()
@@ -374,7 +374,7 @@ def test_damaged_checkpoint_is_named_skipped_and_never_loaded(trained, tmp_path,
     # Given the run directory, the newest complete checkpoint is taken.
     assert checkpoint.resolve(run_dir, "resume") == run_dir / "checkpoints" / "step_1"
     # And the trainer itself refuses to read it.
-    from magrpo.trainer import Trainer
+    from magrpo.training.trainer import Trainer
 
     trainer = Trainer(validate(make_cfg(["debug=smoke", *TINY], out=str(tmp_path / "t"))), tmp_path / "t")
     with pytest.raises(CheckpointError, match=why):
@@ -457,7 +457,7 @@ def test_a_really_full_disk_during_a_checkpoint_save(tmp_path, capsys):
 
 
 def test_an_evaluation_takes_the_newest_complete_checkpoint(trained, tmp_path):
-    from magrpo.cli.evaluate import resolve_checkpoint
+    from magrpo.evaluation.job import resolve_checkpoint
 
     run_dir = _copy_run(trained, tmp_path / "copy")
     (run_dir / "checkpoints" / "step_2" / "trainer_state.pt").write_bytes(b"")
@@ -519,7 +519,7 @@ def test_status_of_a_dead_or_silent_run_is_interrupted():
 
 
 def test_heartbeat_refreshes_a_running_summary(tmp_path, monkeypatch):
-    from magrpo import tracking
+    from magrpo.core import tracking
 
     monkeypatch.setattr(tracking, "HEARTBEAT_S", 0.05)
     with RunStatus(tmp_path / "run") as status:
@@ -532,12 +532,12 @@ def test_heartbeat_refreshes_a_running_summary(tmp_path, monkeypatch):
 
 
 def test_a_crash_while_training_is_recorded_with_its_reason(make_cfg, tmp_path, monkeypatch):
-    import magrpo.trainer
+    import magrpo.training.trainer
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom in step 1")
 
-    monkeypatch.setattr(magrpo.trainer, "batch_for_step", broken)
+    monkeypatch.setattr(magrpo.training.trainer, "batch_for_step", broken)
     out = tmp_path / "run"
     with pytest.raises(RuntimeError, match="boom"):
         run(make_cfg(["debug=smoke", *TINY], out=str(out)))

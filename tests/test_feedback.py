@@ -11,14 +11,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-from magrpo.config import ConfigError
-from magrpo.feedback import FEEDBACKS, NodeView, build_feedback
-from magrpo.feedback.diagnostics import test_outcomes as outcomes_of
-from magrpo.models import load_agents
-from magrpo.rollout import Generation, Rollout, Sampling, joint_indices
+from magrpo.config.schemas import ConfigError
+from magrpo.models.agents import load_agents
+from magrpo.rollout.feedback import FEEDBACKS, NodeView, build_feedback
+from magrpo.rollout.feedback.diagnostics import test_outcomes as outcomes_of
+from magrpo.rollout.record import Generation, Rollout, Sampling, joint_indices
+from magrpo.rollout.turns import expand, node_views
 from magrpo.tasks import build_task
-from magrpo.turns import expand, node_views
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 
 HELPER = "def aux(x):\n    return x - int(x)\n"
@@ -266,7 +266,7 @@ def test_a_failing_reviewer_degrades_to_plain_with_one_warning(coding, caplog, c
     plain = build_feedback({"mode": "plain"}, task)([views[0]])[0]
     replies = {"garbage": (lambda b: "<html>oops", 0.0), "slow": (lambda b: _completion("late"), 1.0),
                "not_a_completion": (lambda b: json.dumps({"choices": []}), 0.0)}
-    caplog.set_level(logging.WARNING, logger="magrpo.feedback.expert")
+    caplog.set_level(logging.WARNING, logger="magrpo.rollout.feedback.expert")
     t0 = time.perf_counter()
     if case == "closed":
         fb = _expert(task, f"http://127.0.0.1:{_closed_port()}/v1")

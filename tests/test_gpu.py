@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from magrpo.cli.train import run
-from magrpo.models import load_agents
-from magrpo.rollout import Sampling, generate
-from magrpo.validation import validate
+from magrpo.models.agents import load_agents
+from magrpo.rollout.record import Sampling, generate
+from magrpo.validation.checks import validate
 from tests.conftest import run_and_resume, train_rows
 
 DEVICE = os.environ.get("MAGRPO_TEST_DEVICE", "cuda")
@@ -141,7 +141,7 @@ def test_cuda_graph_decoding_gives_the_greedy_tokens_of_the_lean_step(make_cfg, 
     # algo.decode_step=graph: the static step captured once per call and replayed per token; greedy
     # tokens equal to the lean step's (a replay that read a stale token or position would part from
     # them), the recorded log-probs within rounding of its own.
-    from magrpo.sampler import sample_shared_prompt
+    from magrpo.models.sampler import sample_shared_prompt
 
     cfg = validate(make_cfg([*HW, f"agents.models.0.dtype={dtype}"]))
     agent = load_agents(cfg.agents, cfg.hardware, 1, need_reference=False)[0]

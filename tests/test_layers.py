@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "magrpo"
 
 # Circles between parts still open (none: the reward functions, which wrap a task, live in
-# magrpo.tasks.reward_fns; magrpo.rewards re-exports their public names).
+# magrpo.tasks.reward_fns; magrpo.rollout.rewards re-exports their public names).
 OPEN_PART_CIRCLES: set[frozenset[str]] = set()
 
 

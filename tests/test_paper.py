@@ -16,11 +16,11 @@ from omegaconf import OmegaConf
 
 from magrpo.algos import ALGOS
 from magrpo.cli.paper import cells, choices, row_algo, sweep_command, tune_space
-from magrpo.config import CONF_DIR, ConfigError, EvalRunSchema, TrainSchema
-from magrpo.metrics import codebleu
-from magrpo.paper_grid import HARDER_GAMES, METHODS, TABLES
+from magrpo.config.schemas import CONF_DIR, ConfigError, EvalRunSchema, TrainSchema
+from magrpo.launch.paper_grid import HARDER_GAMES, METHODS, TABLES
 from magrpo.table import main as table_main
-from magrpo.validation import validate
+from magrpo.tasks.metrics import codebleu
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 from tests.test_table import tex_problems
 
@@ -167,7 +167,7 @@ def test_every_paper_row_is_a_recipe_and_a_method_and_nothing_else_is_there():
 def test_the_rows_are_listed_once_for_the_driver_and_the_renderer():
     """magrpo-paper (what runs) and magrpo-table --layout paper (names, order, families) read one grid."""
     import magrpo.cli.paper as driver
-    import magrpo.paper_grid as grid
+    import magrpo.launch.paper_grid as grid
     import magrpo.table.paper as renderer
 
     assert driver.TABLES is grid.TABLES and renderer.FAMILY is grid.FAMILY

@@ -1,11 +1,11 @@
-"""The builtin shapes of the real models (magrpo.tiny.SHAPES), a model vocabulary larger than its
+"""The builtin shapes of the real models (magrpo.models.tiny.SHAPES), a model vocabulary larger than its
 tokenizer's, and the lean decoding step at real dimensions.
 
 Fast: the shapes' configs have the documented dimensions (built on the meta device, no weights),
 and a tiny model whose vocabulary (1024) exceeds its tokenizer's (512) never produces an id past the
 tokenizer in either generation path, and its log-probabilities are normalised over the tokenizer's ids.
 Slow (`make test-slow`): the lean step against `model.generate` at 1.7B dimensions, fp32 and bf16
-(torch's bf16 products, and the widened ones of magrpo.cpu_bf16).
+(torch's bf16 products, and the widened ones of magrpo.models.cpu_bf16).
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from magrpo.algos.logprobs import token_logprobs
-from magrpo.models import load_agents
-from magrpo.rollout import Sampling, generate
-from magrpo.sampler import sample_shared_prompt, vocab_limit
-from magrpo.tiny import SHAPES, TOKENIZER_VOCAB, builtin_config
-from magrpo.validation import validate
+from magrpo.models.agents import load_agents
+from magrpo.models.sampler import sample_shared_prompt, vocab_limit
+from magrpo.models.tiny import SHAPES, TOKENIZER_VOCAB, builtin_config
+from magrpo.rollout.record import Sampling, generate
+from magrpo.validation.checks import validate
 
 # Hand-computed from the public configs: embedding V*h (tied: the LM head adds nothing) + per layer
 # (q, k, v, o projections [+ q/k/v bias on qwen2] [+ q_norm, k_norm on qwen3] + 3*h*i MLP + 2 norms)
@@ -133,7 +133,7 @@ def _greedy_both(model, ids, mask, tokens):
 
 def _lean_logits(model, ids, mask, tokens, completion):
     """The logits the lean step computes for `completion` (teacher-forced through LeanDecoder)."""
-    from magrpo.sampler import LeanDecoder
+    from magrpo.models.sampler import LeanDecoder
 
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
@@ -148,11 +148,11 @@ def _lean_logits(model, ids, mask, tokens, completion):
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "bfloat16-widened"])
 def test_lean_step_equals_generate_at_real_dims(dtype):
-    """bfloat16-widened: the linear products a CPU without a bf16 unit trains with (magrpo.cpu_bf16)."""
+    """bfloat16-widened: the linear products a CPU without a bf16 unit trains with (magrpo.models.cpu_bf16)."""
     from transformers import AutoModelForCausalLM
 
-    from magrpo.cpu_bf16 import use_float32_products
-    from magrpo.tiny import build_builtin
+    from magrpo.models.cpu_bf16 import use_float32_products
+    from magrpo.models.tiny import build_builtin
 
     torch.set_num_threads(max(torch.get_num_threads(), 2))
     model = AutoModelForCausalLM.from_pretrained(build_builtin("qwen3-1.7b-shape"),
@@ -189,10 +189,10 @@ def test_lean_step_equals_generate_at_real_dims(dtype):
         assert diff <= BF16_LOGP_ATOL, (b, float(diff))
 
 
-# --- what fits where (magrpo.memory) ---------------------------------------------------------------
+# --- what fits where (magrpo.models.memory) ---------------------------------------------------------------
 
 def test_memory_arithmetic_on_a_hand_computed_case():
-    from magrpo.memory import GB, Arch, Setting, activation_bytes, estimate, kv_cache_bytes
+    from magrpo.models.memory import GB, Arch, Setting, activation_bytes, estimate, kv_cache_bytes
 
     a = Arch(layers=1, hidden=4, intermediate=8, heads=2, kv_heads=1, head_dim=2, vocab=10)
     # 10*4 embedding (tied) + q,o 2*4*4 + k,v 2*4*2 + MLP 3*4*8 + 2 norms 2*4 + final norm 4
@@ -214,7 +214,7 @@ def test_memory_arithmetic_on_a_hand_computed_case():
 
 
 def test_memory_archs_match_the_shapes():
-    from magrpo.memory import Arch, table
+    from magrpo.models.memory import Arch, table
 
     for name, n in PARAMS.items():
         assert Arch.of(name).params() == n

@@ -1,4 +1,4 @@
-"""What a received run or team records acts for no one (magrpo.trust, magrpo.key_classes, magrpo.records;
+"""What a received run or team records acts for no one (magrpo.core.trust, magrpo.core.key_classes, magrpo.core.records;
 docs/security.md, "What a received directory can choose").
 
 Every case is built as a receiver gets the directory: the sender makes a run and a team under one
@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from magrpo import key_classes, records, trust
-from magrpo.schema import ConfigError
+from magrpo.core import key_classes, received, records, signatures, trust
+from magrpo.core.schema import ConfigError
 from tests import preloaded
 from tests.test_artifact_safety import rehash
 
@@ -152,10 +152,10 @@ def schema_keys() -> set[str]:
     import typing
 
     from magrpo.algos import ALGOS
-    from magrpo.config import EvalRunSchema
-    from magrpo.config_store import register_schemas
-    from magrpo.feedback import FEEDBACKS
+    from magrpo.config.schemas import EvalRunSchema
+    from magrpo.rollout.feedback import FEEDBACKS
     from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
+    from magrpo.validation.store import register_schemas
 
     register_schemas()
 
@@ -247,7 +247,7 @@ def test_your_own_team_takes_its_reach_keys_up(sender, sink, tmp_path, monkeypat
     """The positive control: a team you exported, from a team of yours, here: its reach keys are yours."""
     from omegaconf import OmegaConf
 
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
     loaded = Team.from_pretrained(sender["team"], device="cpu")
@@ -255,7 +255,7 @@ def test_your_own_team_takes_its_reach_keys_up(sender, sink, tmp_path, monkeypat
     OmegaConf.update(loaded.config, "feedback", {**expert(sink.url), "api_key_env": "OPENAI_API_KEY"}, merge=False)
     mine = tmp_path / "mine"
     loaded.save_pretrained(mine)
-    assert trust.made_by_you(mine)
+    assert signatures.made_by_you(mine)
     again = Team.from_pretrained(mine, device="cpu")
     assert again.config.feedback.url == sink.url            # taken: yours
     copy = Path(shutil.copytree(mine, tmp_path / "copy"))
@@ -265,7 +265,7 @@ def test_your_own_team_takes_its_reach_keys_up(sender, sink, tmp_path, monkeypat
 
 def test_from_python_a_received_teams_reach_keys_are_skipped_and_given_back_by_you(sender, sink, tmp_path,
                                                                                     monkeypatch, caplog):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     monkeypatch.setenv("MAGRPO_HOME", str(tmp_path / "home_receiver"))
     monkeypatch.chdir(tmp_path)
@@ -378,7 +378,7 @@ def with_plugin(tmp_path, monkeypatch):
 
 
 def test_a_calls_trust_plugins_ends_with_the_call(sender, tmp_path, with_plugin, monkeypatch):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     monkeypatch.chdir(tmp_path)
     one, two = download(sender, tmp_path, "team"), Path(shutil.copytree(sender["team"], tmp_path / "other" / "team"))
@@ -398,8 +398,8 @@ def test_the_flag_covers_the_directories_the_command_names_not_those_a_record_na
     mine = tmp_path / "mine"
     (mine / ".hydra").mkdir(parents=True)
     (mine / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump([f"partners=[{partner}]"]))
-    trust.write_signature(mine, [])
-    assert trust.made_by_you(mine)
+    signatures.write_signature(mine, [])
+    assert signatures.made_by_you(mine)
     with trust.scope():
         trust.on_this_command(True, "trust_plugins=true", dirs=[mine])
         with pytest.raises(trust.UntrustedError) as e:
@@ -477,18 +477,18 @@ def test_a_file_config_directory_beside_a_run_is_refused_even_trusted(sender, tm
 
 def test_a_byte_identical_copy_of_your_own_team_is_not_made_by_you(sender, tmp_path, monkeypatch):
     monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
-    assert trust.made_by_you(sender["team"]) and trust.made_by_you(sender["run"])
+    assert signatures.made_by_you(sender["team"]) and signatures.made_by_you(sender["run"])
     copy = download(sender, tmp_path, "team")
-    assert not trust.made_by_you(copy)
-    assert "another place" in trust.signature(copy).why
+    assert not signatures.made_by_you(copy)
+    assert "another place" in signatures.signature(copy).why
     run = download(sender, tmp_path, "run")
     (run / ".hydra" / "overrides.yaml").unlink()        # neither team.json nor saved overrides
-    assert not trust.made_by_you(run)
+    assert not signatures.made_by_you(run)
 
 
 def test_a_signed_reference_keeps_the_inside_guard(sender, tmp_path, monkeypatch):
     """Your own team, a module planted inside it afterwards under the name it records: refused, though signed."""
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
     monkeypatch.setenv("RECEIVED_MARKER", str(tmp_path / "RAN"))
@@ -501,7 +501,7 @@ def test_a_signed_reference_keeps_the_inside_guard(sender, tmp_path, monkeypatch
     loaded.config.plugins = ["own_game"]
     trust.allow_named(["own_game"])
     loaded.save_pretrained(team)
-    assert trust.signature(team).codes == {"module:own_game"} and trust.made_by_you(team)
+    assert signatures.signature(team).codes == {"module:own_game"} and signatures.made_by_you(team)
     (lib / "own_game.py").unlink()
     (team / "own_game.py").write_text(PAYLOAD)           # planted inside, and found there
     monkeypatch.syspath_prepend(str(team))
@@ -530,7 +530,7 @@ def test_a_trainer_state_naming_a_module_imports_nothing(tmp_path):
         z.writestr("trainer_state/data.pkl", raw)
         z.writestr("trainer_state/version", "3\n")
         z.writestr("trainer_state/byteorder", "little")
-    code = ("import sys\nfrom magrpo.checkpoint import CheckpointError, load_state\n"
+    code = ("import sys\nfrom magrpo.core.checkpoint import CheckpointError, load_state\n"
             f"try:\n    load_state({str(tmp_path)!r})\nexcept CheckpointError as e:\n    print('refused', e)\n"
             "print('imported' if 'magrpo.cli.paper' in sys.modules else 'not imported')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -551,7 +551,7 @@ def test_a_billion_laughs_config_is_one_line_for_magrpo_table(sender, tmp_path):
 
 
 def test_a_deeply_nested_team_is_one_line_everywhere(sender, tmp_path, monkeypatch):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = download(sender, tmp_path, "team")
     deep = "[" * 100_000 + "]" * 100_000
@@ -578,7 +578,7 @@ def test_a_saved_plus_group_line_is_one_line(sender, tmp_path):
 
 def test_every_refusal_is_a_config_error_from_python():
     from magrpo import ConfigError as Public
-    from magrpo.plugins import PluginError
+    from magrpo.core.plugins import PluginError
     from magrpo.tasks.reward_fns import RewardFunctionError
 
     for cls in (trust.UntrustedError, PluginError, RewardFunctionError, records.RecordError):
@@ -635,21 +635,21 @@ def test_a_moved_run_of_yours_is_adopted_on_your_say(sender, tmp_path, monkeypat
 
     monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
     moved = download(sender, tmp_path, "run")
-    assert not trust.made_by_you(moved)
+    assert not signatures.made_by_you(moved)
     assert trust_main(["--adopt", str(moved)]) == 0
-    assert trust.made_by_you(moved)
+    assert signatures.made_by_you(moved)
     monkeypatch.setenv("MAGRPO_HOME", str(tmp_path / "someone_else"))
-    assert not trust.made_by_you(moved)          # adopted by one user, not by another
+    assert not signatures.made_by_you(moved)          # adopted by one user, not by another
 
 
 def test_a_plugins_key_declares_its_class(monkeypatch):
     import dataclasses
 
     from magrpo import register_task
-    from magrpo.config_store import register_schemas
-    from magrpo.schema import option
+    from magrpo.core.schema import option
     from magrpo.tasks import TASKS
     from magrpo.tasks.length_ratio import LengthRatioTask
+    from magrpo.validation.store import register_schemas
 
     @dataclasses.dataclass
     class MirrorConfig:
@@ -677,20 +677,20 @@ def test_a_plugins_key_declares_its_class(monkeypatch):
 
 def test_a_group_pick_whose_option_sets_a_reach_key_is_not_taken_up(sender, tmp_path, caplog):
     """feedback=expert picks conf/feedback/expert.yaml, whose url is a local endpoint; logger=wandb turns W&B on."""
-    from magrpo.run_config import option_keys
+    from magrpo.launch.run_config import option_keys
 
     run = download(sender, tmp_path, "run")
-    lines = trust.taken_lines(run, ["feedback=expert", "logger=wandb", "task=agree", "algo.num_turns=2"],
+    lines = received.taken_lines(run, ["feedback=expert", "logger=wandb", "task=agree", "algo.num_turns=2"],
                               "overrides.yaml", own=False, options=option_keys)
     assert lines == ["task=agree", "algo.num_turns=2"]
     assert "not taken up: feedback=expert (its option sets feedback.url=" in caplog.text
     assert "not taken up: logger=wandb (its option sets logger.name=" in caplog.text
-    assert trust.taken_lines(run, ["feedback=expert"], "x", own=True, options=option_keys) == ["feedback=expert"]
+    assert received.taken_lines(run, ["feedback=expert"], "x", own=True, options=option_keys) == ["feedback=expert"]
 
 
 def test_a_module_in_the_folder_that_holds_a_received_team_is_refused_at_any_depth(sender, tmp_path, monkeypatch):
     """downloads/evil.py beside downloads/team, named downloads.evil, found through the folder above."""
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = download(sender, tmp_path, "team")
     (team.parent / "evil.py").write_text(PAYLOAD)
@@ -734,14 +734,14 @@ def test_an_export_of_a_received_run_is_yours_for_code_only(sender, tmp_path, mo
     done = command("magrpo-export", [str(run), str(out)], tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     monkeypatch.setenv("MAGRPO_HOME", str(tmp_path / "home_receiver"))
-    sig = trust.signature(out)
-    assert sig.valid and not sig.reach and not trust.made_by_you(out)
+    sig = signatures.signature(out)
+    assert sig.valid and not sig.reach and not signatures.made_by_you(out)
     mine = tmp_path / "mine"
     done = command("magrpo-export", [str(sender["run"]), str(mine)], tmp_path,
                    MAGRPO_HOME=str(sender["home"]))
     assert done.returncode == 0
     monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
-    assert trust.signature(mine).reach and trust.made_by_you(mine)
+    assert signatures.signature(mine).reach and signatures.made_by_you(mine)
 
 
 @pytest.mark.parametrize("line", ["task.name=x/../../../elsewhere/PWNED", "seed=../x", "algo.name=../../a"])

@@ -2,7 +2,7 @@
 
 import torch
 
-from magrpo.rollout import completion_mask, credit, joint_indices
+from magrpo.rollout.record import completion_mask, credit, joint_indices
 
 
 def test_aligned_joint_actions_pair_same_index():
@@ -46,7 +46,7 @@ def test_completion_mask_handles_several_eos_ids():
 
 
 def test_one_model_writing_the_joint_answer_gets_the_teams_token_budget():
-    from magrpo.rollout import Sampling, team_budget
+    from magrpo.rollout.record import Sampling, team_budget
 
     class TwoAgentTask:
         num_agents = 2
@@ -59,7 +59,7 @@ def test_one_model_writing_the_joint_answer_gets_the_teams_token_budget():
 
 def test_every_prompting_baseline_is_a_scheme():
     """The baselines are declared once (paper_grid.PROMPTING) and each names a registered scheme."""
-    from magrpo.paper_grid import PROMPTING
-    from magrpo.rollout import BASELINES, SCHEMES
+    from magrpo.launch.paper_grid import PROMPTING
+    from magrpo.rollout.record import BASELINES, SCHEMES
 
     assert BASELINES == list(PROMPTING) and set(PROMPTING) <= set(SCHEMES)

@@ -1,5 +1,5 @@
 """`magrpo-eval checkpoint=RUN` and `magrpo-train resume=RUN` take the team from the run's saved
-overrides (magrpo.run_config): a key on the command line wins and is recorded with the run's value;
+overrides (magrpo.launch.run_config): a key on the command line wins and is recorded with the run's value;
 a run without saved overrides has its team checked against the checkpoint instead."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from magrpo.cli.evaluate import main as eval_main
 from magrpo.cli.train import main as train_main
 from magrpo.cli.train import run
-from magrpo.run_config import merge
+from magrpo.launch.run_config import merge
 from tests.conftest import run_cli, train_rows
 
 # The offline tiny settings of tests/tasks/test_tasks_smoke.py.

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from magrpo.cli.train import run
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from tests import preloaded
 from tests.conftest import compose_cfg
 

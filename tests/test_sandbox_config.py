@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from magrpo.core.schema import ConfigError
 from magrpo.sandbox import LEVELS, isolation_level
-from magrpo.schema import ConfigError
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_UNSHARE = "from magrpo.sandbox.isolation import forbid_unshare\nassert forbid_unshare()\n"

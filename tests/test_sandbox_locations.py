@@ -269,8 +269,8 @@ def test_self_check_passes_a_healthy_judge_once_per_process_and_level(monkeypatc
                                                      "ended while its code was loading)"),
                                             ("pass", "a known-wrong program passed 3 of 3 tests")])
 def test_self_check_refuses_a_broken_judge_in_one_line(monkeypatch, verdict, reason):
+    from magrpo.core.schema import SetupError
     from magrpo.sandbox import SandboxCheckFailed, isolation_level, self_check
-    from magrpo.schema import SetupError
 
     _broken_judge(monkeypatch, verdict)
     with pytest.raises(SandboxCheckFailed) as e:
@@ -286,7 +286,7 @@ def test_self_check_refuses_a_broken_judge_in_one_line(monkeypatch, verdict, rea
 
 def test_a_broken_judge_stops_a_training_run_before_any_work(monkeypatch, make_cfg, tmp_path):
     from magrpo.cli.train import run
-    from magrpo.schema import SetupError
+    from magrpo.core.schema import SetupError
 
     _broken_judge(monkeypatch, "fail")
     out = tmp_path / "run"

@@ -12,11 +12,11 @@ from transformers.generation.logits_process import TemperatureLogitsWarper, TopK
 from magrpo.algos.aggregation import LOSS_AGG, AggContext
 from magrpo.algos.logprobs import RowBatch, row_chunks, row_logprobs, sequence_forward
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.models import load_agents
-from magrpo.rollout import Generation, Sampling, completion_mask, generate
-from magrpo.sampler import filter_logits, next_tokens, shares_prompt
+from magrpo.models.agents import load_agents
+from magrpo.models.sampler import filter_logits, next_tokens, shares_prompt
+from magrpo.rollout.record import Generation, Sampling, completion_mask, generate
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 
 # Prompts of different lengths, so the batch is left-padded.
 PROMPTS = ["explain", "a much longer prompt about the water cycle, bees and honey", "chess and the moon"]
@@ -100,7 +100,7 @@ def test_shared_prompt_with_lora_adapters_on_a_shared_base(make_cfg):
 def test_hidden_states_for_a_value_head_and_a_critic_backbone(make_cfg):
     from transformers import AutoModel
 
-    from magrpo.models import resolve_model_path
+    from magrpo.models.agents import resolve_model_path
 
     _, agents = _agents(make_cfg)
     gen = _generation(agents[0])
@@ -132,14 +132,14 @@ def test_magrpo_update_gives_the_same_gradients_with_and_without_sharing(make_cf
 
 
 def test_gradient_checkpointing_falls_back_with_one_log_line(make_cfg, caplog, monkeypatch):
-    import magrpo.sampler
+    import magrpo.models.sampler
 
-    monkeypatch.setattr(magrpo.sampler, "_FALLBACK_LOGGED", set())   # once per process: start afresh
+    monkeypatch.setattr(magrpo.models.sampler, "_FALLBACK_LOGGED", set())   # once per process: start afresh
     _, agents = _agents(make_cfg)
     model = agents[0].model
     model.gradient_checkpointing_enable()
     model.train()
-    with caplog.at_level(logging.INFO, logger="magrpo.sampler"):
+    with caplog.at_level(logging.INFO, logger="magrpo.models.sampler"):
         assert not shares_prompt(model, True)
         assert not shares_prompt(model, True)
     assert len([r for r in caplog.records if "gradient checkpointing" in r.message]) == 1
@@ -209,7 +209,7 @@ def test_encoded_prompts_equal_the_tokenizer_batch(make_cfg):
 @pytest.mark.parametrize("algo_name", ["ippo", "mappo"])
 def test_actor_critic_updates_give_the_same_gradients_with_and_without_sharing(make_cfg, algo_name):
     from magrpo.algos import ALGOS
-    from magrpo.rollout import team_rollout
+    from magrpo.rollout.record import team_rollout
 
     got = []
     for share in (False, True):
@@ -259,7 +259,7 @@ def _prompt_batch(padded: bool):
 @pytest.mark.parametrize("kind", ["llama", "mistral", "qwen2", "qwen3"])
 @pytest.mark.parametrize("padded", [True, False])
 def test_lean_step_gives_the_greedy_tokens_of_model_generate(kind, padded):
-    from magrpo.sampler import LeanDecoder, sample_shared_prompt
+    from magrpo.models.sampler import LeanDecoder, sample_shared_prompt
 
     model = _random_lm(kind)
     assert LeanDecoder.of(model) is not None
@@ -273,7 +273,7 @@ def test_lean_step_gives_the_greedy_tokens_of_model_generate(kind, padded):
 
 def _decode_both_ways(model, ids, mask, monkeypatch, **kw):
     """Sampled tokens through the lean step and through the plain model(...) step, same seed."""
-    from magrpo import sampler
+    from magrpo.models import sampler
 
     out = []
     for lean in (True, False):
@@ -298,7 +298,7 @@ def test_the_lean_step_still_serves_a_model_after_a_forward_that_asked_for_hidde
     # transformers puts output-capturing hooks on the layers at the first forward that asks for hidden
     # states (a PPO value head's) and keeps them; outside a collecting forward they do nothing, so the
     # lean step keeps the model. A hook of anyone else's still sends it to the plain step.
-    from magrpo.sampler import LeanDecoder
+    from magrpo.models.sampler import LeanDecoder
 
     model = _random_lm("qwen2")
     ids, mask = _prompt_batch(False)
@@ -314,7 +314,7 @@ def test_the_lean_step_still_serves_a_model_after_a_forward_that_asked_for_hidde
 
 
 def test_lean_step_serves_the_builtin_model_and_lora_agents(make_cfg, monkeypatch):
-    from magrpo.sampler import LeanDecoder
+    from magrpo.models.sampler import LeanDecoder
 
     for agents_cfg in ("tiny", "tiny_lora"):
         _, agents = _agents(make_cfg, [f"agents={agents_cfg}"])
@@ -329,7 +329,7 @@ def test_lean_step_serves_the_builtin_model_and_lora_agents(make_cfg, monkeypatc
 def test_models_the_lean_step_cannot_serve_take_the_plain_step(monkeypatch):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from magrpo.sampler import LeanDecoder, sample_shared_prompt
+    from magrpo.models.sampler import LeanDecoder, sample_shared_prompt
 
     assert LeanDecoder.of(_random_lm("qwen2", attn="eager")) is None
     assert LeanDecoder.of(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=300))) is None
@@ -356,9 +356,9 @@ AUTOCAST_DEVICES = [("cpu", False), ("cpu", True), *([("cuda", False)] if torch.
 
 
 def _autocast_lm(kind: str, device: str, widen: bool):
-    """A random model whose forward runs under bf16 autocast, as magrpo.models._with_autocast wraps it;
+    """A random model whose forward runs under bf16 autocast, as magrpo.models.agents._with_autocast wraps it;
     on a CPU, with torch's own bf16 products (`hardware.cpu_bf16=native`) or widened ones (`widen`)."""
-    from magrpo.cpu_bf16 import use_float32_products
+    from magrpo.models.cpu_bf16 import use_float32_products
 
     model = _random_lm(kind).to(device)
     if widen:
@@ -374,7 +374,7 @@ def test_lean_step_under_bf16_autocast_follows_model_generate(kind, widen, devic
     """The lean step, fed the tokens that `model.generate` chose, gives generate's logits: the prompt's
     cache holds bf16 values (computed under the forward's autocast) and the step runs under the same
     autocast, so query, keys and values meet in bf16, as in the model's own attention."""
-    from magrpo.sampler import LeanDecoder
+    from magrpo.models.sampler import LeanDecoder
 
     model = _autocast_lm(kind, device, widen)
     ids, mask = (t.to(device) for t in _prompt_batch(True))
@@ -408,9 +408,9 @@ def test_the_cache_goes_by_the_name_this_transformers_uses():
     versions know only the latter. The decoder asks the model's forward which one it takes."""
     import inspect
 
-    from magrpo.models import load_agents
-    from magrpo.sampler import cache_keyword
-    from magrpo.validation import validate
+    from magrpo.models.agents import load_agents
+    from magrpo.models.sampler import cache_keyword
+    from magrpo.validation.checks import validate
     from tests.conftest import compose_cfg
 
     cfg = validate(compose_cfg(["debug=smoke", "output_dir=unused"]))
@@ -429,8 +429,8 @@ def test_decoding_records_the_logprobs_and_hidden_states_a_forward_gives(kind, l
     # decoding pass instead of a forward over the rows. A cached one-token step adds the same
     # products as the whole-sequence forward in another order, so they agree to float32 rounding:
     # ATOL relative to the size of the numbers (log-probs of a 300-token vocabulary are ~6).
-    from magrpo import sampler
     from magrpo.algos.logprobs import token_logprobs
+    from magrpo.models import sampler
 
     if not lean:
         monkeypatch.setattr(sampler.LeanDecoder, "of", classmethod(lambda cls, model: None))
@@ -459,7 +459,7 @@ def test_the_ppo_family_takes_the_rollout_logprobs_and_values_from_decoding(make
     # to float32 rounding, and a generation without a record (model.generate) still gets them.
     from magrpo.algos import ALGOS
     from magrpo.algos.logprobs import rollout_logprobs, row_chunks
-    from magrpo.rollout import team_rollout
+    from magrpo.rollout.record import team_rollout
 
     cfg, agents = _agents(make_cfg, ["algo=ippo", "algo.batch_size=3", "algo.max_new_tokens=8"])
     task = build_task(cfg.task, cfg.reward)
@@ -493,7 +493,7 @@ def test_static_and_graph_steps_give_the_greedy_tokens_of_the_lean_step(kind, pa
     # The fixed-shape step a CUDA graph replays; on a CPU "graph" runs it uncaptured. Its attention
     # reads the whole buffer under a mask, so only the order of float additions differs from the
     # lean step: the same greedy tokens, and logits within float32 rounding.
-    from magrpo.sampler import sample_shared_prompt
+    from magrpo.models.sampler import sample_shared_prompt
 
     model = _random_lm(kind)
     ids, mask = _prompt_batch(padded)
@@ -511,7 +511,7 @@ def test_static_and_graph_steps_give_the_greedy_tokens_of_the_lean_step(kind, pa
 
 def test_static_step_samples_and_stops_as_the_lean_step():
     # Sampling, an EOS stop and the row mask: the same draws from the same generator.
-    from magrpo.sampler import sample_shared_prompt
+    from magrpo.models.sampler import sample_shared_prompt
 
     model = _random_lm("qwen2")
     ids, mask = _prompt_batch(True)
@@ -524,8 +524,8 @@ def test_static_step_samples_and_stops_as_the_lean_step():
 
 
 def test_decode_step_is_an_algo_key_with_named_choices(make_cfg, tmp_path):
-    from magrpo.sampler import sample_shared_prompt
-    from magrpo.schema import ConfigError
+    from magrpo.core.schema import ConfigError
+    from magrpo.models.sampler import sample_shared_prompt
 
     cfg = validate(make_cfg(["algo.decode_step=static"]))
     assert cfg.algo.decode_step == "static" and Sampling.from_algo(cfg.algo).decode_step == "static"
@@ -544,7 +544,7 @@ def test_the_steps_fused_rms_norm_gives_the_modules_bits(dtype, norm):
     from transformers.models.llama.modeling_llama import LlamaRMSNorm
     from transformers.models.qwen3.modeling_qwen3 import Qwen3RMSNorm
 
-    from magrpo.sampler import _rms_norm
+    from magrpo.models.sampler import _rms_norm
 
     torch.manual_seed(0)
     for d, shape in ((64, (5, 1, 64)), (128, (6, 1, 4, 128)), (96, (3, 7, 96))):
@@ -561,7 +561,7 @@ def test_the_additive_mask_made_once_per_step_attends_as_the_boolean_one(dtype):
     make that additive mask once per step: the same attention output, bit for bit."""
     import torch.nn.functional as F
 
-    from magrpo.sampler import _additive
+    from magrpo.models.sampler import _additive
 
     torch.manual_seed(0)
     q = torch.randn(4, 2, 3, 16).to(dtype)
@@ -579,7 +579,7 @@ def test_the_additive_mask_made_once_per_step_attends_as_the_boolean_one(dtype):
 def test_query_and_key_heads_normed_together_give_each_norms_bits(dtype):
     """The steps normalise a qwen3 layer's query and key heads in one call, each head with its
     own norm's weight (`_joint_qk_norm`): bit for bit what q_norm and k_norm give apart."""
-    from magrpo.sampler import _joint_qk_norm, _normed
+    from magrpo.models.sampler import _joint_qk_norm, _normed
 
     model = _random_lm("qwen3").to(dtype)
     attn = model.model.layers[0].self_attn

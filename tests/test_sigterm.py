@@ -86,10 +86,10 @@ def _sigterm_to_this_process(*args, **kwargs):
 def test_magrpo_eval_stopped_by_sigterm_records_interrupted_and_gives_the_command_again(tmp_path, monkeypatch,
                                                                                          capsys):
     import magrpo.cli.evaluate as evaluate_cli
-    import magrpo.eval_loop
-    import magrpo.trainer  # noqa: F401  (before the patch: the trainer's own name for evaluate stays the real one)
+    import magrpo.evaluation.loop
+    import magrpo.training.trainer  # noqa: F401  (before the patch: the trainer's own name for evaluate stays the real one)
 
-    monkeypatch.setattr(magrpo.eval_loop, "evaluate", _sigterm_to_this_process)
+    monkeypatch.setattr(magrpo.evaluation.loop, "evaluate", _sigterm_to_this_process)
     before = signal.getsignal(signal.SIGTERM)
     d = tmp_path / "e"
     code = run_cli(evaluate_cli.main, "magrpo-eval", ["methods=[single]", "eval.num_items=2", f"hydra.run.dir={d}"])
@@ -106,7 +106,7 @@ def test_magrpo_eval_stopped_by_sigterm_records_interrupted_and_gives_the_comman
 
 
 def test_magrpo_crossplay_stopped_by_sigterm_writes_nothing(tmp_path, monkeypatch, capsys):
-    import magrpo.pairing
+    import magrpo.evaluation.pairing
     from magrpo.cli.crossplay import main
     from magrpo.cli.train import run
 
@@ -114,7 +114,7 @@ def test_magrpo_crossplay_stopped_by_sigterm_writes_nothing(tmp_path, monkeypatc
     for seed in (0, 1):
         run(compose_cfg([f"output_dir={tmp_path / f's{seed}'}", "debug=smoke", "task=agree", f"seed={seed}"]))
         sources.append(str(tmp_path / f"s{seed}"))
-    monkeypatch.setattr(magrpo.pairing, "evaluate_pairing", _sigterm_to_this_process)
+    monkeypatch.setattr(magrpo.evaluation.pairing, "evaluate_pairing", _sigterm_to_this_process)
     out = tmp_path / "cp"
     assert main([*sources, "--out", str(out), "--num-items", "2"]) == 143
     last = _last_line(capsys.readouterr().err)

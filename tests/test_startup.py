@@ -1,6 +1,6 @@
 """`--help`, an argparse-style option and an override Hydra cannot apply answer before torch and
 transformers are imported: the commands import the trainer when a job starts, and the config store's
-nodes come from the last registration of the package's own entries (magrpo.config_store) while the
+nodes come from the last registration of the package's own entries (magrpo.validation.store) while the
 package's files are as they were."""
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def test_the_cached_nodes_are_the_registrys_own(tmp_path):
 import json
 from pathlib import Path
 from hydra.core.config_store import ConfigStore
-from magrpo import config_store
+from magrpo.validation import store as config_store
 config_store.CACHE_FILE = Path({str(tmp_path / "nodes.json")!r})
 config_store.register_schemas()
 store = ConfigStore.instance()
@@ -84,7 +84,8 @@ print("NODES", len(data["nodes"]))
 
 
 def test_a_stale_cache_or_a_loaded_plugin_fills_nothing(monkeypatch, tmp_path):
-    from magrpo import config_store, plugins
+    from magrpo.core import plugins
+    from magrpo.validation import store as config_store
 
     class Store:
         repo: dict = {}

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from magrpo.metrics import codebleu
 from magrpo.table import aggregate, main, mean_std, tex_escape
+from magrpo.tasks.metrics import codebleu
 from tests.conftest import tree_digest
 
 # Two methods x three seeds. Final reward_mean: [0.5, 0.6, 0.7] -> 0.6 ± 0.1 (sample std);

@@ -132,8 +132,8 @@ def test_the_exported_team_reproduces_the_checkpoints_eval_exactly(kind, trained
 
 @pytest.mark.parametrize("kind", ["separate", "lora", "ppo", "shared"])
 def test_the_exported_weights_are_the_checkpoints(kind, trained, exported):
-    from magrpo.models import policy_agents
-    from magrpo.team import Team, default_hardware, load_team_agents
+    from magrpo.models.agents import policy_agents
+    from magrpo.team.team import Team, default_hardware, load_team_agents
 
     run, team_dir = trained(kind), exported(kind)
     from_run, loaded = Team.from_run(run, device="cpu"), Team.from_pretrained(team_dir, device="cpu")
@@ -233,7 +233,7 @@ def test_the_model_card_of_a_ppo_team_names_its_algorithm(exported):
 
 
 def test_answers_have_the_teams_shape_and_repeat_under_a_seed(trained, exported):
-    from magrpo.team import Team, TeamAnswer
+    from magrpo.team.team import Team, TeamAnswer
 
     team = Team.from_pretrained(exported("separate"), device="cpu")
     items = team.task.load("eval")[:3]
@@ -416,8 +416,8 @@ def test_eval_refuses_a_damaged_team(exported, tmp_path, capsys):
     assert len(f.read_text()) == len(text)
     line = _eval_refusal([f"team={damaged}"], tmp_path, capsys)
     assert "agent_2/tokenizer_config.json" in line and "sha256" in line
-    from magrpo.schema import ConfigError
-    from magrpo.team import Team
+    from magrpo.core.schema import ConfigError
+    from magrpo.team.team import Team
 
     with pytest.raises(ConfigError, match="sha256"):
         Team.from_pretrained(damaged)
@@ -438,8 +438,8 @@ def test_a_lora_teams_extra_weight_file_is_refused_not_loaded(exported, tmp_path
     """As a full-model team's: an unlisted file in the adapter's folder is refused by the manifest
     check, and one a sender listed (the manifest rewritten) by the loader, which reads only the
     adapter's own file. Before, either one's values reached the adapter."""
-    from magrpo.checkpoint import CheckpointError
-    from magrpo.team import Team
+    from magrpo.core.checkpoint import CheckpointError
+    from magrpo.team.team import Team
     from tests.test_artifact_safety import rehash
 
     team = Path(shutil.copytree(exported("lora"), tmp_path / "team"))
@@ -498,9 +498,9 @@ def test_a_failed_export_leaves_nothing_at_out_dir(trained, tmp_path, monkeypatc
     def broken(*args, **kwargs):
         raise RuntimeError("the model card failed")
 
-    import magrpo.team
+    import magrpo.team.team
 
-    monkeypatch.setattr(magrpo.team, "model_card", broken)
+    monkeypatch.setattr(magrpo.team.format, "model_card", broken)
     out = tmp_path / "exports" / "team"
     with pytest.raises(RuntimeError, match="model card"):
         export.export_run(trained("lora"), out)     # the weights and the base were written by then
@@ -551,8 +551,8 @@ def test_a_really_full_disk_stops_an_export_in_one_line_and_leaves_nothing(train
         assert code == 1
         assert "(no space left on device; " in _full_disk_line(err, disk, "team")
         assert list(disk.iterdir()) == []
-        from magrpo.schema import ConfigError
-        from magrpo.team import Team
+        from magrpo.core.schema import ConfigError
+        from magrpo.team.team import Team
 
         with pytest.raises(ConfigError, match="no such directory"):
             Team.from_pretrained(disk / "team")
@@ -564,13 +564,14 @@ def test_a_killed_export_leaves_no_team_and_the_next_export_removes_its_temporar
     import subprocess
     import sys
 
-    from magrpo.schema import ConfigError
-    from magrpo.team import Team, read_team
+    from magrpo.core.schema import ConfigError
+    from magrpo.team.checks import read_team
+    from magrpo.team.team import Team
 
     run, out = trained("separate"), tmp_path / "exports" / "team"
     # SIGKILLed mid-export (the weights written, the model card next): nothing in-process can clean up
-    script = ("import os, signal, sys\nimport magrpo.team\n"
-              "magrpo.team.model_card = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+    script = ("import os, signal, sys\nimport magrpo.team.team\n"
+              "magrpo.team.format.model_card = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
               f"from magrpo.cli import export\nsys.exit(export.main([{str(run)!r}, {str(out)!r}]))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[1],
                           capture_output=True, text=True, timeout=300)
@@ -608,8 +609,8 @@ class FakeHub:
 def test_push_to_hub_uploads_the_whole_team_and_it_loads_back(trained, exported, tmp_path, monkeypatch):
     import huggingface_hub
 
-    from magrpo.models import policy_agents
-    from magrpo.team import Team
+    from magrpo.models.agents import policy_agents
+    from magrpo.team.team import Team
 
     team_dir = exported("lora")
     api = FakeHub(tmp_path / "remote")
@@ -645,7 +646,7 @@ def test_push_to_hub_uploads_the_whole_team_and_it_loads_back(trained, exported,
 
 
 def test_push_to_hub_refuses_a_directory_that_is_not_a_whole_team(exported, tmp_path):
-    from magrpo.schema import ConfigError
+    from magrpo.core.schema import ConfigError
 
     half = tmp_path / "half"
     shutil.copytree(exported("separate"), half)
@@ -673,7 +674,7 @@ def test_a_failed_upload_exits_1_and_keeps_the_exported_team(trained, tmp_path, 
     lines = _error_lines(err)
     assert len(lines) == 1 and "upload" in lines[0] and "me/team" in lines[0] and "unreachable" in lines[0], err
     assert f"wrote {out}" in stdout
-    from magrpo.team import read_team
+    from magrpo.team.checks import read_team
 
     assert read_team(out)["task"] == "length_ratio"       # whole and verified
 
@@ -681,8 +682,8 @@ def test_a_failed_upload_exits_1_and_keeps_the_exported_team(trained, tmp_path, 
 def test_a_hub_id_that_cannot_be_fetched_is_refused_in_one_line(monkeypatch):
     import huggingface_hub
 
-    from magrpo.schema import ConfigError
-    from magrpo.team import Team
+    from magrpo.core.schema import ConfigError
+    from magrpo.team.team import Team
 
     def snapshot_download(repo_id, revision=None, **kwargs):
         raise OSError("offline")

@@ -10,10 +10,10 @@ import pytest
 from magrpo.algos import ALGOS
 from magrpo.algos.base import StepInput
 from magrpo.cli.train import run
-from magrpo.models import load_agents
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
+from magrpo.models.agents import load_agents
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import run_and_resume
 
 SHARED = ["agents.share_policy=true", "debug=smoke", "algo.max_new_tokens=8", "algo.num_generations=2"]
@@ -101,7 +101,7 @@ SEQ = ["algo.topology=sequential", "debug=smoke", "algo.max_new_tokens=6", "algo
 
 
 def test_a_chain_maps_each_leaf_to_its_ancestors():
-    from magrpo.rollout import chain_joint
+    from magrpo.rollout.record import chain_joint
 
     # G_1 = 2, G_2 = 3: leaf l uses agent 1's sample l // 3 and agent 2's sample l
     assert chain_joint([2, 3]).tolist() == [[0, 0], [0, 1], [0, 2], [1, 3], [1, 4], [1, 5]]
@@ -109,7 +109,7 @@ def test_a_chain_maps_each_leaf_to_its_ancestors():
 
 
 def test_sequences_per_item_of_a_chain():
-    from magrpo.turns import sequences_per_item, tree_size
+    from magrpo.rollout.turns import sequences_per_item, tree_size
 
     # G = 2, 2, 1: agent 1 writes 2, agent 2 writes 2 per prefix (4), agent 3 one per prefix (4)
     assert sequences_per_item(3, 2, "aligned", 1, topology="sequential", branching=[2, 2, 1]) == 2 + 4 + 4

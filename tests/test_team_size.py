@@ -10,9 +10,9 @@ import json
 import pytest
 
 from magrpo.cli.train import run
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from magrpo.tasks import TASKS, available_tasks
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import run_and_resume, train_rows
 
 SMOKE = ["task=maporl_qa", "debug=smoke", "algo.max_new_tokens=8", "algo.num_generations=2", "save_final=true",

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from magrpo.cli.train import run
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import run_and_resume, train_rows
 from tests.wandb_reader import history
 

@@ -1,4 +1,4 @@
-"""The trust rule (magrpo.trust, docs/security.md), tried as a hostile sender would: a run and a team are
+"""The trust rule (magrpo.core.trust, docs/security.md), tried as a hostile sender would: a run and a team are
 made by one user (a temporary home with its own secret), edited as a sender edits them, and opened by
 another (a second home, another secret). Every payload is a module that writes a marker when it is
 imported; each case asserts no marker, one line and the exit code. The positive controls (your own
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from magrpo import trust
 from magrpo.cli.trust import main as trust_main
-from magrpo.schema import ConfigError
+from magrpo.core import trust
+from magrpo.core.schema import ConfigError
 from tests import preloaded
 from tests.test_artifact_safety import rehash
 
@@ -115,8 +115,8 @@ def _edit_json(f: Path, change) -> None:
 
 
 def test_your_own_run_and_team_take_up_their_plugins(made, monkeypatch):
-    from magrpo import plugins
-    from magrpo.team import Team
+    from magrpo.core import plugins
+    from magrpo.team.team import Team
 
     monkeypatch.setenv("MAGRPO_HOME", str(made["home_a"]))
     monkeypatch.syspath_prepend(str(made["lib"]))
@@ -128,8 +128,8 @@ def test_your_own_run_and_team_take_up_their_plugins(made, monkeypatch):
 
 
 def test_a_received_team_is_refused_in_one_line_and_trusting_it_takes_it_up(made, receiver, capsys):
-    from magrpo import plugins
-    from magrpo.team import Team
+    from magrpo.core import plugins
+    from magrpo.team.team import Team
 
     team = received(made, receiver, "team")
     with pytest.raises(trust.UntrustedError) as e:
@@ -143,7 +143,7 @@ def test_a_received_team_is_refused_in_one_line_and_trusting_it_takes_it_up(made
 
 
 def test_magrpo_trust_covers_what_the_directory_records_now(made, receiver, capsys, tmp_path):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = received(made, receiver, "team")
     assert trust_main([str(team)]) == 0
@@ -283,7 +283,7 @@ def _team_recording(made, tmp_path: Path, **change) -> Path:
 
 def test_every_command_refuses_a_received_teams_plugin_in_one_line(made, receiver, capsys):
     from magrpo.cli import crossplay
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, plugins=["trust_game", "payload_mod"])
     with pytest.raises(trust.UntrustedError, match="plugin 'payload_mod'"):
@@ -297,7 +297,7 @@ def test_every_command_refuses_a_received_teams_plugin_in_one_line(made, receive
 
 def test_every_command_refuses_a_received_runs_plugin_in_one_line(made, receiver, capsys):
     from magrpo.cli import export
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     run = received(made, receiver, "run")
     ckpt = run / "checkpoints" / "step_2"
@@ -313,7 +313,7 @@ def test_every_command_refuses_a_received_runs_plugin_in_one_line(made, receiver
 
 
 def test_a_recorded_reward_function_is_neither_imported_nor_called(made, receiver):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, reward_fn="payload_mod:score")
     with pytest.raises(trust.UntrustedError, match="reward function 'payload_mod:score'"):
@@ -326,7 +326,7 @@ def test_a_recorded_reward_function_is_neither_imported_nor_called(made, receive
                                         ("magrpo.table.__main__", "__main__ module"),
                                         ("x" * 1_000_000, "longer than 200 characters")])
 def test_what_is_never_a_plugin_even_trusted(made, receiver, name, words):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, plugins=[name])
     with pytest.raises(ConfigError) as e:
@@ -338,7 +338,7 @@ def test_what_is_never_a_plugin_even_trusted(made, receiver, name, words):
 
 
 def test_a_list_of_ten_thousand_plugins_is_one_line_and_imports_none(made, receiver):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, plugins=[f"payload_{k}" for k in range(10_000)])
     with pytest.raises(ConfigError) as e:
@@ -350,7 +350,7 @@ def test_a_list_of_ten_thousand_plugins_is_one_line_and_imports_none(made, recei
 
 
 def test_a_parent_package_inside_the_team_is_never_run(made, receiver, monkeypatch):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, plugins=["team_pkg.sub"])
     (team / "team_pkg").mkdir()
@@ -363,7 +363,7 @@ def test_a_parent_package_inside_the_team_is_never_run(made, receiver, monkeypat
 
 
 def test_the_team_folder_itself_is_no_package(made, receiver, monkeypatch):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, plugins=["team"])
     (team / "__init__.py").write_text(PAYLOAD)
@@ -374,7 +374,7 @@ def test_the_team_folder_itself_is_no_package(made, receiver, monkeypatch):
 
 
 def test_a_symlink_inside_the_team_is_inside(made, receiver, monkeypatch):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     elsewhere = receiver / "elsewhere"
     elsewhere.mkdir()
@@ -388,7 +388,7 @@ def test_a_symlink_inside_the_team_is_inside(made, receiver, monkeypatch):
 
 
 def test_a_checkpoint_path_answers_for_its_whole_run(made, receiver, monkeypatch):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     run = received(made, receiver, "run")
     (run / "run_root_mod.py").write_text(PAYLOAD)
@@ -403,7 +403,7 @@ def test_a_checkpoint_path_answers_for_its_whole_run(made, receiver, monkeypatch
 
 def test_a_module_beside_a_received_team_is_refused(made, receiver, monkeypatch):
     """The docs' `export PYTHONPATH=$PWD` in the download folder: a module the download brought beside the team."""
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, plugins=["beside_mod"])
     (team.parent / "beside_mod.py").write_text(PAYLOAD)
@@ -414,7 +414,7 @@ def test_a_module_beside_a_received_team_is_refused(made, receiver, monkeypatch)
 
 
 def test_a_reward_module_inside_the_team_is_refused_as_a_plugin_is(made, receiver, monkeypatch):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, reward_fn="team_reward:score")
     (team / "team_reward.py").write_text(PAYLOAD + "def score(prompts, completions, **c):\n    return [1.0] * len(completions)\n")
@@ -425,7 +425,7 @@ def test_a_reward_module_inside_the_team_is_refused_as_a_plugin_is(made, receive
 
 
 def test_a_damaged_team_is_refused_before_its_plugin(made, receiver):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, plugins=["payload_mod"])
     (team / "README.md").write_text("edited after the manifest\n")
@@ -482,11 +482,11 @@ def test_plugins_as_a_string_is_refused_before_it_is_imported(tmp_path, monkeypa
 def test_a_clash_in_python_is_an_error_and_keeps_the_built_in(tmp_path, monkeypatch):
     (tmp_path / "py_clash.py").write_text(FAILURES["clash"][0])
     monkeypatch.syspath_prepend(str(tmp_path))
-    from magrpo.registry import RegistryError
+    from magrpo.core.registry import RegistryError
 
     with pytest.raises(RegistryError, match="registered twice"):
         import py_clash  # noqa: F401
-    from magrpo.testing import check_task
+    from magrpo.tasks.check import check_task
 
     assert check_task("agree").ok
 
@@ -521,7 +521,7 @@ def test_a_planted_record_in_a_checkpoint_folder_or_a_file_path_is_checked_too(m
 
 
 def test_a_reward_function_made_by_an_interpolation_is_refused(made, receiver):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, reward_fn="${agents.models.0.chat_template_kwargs.x}")
     with pytest.raises(ConfigError, match="never an interpolation|never resolve"):
@@ -590,7 +590,7 @@ def test_trust_remote_code_made_by_an_interpolation_is_refused(made, receiver):
 
 
 def test_a_teams_sandbox_level_is_this_machines(made, receiver):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = received(made, receiver, "team")
     _edit_json(team / "team.json", lambda t: {**t, "config": {**t["config"], "sandbox": {"isolation": "guards"}}})
@@ -615,7 +615,7 @@ def test_a_commands_trust_plugins_ends_with_the_command(made, receiver, capsys):
     # A command run from Python (a notebook, a script) with --trust-plugins trusts for that command
     # only: the Team call after it refuses the received team again, with the Python API's words.
     from magrpo.table import main as table_main
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     team = received(made, receiver, "team")
     (receiver / "runs").mkdir()

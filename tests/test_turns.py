@@ -8,13 +8,11 @@ import pytest
 import torch
 
 from magrpo.cli.train import run
-from magrpo.config import ConfigError
-from magrpo.feedback import build_feedback
-from magrpo.models import load_agents
-from magrpo.rollout import Rollout, Sampling, joint_indices
-from magrpo.tasks import Scores, build_task
-from magrpo.trainer import seed_everything
-from magrpo.turns import (
+from magrpo.config.schemas import ConfigError
+from magrpo.models.agents import load_agents, seed_everything
+from magrpo.rollout.feedback import build_feedback
+from magrpo.rollout.record import Rollout, Sampling, joint_indices
+from magrpo.rollout.turns import (
     TreeStats,
     TurnSpec,
     choose_expansions,
@@ -23,7 +21,8 @@ from magrpo.turns import (
     tree_returns,
     tree_size,
 )
-from magrpo.validation import validate
+from magrpo.tasks import Scores, build_task
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg, run_and_resume, train_rows
 
 FAST = ["algo.max_new_tokens=6", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2"]
@@ -69,7 +68,7 @@ def test_grown_tree_has_the_size_it_promises(seeded_team, monkeypatch, mode, tur
     spec = TurnSpec(num_turns=turns, joint_mode=mode, max_branches=cap)
     feedback = build_feedback({"mode": "plain"}, task)
     calls = []
-    import magrpo.turns as turns_mod
+    import magrpo.rollout.turns as turns_mod
 
     real = turns_mod.generate
 

@@ -1,4 +1,4 @@
-"""magrpo.writes: a full disk recognised in every form the libraries raise it, and the hidden
+"""magrpo.core.writes: a full disk recognised in every form the libraries raise it, and the hidden
 temporary directories of writes that were killed (tests of the commands that use it live with
 the commands: test_team_export, test_crossplay, test_table, test_failures)."""
 
@@ -15,8 +15,8 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import save_file
 
-from magrpo.schema import ConfigError, SetupError
-from magrpo.writes import HOST, DiskFullError, disk_full, disk_full_error
+from magrpo.core.schema import ConfigError, SetupError
+from magrpo.core.writes import HOST, DiskFullError, disk_full, disk_full_error
 from tests.conftest import small_tmpfs, tree_digest
 
 
@@ -109,7 +109,7 @@ def _temp(parent: Path, name: str, pid: int, host: str = HOST, tag: str = "ab12_
 
 
 def test_a_write_removes_the_stale_temporary_directories_of_its_destination_only(tmp_path):
-    from magrpo.checkpoint import write_checkpoint
+    from magrpo.core.checkpoint import write_checkpoint
 
     dead = _dead_pid()
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -136,7 +136,7 @@ def test_a_write_removes_the_stale_temporary_directories_of_its_destination_only
 
 
 def test_a_checkpoint_save_removes_what_a_killed_save_of_any_step_left(tmp_path):
-    from magrpo import checkpoint
+    from magrpo.core import checkpoint
 
     run = tmp_path / "run"
     ckpts = run / "checkpoints"
@@ -155,7 +155,7 @@ def test_a_checkpoint_save_removes_what_a_killed_save_of_any_step_left(tmp_path)
 
 
 def test_a_temporary_directory_is_never_loaded_as_a_team(tmp_path):
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     d = _temp(tmp_path, "team", _dead_pid())
     (d / "team.json").write_text("{}")
@@ -165,7 +165,7 @@ def test_a_temporary_directory_is_never_loaded_as_a_team(tmp_path):
 
 
 def test_publish_removes_its_own_stale_stage_only(tmp_path):
-    from magrpo.writes import STAGE, publish
+    from magrpo.core.writes import STAGE, publish
 
     out = tmp_path / "out"
     out.mkdir()

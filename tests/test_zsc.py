@@ -1,5 +1,5 @@
 """Zero-shot coordination: declared symmetries, Other-Play's relabelled views, the lever game, and
-training with frozen partners (magrpo.tasks.symmetry, magrpo.partners)."""
+training with frozen partners (magrpo.tasks.symmetry, magrpo.team.partners)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from magrpo.tasks import TASKS
+from magrpo.tasks.check import check_task
 from magrpo.tasks.symmetry import VIEW_KEY, Symmetry, other_play
-from magrpo.testing import check_task
 from tests.conftest import compose_cfg
 
 
@@ -153,7 +153,7 @@ def test_the_lever_game_by_hand():
     (["task=agree", "partners=[x]", "partner_sampling=often"], "partner_sampling"),
 ])
 def test_bad_zsc_keys_are_one_line_config_errors(overrides, needle, tmp_path):
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace("]", r"\]")):
         validate(compose_cfg([f"output_dir={tmp_path}", "debug=smoke", *overrides]))
@@ -180,9 +180,9 @@ def _state(model) -> dict[str, torch.Tensor]:
 
 
 def test_partners_stay_frozen_and_fill_their_roles_as_configured(partner_runs, tmp_path):
-    from magrpo.team import Team
-    from magrpo.trainer import Trainer
-    from magrpo.validation import validate
+    from magrpo.team.team import Team
+    from magrpo.training.trainer import Trainer
+    from magrpo.validation.checks import validate
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'fcp'}", *SMALL, "max_steps=4", "logger.log_every=1",
                                 f"partners=[{partner_runs[0]},{partner_runs[1]}]", "partner_roles=[2]",
@@ -209,7 +209,7 @@ def test_partners_stay_frozen_and_fill_their_roles_as_configured(partner_runs, t
 
 
 def test_drawn_partners_and_roles_follow_the_seed(partner_runs, tmp_path):
-    from magrpo.partners import PartnerPool
+    from magrpo.team.partners import PartnerPool
 
     pool = PartnerPool([str(p) for p in partner_runs], None, "uniform", 2, "lever", "cpu", seed=3)
     draws = [pool.draw(step) for step in range(40)]
@@ -222,8 +222,8 @@ def test_drawn_partners_and_roles_follow_the_seed(partner_runs, tmp_path):
 
 
 def test_other_play_trains_and_its_views_are_drawn_per_step(tmp_path):
-    from magrpo.trainer import Trainer
-    from magrpo.validation import validate
+    from magrpo.training.trainer import Trainer
+    from magrpo.validation.checks import validate
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'op'}", *SMALL, "algo.other_play=true"]))
     trainer = Trainer(cfg, tmp_path / "op")
@@ -265,8 +265,8 @@ def _sequence_logp(model, gen, row: int, temperature: float) -> float:
 def test_the_diversity_term_is_the_mixtures_nll_of_each_answer_added_to_its_return(partner_runs, tmp_path):
     import math
 
-    from magrpo.trainer import Trainer
-    from magrpo.validation import validate
+    from magrpo.training.trainer import Trainer
+    from magrpo.validation.checks import validate
 
     cfg = validate(compose_cfg([f"output_dir={tmp_path / 'div'}", *SMALL, "diversity_coef=0.5",
                                 f"diversity=[{partner_runs[0]},{partner_runs[1]}]"]))
@@ -289,7 +289,7 @@ def test_the_diversity_term_is_the_mixtures_nll_of_each_answer_added_to_its_retu
 
 def test_a_member_trained_with_the_diversity_term_leaves_the_earlier_ones_as_they_were(partner_runs, tmp_path):
     from magrpo.cli.train import run
-    from magrpo.team import Team
+    from magrpo.team.team import Team
 
     before = Team.from_run(partner_runs[0])
     run(compose_cfg([f"output_dir={tmp_path / 'div'}", *SMALL, "logger.log_every=1",
@@ -303,7 +303,7 @@ def test_a_member_trained_with_the_diversity_term_leaves_the_earlier_ones_as_the
 
 
 def test_the_diversity_term_on_an_algorithm_that_cannot_read_it_is_one_config_error(partner_runs, tmp_path):
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     with pytest.raises(ConfigError, match=r"diversity: algo.name=iac does not read .*allowed with: .*magrpo"):
         validate(compose_cfg([f"output_dir={tmp_path}", *SMALL, "algo=iac", f"diversity=[{partner_runs[0]}]"]))
@@ -315,7 +315,7 @@ def test_a_population_in_one_command_and_fcp_on_it(tmp_path, capsys):
     """magrpo-population trains one member per seed, keeps their checkpoints and writes the manifest
     that partners=[DIR] reads."""
     from magrpo.cli.population import main as population_main
-    from magrpo.partners import expand
+    from magrpo.team.partners import expand
 
     out = tmp_path / "pop"
     assert population_main(["--out", str(out), "--size", "2", "--first-seed", "3", "--save-every", "1",

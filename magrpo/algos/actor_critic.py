@@ -44,7 +44,6 @@ from typing import Any
 
 import torch
 
-from magrpo import distributed
 from magrpo.algos.aggregation import LOSS_AGG, AggContext
 from magrpo.algos.base import StepInput, register_algo
 from magrpo.algos.critics import CriticConfig, TurnCritic
@@ -54,10 +53,11 @@ from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
-from magrpo.models import Agent
-from magrpo.rollout import Generation, Rollout, credit
-from magrpo.sampler import shares_prompt
-from magrpo.schema import ConfigError, option
+from magrpo.core.schema import ConfigError, option
+from magrpo.models import distributed
+from magrpo.models.agents import Agent
+from magrpo.models.sampler import shares_prompt
+from magrpo.rollout.record import Generation, Rollout, credit
 from magrpo.tasks import Task
 
 

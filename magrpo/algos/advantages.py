@@ -14,7 +14,7 @@ from collections.abc import Callable
 import torch
 
 from magrpo.algos.aggregation import global_masked_mean
-from magrpo.registry import Registry, registrar
+from magrpo.core.registry import Registry, registrar
 
 # --- group-relative: A = R - b(R) over the group ---------------------------------------------------
 

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from magrpo import distributed
-from magrpo.registry import Registry, registrar
+from magrpo.core.registry import Registry, registrar
+from magrpo.models import distributed
 
 
 @dataclass

@@ -10,7 +10,7 @@ others, A = R - b({R of the same key}) (`advantage` and `scale` as MAGRPO's). It
 
 So each item holds one sibling set per turn, and a candidate that was not continued is compared
 with the continued one on its own turn reward: the returns of a set share the continuation of
-its expanded node (magrpo.turns.tree_returns), so A reduces to the turn reward's r_k - b(r).
+its expanded node (magrpo.rollout.turns.tree_returns), so A reduces to the turn reward's r_k - b(r).
 `branch=all` grows today's full tree, and then a turn's key merges the sibling sets of one item.
 
 A best branch needs a reward, so it acts between turns; inside a sequential team's turn (a chain
@@ -27,8 +27,8 @@ import torch
 from magrpo.algos.base import StepSpecs, register_algo
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode
-from magrpo.models import Agent
-from magrpo.schema import option
+from magrpo.core.schema import option
+from magrpo.models.agents import Agent
 from magrpo.tasks import Task
 
 

@@ -17,7 +17,7 @@ and, once built from (cfg, agents, task, specs), offers
 
 `StepSpecs` (how a step samples, grows its turn tree and shows feedback) is built once from the
 config by the loop, which evaluates with the same turns and feedback, and handed to the algorithm.
-The loop (magrpo.trainer) never tests which algorithm it runs, and sets nothing on it.
+The loop (magrpo.training.trainer) never tests which algorithm it runs, and sets nothing on it.
 
 This module is the contract alone. What the built-in algorithms share to keep it lives beside it:
 the set-up, collection and checkpoint state in `scaffold.py` (TeamAlgorithm, Episode, the turn-tree
@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
 from magrpo.algos.diversity import Diversity
-from magrpo.feedback import Feedback, build_feedback
-from magrpo.models import SHARED_POLICY, Agent
-from magrpo.registry import Registry, registrar
-from magrpo.rollout import Sampling, SamplingKeys
-from magrpo.schema import at_least, option
+from magrpo.core.registry import Registry, registrar
+from magrpo.core.schema import at_least, option
+from magrpo.models.agents import SHARED_POLICY, Agent
+from magrpo.rollout.feedback import Feedback, build_feedback
+from magrpo.rollout.record import Sampling, SamplingKeys
+from magrpo.rollout.turns import TurnKeys, TurnSpec
 from magrpo.tasks import Task
-from magrpo.turns import TurnKeys, TurnSpec
 
 ALGOS: Registry[type[Algorithm]] = Registry("algorithm", "algo.name", set_name=True, builtins=tuple(
     f"magrpo.algos.{m}" for m in ("magrpo", "grpo", "ippo", "mappo", "ppo", "dr_mas", "at_grpo", "actor_critic", "c3")))
@@ -113,7 +113,7 @@ class StepInput:
 
     items: list[dict]                     # this rank's block of the batch, as each agent sees them
     # role index -> a frozen partner's agent that plays that role in this step's rollouts
-    # (magrpo.partners); a role a partner fills is not updated (its policy's other roles are)
+    # (magrpo.team.partners); a role a partner fills is not updated (its policy's other roles are)
     seat: dict[int, Agent] = field(default_factory=dict)
     # more items for this step (dynamic sampling): refill(round, n) -> at most n items; None: the
     # same items are sampled again

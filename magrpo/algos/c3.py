@@ -40,11 +40,11 @@ from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeCon
 from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.scaffold import Episode
 from magrpo.algos.step_metrics import reward_metrics
-from magrpo.models import Agent
-from magrpo.rollout import Generation, Rollout, Sampling, chain_prompt, generate, team_budget
-from magrpo.schema import ConfigError, at_least, option
+from magrpo.core.schema import ConfigError, at_least, option
+from magrpo.models.agents import Agent
+from magrpo.rollout.record import Generation, Rollout, Sampling, chain_prompt, generate, team_budget
+from magrpo.rollout.turns import TreeStats, concat_generations, one_per_prompt, select_prompts
 from magrpo.tasks import Task
-from magrpo.turns import TreeStats, concat_generations, one_per_prompt, select_prompts
 
 
 @dataclass

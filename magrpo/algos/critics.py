@@ -15,12 +15,12 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from magrpo import hub
 from magrpo.algos.base import AlgoConfig
 from magrpo.algos.logprobs import RowBatch, sequence_forward
-from magrpo.models import Agent, resolve_model_path
-from magrpo.sampler import shares_prompt
-from magrpo.schema import ConfigError, option
+from magrpo.core.schema import ConfigError, option
+from magrpo.models import hub
+from magrpo.models.agents import Agent, resolve_model_path
+from magrpo.models.sampler import shares_prompt
 
 
 @dataclass

@@ -31,8 +31,8 @@ from magrpo.algos.base import register_algo
 from magrpo.algos.keys import RewardKeys
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode
-from magrpo.models import Agent
-from magrpo.schema import option
+from magrpo.core.schema import option
+from magrpo.models.agents import Agent
 
 
 @dataclass

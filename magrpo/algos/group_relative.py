@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from magrpo import distributed
 from magrpo.algos.advantages import ADVANTAGE_SCALES, ADVANTAGES
 from magrpo.algos.aggregation import LOSS_AGG, AggContext
 from magrpo.algos.base import AlgoConfig
@@ -33,9 +32,10 @@ from magrpo.algos.losses import POLICY_LOSSES, k3_kl
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
-from magrpo.rollout import Generation
-from magrpo.sampler import shares_prompt
-from magrpo.schema import at_least, option, positive
+from magrpo.core.schema import at_least, option, positive
+from magrpo.models import distributed
+from magrpo.models.sampler import shares_prompt
+from magrpo.rollout.record import Generation
 
 
 @dataclass

@@ -24,7 +24,7 @@ own share where the task can split it). One step, for a batch of B items and N a
      loss `loss` (default clip; losses.POLICY_LOSSES) and the average the aggregation `loss_agg`
      (default token_mean; aggregation.LOSS_AGG), as in every algorithm.
 
-With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py) and each turn's completion is
+With `num_turns` > 1 the step grows a turn tree (magrpo/rollout/turns.py) and each turn's completion is
 one episode of the token-level MDP above whose terminal reward is its node's return: the reward
 plus the discounted mean return of the node's children (R = r + discount * mean(children's R),
 a Monte-Carlo estimate of the future turns). The critic thus learns the value of the multi-turn
@@ -43,7 +43,6 @@ from typing import Any
 
 import torch
 
-from magrpo import distributed
 from magrpo.algos.advantages import gae, masked_whiten
 from magrpo.algos.aggregation import LOSS_AGG, AggContext, masked_mean
 from magrpo.algos.base import StepInput, StepSpecs, register_algo
@@ -62,10 +61,11 @@ from magrpo.algos.losses import POLICY_LOSSES, AdaptiveKLController, clipped_val
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
-from magrpo.models import Agent
-from magrpo.rollout import Generation, Rollout
-from magrpo.sampler import shares_prompt
-from magrpo.schema import at_least, option, positive, within
+from magrpo.core.schema import at_least, option, positive, within
+from magrpo.models import distributed
+from magrpo.models.agents import Agent
+from magrpo.models.sampler import shares_prompt
+from magrpo.rollout.record import Generation, Rollout
 from magrpo.tasks import Task
 
 
@@ -274,7 +274,7 @@ class IPPO(TeamAlgorithm):
         head_values = critic.kind == "head" and texts is None     # values from the actor's own hidden states
         if recorded(gen, temperature, head_values):
             # the decoding pass's own log-probs (and hidden states): equal to a forward's up to the
-            # order of float additions (magrpo.sampler.sample_shared_prompt)
+            # order of float additions (magrpo.models.sampler.sample_shared_prompt)
             old_logp = gen.logprobs.to(dev)
             if head_values:
                 old_values = critic.head(gen.hidden.to(dev))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from magrpo.algos.aggregation import LOSS_AGG
 from magrpo.algos.losses import POLICY_LOSSES
-from magrpo.schema import ConfigError, at_least, option, positive
+from magrpo.core.schema import ConfigError, at_least, option, positive
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Log-probabilities: one forward gives log pi(c_t | prompt, c_<t) for every completion token.
 
 - sequence_forward, token_logprobs: logits (or hidden states) and token log-probs of prompt + completion
-  rows; the completion mask from magrpo.rollout zeroes padding and everything after the first EOS;
+  rows; the completion mask from magrpo.rollout.record zeroes padding and everything after the first EOS;
 - RowBatch, row_logprobs: the model inputs of some completion rows of a Generation, each distinct
   prompt run once when shared; row_chunks: micro-batches; rollout_logprobs: a whole Generation's
   log-probs without gradient (the rollout or the reference policy).
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from magrpo.sampler import cache_keyword, limit_vocab, output_cache, vocab_limit
+from magrpo.models.sampler import cache_keyword, limit_vocab, output_cache, vocab_limit
 
 # The G completions of an item share its prompt; with `share_prompt` the prompt runs ONCE (with
 # gradients) and its key/value cache is gathered to the completion rows that continue it, so the
@@ -104,13 +104,13 @@ def token_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, c
     The prompt is left-padded and the completion right-padded; position ids follow the attention
     mask, as in generation, so these log-probs match the sampling distribution (logits / T).
     `prompt_index` / `share_prompt`: see `sequence_forward`.
-    Over the ids the model's tokenizer has (magrpo.sampler.vocab_limit), as in sampling.
+    Over the ids the model's tokenizer has (magrpo.models.sampler.vocab_limit), as in sampling.
     The entropy carries a gradient only with `entropy_grad` (an entropy bonus). With `with_hidden`, also returns the last hidden state at the position that predicts each
     completion token (the state s_t a value head reads): (logp, entropy, hidden [n, C, H]).
     """
     logits, hidden = sequence_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, prompt_index,
                                       share_prompt, with_hidden)
-    # Normalised over the tokenizer's ids only, as the sampler draws them (magrpo.sampler.vocab_limit).
+    # Normalised over the tokenizer's ids only, as the sampler draws them (magrpo.models.sampler.vocab_limit).
     logits = limit_vocab(logits, vocab_limit(model)).float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -142,7 +142,7 @@ class RowBatch:
         items, index = torch.unique(r // gen.num_generations, return_inverse=True)
         ids, mask = gen.prompt_ids[items], gen.prompt_mask[items]
         # Left-padding columns none of these prompts uses are dropped: a multi-turn batch holds short
-        # first-turn prompts next to long later ones (magrpo.turns.concat_generations).
+        # first-turn prompts next to long later ones (magrpo.rollout.turns.concat_generations).
         used = mask.any(0).nonzero()
         start = int(used[0]) if len(used) else 0
         return cls(ids[:, start:].to(device), mask[:, start:].to(device), index.to(device),

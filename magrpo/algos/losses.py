@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from magrpo import distributed
-from magrpo.registry import Registry, registrar
+from magrpo.core.registry import Registry, registrar
+from magrpo.models import distributed
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

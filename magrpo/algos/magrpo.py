@@ -13,7 +13,7 @@ One step, for a batch of B items and N agents:
 The advantage is shared through the joint reward; the gradient of each agent uses only its own
 log-probs (centralised training, decentralised execution).
 
-With `num_turns` > 1 the step grows a turn tree (magrpo/turns.py): every node's return is
+With `num_turns` > 1 the step grows a turn tree (magrpo/rollout/turns.py): every node's return is
 R = r + discount * mean(children's R), each sibling set is a group for step 3, and one loss runs
 over the samples of every node of every turn.
 
@@ -60,9 +60,9 @@ from magrpo.algos.base import StepInput, register_algo
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
 from magrpo.algos.keys import CrossCreditKeys, reward_kind
 from magrpo.algos.scaffold import Episode, group_items
-from magrpo.models import Agent
-from magrpo.schema import at_least
-from magrpo.turns import select_prompts
+from magrpo.core.schema import at_least
+from magrpo.models.agents import Agent
+from magrpo.rollout.turns import select_prompts
 
 
 @dataclass

@@ -18,8 +18,8 @@ from typing import Any
 
 from magrpo.algos.base import register_algo
 from magrpo.algos.ippo import IPPO, IPPOConfig
-from magrpo.rollout import Rollout
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
+from magrpo.rollout.record import Rollout
 
 
 @dataclass

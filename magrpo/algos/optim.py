@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from omegaconf import OmegaConf
 
-from magrpo import distributed
-from magrpo.models import set_keys
+from magrpo.models import distributed
+from magrpo.models.agents import set_keys
 
 
 def agent_optimizer(cfg: Any, agent: int) -> Any:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from magrpo.algos.base import register_algo
 from magrpo.algos.ippo import IPPO, IPPOConfig
 from magrpo.algos.losses import AdaptiveKLController
-from magrpo.schema import at_least, option
+from magrpo.core.schema import at_least, option
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 One step of any algorithm is
 
-    episode = self.collect(inp)               # grow the turn tree of inp.items, score it (magrpo.turns)
+    episode = self.collect(inp)               # grow the turn tree of inp.items, score it (magrpo.rollout.turns)
     for each policy:                          # a shared policy gathers every role it plays
         signal = <the algorithm's advantages> # from episode.returns(...), a critic, ...
         <the algorithm's update>              # one optimizer step or PPO epochs
@@ -13,7 +13,7 @@ the per-policy assembly of generations (`policy_batches`) and the optimizer stat
 the scored tree with the questions every algorithm asks of it: a role's returns per turn, a role's
 rows across turns, and the item each row descends from. The config checks across groups that the
 algorithms share (the turn tree's size, individual rewards, signalling, Other-Play) are
-magrpo.validation's.
+magrpo.validation.checks's.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from magrpo.algos.diversity import Diversity
 from magrpo.algos.optim import agent_optimizer, build_optimizer
 from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
-from magrpo.models import Agent, policy_agents, policy_groups
-from magrpo.rollout import Generation, Rollout, credit
+from magrpo.models.agents import Agent, policy_agents, policy_groups
+from magrpo.rollout.record import Generation, Rollout, credit
+from magrpo.rollout.turns import TreeStats, concat_generations, grow_tree, tree_metrics, tree_returns
 from magrpo.tasks import Task
-from magrpo.turns import TreeStats, concat_generations, grow_tree, tree_metrics, tree_returns
 
 
 def group_items(root: Rollout) -> list[torch.Tensor]:
@@ -80,7 +80,7 @@ class Episode:
 
     def returns(self, agent: int, discount: float, reward: str = "team", cross_credit: str = "mean") -> list[torch.Tensor]:
         """Per turn of every tree, [B_t, S_i] the return of each of agent `agent`'s samples: the
-        discounted tree return of its joint actions (magrpo.turns.tree_returns), of the team reward
+        discounted tree return of its joint actions (magrpo.rollout.turns.tree_returns), of the team reward
         or (`reward="individual"`) of the agent's own share, credited to its samples (`credit`)."""
         out = []
         for root in self.roots:

@@ -29,7 +29,7 @@ from collections.abc import Hashable, Sequence
 
 import torch
 
-from magrpo.metrics import pointwise_mutual_information
+from magrpo.tasks.metrics import pointwise_mutual_information
 
 
 def pointwise_mi(prompts: Sequence[Hashable], moves: Sequence[Hashable]) -> torch.Tensor:

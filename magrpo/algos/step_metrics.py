@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from magrpo import distributed
-from magrpo.rollout import Rollout
+from magrpo.models import distributed
+from magrpo.rollout.record import Rollout
 
 
 def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:

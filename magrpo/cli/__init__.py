@@ -8,8 +8,9 @@
     magrpo-dashboard    magrpo.cli.dashboard    a W&B workspace for a run group
     magrpo-export       magrpo.cli.export       a run's team as one shareable directory
     magrpo-crossplay    magrpo.cli.crossplay    agents paired across runs and teams
-    magrpo-trust        magrpo.cli.trust        trust what a run or team records (magrpo.trust)
+    magrpo-trust        magrpo.cli.trust        trust what a run or team records (magrpo.core.trust)
     magrpo-population   magrpo.cli.population   train a population of partners
+    magrpo-check-task   magrpo.cli.check_task   does a task keep the Task contract
 
 They sit on top of the package: nothing below imports them (tests/test_layers.py). Each is also
 `python -m magrpo.cli.<module>`.

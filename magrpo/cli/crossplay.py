@@ -2,7 +2,7 @@
 
     magrpo-crossplay outputs/train/agree_s0 outputs/train/agree_s1 outputs/train/agree_s2 --out crossplay/agree
 
-Every source (a training run, one of its checkpoints, or an exported team: magrpo.team) gives its
+Every source (a training run, one of its checkpoints, or an exported team: magrpo.team.team) gives its
 agents. Each pairing fills agent slot k with slot k's agent of some source and is evaluated on the
 task's eval split as `magrpo-eval` evaluates a team: the same split, sampling and seed for every
 pairing (so the cells differ only by who plays). With 2 agents and R sources that is the R x R
@@ -33,14 +33,14 @@ with its std over the eval items. Writes into --out:
     crossplay.png   a heatmap: host team (row) x partner source (column); for 2 agents the matrix
     crossplay.json  every pairing's full metrics and the settings
 --out is never inside a run or an exported team, and one that already holds any of these files is
-refused unless --force, which replaces those four and touches nothing else (magrpo.writes). Every
+refused unless --force, which replaces those four and touches nothing else (magrpo.core.writes). Every
 source's models are loaded once and stay in memory while the pairings run.
 """
 
 from __future__ import annotations
 
 # isort: off
-import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+import magrpo.core.process  # noqa: F401  (first: the process defaults, before torch loads)
 # isort: on
 
 import argparse
@@ -59,13 +59,13 @@ from typing import Any
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
-from magrpo.checkpoint import read_manifest
+from magrpo.core.checkpoint import read_manifest
+from magrpo.core.schema import ConfigError, SetupError
+from magrpo.core.trust import one_command
+from magrpo.core.writes import check_overwrite, publish
 from magrpo.launch import check_out_dir, parse_plain_cli, stopped, term_as_interrupt
-from magrpo.schema import ConfigError, SetupError
 from magrpo.table.render import pyplot
 from magrpo.table.stats import mean_std
-from magrpo.trust import one_command
-from magrpo.writes import check_overwrite, publish
 
 log = logging.getLogger("magrpo")
 
@@ -349,7 +349,7 @@ def crossplay(sources: list[str], out: str | Path, labels: str | None = None, nu
     check_overwrite(out, OUTPUTS, force)  # nor over a file, unless --force
     if pairing_mode not in ("one_swap", "all"):
         raise ConfigError(f"--pairings {pairing_mode!r} is not allowed; choose one of: one_swap, all")
-    from magrpo.pairing import evaluate_pairing, load_source, resolve_source  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-crossplay's --help and argument checks answer without it
+    from magrpo.evaluation.pairing import evaluate_pairing, load_source, resolve_source  # noqa: PLC0415  start-up: torch loads only where a model does; magrpo-crossplay's --help and argument checks answer without it
 
     everyone = [*sources, *partners]
     resolved = [resolve_source(s) for s in everyone]

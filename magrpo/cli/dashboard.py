@@ -4,7 +4,7 @@
     magrpo-dashboard --project magrpo --group G --out dashboard.json     # offline: write the spec
 
 The workspace (built with the `wandb-workspaces` library, extra `dashboard`) shows the runs of
-W&B group G -- every job of a sweep joins one group, see magrpo.tracking -- grouped by their
+W&B group G -- every job of a sweep joins one group, see magrpo.core.tracking -- grouped by their
 `algo` config key (a prompting baseline's `algo` is its method), so each line is the mean over
 seeds with the spread shaded. Sections: the reward and normalized return, the reward's
 components, per-turn rewards, pass@k, ROUGE-L and CodeBLEU, per-level accuracies, collaboration
@@ -40,7 +40,7 @@ SECTIONS: list[tuple[str, list[tuple[str, Any, str]]]] = [
     ("pass@k", [(f"pass@{k}", [f"eval/pass@{k}"], "lines") for k in (1, 3, 5, 10)]),
     ("Text and code similarity", [("ROUGE-L", ["eval/rouge_l"], "lines"), ("CodeBLEU", ["eval/codebleu"], "lines")]),
     ("Per-level accuracy", [("fraction of samples reaching each level", r"eval/acc/level_.*", "regex")]),
-    # eval.diagnostics=true (magrpo.collaboration): did the agents cooperate, or did one do the work?
+    # eval.diagnostics=true (magrpo.evaluation.collaboration): did the agents cooperate, or did one do the work?
     ("Collaboration", [("contribution per agent (eval)", r"eval/agent_\d+/contribution$", "regex"),
                        ("lazy-agent rate (eval)", ["eval/lazy_agent_rate"], "lines"),
                        ("answer similarity, ROUGE-L (eval)", ["eval/answer_similarity"], "lines"),

@@ -1,23 +1,23 @@
-"""magrpo-export: a trained run as one team directory (magrpo.team), optionally pushed to the hub.
+"""magrpo-export: a trained run as one team directory (magrpo.team.team), optionally pushed to the hub.
 
     magrpo-export outputs/train/<run> exports/my-team                 # the newest complete checkpoint
     magrpo-export outputs/train/<run> exports/my-team --step 60
     magrpo-export outputs/train/<run> exports/my-team --push-to-hub me/my-team
 
-The directory's layout is in magrpo/team.py. It is written atomically (into a hidden temporary
+The directory's layout is in magrpo/team/team.py. It is written atomically (into a hidden temporary
 directory next to OUT_DIR, renamed into place once its manifest is on disk), so an interrupted
 export leaves no half team behind, and it holds everything loading needs: `Team.from_pretrained`
 and `magrpo-eval team=` read it offline.
 
 OUT_DIR is never inside a run directory or an exported team (a checkpoint path counts as its run;
-magrpo.writes). A full disk stops the export with one line naming the directory and the space
+magrpo.core.writes). A full disk stops the export with one line naming the directory and the space
 free there (exit 1), and nothing is left at OUT_DIR.
 """
 
 from __future__ import annotations
 
 # isort: off
-import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+import magrpo.core.process  # noqa: F401  (first: the process defaults, before torch loads)
 # isort: on
 
 import argparse
@@ -26,12 +26,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from magrpo import records
-from magrpo.checkpoint import is_team_dir
+from magrpo.core import records
+from magrpo.core.checkpoint import is_team_dir
+from magrpo.core.schema import ConfigError, SetupError
+from magrpo.core.trust import one_command
 from magrpo.launch import check_out_dir, parse_plain_cli
-from magrpo.run_config import inheritable, run_dir_of
-from magrpo.schema import ConfigError, SetupError
-from magrpo.trust import one_command
+from magrpo.launch.run_config import inheritable, run_dir_of
 
 log = logging.getLogger("magrpo")
 
@@ -39,7 +39,7 @@ log = logging.getLogger("magrpo")
 def export_run(run: str | Path, out: str | Path, step: int | None = None, device: str | None = "cpu",
                force: bool = False) -> Path:
     """The team of `run` (newest complete checkpoint or `step`) written to `out`."""
-    from magrpo.team import Team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
+    from magrpo.team.team import Team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
 
     out = Path(out).expanduser()
     check_out_dir(out, [run], key="OUT_DIR", team=True)     # never into a run (a checkpoint path counts as its run)
@@ -75,7 +75,7 @@ def push_to_hub(team_dir: str | Path, repo_id: str, private: bool = False, api: 
                 commit_message: str = "Upload a magrpo team") -> str:
     """Upload an exported team directory to a hub model repo (created when missing); returns the
     repo's URL. `api`: an `huggingface_hub.HfApi` (or one with its create_repo/upload_folder)."""
-    from magrpo.team import read_team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
+    from magrpo.team.checks import read_team  # noqa: PLC0415  start-up: torch loads only where a model does; this command's --help and argument checks answer without it
 
     root = Path(team_dir)
     read_team(root)          # only a whole team goes up
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"magrpo-export: error: {e}", file=sys.stderr)
         return 2
-    except SetupError as e:         # a full disk (magrpo.writes.DiskFullError): nothing was left at OUT_DIR
+    except SetupError as e:         # a full disk (magrpo.core.writes.DiskFullError): nothing was left at OUT_DIR
         print(f"magrpo-export: setup error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:  # a PluginInterrupt names the plugin it was importing

@@ -4,7 +4,7 @@
     magrpo-paper writing --scale tiny          # the same recipes with the tiny offline agents (CPU)
     magrpo-paper coding --seeds 0,1 logger=wandb logger.mode=online
 
-A table is a set of tasks times a set of rows (magrpo.paper_grid, the one list of them). Each row
+A table is a set of tasks times a set of rows (magrpo.launch.paper_grid, the one list of them). Each row
 is one run config, `recipe=<task> method=<row>` (conf/recipe/<task>.yaml, conf/method/<row>.yaml),
 holding the paper's settings (`scale=tiny` shrinks it).
 Untrained prompting rows are evaluations and go through `magrpo-eval`; trained rows go through
@@ -62,12 +62,12 @@ from typing import Any
 
 import yaml
 
-from magrpo import records
 from magrpo import table as table_cli
 from magrpo.cli import crossplay as crossplay_cli
+from magrpo.core import records
+from magrpo.core.schema import ConfigError
 from magrpo.launch import CONF_DIR, group_options, stopped, term_as_interrupt
-from magrpo.paper_grid import METHODS, TABLES
-from magrpo.schema import ConfigError
+from magrpo.launch.paper_grid import METHODS, TABLES
 from magrpo.table import natural_key
 
 PROG = "magrpo-paper"

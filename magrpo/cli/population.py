@@ -18,13 +18,13 @@ Ctrl-C or a SIGTERM stops the member in training as it stops `magrpo-train` (a S
 command alone is passed on to it) and ends with one line: the signal, the members that finished and
 the member's own last line, which holds its resume command; exit 130, or 143 for a SIGTERM.
 
-`partners=[DIR]` (magrpo.partners) reads the manifest: every checkpoint it lists is a partner.
+`partners=[DIR]` (magrpo.team.partners) reads the manifest: every checkpoint it lists is a partner.
 """
 
 from __future__ import annotations
 
 # isort: off
-import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+import magrpo.core.process  # noqa: F401  (first: the process defaults, before torch loads)
 # isort: on
 
 import argparse
@@ -36,10 +36,10 @@ import sys
 import time
 from pathlib import Path
 
-from magrpo.checkpoint import POPULATION_FILE, step_dirs
+from magrpo.core.checkpoint import POPULATION_FILE, step_dirs
+from magrpo.core.overrides import override_key
+from magrpo.core.schema import ConfigError
 from magrpo.launch import Terminated, check_out_dir, stopped, term_as_interrupt
-from magrpo.overrides import override_key
-from magrpo.schema import ConfigError
 
 # Keys the command sets for each member itself.
 OWN_KEYS = ("seed", "hydra.run.dir", "output_dir", "save_every", "resume", "diversity", "diversity_coef")

@@ -41,7 +41,7 @@ A new scorer is a function of the parsed arguments that prints its JSON, registe
 from __future__ import annotations
 
 # isort: off
-import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+import magrpo.core.process  # noqa: F401  (first: the process defaults, before torch loads)
 # isort: on
 
 import argparse
@@ -59,9 +59,8 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo.config import conf_dir, typed_node
-from magrpo.metrics import pass_at_k_table
-from magrpo.registry import Registry
+from magrpo.config.schemas import conf_dir, typed_node
+from magrpo.core.registry import Registry
 from magrpo.sandbox import (
     SandboxCheckFailed,
     SandboxLimits,
@@ -74,6 +73,7 @@ from magrpo.tasks import TASKS
 from magrpo.tasks.coding.data import normalize
 from magrpo.tasks.coding.samples import judge_sample
 from magrpo.tasks.data import DataUnavailableError, UnreadableDataError, load_hub, load_local, parse_split
+from magrpo.tasks.metrics import pass_at_k_table
 
 
 class ScoreError(Exception):

@@ -15,7 +15,7 @@ imported once a job starts, so `--help` and an override Hydra cannot apply answe
 from __future__ import annotations
 
 # isort: off
-import magrpo.process  # noqa: F401  (first: the process defaults, before torch loads)
+import magrpo.core.process  # noqa: F401  (first: the process defaults, before torch loads)
 # isort: on
 
 import logging
@@ -25,12 +25,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from magrpo import plugins, trust
-from magrpo.checkpoint import checkpoint_step
-from magrpo.config import ConfigError, optimized_metric
+from magrpo.config.schemas import ConfigError, optimized_metric
+from magrpo.core import plugins, trust
+from magrpo.core.checkpoint import checkpoint_step
+from magrpo.core.source import as_setup_error
+from magrpo.core.tracking import RunStatus, read_status, set_aside_after
 from magrpo.launch import (
     CONF_DIR,
-    as_setup_error,
     check_run_dir,
     cli_main,
     keep_saved_config,
@@ -38,10 +39,9 @@ from magrpo.launch import (
     quiet_progress_bars,
     run_job,
 )
-from magrpo.run_config import from_run
+from magrpo.launch.run_config import from_run
 from magrpo.tasks import TASKS, available_tasks
 from magrpo.tasks.reward_fns import primary_metric
-from magrpo.tracking import RunStatus, read_status, set_aside_after
 
 log = logging.getLogger("magrpo")
 __all__ = ["CONF_DIR", "main", "run", "sweep_value"]
@@ -49,13 +49,13 @@ __all__ = ["CONF_DIR", "main", "run", "sweep_value"]
 
 def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     """Validate, build and train; returns the final summary. Usable without Hydra (tests).
-    `taken`: what the command line took up from the run `resume=` names (magrpo.run_config).
+    `taken`: what the command line took up from the run `resume=` names (magrpo.launch.run_config).
 
     The run directory is checked (it must not hold another run, unless this run resumes it in
     place) and claimed (no other live run may write it); whatever stops the run after that is
     recorded in its summary.json (status, phase, reason). Under torchrun, rank 0 owns the run
     directory and its status; the other ranks only train."""
-    from magrpo.validation import validate  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
+    from magrpo.validation.checks import validate  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
 
     out = output_dir(cfg)
     if taken:       # resume= took a run up: what the composed config names, resolved, is trusted
@@ -70,7 +70,7 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     with RunStatus(out, kind="train") as status:
         origin = from_run(cfg, "train", taken)   # what resume=RUN took from the run's config
         cfg = validate(cfg)
-        trust.sign_run(out, cfg, bool(taken))    # made by you: later commands take its plugins up (magrpo.trust)
+        trust.sign_run(out, cfg, bool(taken))    # made by you: later commands take its plugins up (magrpo.core.trust)
         if plugins.loaded():
             log.info("plugins: %s", plugins.imported_with_why())
         if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):
@@ -91,7 +91,7 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
 
 
 def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origin: dict | None = None) -> dict:
-    from magrpo import distributed, trainer  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
+    from magrpo.training import trainer  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
 
     try:
         fitting = as_setup_error(lambda: trainer.Trainer(cfg, out, status_before=before, from_run=origin))
@@ -104,7 +104,7 @@ def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origi
         if os.environ.get("TORCHELASTIC_ERROR_FILE"):
             _elastic_errors().ErrorHandler().record_exception(e)
         raise
-    distributed.shutdown()      # a failed rank raised: torchrun stops every other rank
+    trainer.shutdown()      # a failed rank raised: torchrun stops every other rank
     return result
 
 

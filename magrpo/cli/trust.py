@@ -1,5 +1,5 @@
 """`magrpo-trust DIR [DIR ...]`: trust the code a run or team directory records (the rule and its
-store: magrpo.trust).
+store: magrpo.core.trust).
 
     magrpo-trust outputs/train/<run>          # trust what the run records now
     magrpo-trust --show exported_team         # what it records and whether it is trusted
@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from magrpo.plugins import PluginError
-from magrpo.schema import ConfigError
-from magrpo.trust import STORE_FILE, adopt, describe, home, needs_trust, revoke, trust, trusted_dirs
+from magrpo.core.plugins import PluginError
+from magrpo.core.schema import ConfigError
+from magrpo.core.trust import STORE_FILE, adopt, describe, home, needs_trust, revoke, trust, trusted_dirs
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ The names below are imported from here by the entry points and by conf/ (`magrpo
 `magrpo.launch.RunDirGuard`).
 """
 
-from magrpo.config import CONF_DIR, conf_dir
+from magrpo.config.schemas import CONF_DIR, conf_dir
 from magrpo.launch.command import (
     HydraJob,
     cli_main,
@@ -36,7 +36,6 @@ from magrpo.launch.groups import GROUPS_RESOLVER, INTERNAL_GROUPS, config_groups
 from magrpo.launch.job import (
     Interrupted,
     Terminated,
-    as_setup_error,
     interrupt_report,
     output_dir,
     quiet_progress_bars,
@@ -65,7 +64,7 @@ from magrpo.launch.sweep import SweepReport, failed_jobs, job_dirs
 
 __all__ = [
     "CONF_DIR", "GROUPS_RESOLVER", "INTERNAL_GROUPS", "RUN_MARKERS", "RUN_RECORDS", "STAMP_RESOLVER", "HydraJob",
-    "Interrupted", "RunDirGuard", "SweepReport", "Terminated", "as_setup_error", "check_out_dir", "check_run_dir", "cli_main",
+    "Interrupted", "RunDirGuard", "SweepReport", "Terminated", "check_out_dir", "check_run_dir", "cli_main",
     "conf_dir", "config_groups", "explain_override_error", "failed_jobs", "group_options", "help_groups",
     "interrupt_report", "is_run_dir", "job_dirs", "keep_saved_config", "load_cli_plugins", "output_dir",
     "parse_plain_cli", "quiet_progress_bars", "register_resolvers", "report", "resume_in_place", "resumed_run", "run_dir_around",

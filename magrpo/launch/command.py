@@ -14,17 +14,24 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from magrpo import trust
-from magrpo.checkpoint import is_team_dir
-from magrpo.config import CONF_DIR
-from magrpo.config_store import register_schemas
+from magrpo.config.schemas import CONF_DIR
+from magrpo.core import trust
+from magrpo.core.checkpoint import is_team_dir
+from magrpo.core.overrides import override_key
+from magrpo.core.plugins import (
+    PluginInterrupt,
+    add_option,
+    conf_dirs,
+    load_option,
+    load_plugins,
+    plugins_in_argv,
+)
+from magrpo.core.schema import ConfigError
+from magrpo.core.trust import UntrustedError
 from magrpo.launch.groups import GROUPS_RESOLVER, help_groups
 from magrpo.launch.job import interrupt_report, quiet_progress_bars, report, stopped, term_as_interrupt
 from magrpo.launch.override_errors import dashed_overrides, explain_override_error
-from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
-from magrpo.overrides import override_key
-from magrpo.plugins import PluginInterrupt, add_option, conf_dirs, load_option, load_plugins, plugins_in_argv
-from magrpo.run_config import (
+from magrpo.launch.run_config import (
     caller_keys_in_argv,
     dirs_in_argv,
     inherit_argv,
@@ -32,11 +39,11 @@ from magrpo.run_config import (
     reward_modules_in_argv,
     trust_plugins_in_argv,
 )
-from magrpo.schema import ConfigError
-from magrpo.trust import UntrustedError
+from magrpo.launch.run_dirs import STAMP_RESOLVER, resume_in_place, run_dir_follows_output_dir, stamp
+from magrpo.validation.store import register_schemas
 
 # A Hydra command's job: `job(cfg, taken)`, `taken` being what the command line took up from the run
-# it names (magrpo.run_config.inherit_argv; None when it names none).
+# it names (magrpo.launch.run_config.inherit_argv; None when it names none).
 Job = Callable[[DictConfig, Any], Any]
 
 
@@ -90,7 +97,7 @@ def run_hydra(task: Callable[[DictConfig], Any], config_name: str, argv: list[st
 def cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None = None) -> None:
     """What every Hydra entry point runs on its command line `argv` (default: sys.argv[1:]): register
     the schemas and resolvers, put the overrides of the run that `resume=`/`checkpoint=` names before
-    the command line's (magrpo.run_config), import the plugins, run `job` as a Hydra app, and turn
+    the command line's (magrpo.launch.run_config), import the plugins, run `job` as a Hydra app, and turn
     what Hydra would report with its own words (a mistyped key, an unknown group option) or a
     traceback (Ctrl-C) into one line of ours: exit 2 for a bad override, 130 for an interrupt, 143
     for a SIGTERM, which stops the command as Ctrl-C does (magrpo.launch.job.Terminated)."""
@@ -105,7 +112,7 @@ def _cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None) -> 
     if (msg := dashed_overrides(argv, prog)) is not None:   # --max_steps=10: Hydra would print its usage block
         report(prog, f"config error: {msg}")
         sys.exit(2)
-    given = list(argv)          # the user's own command line: what it names is theirs (magrpo.trust)
+    given = list(argv)          # the user's own command line: what it names is theirs (magrpo.core.trust)
     try:    # checkpoint=RUN / resume=RUN: the run's overrides first, then the command line's
         with console_log():
             # what a named run records is checked (and its trusted code imported) before its overrides
@@ -126,7 +133,7 @@ def _cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None) -> 
         report(prog, str(e) if isinstance(e, PluginInterrupt) else f"{how} before a run started; nothing was written")
         sys.exit(code)
     # argv holds a taken-up run's overrides too; the nodes cached when nothing can have changed them
-    # (magrpo.config_store): --help and a mistyped key answer without importing torch
+    # (magrpo.validation.store): --help and a mistyped key answer without importing torch
     register_schemas(cached=True)
     argv = run_dir_follows_output_dir([*argv, search] if search else argv)
     if config_name == "train" and taken:    # resume=RUN continues RUN's own directory
@@ -154,9 +161,9 @@ def _cli_main(job: Job, prog: str, config_name: str, argv: list[str] | None) -> 
 
 def load_cli_plugins(config_name: str, argv: list[str], taken: dict | None = None,
                      given: list[str] | None = None) -> str | None:
-    """Import the plugins of a command line (magrpo.plugins): the plugins and reward modules the run,
+    """Import the plugins of a command line (magrpo.core.plugins): the plugins and reward modules the run,
     checkpoint or team that `resume=`/`checkpoint=`/`team=` names records, when the trust rule
-    allows them (magrpo.trust: else an UntrustedError before anything is imported), then the
+    allows them (magrpo.core.trust: else an UntrustedError before anything is imported), then the
     command line's own `plugins=[...]`, MAGRPO_PLUGINS and the entry points. `given`: the user's own
     command line (`argv` holds a taken-up run's overrides too). Returns the `hydra.searchpath=[...]`
     override that adds a trusted run's config directories and the plugins' (None when there are

@@ -8,13 +8,13 @@ from pathlib import Path
 import yaml
 from hydra.core.config_store import ConfigStore
 
-from magrpo.config import CONF_DIR
-from magrpo.plugins import conf_dirs
+from magrpo.config.schemas import CONF_DIR
+from magrpo.core.plugins import conf_dirs
 
 GROUPS_RESOLVER = "magrpo.groups"
 INTERNAL_GROUPS = ("hydra", "schema")      # Hydra's own, and the algorithms' and modes' schema defaults
 # The groups whose options also come from a registry: each registered entry's schema node is in the
-# config store as schema/<group>/<name> (magrpo.config_store), and composes from it alone.
+# config store as schema/<group>/<name> (magrpo.validation.store), and composes from it alone.
 REGISTERED = ("algo", "task", "reward", "feedback")
 
 
@@ -32,7 +32,7 @@ def group_options(group: str) -> list[str]:
 def all_options(group: str) -> list[str]:
     """A group's options: its YAML (conf/ and the plugins' conf directories; an experiment's nested
     ones as paths) and the registered entries that compose from their schema alone (their nodes in
-    the config store, which every command fills first: magrpo.config_store.register_schemas)."""
+    the config store, which every command fills first: magrpo.validation.store.register_schemas)."""
     names: set[str] = set()
     for root in [Path(CONF_DIR), *map(Path, conf_dirs())]:
         d = root / group

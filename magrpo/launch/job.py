@@ -21,13 +21,12 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from magrpo import records
-from magrpo.checkpoint import resolve
-from magrpo.overrides import override_key
-from magrpo.plugins import ProcessExit, code_folders, exits_raise, origin_line
-from magrpo.schema import ConfigError, SetupError
-from magrpo.source import raised_at
-from magrpo.tracking import read_status
+from magrpo.core import records
+from magrpo.core.checkpoint import resolve
+from magrpo.core.overrides import override_key
+from magrpo.core.plugins import ProcessExit, code_folders, exits_raise, origin_line
+from magrpo.core.schema import ConfigError, SetupError
+from magrpo.core.tracking import read_status
 
 log = logging.getLogger("magrpo")
 
@@ -78,18 +77,6 @@ def _job() -> tuple[bool, str]:
         return False, ""
     overrides = OmegaConf.select(hc, "job.override_dirname", default="")
     return True, f"job {OmegaConf.select(hc, 'job.num', default='?')}" + (f" ({overrides})" if overrides else "")
-
-
-def as_setup_error(fn: Callable[[], Any]) -> Any:
-    """Run a set-up step; an unexpected exception becomes a SetupError that says what it was (the
-    traceback is kept in summary.json)."""
-    try:
-        return fn()
-    except (ConfigError, SetupError):
-        raise
-    except Exception as e:
-        site = raised_at(e)         # the user's file and line (a task's load(), a plugin's code)
-        raise SetupError(f"{type(e).__name__}: {e}" + (f" (at {site})" if site else "")) from e
 
 
 def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:

@@ -18,10 +18,10 @@ from hydra.errors import (
 )
 from omegaconf import OmegaConf
 
-from magrpo.config import CONF_DIR
+from magrpo.config.schemas import CONF_DIR
+from magrpo.core.overrides import override_key
+from magrpo.core.schema import did_you_mean
 from magrpo.launch.groups import all_options, config_groups, fold, group_options
-from magrpo.overrides import override_key
-from magrpo.schema import did_you_mean
 
 
 def _overrides(argv: list[str]) -> list[str]:

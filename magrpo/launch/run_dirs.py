@@ -1,5 +1,5 @@
 """Run directories: their unique names, the one-run-per-directory rule, and where a run's config is
-kept. No command writes inside a run directory but that run's own trainer (magrpo.writes)."""
+kept. No command writes inside a run directory but that run's own trainer (magrpo.core.writes)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,12 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from magrpo.checkpoint import is_team_dir, step_dirs
+from magrpo.core.checkpoint import is_team_dir, step_dirs
+from magrpo.core.overrides import override_key
+from magrpo.core.schema import ConfigError
+from magrpo.core.tracking import read_status
 from magrpo.launch.job import report
 from magrpo.launch.sweep import job_dirs
-from magrpo.overrides import override_key
-from magrpo.schema import ConfigError
-from magrpo.tracking import read_status
 
 log = logging.getLogger("magrpo")
 
@@ -105,7 +105,7 @@ def resume_in_place(argv: list[str], runs: Iterable[str | Path]) -> list[str]:
 # What a run leaves that a second run would mix into (Hydra's .hydra/ and log are rewritten by
 # every start, so they do not count as a run on their own).
 RUN_RECORDS = ("metrics.jsonl", "checkpoints", "eval.json")
-# What marks a directory as a run's, for the commands that must never write into one (magrpo.writes):
+# What marks a directory as a run's, for the commands that must never write into one (magrpo.core.writes):
 # its records, its summary, or Hydra's record of its overrides. An exported team (team.json) counts too.
 RUN_MARKERS = (*RUN_RECORDS, "summary.json", ".hydra/overrides.yaml")
 def is_run_dir(path: str | Path) -> bool:
@@ -183,7 +183,7 @@ def check_run_dir(run_dir: Path, resume: Any = None, key: str = "output_dir") ->
 def keep_saved_config(run_dir: Path) -> None:
     """Copy Hydra's record of this run (.hydra/: config, overrides) into `run_dir` when the run
     writes somewhere else than Hydra's run directory (`output_dir=DIR`), so that DIR can be taken
-    up later (`resume=DIR`, `magrpo-eval checkpoint=DIR`; magrpo.run_config) like any run."""
+    up later (`resume=DIR`, `magrpo-eval checkpoint=DIR`; magrpo.launch.run_config) like any run."""
     if not HydraConfig.initialized():
         return
     hydra_dir = Path(HydraConfig.get().runtime.output_dir) / ".hydra"

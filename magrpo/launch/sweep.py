@@ -12,9 +12,9 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-from magrpo import records
-from magrpo.schema import ConfigError
-from magrpo.tracking import read_status
+from magrpo.core import records
+from magrpo.core.schema import ConfigError
+from magrpo.core.tracking import read_status
 
 
 def natural_key(text: str) -> list:

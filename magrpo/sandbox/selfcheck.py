@@ -16,10 +16,10 @@ import os
 import threading
 import time
 
+from magrpo.core.schema import SetupError
 from magrpo.sandbox.api import run_tests_many
 from magrpo.sandbox.limits import SandboxLimits
 from magrpo.sandbox.pool import get_pool
-from magrpo.schema import SetupError
 
 # The program is trusted to be correct: if it fails, the judge is broken, not the program.
 _CORRECT = '''

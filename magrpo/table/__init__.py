@@ -19,7 +19,7 @@ task gets its own table. Written into OUT:
 OUT is never inside a run or an exported team (the default DIR/table is refused when DIR is a
 run: give --out), and an OUT that already holds any of these files is refused unless --force,
 which replaces them and touches nothing else; the files are written aside and moved in together
-(magrpo.writes).
+(magrpo.core.writes).
 
 Runs left out of a table (failed, still running, unreadable, or a job directory with a config but
 no summary.json: a job that died before its first evaluation) are listed under it.

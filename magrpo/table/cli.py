@@ -8,14 +8,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from magrpo import trust
+from magrpo.core import trust
+from magrpo.core.plugins import add_option, load_option
+from magrpo.core.schema import ConfigError, SetupError
+from magrpo.core.trust import one_command
+from magrpo.core.writes import check_overwrite, publish
 from magrpo.launch import check_out_dir
-from magrpo.plugins import add_option, load_option
-from magrpo.schema import ConfigError, SetupError
 from magrpo.table import generic, paper, tuning, zsc
 from magrpo.table.runs import PROG, Run, TableError, collect, warn
-from magrpo.trust import one_command
-from magrpo.writes import check_overwrite, publish
 
 TABLE_FILES = ("table.md", "table.csv", "table.tex")     # always written; the curves depend on the runs
 
@@ -95,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = tuning.read_records(args.tuning) if args.tuning is not None else []
         runs, skipped = collect(args.dirs, out, args.include_unfinished,
                                 exclude=[args.tuning] if args.tuning is not None else [])
-        # never into a run: one it reads, or any other (magrpo.writes)
+        # never into a run: one it reads, or any other (magrpo.core.writes)
         check_out_dir(out, [r.path for r in runs] + [p for p, _ in skipped],
                       note=" (the default for one DIR: DIR/table; give --out)" if args.out is None else "")
         metrics = check_names(runs, args.metrics, args.group_by)
@@ -133,6 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TableError, ConfigError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
-    except SetupError as e:         # a full disk (magrpo.writes.DiskFullError): OUT is as it was
+    except SetupError as e:         # a full disk (magrpo.core.writes.DiskFullError): OUT is as it was
         print(f"{PROG}: setup error: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """`magrpo-table --layout paper`: the paper's tables from run directories.
 
 One table per task. Rows are methods: the runs' `label` (set by every paper row, conf/method/<row>.yaml;
-else the algo, or the method of a magrpo-eval run), named and ordered as magrpo.paper_grid lists
+else the algo, or the method of a magrpo-eval run), named and ordered as magrpo.launch.paper_grid lists
 them, the one list magrpo-paper runs too -- prompting baselines, single-model baselines,
 multi-agent baselines, MAGRPO, multi-turn MAGRPO. Columns are the task's paper metrics, each labelled by what it holds:
 
@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from magrpo.paper_grid import FAMILY, METHODS, title
+from magrpo.launch.paper_grid import FAMILY, METHODS, title
 from magrpo.table import zsc as zsc_mod
 from magrpo.table.render import (
     CI_NOTE,
@@ -77,7 +77,7 @@ from magrpo.table.stats import (
     smooth,
 )
 
-# A task's family is its table in the paper (magrpo.paper_grid.FAMILY).
+# A task's family is its table in the paper (magrpo.launch.paper_grid.FAMILY).
 # Tables run as matched-budget comparisons of every method (magrpo-paper's coordination table): their
 # cells carry the 95% CI of the mean, and they get the rank overview and the budget curves.
 FAIR_FAMILIES = {"coordination"}
@@ -124,7 +124,7 @@ FAMILY_COLUMNS: dict[str, list[Column]] = {
 # them by design (no crossplay run for it), so no gap is noted.
 ZSC_COLUMNS = [Column(key, header, higher_is_better=better, trained_only=True, censored=True)
                for key, header, _, better in zsc_mod.FIELDS]
-# The collaboration diagnostics (magrpo.collaboration) as --columns may add them: no better direction.
+# The collaboration diagnostics (magrpo.evaluation.collaboration) as --columns may add them: no better direction.
 DIAGNOSTIC_HEADERS = {"lazy_agent_rate": "lazy-agent rate", "answer_similarity": "answer similarity (ROUGE-L)"}
 
 
@@ -138,7 +138,7 @@ def extra_column(key: str) -> Column:
 # Components that are not rewards, labelled by what they hold; other components as "<name> (reward part)".
 COMPONENT_HEADERS = {"reward/length_ratio": "length ratio a2/a1 (a ratio, not a reward)"}
 
-# The paper's row order (magrpo.paper_grid.METHODS); rows of other labels follow in the order they were found.
+# The paper's row order (magrpo.launch.paper_grid.METHODS); rows of other labels follow in the order they were found.
 ROW_ORDER = list(METHODS)
 
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from magrpo.metrics import codebleu
 from magrpo.table.runs import warn
 from magrpo.table.stats import Cell
+from magrpo.tasks.metrics import codebleu
 
 STD_NOTE = ("mean ± sample standard deviation (n − 1 in the denominator) over seeds of each run's "
             "final evaluation; n = number of seeds, one seed shows ± n/a (one value has no spread); a cell marked "
@@ -175,7 +175,7 @@ def save_and_report(out: Path, md: str, skipped: Sequence[tuple[Path, str]], wri
                     tex: str, plot: Callable[[], list[Path]], counts: str) -> None:
     """Write table.md (with the runs left out listed under it), table.csv, table.tex and the
     curves into `out`, then print the markdown and `counts` (the command names the files once
-    they are in place: magrpo.writes.publish)."""
+    they are in place: magrpo.core.writes.publish)."""
     if skipped:
         md += "\n".join(skipped_note(skipped)) + "\n"
     (out / "table.md").write_text(md)

@@ -18,12 +18,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
-from magrpo import records, trust
-from magrpo.config import typed_node
+from magrpo.config.schemas import typed_node
+from magrpo.core import received, records, trust
+from magrpo.core.schema import ConfigError
+from magrpo.core.tracking import effective_status
 from magrpo.launch.sweep import natural_key
-from magrpo.schema import ConfigError
 from magrpo.tasks import TASKS, available_tasks, build_task, reward_schema_of
-from magrpo.tracking import effective_status
 
 PROG = "magrpo-table"
 
@@ -137,7 +137,7 @@ def check_regular(path: Path, limit: int | None = None) -> None:
 
 
 def read_hydra_config(path: Path) -> dict[str, Any]:
-    """`.hydra/config.yaml` flattened (the bounded reader: magrpo.records), with interpolations between
+    """`.hydra/config.yaml` flattened (the bounded reader: magrpo.core.records), with interpolations between
     its own keys resolved (`${algo.temperature}`); one that calls a resolver (`${oc.env:TOKEN}`,
     `${hydra:...}`), or leads to one, stays as written: a run's record never reads this machine's
     environment into a table."""
@@ -314,7 +314,7 @@ def run_task(run: Run):
                      isinstance(cfg.get(node), dict)}
             # its values as data (an interpolation left is refused); of a run you did not make, no key
             # that chooses what is read (a data path, a lexicon, a verifier model)
-            saved = trust.taken_config(up.root, nodes, str(file), own=up.own)
+            saved = received.taken_config(up.root, nodes, str(file), own=up.own)
         reward = OmegaConf.create(saved.get("reward") or {})
         if (schema := reward_schema_of(cls)) is not None:
             reward = typed_node(reward, schema, "reward.")

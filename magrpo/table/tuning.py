@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from magrpo.records import load_json
-from magrpo.schema import ConfigError
+from magrpo.core.records import load_json
+from magrpo.core.schema import ConfigError
 from magrpo.table.render import md_escape
 from magrpo.table.runs import TableError
 

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from magrpo import records
-from magrpo.schema import ConfigError
+from magrpo.core import records
+from magrpo.core.schema import ConfigError
 from magrpo.table.runs import Run, walk
 from magrpo.table.stats import Cell
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from magrpo.registry import Registry, registrar
+from magrpo.core.registry import Registry, registrar
 from magrpo.tasks.base import (
     Item,
     RewardConfig,

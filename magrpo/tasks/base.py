@@ -19,8 +19,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from magrpo.schema import ConfigError, SetupError, field_value, option, positive
-from magrpo.source import defined_at, first_line, is_magrpo, raised_at
+from magrpo.core.schema import ConfigError, SetupError, field_value, option, positive
+from magrpo.core.source import defined_at, first_line, is_magrpo, raised_at
 from magrpo.tasks.symmetry import Symmetry
 
 Item = dict[str, Any]
@@ -138,13 +138,13 @@ class Task:
     # Metric that `best` in summary.json tracks and that sweeps compare on.
     primary_metric: ClassVar[str] = "reward_mean"
     # Dataclasses the `task` and `reward` config nodes are checked against at start-up, so a
-    # misspelt or mistyped key stops the run before any work (see magrpo.config).
+    # misspelt or mistyped key stops the run before any work (see magrpo.config.schemas).
     config_schema: ClassVar[type | None] = None
     # Whether the team reward splits into one share per agent (`algo.reward=individual` of the
     # PPO-family baselines); a task that says yes implements `individual_rewards`.
     splits_reward: ClassVar[bool] = False
     reward_schema: ClassVar[type | None] = None
-    # Which family of `feedback=diagnostics` explains this task's reward (magrpo/feedback/diagnostics.py).
+    # Which family of `feedback=diagnostics` explains this task's reward (magrpo/rollout/feedback/diagnostics.py).
     feedback_kind: ClassVar[str] = "generic"
 
     # Whether the reward runs model-generated code (magrpo.sandbox): such a task honours the
@@ -221,7 +221,7 @@ class Task:
         return "\n\n".join(parts)
 
     def revise_instruction(self, item: Item, agent: int, num_agents: int) -> str:
-        """The request that ends every between-turn message (magrpo.feedback): answer again, in the
+        """The request that ends every between-turn message (magrpo.rollout.feedback): answer again, in the
         format the first prompt asked for."""
         return "Now write your part again: reply with your complete revised answer only, in the format asked for above."
 

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from magrpo import hub
-from magrpo.schema import ConfigError, SetupError, at_least, option
+from magrpo.core.schema import ConfigError, SetupError, at_least, option
+from magrpo.models import hub
 
 LOCAL_SUFFIXES = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 _SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(\[(?P<lo>-?\d*)\s*:\s*(?P<hi>-?\d*)\])?\s*$")

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from magrpo.schema import ConfigError, at_least, positive
+from magrpo.core.schema import ConfigError, at_least, positive
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, RewardConfig, Scores, Task
 from magrpo.tasks.data import ItemCountKeys

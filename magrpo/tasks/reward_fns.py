@@ -31,10 +31,10 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from magrpo.plugins import check_name
-from magrpo.registry import Registry, registrar
-from magrpo.schema import ConfigError, did_you_mean
-from magrpo.source import defined_at, first_line, raised_at
+from magrpo.core.plugins import check_name
+from magrpo.core.registry import Registry, registrar
+from magrpo.core.schema import ConfigError, did_you_mean
+from magrpo.core.source import defined_at, first_line, raised_at
 from magrpo.tasks.base import (
     RewardConfig,
     RewardError,
@@ -46,7 +46,7 @@ from magrpo.tasks.base import (
     short,
 )
 
-# Filled by the user's modules (`@register_reward("name")`) and the plugins (magrpo.plugins).
+# Filled by the user's modules (`@register_reward("name")`) and the plugins (magrpo.core.plugins).
 REWARD_FNS: Registry[Callable[..., Any]] = Registry("reward function", "reward.fn")
 
 register_reward = registrar(REWARD_FNS)
@@ -84,7 +84,7 @@ def resolve(spec: str, key: str = "reward.fn", imports: bool = True) -> Callable
                               f"the colon, e.g. my_pkg.rewards:brevity)")
         check_name(module, f"{key}={spec!r}")      # never a standard-library module or a __main__
         if not imports and module not in sys.modules:
-            raise ConfigError(f"{key}={spec!r}: the module {module!r} was not taken up (magrpo.trust); nothing "
+            raise ConfigError(f"{key}={spec!r}: the module {module!r} was not taken up (magrpo.core.trust); nothing "
                               f"was imported")
         try:
             obj: Any = importlib.import_module(module)
@@ -126,7 +126,7 @@ def component_name(spec: str) -> str:
 
 
 def check_reward_node(node: Any, imports: bool = True) -> None:
-    """The reward-function keys of a typed `reward` node (magrpo.validation.validate): fn or fns, not
+    """The reward-function keys of a typed `reward` node (magrpo.validation.checks.validate): fn or fns, not
     both; one weight per function; every function found (`imports`: as `resolve`); no two logged
     under one name."""
     keys = reward_keys(node)

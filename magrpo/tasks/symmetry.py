@@ -5,7 +5,7 @@ colour names of `convention`, the channel's symbols in `signal`. A task declares
 `Task.symmetries()`, as data: each a `Symmetry` naming the interchangeable symbols, what a symbol
 is in text (`unit`: one letter, wherever it appears, or a whole word) and where the relabelling
 acts (`acts_on`: the agents' answers, the prompts they read, or both). The contract, checked by
-`magrpo.testing.check_task` on random answers: for every permutation phi of the symbols,
+`magrpo.tasks.check.check_task` on random answers: for every permutation phi of the symbols,
 
     R(phi(prompts), phi(answers)) = R(prompts, answers)
 

@@ -3,7 +3,7 @@ tests/conftest.py); what several of them share is here."""
 
 import torch
 
-from magrpo.rollout import Rollout
+from magrpo.rollout.record import Rollout
 from magrpo.tasks import Scores
 
 FAST = ["algo.max_new_tokens=8", "eval.num_items=2", "eval.num_samples=2", "algo.batch_size=2",

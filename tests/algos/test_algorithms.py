@@ -14,10 +14,10 @@ import torch
 from magrpo.algos import ALGOS
 from magrpo.algos.base import StepInput
 from magrpo.cli.train import run
-from magrpo.config import ConfigError
-from magrpo.rollout import team_rollout
+from magrpo.config.schemas import ConfigError
+from magrpo.rollout.record import team_rollout
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import build_algorithm, run_and_resume, train_rows
 
 GOLDEN = Path(__file__).parents[1] / "data" / "golden_algos.json"

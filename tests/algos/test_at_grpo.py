@@ -6,7 +6,7 @@ import torch
 
 from magrpo.algos.advantages import keyed_advantages
 from magrpo.cli.train import run
-from magrpo.turns import TreeStats, TurnSpec, choose_expansions
+from magrpo.rollout.turns import TreeStats, TurnSpec, choose_expansions
 from tests.algos import FAST, scored_rollout
 from tests.conftest import train_rows
 

@@ -5,7 +5,7 @@ import torch
 from magrpo.algos.advantages import advantages
 from magrpo.algos.c3 import counterfactual_rollouts
 from magrpo.cli.train import run
-from magrpo.rollout import Sampling
+from magrpo.rollout.record import Sampling
 from tests.algos import FAST
 from tests.conftest import build_algorithm, run_cli, train_rows
 

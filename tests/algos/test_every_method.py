@@ -6,8 +6,8 @@ import json
 import pytest
 
 from magrpo.cli.train import run
-from magrpo.config import ConfigError
-from magrpo.validation import validate
+from magrpo.config.schemas import ConfigError
+from magrpo.validation.checks import validate
 from tests.algos import FAST
 from tests.conftest import run_and_resume
 

@@ -10,9 +10,9 @@ import torch
 from magrpo.algos.base import StepInput
 from magrpo.algos.losses import clipped_surrogate, sequence_log_ratio
 from magrpo.algos.magrpo import MAGRPO, overlong_penalty
+from magrpo.models.agents import seed_everything
+from magrpo.rollout.turns import select_prompts
 from magrpo.tasks import Scores
-from magrpo.trainer import seed_everything
-from magrpo.turns import select_prompts
 from tests.algos import FAST, scored_rollout
 from tests.conftest import build_algorithm
 

@@ -13,9 +13,9 @@ import torch
 from magrpo.algos import ALGOS
 from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.cli.train import run
-from magrpo.config import ConfigError
-from magrpo.registry import RegistryError
-from magrpo.validation import validate
+from magrpo.config.schemas import ConfigError
+from magrpo.core.registry import RegistryError
+from magrpo.validation.checks import validate
 from tests.conftest import train_rows
 
 CLIP_HIGHER = SimpleNamespace(epsilon=0.2, epsilon_high=0.28)     # DAPO's clip-higher band

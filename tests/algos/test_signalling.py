@@ -8,7 +8,7 @@ import torch
 
 from magrpo.algos.base import StepInput
 from magrpo.algos.signalling import pointwise_mi, row_prompts
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from magrpo.tasks.coordination.games import mutual_information
 from tests.algos import FAST
 from tests.conftest import build_algorithm
@@ -109,7 +109,7 @@ def test_off_by_default_and_the_returns_are_the_rewards(make_cfg):
     (["algo=c3", "algo.signal_bonus=0.1"], r"not read by algo.name=c3"),
 ])
 def test_bad_settings_stop_at_start_naming_the_key(make_cfg, overrides, match):
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     with pytest.raises(ConfigError, match=match):
         validate(make_cfg([*overrides, "task=signal", "algo.topology=sequential"]))

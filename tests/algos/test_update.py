@@ -6,10 +6,10 @@ import torch
 from magrpo.algos.aggregation import LOSS_AGG, AggContext
 from magrpo.algos.logprobs import token_logprobs
 from magrpo.algos.magrpo import MAGRPO
-from magrpo.models import load_agents
-from magrpo.rollout import Generation, Sampling, generate
+from magrpo.models.agents import load_agents
+from magrpo.rollout.record import Generation, Sampling, generate
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 
 
 def _setup(make_cfg, overrides=()):

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 
 
 def _task(name: str, **task):
@@ -132,7 +132,7 @@ DEFAULT_RUNS = [*SUITE, "lever"]         # the benchmark's games and the zero-sh
 def test_task_alone_runs_its_default_run_and_smoke_caps_it(make_cfg, task):
     import yaml
 
-    from magrpo.config import CONF_DIR
+    from magrpo.config.schemas import CONF_DIR
 
     run = yaml.safe_load((Path(CONF_DIR) / "default_run" / f"{task}.yaml").read_text())
     cfg = validate(make_cfg([f"task={task}"]))
@@ -145,7 +145,7 @@ def test_task_alone_runs_its_default_run_and_smoke_caps_it(make_cfg, task):
 
 
 def test_every_default_run_belongs_to_a_registered_task_and_the_others_keep_the_generic_defaults(make_cfg):
-    from magrpo.config import CONF_DIR
+    from magrpo.config.schemas import CONF_DIR
     from magrpo.tasks import TASKS
 
     assert sorted(p.stem for p in (Path(CONF_DIR) / "default_run").glob("*.yaml")) == sorted(DEFAULT_RUNS)

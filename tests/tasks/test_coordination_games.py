@@ -8,8 +8,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from magrpo.tasks import TASKS
+from magrpo.tasks.check import check_task
 from magrpo.tasks.coordination.games import WORDS, mutual_information, pair_agreement
-from magrpo.testing import check_task
 
 
 def make(name: str, **task):

@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from magrpo.config import EvalRunSchema
-from magrpo.schema import ConfigError
+from magrpo.config.schemas import EvalRunSchema
+from magrpo.core.schema import ConfigError
 from magrpo.tasks.data import selected_rows, shared_rows
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests import preloaded
 from tests.conftest import compose_cfg
 

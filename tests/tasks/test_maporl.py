@@ -7,11 +7,11 @@ import pytest
 
 from magrpo.cli.evaluate import run_eval
 from magrpo.cli.train import run
-from magrpo.config import ConfigError
+from magrpo.config.schemas import ConfigError
 from magrpo.tasks import build_task
 from magrpo.tasks.maporl.data import builtin_items, gsm8k_answer
 from magrpo.tasks.maporl.reward import incentives, majority, parse_answer
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 
 # Two samples per agent: a two-turn tree of G + G*G nodes per item, 6 instead of the default 20.

@@ -1,4 +1,4 @@
-"""Reward functions (magrpo.rewards): a callable replaces any task's reward, for any algorithm.
+"""Reward functions (magrpo.rollout.rewards): a callable replaces any task's reward, for any algorithm.
 
 The functions live in tests/reward_fns_example.py and are named as module:function."""
 
@@ -10,10 +10,10 @@ import re
 
 import pytest
 
-from magrpo.rewards import REWARD_FNS, RewardFunctionError, register_reward
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
+from magrpo.rollout.rewards import REWARD_FNS, RewardFunctionError, register_reward
 from magrpo.tasks import RewardConfig, Task, build_task, reward_schema_of
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests import reward_fns_example
 from tests.conftest import compose_cfg, run_cli, train_rows
 
@@ -360,8 +360,8 @@ def test_a_task_without_a_reward_schema_has_its_reward_keys_checked_and_keeps_it
 def test_a_reward_modules_missing_dependency_is_named_not_called_missing_itself(tmp_path, monkeypatch):
     """A dependency whose name is a prefix of the module's (`prefixdep` of `prefixdep_rewards`) is a failed
     import of an installed module, not a module that cannot be found."""
-    from magrpo.rewards import resolve
-    from magrpo.schema import ConfigError
+    from magrpo.core.schema import ConfigError
+    from magrpo.rollout.rewards import resolve
 
     (tmp_path / "prefixdep_rewards.py").write_text("import prefixdep\n\n\ndef f(prompts, completions, **c):\n"
                                                    "    return [0.0] * len(completions)\n")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from magrpo.tasks import build_task
-from magrpo.validation import validate
+from magrpo.validation.checks import validate
 from tests.conftest import compose_cfg
 
 SHIFT, SCALE = -1.5, 2.0

@@ -50,7 +50,7 @@ def test_yaml_files_match_the_schemas(name):
 
 @pytest.mark.parametrize("name", ["tldr", "arxiv"])
 def test_hydra_picks_the_reward_of_the_task(make_cfg, name):
-    from magrpo.validation import validate
+    from magrpo.validation.checks import validate
 
     cfg = validate(make_cfg([f"task={name}", "reward.scale=2.0"]))
     assert cfg.task.name == cfg.reward.name == name

@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from magrpo.metrics import codebleu, pass_at_k_table
+from magrpo.core.schema import at_least
 from magrpo.sandbox import self_check
-from magrpo.schema import at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.coding import prompts as _prompts
@@ -23,6 +22,7 @@ from magrpo.tasks.coding.data import HUMANEVAL_COLUMNS, MBPP_COLUMNS, load_rows,
 from magrpo.tasks.coding.extract import build_program
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
 from magrpo.tasks.data import DataKeys, check_data_path, check_held_out, require_columns, split_option
+from magrpo.tasks.metrics import codebleu, pass_at_k_table
 
 PASS_AT_KS = (1, 3, 5, 10)
 

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from magrpo.schema import ConfigError, at_least
+from magrpo.core.schema import ConfigError, at_least
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, RewardConfig, Scores, Task
 from magrpo.tasks.data import ItemCountKeys

@@ -24,8 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from magrpo.metrics import mutual_information
-from magrpo.schema import ConfigError, at_least, option, within
+from magrpo.core.schema import ConfigError, at_least, option, within
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores
 from magrpo.tasks.coordination import (
@@ -41,6 +40,7 @@ from magrpo.tasks.coordination import (
     pick,
     team_moves,
 )
+from magrpo.tasks.metrics import mutual_information
 from magrpo.tasks.symmetry import Symmetry
 
 WORD = re.compile(r"[A-Za-z]\S*")     # a word of an answer, from its first letter (the lever game)

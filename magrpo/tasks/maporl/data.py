@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from magrpo.schema import at_least, within
+from magrpo.core.schema import at_least, within
 from magrpo.tasks.data import BuiltinKeys, DataKeys, ItemCountKeys, load_split, require_columns
 
 NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jo", "Kofi", "Lena", "Mateo",

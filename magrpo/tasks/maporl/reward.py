@@ -10,7 +10,7 @@ Reinforcement Learning") rewards each agent for a verified answer and shapes the
         - regression * [agent i was right and is now wrong]
 
 The incentive terms need the previous turn: they read the joint answer the node grew from
-(`item["turn_history"][-1]`, magrpo.turns) and are 0 at turn 1. The team reward is the mean over
+(`item["turn_history"][-1]`, magrpo.rollout.turns) and are 0 at turn 1. The team reward is the mean over
 agents, mean_i(r_i) * scale + shift (as the reference composes shift and scale); each agent's
 share (`algo.reward=individual`) is (r_i * scale + shift) / N, so the shares add up to it.
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from magrpo import hub
-from magrpo.schema import ConfigError, at_least, option
+from magrpo.core.schema import ConfigError, at_least, option
+from magrpo.models import hub
 from magrpo.tasks.base import RewardConfig, Scores
 
 COMPONENTS = ("verifier", "persuasion", "correction", "regression")
@@ -87,7 +87,7 @@ def same_number(a: str | None, b: str | None, tol: float = 1e-6) -> bool:
 def _load_verifier(path: str):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer  # noqa: PLC0415  start-up: transformers loads only where a model does
 
-    from magrpo.models import resolve_model_path  # noqa: PLC0415  start-up: torch loads only where a model does; the tasks and feedback modes load without it
+    from magrpo.models.agents import resolve_model_path  # noqa: PLC0415  start-up: torch loads only where a model does; the tasks and feedback modes load without it
 
     where = resolve_model_path(path)
     tok = AutoTokenizer.from_pretrained(where)

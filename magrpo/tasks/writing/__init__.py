@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from magrpo.metrics import rouge_l
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
+from magrpo.tasks.metrics import rouge_l
 from magrpo.tasks.writing.data import ArxivTaskConfig, TldrTaskConfig, load_items
 from magrpo.tasks.writing.prompts import (
     SPLIT_MARKER,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from magrpo.schema import ConfigError
+from magrpo.core.schema import ConfigError
 from magrpo.tasks.data import (
     BuiltinKeys,
     DataKeys,

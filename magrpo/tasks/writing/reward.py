@@ -40,8 +40,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from magrpo.checkpoint import allow_state_enum
-from magrpo.schema import ConfigError, at_least, positive
+from magrpo.core.checkpoint import allow_state_enum
+from magrpo.core.schema import ConfigError, at_least, positive
 from magrpo.tasks.base import RewardConfig
 
 LEXICON_PATH = Path(__file__).with_name("lexicon.json")

@@ -1,0 +1,1 @@
+"""The ground floor: what every layer reads and writes."""

@@ -1,0 +1,1 @@
+"""A trained team."""
