@@ -11,11 +11,11 @@ _PUBLIC = {
     "Experiment": "magrpo.experiment",
     "Task": "magrpo.tasks.base", "check_task": "magrpo.tasks.check", "Item": "magrpo.tasks.base", "Scores": "magrpo.tasks.base",
     "register_task": "magrpo.tasks", "register_reward": "magrpo.rollout.rewards",
-    "register_algo": "magrpo.algos.base", "AlgoConfig": "magrpo.algos.base", "TeamSpec": "magrpo.algos.base",
+    "register_algo": "magrpo.algos.base", "AlgoConfig": "magrpo.config.groups", "TeamSpec": "magrpo.algos.base",
     "register_advantage": "magrpo.algos.advantages", "register_scale": "magrpo.algos.advantages",
     "register_loss_agg": "magrpo.algos.aggregation", "register_policy_loss": "magrpo.algos.losses",
     "PolicyLossInfo": "magrpo.algos.losses",
-    "register_feedback": "magrpo.rollout.feedback", "Feedback": "magrpo.rollout.feedback", "FeedbackConfig": "magrpo.rollout.feedback",
+    "register_feedback": "magrpo.rollout.feedback", "Feedback": "magrpo.rollout.feedback", "FeedbackConfig": "magrpo.config.groups",
     "ConfigError": "magrpo.core.schema", "SetupError": "magrpo.core.schema", "option": "magrpo.core.schema",
     "at_least": "magrpo.core.schema", "within": "magrpo.core.schema", "positive": "magrpo.core.schema",
     # writing an algorithm from outside: the scaffold every team algorithm builds on

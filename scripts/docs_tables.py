@@ -223,6 +223,7 @@ GROUP_MEANING = {
 
 
 def config_page() -> str:
+    from magrpo.config.groups import RewardConfig
     from magrpo.config.schemas import (
         AgentOptimizerSchema,
         AgentSamplingSchema,
@@ -238,7 +239,6 @@ def config_page() -> str:
         TrainSchema,
     )
     from magrpo.rollout.feedback import FEEDBACKS
-    from magrpo.tasks import RewardConfig
 
     groups, defaults = _group_options(), _train_defaults()
     out = [HEADER, "# Config groups and keys\n",
@@ -290,8 +290,8 @@ def algorithms_page() -> str:
     from magrpo.algos import ALGOS
     from magrpo.algos.advantages import ADVANTAGE_SCALES, ADVANTAGES
     from magrpo.algos.aggregation import LOSS_AGG
-    from magrpo.algos.base import AlgoConfig
     from magrpo.algos.losses import POLICY_LOSSES
+    from magrpo.config.groups import AlgoConfig
 
     shared = frozenset(f.name for f in dataclasses.fields(AlgoConfig))
     out = [HEADER, "# Algorithms\n",
@@ -320,8 +320,9 @@ def algorithms_page() -> str:
 
 
 def tasks_page() -> str:
+    from magrpo.config.groups import RewardConfig
     from magrpo.tasks import TASKS
-    from magrpo.tasks.base import RewardConfig, reward_schema_of
+    from magrpo.tasks.base import reward_schema_of
 
     out = [HEADER, "# Tasks\n",
            "Every registered task (`task=NAME`; the reward group follows the task), the team sizes it accepts, "

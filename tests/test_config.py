@@ -281,9 +281,10 @@ def test_defaults_of_reads_each_schema_as_omegaconf_does():
     from omegaconf import OmegaConf
 
     from magrpo.algos import ALGOS
+    from magrpo.config.groups import RewardConfig
     from magrpo.config.schemas import GROUP_SCHEMAS, EvalRunSchema, TrainSchema, defaults_of
     from magrpo.rollout.feedback import FEEDBACKS
-    from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
+    from magrpo.tasks import TASKS, reward_schema_of
 
     schemas = {TrainSchema, EvalRunSchema, RewardConfig, *GROUP_SCHEMAS.values(),
                *(c.config_schema for c in [*ALGOS.values(), *FEEDBACKS.values(), *TASKS.values()] if c.config_schema),

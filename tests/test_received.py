@@ -152,9 +152,10 @@ def schema_keys() -> set[str]:
     import typing
 
     from magrpo.algos import ALGOS
+    from magrpo.config.groups import RewardConfig
     from magrpo.config.schemas import EvalRunSchema
     from magrpo.rollout.feedback import FEEDBACKS
-    from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
+    from magrpo.tasks import TASKS, reward_schema_of
     from magrpo.validation.store import register_schemas
 
     register_schemas()

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from magrpo.algos.advantages import ADVANTAGES, register_advantage, register_scale
 from magrpo.algos.aggregation import LOSS_AGG, register_loss_agg
-from magrpo.algos.base import ALGOS, AlgoConfig, Algorithm, TeamSpec, register_algo
+from magrpo.algos.base import ALGOS, Algorithm, TeamSpec, register_algo
 from magrpo.algos.losses import POLICY_LOSSES, register_policy_loss
+from magrpo.config.groups import AlgoConfig
 
 # Importing a module registers its algorithm.
 from magrpo.algos import magrpo as _magrpo  # noqa: E402,F401  isort: skip

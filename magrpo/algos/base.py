@@ -32,11 +32,10 @@ from typing import Any, ClassVar, Protocol
 
 from magrpo.algos.diversity import Diversity
 from magrpo.core.registry import Registry, registrar
-from magrpo.core.schema import at_least, option
 from magrpo.models.agents import SHARED_POLICY, Agent
 from magrpo.rollout.feedback import Feedback, build_feedback
-from magrpo.rollout.record import Sampling, SamplingKeys
-from magrpo.rollout.turns import TurnKeys, TurnSpec
+from magrpo.rollout.record import Sampling
+from magrpo.rollout.turns import TurnSpec
 from magrpo.tasks import Task
 
 ALGOS: Registry[type[Algorithm]] = Registry("algorithm", "algo.name", set_name=True, builtins=tuple(
@@ -46,22 +45,6 @@ ALGOS: Registry[type[Algorithm]] = Registry("algorithm", "algo.name", set_name=T
 register_algo = registrar(ALGOS)
 
 
-@dataclass
-class AlgoConfig(SamplingKeys, TurnKeys):
-    """`algo.*` keys that every algorithm reads: how answers are sampled (SamplingKeys), the turn
-    tree (TurnKeys), and how big a batch is."""
-
-    name: str = option("magrpo", choices=lambda: sorted(ALGOS))
-    num_generations: int = at_least(2, 4, " (a group needs at least two samples)")  # G per agent per item
-    batch_size: int = at_least(1, 8)             # items per update
-    micro_batch_size: int = at_least(1, 64)      # sequences per forward/backward (gradients accumulate)
-    beta: float = at_least(0, 0.0)               # KL to the frozen reference (0 = none, no reference loaded)
-    # positive signalling (magrpo/algos/signalling.py): each sample's return gains lam * pmi(move; prompt) in bits
-    signal_bonus: float = at_least(0, 0.0)
-    signal_agents: list[int] | None = None       # the agents (numbered from 1) that get it; null = every agent
-    # Other-Play (magrpo/tasks/symmetry.py): agents 2..N train on the game relabelled by a random symmetry
-    # of the task per item and step (a task that declares none is refused); evaluation plays it as it is
-    other_play: bool = False
 
 
 @dataclass(frozen=True)

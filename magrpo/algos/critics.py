@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from magrpo.algos.base import AlgoConfig
 from magrpo.algos.logprobs import RowBatch, sequence_forward
+from magrpo.config.groups import AlgoConfig
 from magrpo.core.schema import ConfigError, option
 from magrpo.models import hub
 from magrpo.models.agents import Agent, resolve_model_path

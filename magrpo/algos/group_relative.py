@@ -25,13 +25,13 @@ import torch
 
 from magrpo.algos.advantages import ADVANTAGE_SCALES, ADVANTAGES
 from magrpo.algos.aggregation import LOSS_AGG, AggContext
-from magrpo.algos.base import AlgoConfig
 from magrpo.algos.keys import ClipKeys, EntropyKeys, LossKeys, check_ratio_loss
 from magrpo.algos.logprobs import rollout_logprobs, row_chunks, row_logprobs
 from magrpo.algos.losses import POLICY_LOSSES, k3_kl
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
+from magrpo.config.groups import AlgoConfig
 from magrpo.core.schema import at_least, option, positive
 from magrpo.models import distributed
 from magrpo.models.sampler import shares_prompt

@@ -51,6 +51,16 @@ def _same(a: Any, b: Any) -> bool:
                       and getattr(a, "__qualname__", None) == getattr(b, "__qualname__", object()))
 
 
+_BY_KEY: dict[str, Registry] = {}     # config key -> the registry whose names it takes
+
+
+def names_of(key: str) -> list[str]:
+    """The names the config key `key` may take (`algo.name`: the registered algorithms), sorted: a
+    schema's choices read them here, without importing the layer that registers them."""
+    registry = _BY_KEY.get(key)
+    return sorted(registry) if registry is not None else []
+
+
 class Registry(Mapping[str, T]):
     """name -> object, filled on first lookup (module docstring)."""
 
@@ -61,6 +71,7 @@ class Registry(Mapping[str, T]):
         self.set_name = set_name        # give a registered class its `name` (the key the config uses)
         self._items: dict[str, T] = {}
         self._filling = self._filled = self._builtins_in = False
+        _BY_KEY[key] = self
 
     # -- registering -------------------------------------------------------------------------------
     def register(self, name: str, obj: T | None = None) -> Any:

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field, replace
 import torch
 from transformers import LogitsProcessorList
 
+from magrpo.config.groups import SamplingKeys
 from magrpo.core.registry import Registry
-from magrpo.core.schema import at_least, option, positive, within
 from magrpo.models import distributed
 from magrpo.models.agents import Agent, transcript
 from magrpo.models.sampler import VocabLimitProcessor, sample_shared_prompt, shares_prompt, vocab_limit
@@ -45,23 +45,6 @@ from magrpo.tasks import Scores, Task
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class SamplingKeys:
-    """The `algo.*` keys of how each agent samples its answers. AlgoConfig composes them, and
-    Sampling takes its defaults from them."""
-
-    # sampling temperature of every agent (agents.models.K.sampling overrides)
-    temperature: float = positive(1.0)
-    top_p: float = within(0, 1, 1.0, lo_open=True)  # nucleus-sampling mass; 1 = off
-    top_k: int = at_least(0, 0, " (0 = off)")    # sample from the k most likely tokens
-    max_new_tokens: int = at_least(1, 24)        # cap on tokens per answer per turn
-    max_prompt_length: int = at_least(1, 1024)   # longer prompts (multi-turn histories) lose their beginning
-    # Run each prompt once for its G samples, in generation and in the update (exact; a model
-    # that cannot continue a shared key/value cache falls back with one log line).
-    share_prompt: bool = True
-    # The one-token decoding step of a Llama-family model (magrpo.models.sampler): lean (default), static
-    # (fixed shapes), graph (the static step replayed as a CUDA graph on a GPU; the static step on a CPU)
-    decode_step: str = option("lean", choices=["lean", "static", "graph"])
 
 
 @dataclass

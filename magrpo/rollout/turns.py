@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from magrpo.core.schema import at_least, option, within
+from magrpo.config.groups import TurnKeys
 from magrpo.models.agents import Agent, transcript
 from magrpo.rollout.feedback import Feedback, NodeView
 from magrpo.rollout.record import (
@@ -50,25 +50,6 @@ from magrpo.rollout.record import (
     team_rollout,
 )
 from magrpo.tasks import Scores, Task
-
-
-@dataclass
-class TurnKeys:
-    """The `algo.*` keys of the turn tree: T turns with feedback between them (the `feedback`
-    group), how each turn's joint actions are formed and how far the tree grows. AlgoConfig
-    composes them, and TurnSpec takes its defaults from them."""
-
-    # aligned: sample k of each agent forms joint k; cross: every combination (G^N)
-    joint_mode: str = option("aligned", choices=["aligned", "cross"])
-    num_turns: int = at_least(1, 1)              # T turns, with feedback between them (the `feedback` group)
-    discount: float = within(0, 1, 1.0)          # gamma in R = r + gamma * mean(children's R)
-    early_termination_threshold: float | None = None   # a sibling set whose mean reward reaches it stops
-    # nodes expanded per sibling set, picked at random
-    max_branches: int | None = option(None, check=lambda v: v >= 1, allowed=">= 1, or null = expand every node")
-    max_tree_nodes: int = at_least(1, 2048)      # nodes of one item's tree; a bigger config stops at start
-    # simultaneous: every agent answers at once; sequential: agent i sees the answers of 1..i-1 (a chain)
-    topology: str = option("simultaneous", choices=["simultaneous", "sequential"])
-    branching: list[int] | None = None           # sequential: samples per prefix of each agent (null = G each)
 
 
 @dataclass

@@ -4,17 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from magrpo.config.groups import RewardConfig
 from magrpo.core.registry import Registry, registrar
-from magrpo.tasks.base import (
-    Item,
-    RewardConfig,
-    Scores,
-    Task,
-    columns,
-    raw_reward,
-    reward_keys,
-    reward_schema_of,
-)
+from magrpo.tasks.base import Item, Scores, Task, columns, raw_reward, reward_keys, reward_schema_of
 from magrpo.tasks.reward_fns import task_class
 
 # The built-in task families register on the first lookup; one whose optional dependency is

@@ -19,7 +19,8 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
-from magrpo.core.schema import ConfigError, SetupError, field_value, option, positive
+from magrpo.config.groups import RewardConfig
+from magrpo.core.schema import ConfigError, SetupError, field_value
 from magrpo.core.source import defined_at, first_line, is_magrpo, raised_at
 from magrpo.tasks.symmetry import Symmetry
 
@@ -36,27 +37,6 @@ class RewardError(ConfigError):
     label = "reward error"
 
 
-@dataclass
-class RewardConfig:
-    """The keys every task's `reward` node accepts: each task's reward schema inherits them (a
-    schema that does not is given them by `reward_schema_of`). Reward functions that replace the
-    task's own reward, for any task and algorithm (magrpo.tasks.reward_fns; docs/tasks.md, "Reward functions")."""
-
-    fn: str | None = None                  # a registered reward function, or module:function
-    fns: list[str] | None = None           # several of them, summed: total = sum_i weights[i] * f_i
-    weights: list[float] | None = None     # one per function; null = 1.0 each
-    # The largest raw value of the functions' total (before shift and scale): normalized_return =
-    # raw / max. Null: no normalized_return (a task's own maximum holds for its own reward only).
-    max: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null")
-    # What the functions get per joint answer: parts = `completions[k]` the list of the agents'
-    # texts and `prompts[k]` of their prompts (plain strings for a one-agent team, as in TRL);
-    # text = each joint answer as ONE string, `Task.assemble(item, parts)`, and its prompts as one
-    # (the agents' prompts in agent order, joined by a blank line): what a TRL function written
-    # for strings (`len(completion)`) expects.
-    completions: str = option("parts", choices=["parts", "text"])
-    # total = raw * scale + shift: raw is the task's own reward, or the functions' total
-    shift: float = 0.0                     # added to every total alike
-    scale: float = positive(1.0)           # multiplies raw; positive, so answers keep their order (tables undo it)
 
 
 def reward_keys(node: Any) -> RewardConfig:

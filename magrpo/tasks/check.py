@@ -31,11 +31,12 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from magrpo.config.groups import RewardConfig
 from magrpo.config.schemas import conf_dir as _conf_dir
 from magrpo.config.schemas import typed_node
 from magrpo.core.schema import ConfigError, check_values
 from magrpo.core.source import raised_at
-from magrpo.tasks import TASKS, Item, RewardConfig, Task, columns, raw_reward, reward_keys, reward_schema_of
+from magrpo.tasks import TASKS, Item, Task, columns, raw_reward, reward_keys, reward_schema_of
 from magrpo.tasks.symmetry import Symmetry
 
 # How far a normalized return may stray outside [0, 1], and an individual reward row from the

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.core.schema import ConfigError, at_least, positive
 from magrpo.tasks import register_task
-from magrpo.tasks.base import Item, RewardConfig, Scores, Task
+from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.data import ItemCountKeys
 
 # Where a single-agent answer's short part ends when it has no "---" line: a blank line, a line
@@ -56,7 +57,7 @@ TOPICS = [
 
 
 @dataclass
-class LengthRatioTaskConfig(ItemCountKeys):
+class LengthRatioTaskConfig(ItemCountKeys, TaskConfig):
     name: str = "length_ratio"
     num_train: int = at_least(1, 32)     # training topics from the built-in list
     num_eval: int = at_least(1, 16)      # eval topics from the built-in list

@@ -31,20 +31,12 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from magrpo.config.groups import RewardConfig
 from magrpo.core.plugins import check_name
 from magrpo.core.registry import Registry, registrar
 from magrpo.core.schema import ConfigError, did_you_mean
 from magrpo.core.source import defined_at, first_line, raised_at
-from magrpo.tasks.base import (
-    RewardConfig,
-    RewardError,
-    Scores,
-    Task,
-    batch_words,
-    columns,
-    reward_keys,
-    short,
-)
+from magrpo.tasks.base import RewardError, Scores, Task, batch_words, columns, reward_keys, short
 
 # Filled by the user's modules (`@register_reward("name")`) and the plugins (magrpo.core.plugins).
 REWARD_FNS: Registry[Callable[..., Any]] = Registry("reward function", "reward.fn")

@@ -14,6 +14,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from magrpo.algos import ALGOS
 from magrpo.algos.keys import reward_kind
+from magrpo.config.groups import RewardConfig
 from magrpo.config.schemas import (
     EvalRunSchema,
     ModelSchema,
@@ -34,7 +35,7 @@ from magrpo.rollout.record import BASELINES, SCHEMES
 from magrpo.rollout.turns import sequences_per_item, tree_size
 from magrpo.sandbox import SandboxUnavailable, isolation_level
 from magrpo.sandbox.limits import ISOLATION_CHOICES
-from magrpo.tasks import TASKS, RewardConfig, Task, available_tasks, reward_schema_of
+from magrpo.tasks import TASKS, Task, available_tasks, reward_schema_of
 from magrpo.tasks.reward_fns import check_reward_node, reward_specs
 
 

@@ -24,11 +24,12 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 
 from magrpo import __version__
+from magrpo.config.groups import RewardConfig
 from magrpo.config.schemas import CONF_DIR, ENTRY_KEYS, GROUP_SCHEMAS, defaults_of, entry_defaults
 from magrpo.core import key_classes
 from magrpo.core.plugins import conf_dirs, loaded
 from magrpo.rollout.feedback import FEEDBACKS
-from magrpo.tasks import TASKS, RewardConfig, reward_schema_of
+from magrpo.tasks import TASKS, reward_schema_of
 
 PACKAGE = Path(__file__).resolve().parents[1]       # magrpo/
 CACHE_FILE = PACKAGE / "__pycache__" / "config_store.nodes.json"

@@ -10,9 +10,10 @@ import re
 
 import pytest
 
+from magrpo.config.groups import RewardConfig
 from magrpo.core.schema import ConfigError
 from magrpo.rollout.rewards import REWARD_FNS, RewardFunctionError, register_reward
-from magrpo.tasks import RewardConfig, Task, build_task, reward_schema_of
+from magrpo.tasks import Task, build_task, reward_schema_of
 from magrpo.validation.checks import validate
 from tests import reward_fns_example
 from tests.conftest import compose_cfg, run_cli, train_rows
@@ -375,7 +376,8 @@ def test_reward_keys_read_every_form_of_a_reward_node():
     attributes; what is not given takes the schema's default (a plugin task's free-form node too)."""
     from omegaconf import OmegaConf
 
-    from magrpo.tasks import RewardConfig, reward_keys
+    from magrpo.config.groups import RewardConfig
+    from magrpo.tasks import reward_keys
     from magrpo.tasks.coding.reward import CodingRewardConfig
 
     assert reward_keys(None) == RewardConfig()

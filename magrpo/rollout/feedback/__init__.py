@@ -22,8 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from magrpo.config.groups import FeedbackConfig
 from magrpo.core.registry import Registry, registrar
-from magrpo.core.schema import ConfigError, option
+from magrpo.core.schema import ConfigError
 
 FEEDBACKS: Registry[type[Feedback]] = Registry("feedback mode", "feedback.mode", set_name=True, builtins=(
     "magrpo.rollout.feedback.diagnostics", "magrpo.rollout.feedback.expert"))
@@ -32,12 +33,6 @@ FEEDBACKS: Registry[type[Feedback]] = Registry("feedback mode", "feedback.mode",
 register_feedback = registrar(FEEDBACKS)
 
 
-@dataclass
-class FeedbackConfig:
-    """`feedback.*` keys every mode reads; a mode's schema adds its own."""
-
-    # what each agent is shown between turns (a registered feedback mode)
-    mode: str = option("none", choices=lambda: sorted(FEEDBACKS))
 
 
 @dataclass

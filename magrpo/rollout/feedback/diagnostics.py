@@ -15,9 +15,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.config.groups import FeedbackConfig
 from magrpo.core.registry import Registry
 from magrpo.core.schema import at_least
-from magrpo.rollout.feedback import Feedback, FeedbackConfig, NodeView, register_feedback
+from magrpo.rollout.feedback import Feedback, NodeView, register_feedback
 from magrpo.tasks.coding import analysis
 from magrpo.tasks.coding.extract import HELPER_NAME, build_program
 

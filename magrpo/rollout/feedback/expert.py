@@ -24,9 +24,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.config.groups import FeedbackConfig
 from magrpo.core.schema import ConfigError, at_least, option, positive
 from magrpo.models import hub
-from magrpo.rollout.feedback import FeedbackConfig, NodeView, PlainFeedback, register_feedback
+from magrpo.rollout.feedback import NodeView, PlainFeedback, register_feedback
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from magrpo.config.groups import TaskConfig
 from magrpo.core.schema import at_least
 from magrpo.sandbox import self_check
 from magrpo.tasks import register_task
@@ -42,7 +43,7 @@ class CodingDataConfig(DataKeys):
 
 
 @dataclass
-class CodingTaskConfig:
+class CodingTaskConfig(TaskConfig):
     name: str = "humaneval"
     data: CodingDataConfig = field(default_factory=CodingDataConfig)
     # Run the prompt's own definitions besides the stub (HumanEval/10's is_palindrome, /32's

@@ -32,9 +32,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.config.groups import RewardConfig
 from magrpo.sandbox import run_tests_many
 from magrpo.sandbox.limits import SandboxLimits
-from magrpo.tasks.base import RewardConfig, Scores
+from magrpo.tasks.base import Scores
 from magrpo.tasks.coding import analysis
 from magrpo.tasks.coding.extract import HELPER_NAME, Program, build_program
 

@@ -25,9 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.core.schema import ConfigError, at_least
 from magrpo.tasks import register_task
-from magrpo.tasks.base import Item, RewardConfig, Scores, Task
+from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.data import ItemCountKeys
 from magrpo.tasks.symmetry import Symmetry
 
@@ -80,7 +81,7 @@ def pair_agreement(moves: Sequence[Any]) -> tuple[float, list[float]]:
 
 
 @dataclass
-class CoordinationTaskConfig(ItemCountKeys):
+class CoordinationTaskConfig(ItemCountKeys, TaskConfig):
     name: str = "agree"
     num_options: int = at_least(2, 8)      # K option labels a, b, ... (at most 16)
     num_team: int = at_least(1, 2)         # the team size the single-model form writes for

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from magrpo.config.groups import TaskConfig
 from magrpo.core.schema import at_least, within
 from magrpo.tasks.data import BuiltinKeys, DataKeys, ItemCountKeys, load_split, require_columns
 
@@ -122,7 +123,7 @@ def load_items(cfg: Any, split: str) -> list[dict[str, Any]]:
 
 
 @dataclass
-class MaporlTaskConfig(ItemCountKeys):
+class MaporlTaskConfig(ItemCountKeys, TaskConfig):
     name: str = "maporl_qa"
     data: MaporlDataConfig = field(default_factory=MaporlDataConfig)
     num_train: int = at_least(1, 256)       # generated problems (builtin)

@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from magrpo.config.groups import RewardConfig
 from magrpo.core.schema import ConfigError, at_least, option
 from magrpo.models import hub
-from magrpo.tasks.base import RewardConfig, Scores
+from magrpo.tasks.base import Scores
 
 COMPONENTS = ("verifier", "persuasion", "correction", "regression")
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from magrpo.config.groups import TaskConfig
 from magrpo.core.schema import ConfigError
 from magrpo.tasks.data import (
     BuiltinKeys,
@@ -76,13 +77,13 @@ class ArxivDataConfig(WritingDataConfig):
 
 
 @dataclass
-class TldrTaskConfig:
+class TldrTaskConfig(TaskConfig):
     name: str = "tldr"
     data: TldrDataConfig = field(default_factory=TldrDataConfig)
 
 
 @dataclass
-class ArxivTaskConfig:
+class ArxivTaskConfig(TaskConfig):
     name: str = "arxiv"
     data: ArxivDataConfig = field(default_factory=ArxivDataConfig)
 

@@ -40,9 +40,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from magrpo.config.groups import RewardConfig
 from magrpo.core.checkpoint import allow_state_enum
 from magrpo.core.schema import ConfigError, at_least, positive
-from magrpo.tasks.base import RewardConfig
 
 LEXICON_PATH = Path(__file__).with_name("lexicon.json")
 _WORD_RE = re.compile(r"\w+")
