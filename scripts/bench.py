@@ -172,7 +172,7 @@ def setup(args: argparse.Namespace):
         torch.set_num_threads(args.threads)
     cfg = compose_config(args)
     seed_everything(cfg.seed)
-    task = build_task(cfg.task, cfg.reward, cfg.get("sandbox"))
+    task = build_task(cfg.task, cfg.reward, cfg.sandbox)
     train_items = task.load("train")
     t0 = time.perf_counter()
     from magrpo.algos import ALGOS

@@ -62,7 +62,7 @@ def tiny():
 def diagnose(cfg, agents, task, config=None, scheme="team", turns=None, seed=3):
     sampling = eval_sampling(cfg)
     items = task.load("eval")[:cfg.eval.num_items]
-    feedback = build_feedback(cfg.get("feedback"), task)
+    feedback = build_feedback(cfg.feedback, task)
     answers = collect_answers(agents, task, items, sampling, 8, seed, scheme, turns, feedback)
     metrics = collaboration_metrics(agents, task, answers, sampling, seed, config or CollaborationConfig(), scheme, turns,
                                     feedback)

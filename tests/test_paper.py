@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from magrpo.algos import ALGOS
 from magrpo.cli.paper import cells, choices, row_algo, sweep_command, tune_space
 from magrpo.config.schemas import CONF_DIR, ConfigError, EvalRunSchema, TrainSchema
+from magrpo.core.instances import select
 from magrpo.launch.paper_grid import HARDER_GAMES, METHODS, TABLES
 from magrpo.table import main as table_main
 from magrpo.tasks.metrics import codebleu
@@ -122,14 +123,14 @@ def test_every_paper_config_composes_at_both_scales(table, task, row, scale, tmp
         assert (a.topology == "sequential") is (run["algo"].get("topology") == "sequential" or row == "c3")
         signal_like = task in ("signal", "budget_signal")       # one team reward: no individual shares
         individual = row == "ippo_individual" or (row == "dr_mas" and not signal_like)
-        assert a.get("reward", "team") == ("individual" if individual else "team")
+        assert getattr(a, "reward", "team") == ("individual" if individual else "team")
         # the same tuning budget: every trained row searches its learning rate and one key of its own
         space = tune_space(task, row)
         if entry == "eval":
             assert space == {}
         else:
             assert list(space)[0] == "optimizer.lr" and len(space) == 2, space
-            assert (OmegaConf.select(cfg, list(space)[1], default="absent") != "absent"), space
+            assert select(cfg, list(space)[1], default="absent") != "absent", space
     elif entry == "train" and table != "maporl":
         assert tune_space(task, row) == {}     # tuning is the coordination table's (--tune-trials)
     elif scale == "paper":

@@ -246,14 +246,15 @@ def test_a_received_team_never_sends_to_its_url_nor_reads_its_key_variable(sende
 
 def test_your_own_team_takes_its_reach_keys_up(sender, sink, tmp_path, monkeypatch):
     """The positive control: a team you exported, from a team of yours, here: its reach keys are yours."""
-    from omegaconf import OmegaConf
-
+    from magrpo.core.instances import instance
+    from magrpo.rollout.feedback import FEEDBACKS
     from magrpo.team.team import Team
 
     monkeypatch.setenv("MAGRPO_HOME", str(sender["home"]))
     loaded = Team.from_pretrained(sender["team"], device="cpu")
     assert loaded.own
-    OmegaConf.update(loaded.config, "feedback", {**expert(sink.url), "api_key_env": "OPENAI_API_KEY"}, merge=False)
+    loaded.config.feedback = instance({**expert(sink.url), "api_key_env": "OPENAI_API_KEY"},
+                                      FEEDBACKS["expert"].config_schema)
     mine = tmp_path / "mine"
     loaded.save_pretrained(mine)
     assert signatures.made_by_you(mine)

@@ -64,4 +64,4 @@ def reward_kind(algo) -> str:
     """The reward an algorithm's credit is computed from: `algo.reward` when its schema composes
     RewardKeys (team or individual), else "team" (an algorithm without the key trains on the team's
     reward by construction). The one place that asks whether the key is there."""
-    return algo.reward if "reward" in algo else "team"
+    return getattr(algo, "reward", "team")      # an algorithm without the key trains on the team reward

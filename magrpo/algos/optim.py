@@ -4,11 +4,11 @@ data-parallel ranks, the norm clipped)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import torch
-from omegaconf import OmegaConf
 
 from magrpo.models import distributed
 from magrpo.models.agents import set_keys
@@ -19,7 +19,7 @@ def agent_optimizer(cfg: Any, agent: int) -> Any:
     of agents.models[agent].optimizer on top (one models entry serves every agent)."""
     models = cfg.agents.models
     own = set_keys((models[agent] if agent < len(models) else models[0]).optimizer) if len(models) else {}
-    return OmegaConf.merge(cfg.optimizer, own) if own else cfg.optimizer
+    return dataclasses.replace(cfg.optimizer, **own) if own else cfg.optimizer
 
 
 def agent_overrides(cfg: Any) -> dict[str, dict[str, Any]]:
@@ -28,7 +28,7 @@ def agent_overrides(cfg: Any) -> dict[str, dict[str, Any]]:
     models = cfg.agents.models
     out = {}
     for i, spec in enumerate(models):
-        own = {group: keys for group in ("optimizer", "sampling") if (keys := set_keys(spec[group]))}
+        own = {group: keys for group in ("optimizer", "sampling") if (keys := set_keys(getattr(spec, group)))}
         if own:
             out[f"agent_{i + 1}" if len(models) > 1 else "all"] = own
     return out

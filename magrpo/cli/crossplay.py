@@ -56,10 +56,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from magrpo.core.checkpoint import read_manifest
+from magrpo.core.instances import as_data, select
 from magrpo.core.schema import ConfigError, SetupError
 from magrpo.core.trust import one_command
 from magrpo.core.writes import check_overwrite, publish
@@ -129,10 +129,8 @@ def check_compatible(teams: list[Any], labels: list[str]) -> None:
             raise ConfigError(f"{label} has {team.num_agents} agent(s) but {labels[0]} has {first.num_agents}; "
                               f"cross-play pairs teams of one size")
         for key in MUST_MATCH:
-            a = OmegaConf.select(first.config, key, default=None)
-            b = OmegaConf.select(team.config, key, default=None)
-            a = OmegaConf.to_container(a, resolve=True) if OmegaConf.is_config(a) else a
-            b = OmegaConf.to_container(b, resolve=True) if OmegaConf.is_config(b) else b
+            a = as_data(select(first.config, key))
+            b = as_data(select(team.config, key))
             if a != b:
                 what = f"task {a.get('name')!r} vs {b.get('name')!r}" if key == "task" and isinstance(a, dict) \
                     and isinstance(b, dict) and a.get("name") != b.get("name") else f"{key}: {_short(a)} vs {_short(b)}"

@@ -85,7 +85,7 @@ def _choices(spec: Choices) -> list[Any]:
     return list(spec() if callable(spec) else spec)
 
 
-def _nested(tp: Any) -> tuple[type | None, bool]:
+def nested_schema(tp: Any) -> tuple[type | None, bool]:
     """(dataclass type, is_list) when `tp` is a dataclass, an Optional one, or a list of them."""
     origin = typing.get_origin(tp)
     args = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -121,7 +121,7 @@ def check_values(node: Any, schema: type, prefix: str = "") -> None:
     for f in dataclasses.fields(schema):
         key = f"{prefix}{f.name}"
         value = field_value(node, f.name)
-        sub, is_list = _nested(hints.get(f.name))
+        sub, is_list = nested_schema(hints.get(f.name))
         if sub is not None and value is not None:
             for i, child in enumerate(value if is_list else [value]):
                 check_values(child, sub, f"{key}[{i}]." if is_list else f"{key}.")

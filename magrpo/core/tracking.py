@@ -31,9 +31,9 @@ from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import OmegaConf
 
 from magrpo.core import records
+from magrpo.core.instances import as_data
 from magrpo.core.schema import ConfigError, SetupError
 from magrpo.core.writes import pid_alive, start_ticks
 
@@ -66,7 +66,7 @@ def run_identity(cfg: Any, num_agents: int | None = None) -> dict[str, Any]:
     the W&B config. `algo` is the trained algorithm, or for magrpo-eval the evaluated method(s);
     `num_agents`: how many agents a training run's algorithm answers with (its team,
     magrpo.algos; default agents.num_agents)."""
-    evaluating = "methods" in cfg            # magrpo-eval's config has `methods`; a training run's does not
+    evaluating = hasattr(cfg, "methods")     # magrpo-eval's config has `methods`; a training run's does not
     job_type = "eval" if evaluating else cfg.logger.job_type
     if evaluating:
         methods = list(cfg.methods or [])
@@ -295,7 +295,7 @@ class RunLogger:
             self.wandb = wandb.init(
                 project=lg.project, entity=lg.entity, group=group, name=name,
                 tags=list(lg.tags), job_type=ident["job_type"], mode=lg.mode, dir=str(run_dir),
-                config={**ident, "run_dir": str(run_dir), "cfg": OmegaConf.to_container(cfg, resolve=True)},
+                config={**ident, "run_dir": str(run_dir), "cfg": as_data(cfg)},
                 reinit="finish_previous")
             self.wandb.define_metric("step", hidden=True)
             for pattern, summary in STEP_METRICS.items():

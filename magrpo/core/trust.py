@@ -51,10 +51,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
-
 from magrpo.core import records
 from magrpo.core.checkpoint import CONFIG_FILE, MANIFEST, OVERRIDES_FILE, TEAM_FILE, verify
+from magrpo.core.instances import as_data
 from magrpo.core.overrides import override_key, parse_override
 from magrpo.core.plugins import (
     check_location,
@@ -600,7 +599,7 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
     otherwise, before anything is imported. The entry points call it when their command line took
     a run or team up; magrpo.team.team for every team's or checkpoint's config."""
     try:
-        data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+        data = as_data(cfg)     # a config node resolved here, a RunConfig, or plain data
     except Exception:      # noqa: BLE001  (an interpolation that does not resolve: refused here, its text unsaid)
         raise ConfigError(f"{where}: an interpolation in it cannot be resolved") from None
     refs = _refs_of_config(data, where)
@@ -630,7 +629,7 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
 
 def config_codes(cfg: Any, search: Iterable[str] = ()) -> list[str]:
     """The references a run's config makes (its plugins, reward modules) and its config directories."""
-    data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else cfg
+    data = as_data(cfg)         # a config node (resolved), a run's RunConfig, or plain data
     refs = _refs_of_config(data, "config") + [Ref("config dir", str(s), "searchpath") for s in search]
     return [r.code for r in refs if needs_trust(r)]
 

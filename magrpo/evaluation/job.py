@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from magrpo.config.schemas import ConfigError, EvalRunSchema
 from magrpo.core.checkpoint import resolve
+from magrpo.core.instances import as_data
 from magrpo.core.source import as_setup_error
 from magrpo.core.tracking import RunLogger, run_identity, write_json
 from magrpo.evaluation import collaboration
@@ -134,7 +135,7 @@ def evaluate_run(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any]
         report = {"task": cfg.task.name, "split": cfg.split, "num_items": len(items),
                   "num_samples": cfg.eval.num_samples, "checkpoint": str(ckpt) if ckpt else None, "team": team_dir,
                   "models": [m.name_or_path for m in cfg.agents.models], "seed": cfg.seed, "results": results,
-                  **task_info, "from_run": origin, "config": OmegaConf.to_container(cfg, resolve=True)}
+                  **task_info, "from_run": origin, "config": as_data(cfg)}
         write_json(out / "eval.json", report)
         title = f"# {cfg.task.name} ({cfg.split}, {len(items)} items x {cfg.eval.num_samples} samples)\n\n"
         source = f"Weights: {weights}\n\n" if weights else "Weights: base models (untrained)\n\n"

@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import magrpo.models.cpu_bf16
+from magrpo.core.instances import as_data
 from magrpo.core.schema import CheckpointError, SetupError
 from magrpo.models import distributed, hub
 from magrpo.models.cpu_bf16 import use_float32_products
@@ -213,7 +214,7 @@ def _check_chat_template(tok: Any, spec: Any) -> None:
              {"role": "user", "content": "and?"}]
     try:
         tok.apply_chat_template(probe, tokenize=False, add_generation_prompt=True,
-                                **dict(spec.get("chat_template_kwargs") or {}))
+                                **as_data(spec.chat_template_kwargs or {}))
     except Exception as e:
         from jinja2.exceptions import SecurityError  # noqa: PLC0415  start-up: jinja2 (transformers' templates) only on a template that fails
 
@@ -314,7 +315,7 @@ def cuda_memory_metrics(agents: list[Agent]) -> dict[str, float]:
 
 def set_keys(node: Any) -> dict:
     """The keys of a config node (or dict) that are not null; {} for a missing node."""
-    return {k: v for k, v in (dict(node) if node is not None else {}).items() if v is not None}
+    return {k: v for k, v in (as_data(node) if node is not None else {}).items() if v is not None}
 
 
 def own_sampling(spec: Any) -> dict:
@@ -388,7 +389,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         log.info("loaded %d agent(s) as LoRA adapters on one base: %s@%s", num_agents, spec.name_or_path, devices[0])
         for i in range(num_agents):
             agents.append(Agent(i, model, tok, devices[0], adapter=f"agent_{i + 1}",
-                                chat_template_kwargs=dict(spec.chat_template_kwargs or {}),
+                                chat_template_kwargs=as_data(spec.chat_template_kwargs or {}),
                                 sampling=own_sampling(specs[i])))
         return agents
     for i, spec in enumerate(specs):
@@ -408,7 +409,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
         _widen_cpu_bf16(model, devices[i], autocast, cpu_bf16, f"agent_{i + 1}")
         set_vocab_limit(model, tok)
         agents.append(Agent(i, model, tok, devices[i], reference=reference,
-                            chat_template_kwargs=dict(spec.chat_template_kwargs or {}), sampling=own_sampling(spec)))
+                            chat_template_kwargs=as_data(spec.chat_template_kwargs or {}), sampling=own_sampling(spec)))
     log.info("loaded %d agent(s): %s", num_agents,
              ", ".join(f"{a.name}={s.name_or_path}@{a.device}" for a, s in zip(agents, specs)))
     return agents

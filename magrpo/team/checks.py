@@ -15,9 +15,11 @@ import huggingface_hub
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.algos import ALGOS
+from magrpo.config.run import RunConfig
 from magrpo.config.schemas import TrainSchema
 from magrpo.core import checkpoint, records, trust
 from magrpo.core.checkpoint import TEAM_FILE
+from magrpo.core.instances import as_data
 from magrpo.core.overrides import check_saved_line
 from magrpo.core.schema import ConfigError
 from magrpo.core.writes import is_temp_name
@@ -158,19 +160,17 @@ def _check_fields(info: Any, where: Path | str) -> None:
                                   f"(agent_1, policy, base, ...)")
 
 
-def typed_team_config(config: DictConfig, where: Path | str) -> DictConfig:
+def typed_team_config(config: DictConfig, where: Path | str) -> RunConfig:
     """A recorded team config (a checkpoint's config.json or team.json's `config`) as the team
-    reads it: validated and typed (every key with its schema default), the team's nodes only, with
-    its models' recorded paths and tokenizers, and this machine's sandbox (`auto`), never the
-    record's."""
+    reads it: a RunConfig of the team's nodes (every other key its schema default), with its
+    models' recorded paths and tokenizers, and this machine's sandbox (`auto`), never the record's."""
     typed = check_team_config(config, where)
-    out = OmegaConf.create({k: OmegaConf.to_container(typed[k]) for k in TEAM_NODES if k in typed})
-    for spec, recorded in zip(out.agents.models, config.agents.models):
+    for spec, recorded in zip(typed.agents.models, config.agents.models):
         spec.name_or_path, spec.tokenizer = recorded.name_or_path, recorded.get("tokenizer")
-    return out
+    return typed
 
 
-def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
+def check_team_config(config: DictConfig, where: Path | str) -> RunConfig:
     """A team's config (team.json's `config`, or a checkpoint's config.json) validated as a run's
     config is: the one-line ConfigError names the key. Model paths are not checked here (an exported
     team's models are its own folders)."""
@@ -196,7 +196,7 @@ def check_team_config(config: DictConfig, where: Path | str) -> DictConfig:
                           f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from None
 
 
-def _check_claims(info: dict, cfg: DictConfig, where: Path | str) -> None:
+def _check_claims(info: dict, cfg: RunConfig, where: Path | str) -> None:
     """What team.json says of the team must be what its config builds."""
     spec = ALGOS[cfg.algo.name].team(cfg)
     turns = TurnSpec.from_algo(cfg.algo)
@@ -273,7 +273,7 @@ def local_team(path_or_repo: str | Path, revision: str | None = None) -> Path:
         raise ConfigError(f"could not download the team {text!r}: {type(e).__name__}: {e}") from e
 
 
-def check_team_option(cfg: DictConfig) -> None:
+def check_team_option(cfg: RunConfig) -> None:
     """magrpo-eval's `team=` names a whole exported team whose agents match the ones the (validated)
     config builds; `cfg.team` becomes the team's local directory."""
     root = local_team(cfg.team)
@@ -281,7 +281,7 @@ def check_team_option(cfg: DictConfig) -> None:
     # the team's models are its own folders; the base models they came from count only for eval.ablation=base
     base = cfg.eval.diagnostics and cfg.eval.ablation == "base"
     free = () if base else TEAM_MODEL_KEYS
-    changes = checkpoint.config_changes(info["config"], OmegaConf.to_container(cfg, resolve=True),
+    changes = checkpoint.config_changes(info["config"], as_data(cfg),
                                         only=checkpoint.AGENT_KEYS, free=free)
     if changes:
         raise ConfigError(f"team={str(cfg.team)!r} was trained with other agents settings ({checkpoint.describe(changes)}); "
@@ -292,6 +292,4 @@ def check_team_option(cfg: DictConfig) -> None:
         raise ConfigError(f"team={str(cfg.team)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
                           f"algo={cfg.algo.name} builds {len(policies)} ({', '.join(policies)}); evaluate it with "
                           f"the algo it was trained with ({info['algorithm']})")
-    OmegaConf.set_struct(cfg, False)
     cfg.team = str(root)
-    OmegaConf.set_struct(cfg, True)

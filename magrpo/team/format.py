@@ -13,12 +13,12 @@ from typing import Any
 
 import torch
 import yaml
-from omegaconf import OmegaConf
 
 from magrpo import __version__
 from magrpo.algos import ALGOS
 from magrpo.core import checkpoint, trust
 from magrpo.core.checkpoint import OVERRIDES_FILE, TEAM_FILE
+from magrpo.core.instances import as_data
 from magrpo.models import hub
 from magrpo.models.agents import (
     _load_model,
@@ -110,7 +110,7 @@ def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
         "algorithm": cfg.algo.name, "topology": turns.topology,
         "turns": {"num_turns": turns.num_turns, "discount": turns.discount, "early_termination_threshold":
                   turns.threshold},
-        "feedback": OmegaConf.to_container(cfg.feedback, resolve=True),
+        "feedback": as_data(cfg.feedback),
         "assembly": team.task.assembly,
         "roles": roles, "example_item": item_id,
         "weights": "adapters" if any(e["adapter"] for e in entries) else "full",
@@ -120,7 +120,7 @@ def team_record(team: Any, entries: list[dict], overrides: list[str] | None,
         "overrides": overrides,
         "final_eval": final_eval,
         "source": team.source,
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": as_data(cfg),
         "plugins": list(cfg.plugins),      # imported again by whoever loads the team
     }
 

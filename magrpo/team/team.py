@@ -20,12 +20,14 @@ directory (the format `magrpo-export` writes, docs/team.md):
     base/ (base_<k>/)    a LoRA team's base model, written once however many adapters ride on it
     manifest.json        size and sha256 of every file, written last (an interrupted export is no team)
 
-Nothing here needs Hydra: the config is plain data (OmegaConf), loading works offline from the
+Nothing here needs Hydra: the config is a validated RunConfig (magrpo.config.run), loading works offline from the
 directory, and a hub id is fetched once with `huggingface_hub.snapshot_download`.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,8 +37,11 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.algos import ALGOS
+from magrpo.config.run import RunConfig
+from magrpo.config.schemas import AgentsSchema, HardwareSchema
 from magrpo.core import checkpoint, received, trust
 from magrpo.core.checkpoint import TEAM_FILE, is_team_dir
+from magrpo.core.instances import as_data
 from magrpo.core.schema import ConfigError
 from magrpo.models.agents import (
     load_agent_weights,
@@ -77,17 +82,17 @@ def with_overrides(config: DictConfig, overrides: dict[str, Any] | None) -> Dict
     return config
 
 
-def default_hardware(device: str | None = None) -> DictConfig:
-    """A `hardware` node for loading outside a training run: one device for every agent."""
-    return OmegaConf.create({"device": device or "auto", "agent_devices": None, "autocast": "none",
-                             "gradient_checkpointing": False, "num_threads": None})
+def default_hardware(device: str | None = None) -> HardwareSchema:
+    """The hardware for loading outside a training run: one device for every agent (`auto` unless
+    given), every other key its schema default."""
+    return HardwareSchema(device=device or "auto")
 
 
 class Team:
     """Agents with the task, topology, turns and feedback they were trained with (module docstring)."""
 
-    def __init__(self, config: DictConfig, agents: list, source: dict[str, Any] | None = None,
-                 info: dict[str, Any] | None = None, loaded_from: DictConfig | None = None,
+    def __init__(self, config: RunConfig, agents: list, source: dict[str, Any] | None = None,
+                 info: dict[str, Any] | None = None, loaded_from: AgentsSchema | None = None,
                  allowed: dict[str, str] | None = None, own: bool = True):
         self.config = config
         self.agents = agents
@@ -255,8 +260,8 @@ def checkpoint_of(path: str | Path, step: int | None, key: str) -> Path:
     return checkpoint.resolve(p, key)
 
 
-def team_agents(root: Path, info: dict[str, Any], agents: Any, hardware: Any,
-                trust_remote_code: bool) -> tuple[list, DictConfig]:
+def team_agents(root: Path, info: dict[str, Any], agents: AgentsSchema, hardware: HardwareSchema,
+                trust_remote_code: bool) -> tuple[list, AgentsSchema]:
     """An exported team's agents (read_team'd `info`), each loaded from the team's own folders with
     the `agents` settings (dtype, LoRA, sampling) of its config, and the agents node they were
     loaded with. `trust_remote_code`: the caller's, never the team's."""
@@ -273,7 +278,7 @@ def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
     weights of `ckpt` loaded into every policy; the base models when `ckpt` is None."""
     spec = ALGOS[cfg.algo.name].team(cfg)
     if ckpt is not None:
-        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt, spec.policy_dirs)
+        checkpoint.check_agents_match(as_data(cfg), ckpt, spec.policy_dirs)
     agents = load_agents(cfg.agents, hardware, spec.num_agents, need_reference=False)
     if ckpt is not None:
         for policy in policy_agents(agents):
@@ -286,10 +291,10 @@ def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
 
 
 
-def with_trust(agents_cfg: DictConfig, trust_remote_code: bool) -> DictConfig:
+def with_trust(agents_cfg: AgentsSchema, trust_remote_code: bool) -> AgentsSchema:
     """The agents node with every model's trust_remote_code set to the caller's choice (whatever the
     artifact said), and a warning naming what is trusted."""
-    cfg = OmegaConf.create(OmegaConf.to_container(agents_cfg, resolve=True))
+    cfg = copy.deepcopy(agents_cfg)
     for spec in cfg.models:
         spec.trust_remote_code = bool(trust_remote_code)
     if trust_remote_code:
@@ -298,16 +303,10 @@ def with_trust(agents_cfg: DictConfig, trust_remote_code: bool) -> DictConfig:
     return cfg
 
 
-def _agents_at(agents_cfg: DictConfig, info: dict[str, Any], root: Path) -> DictConfig:
+def _agents_at(agents_cfg: AgentsSchema, info: dict[str, Any], root: Path) -> AgentsSchema:
     """The team's `agents` node with every model (and tokenizer) read from the exported directory."""
-    cfg = OmegaConf.create(OmegaConf.to_container(agents_cfg, resolve=True))
-    models = []
     root = Path(root).absolute()      # `team` relative to here is a directory, never a hub id
-    for entry in info["models"]:
-        spec = OmegaConf.create(OmegaConf.to_container(cfg.models[entry["spec"]]))
-        spec.name_or_path = str(root / entry["load"])
-        spec.tokenizer = str(root / entry["tokenizer"])
-        spec.revision = None
-        models.append(spec)
-    cfg.models = models
-    return cfg
+    models = [dataclasses.replace(agents_cfg.models[entry["spec"]], name_or_path=str(root / entry["load"]),
+                                  tokenizer=str(root / entry["tokenizer"]), revision=None)
+              for entry in info["models"]]
+    return dataclasses.replace(agents_cfg, models=models)

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from omegaconf import OmegaConf
 from tqdm import tqdm
 
 from magrpo.algos import ALGOS
@@ -28,6 +27,7 @@ from magrpo.algos.optim import agent_overrides
 from magrpo.config.schemas import optimized_metric
 from magrpo.core import checkpoint, trust
 from magrpo.core.checkpoint import STATE_FILE
+from magrpo.core.instances import as_data
 from magrpo.core.schema import ConfigError, did_you_mean
 from magrpo.core.tracking import RunLogger, read_status, run_identity
 from magrpo.core.writes import disk_full_is_one_line
@@ -268,7 +268,7 @@ class Trainer:
         """Atomically (magrpo.core.checkpoint): a crash mid-save leaves no half checkpoint behind. Rank 0
         writes the weights (gathered when sharded) and the state; under fsdp every rank's optimizer
         shard is staged next to the checkpoint and moved in before it is sealed."""
-        config = OmegaConf.to_container(self.cfg, resolve=True)
+        config = as_data(self.cfg)
         dest = self.run_dir / "checkpoints" / f"step_{self.step}"
         rng_ranks = distributed.gather_objects(rng_state())     # each rank's random stream resumes
         weights = [distributed.full_state_dict(a.model) for a in self.policies]   # gathered when sharded
@@ -346,7 +346,7 @@ class Trainer:
                "max_steps": cfg.max_steps}
         if own := agent_overrides(cfg):     # per-agent settings (agents.models.K.optimizer) that differ
             out["agent_settings"] = own
-        for key, value in OmegaConf.to_container(cfg.algo, resolve=True).items():
+        for key, value in as_data(cfg.algo).items():
             out.setdefault(key, value)
         return out
 

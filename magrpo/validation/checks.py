@@ -14,7 +14,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from magrpo.algos import ALGOS
 from magrpo.algos.keys import reward_kind
-from magrpo.config.groups import RewardConfig
+from magrpo.config.groups import RewardConfig, TaskConfig
+from magrpo.config.run import EvalRunConfig, RunConfig
 from magrpo.config.schemas import (
     EvalRunSchema,
     ModelSchema,
@@ -22,12 +23,9 @@ from magrpo.config.schemas import (
     typed_node,
 )
 from magrpo.core import checkpoint
+from magrpo.core.instances import instance
 from magrpo.core.plugins import load_plugins, loaded
-from magrpo.core.schema import (
-    ConfigError,
-    check_values,
-    literal_strings,
-)
+from magrpo.core.schema import ConfigError, check_values, literal_strings
 from magrpo.models.agents import BUILTIN_PREFIX, looks_local
 from magrpo.models.model_shapes import BUILTIN_MODELS
 from magrpo.rollout.feedback import FEEDBACKS
@@ -39,8 +37,10 @@ from magrpo.tasks import TASKS, Task, available_tasks, reward_schema_of
 from magrpo.tasks.reward_fns import check_reward_node, reward_specs
 
 
-def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> DictConfig:
-    """Check the composed config; return it typed (schema defaults filled in). Raises ConfigError.
+def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> RunConfig:
+    """Check the composed config; return it as a RunConfig (an EvalRunConfig for EvalRunSchema):
+    instances of the schemas, every default filled in, each chosen group its option's schema.
+    Raises ConfigError.
     `recorded`: the config a run or team recorded (magrpo.team.team), whose plugins and reward modules
     the trust rule has taken up already (magrpo.core.trust): nothing is imported for it here."""
     # The user's plugins first: they may register the task, algorithm or feedback mode named below.
@@ -136,7 +136,10 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
         _validate_eval(typed)
     elif typed.resume:
         _validate_resume(typed)
-    return typed
+    # handed down as instances of the schemas, each chosen group as its option's own schema
+    return instance(typed, EvalRunConfig if schema is EvalRunSchema else RunConfig,
+                    types={"algo": algo_schema, "task": task_cls.config_schema or TaskConfig, "reward": reward_schema,
+                           "feedback": feedback_schema})
 
 
 # -- the checks across groups that the algorithms share ------------------------------------------------

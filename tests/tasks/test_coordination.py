@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+from magrpo.core.instances import select
 from magrpo.core.schema import ConfigError
 from magrpo.tasks import build_task
 from magrpo.validation.checks import validate
@@ -160,7 +161,7 @@ def test_recipe_runs_the_same_values_as_the_default_run(make_cfg):
     b = validate(make_cfg(["recipe=cover", "method=magrpo"]))
     for key in ("max_steps", "optimizer.lr", "algo.num_generations", "algo.max_new_tokens", "eval.every",
                 "eval.num_samples"):
-        assert OmegaConf.select(a, key) == OmegaConf.select(b, key), key
+        assert select(a, key) == select(b, key), key
 
 
 def test_a_row_takes_signals_keys_then_budget_signals_own(make_cfg):

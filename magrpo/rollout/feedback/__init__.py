@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from magrpo.config.groups import FeedbackConfig
+from magrpo.core.instances import as_data, select
 from magrpo.core.registry import Registry, registrar
 from magrpo.core.schema import ConfigError
 
@@ -58,7 +59,7 @@ class Feedback:
         from omegaconf import OmegaConf  # noqa: PLC0415  start-up: the tasks and feedback modes load without OmegaConf
 
         # Defaults from the mode's schema under whatever was given (a config node, a dict, None).
-        given = OmegaConf.create(cfg if isinstance(cfg, dict) else OmegaConf.to_container(cfg)) if cfg else {}
+        given = OmegaConf.create(as_data(cfg)) if cfg else {}
         self.cfg = OmegaConf.merge(OmegaConf.structured(self.config_schema), given)
         self.task = task
         self.degraded = 0              # items that fell back to plain feedback (expert), over the run
@@ -150,7 +151,7 @@ class DiscussionFeedback(Feedback):
 def build_feedback(cfg: Any, task: Any) -> Feedback:
     """The mode `cfg.mode` names (none when `cfg` is empty), configured by `cfg`: the validated
     `feedback` node, or a plain dict such as {"mode": "plain"}."""
-    mode = (cfg["mode"] if cfg and "mode" in cfg else None) or "none"
+    mode = select(cfg, "mode") or "none"
     if mode not in FEEDBACKS:
         raise ValueError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
     return FEEDBACKS[mode](cfg, task)
