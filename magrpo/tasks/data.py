@@ -70,15 +70,15 @@ def is_split_expr(expr: Any, joined: bool = False) -> bool:
     return all(_SPLIT_RE.match(part) for part in (expr.split("+") if joined else [expr]))
 
 
-def split_option(default: str, joined: bool = False) -> Any:
+def split_option(default: str, joined: bool = False, *, help: str = "") -> Any:
     """A config field holding a split expression, checked at start-up."""
     return option(default, check=lambda v: is_split_expr(v, joined),
                   allowed="NAME or NAME[lo:hi]" + (", parts joined by '+'" if joined else "")
-                  + " (quote it on the command line: key='test[:32]')")
+                  + " (quote it on the command line: key='test[:32]')", help=help)
 
 
-def limit_option() -> Any:
-    return option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null for all rows")
+def limit_option(*, help: str = "") -> Any:
+    return option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null for all rows", help=help)
 
 
 @dataclass

@@ -77,7 +77,8 @@ class TransitionSource(str, Enum):
 
 
 # Level weights and the style terms: a negative weight would pay for failing a level.
-_weight = lambda default: at_least(0, default)  # noqa: E731
+def _weight(default: float, *, help: str = "") -> Any:
+    return at_least(0, default, help=help)
 
 
 @dataclass
