@@ -125,7 +125,8 @@ class AgentsSchema:
 @dataclass
 class OptimizerSchema:
     name: str = option("adamw", choices=["adamw"], help="the optimizer (AdamW)")
-    lr: float = positive(1e-3, help="suits the tiny default agents; real models want ~1e-5")
+    lr: float = positive(1e-3,
+                         help="the learning rate; 1e-3 suits the tiny default agents, real models want ~1e-5")
     weight_decay: float = at_least(0, 0.0, help="AdamW's decoupled weight decay")
     betas: list[float] = option(default_factory=lambda: [0.9, 0.999], allowed="two numbers in [0, 1)",
                                 check=lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),

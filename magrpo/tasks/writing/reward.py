@@ -86,27 +86,32 @@ class WritingRewardConfig(RewardConfig):
     """The `reward` node of the writing tasks; defaults are the reference tldr values."""
 
     name: str = option("tldr", help="the reward variant (its task's name)")
-    min_tokens: int = at_least(0, 8,
-                               help="level 1: whitespace-token count of EACH "
-                                    "answer must lie in [min_tokens, max_tokens]")
+    # level 1: whitespace-token count of EACH answer must lie in [min_tokens, max_tokens]
+    min_tokens: int = at_least(0, 8, help="level 1: fewest whitespace tokens per answer")
     max_tokens: int = at_least(1, 256, help="level 1: most whitespace tokens per answer")
     structure_reward: float = _weight(0.5, help="level 1's weight")
-    length_reward: float = _weight(1.0, help="level 2: rho = chars(a2) / chars(a1)")
+    # level 2: rho = chars(a2) / chars(a1)
+    length_reward: float = _weight(1.0, help="level 2's weight; rho = chars(a2) / chars(a1)")
     length_ramp_low: float = at_least(0, 1.1, help="rho where level 2's lower ramp starts (below: stop)")
     length_band_low: float = at_least(0, 1.6, help="rho where level 2 starts paying in full")
     length_band_high: float = at_least(0, 3.2, help="rho where level 2 stops paying in full")
     length_ramp_high: float | None = option(5.0,
                                             help="rho where the upper ramp ends "
                                                  "(above: stop); null = no limit")
-    unique_reward: float = _weight(0.5, help="level 3: u = unique words(a2) / unique words(a1)")
+    # level 3: u = unique words(a2) / unique words(a1)
+    unique_reward: float = _weight(0.5, help="level 3's weight; u = unique words(a2) / unique words(a1)")
     unique_ramp_low: float = at_least(0, 1.3, help="u where level 3's lower ramp starts (below: stop)")
     unique_band_low: float = at_least(0, 2.0, help="u where level 3 starts paying in full")
-    unique_band_high: float | None = option(None, help="null: no upper limit")
+    unique_band_high: float | None = option(None,
+                                            help="u where level 3 stops paying in full; null = no limit")
     unique_ramp_high: float | None = option(None,
                                             help="u where the upper ramp ends "
                                                  "(above: stop); null = no limit")
     unique_without_stopwords: bool = option(False, help="false = reference quirk (stopwords counted)")
-    transition_weight: float = _weight(0.4, help="level 4: transition_weight * T + jaccard_weight * J")
+    # level 4: transition_weight * T + jaccard_weight * J
+    transition_weight: float = _weight(0.4,
+                                       help="level 4's weight of T: level 4 pays "
+                                            "transition_weight * T + jaccard_weight * J")
     transition_base: float = at_least(0, 0.4, help="T with one transition category found")
     transition_step: float = at_least(0, 0.05, help="T added per further category")
     transition_cap: float = at_least(0, 1.0, help="T's maximum")
