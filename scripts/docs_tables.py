@@ -2,6 +2,7 @@
 
     python scripts/docs_tables.py            # write docs/reference/{config,algorithms,tasks,metrics}.md
     python scripts/docs_tables.py --check    # exit 1, naming each stale file, when one differs
+    python scripts/docs_tables.py --plugins my_game --out my_reference   # a plugin's entries listed too
 
 `make docs-tables` writes them; tests/test_docs.py fails when a committed table differs from what
 this script makes, so an option, a key, a default or a metric name cannot go stale in the docs.
@@ -399,7 +400,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each table that differs")
     p.add_argument("--out", type=Path, default=OUT, help="the folder of the tables (default docs/reference)")
+    p.add_argument("--plugins", metavar="MODULES", default="",
+                   help="comma-separated plugin modules to import first: their tasks, algorithms and feedback "
+                        "modes are listed too, each key described by its help= (docs: Extending)")
     args = p.parse_args(argv)
+    if args.plugins and args.out.resolve() == OUT.resolve():
+        p.error("--plugins lists a plugin's entries among the package's: give --out DIR (docs/reference "
+                "holds the package's own)")
+    if args.plugins:
+        from magrpo.core.plugins import import_plugin
+
+        for module in filter(None, (m.strip() for m in args.plugins.split(","))):
+            import_plugin(module, "--plugins")
     stale = []
     for name, text in render().items():
         path = args.out / name
