@@ -2,11 +2,13 @@
 
     python scripts/docs_tables.py            # write docs/reference/{config,algorithms,tasks,metrics}.md
     python scripts/docs_tables.py --check    # exit 1, naming each stale file, when one differs
+    python scripts/docs_tables.py --plugins my_game --out my_reference   # a plugin's entries listed too
 
 `make docs-tables` writes them; tests/test_docs.py fails when a committed table differs from what
 this script makes, so an option, a key, a default or a metric name cannot go stale in the docs.
-A key's description is the comment written beside (or just above) its field in the dataclass:
-the one place that defines a key also documents it.
+A key's description is its field's `help=` (`option(..., help=...)`, magrpo.core.schema.help_of):
+the one place that defines a key also documents it; a key listed without one fails the script,
+which names it.
 """
 
 from __future__ import annotations
@@ -36,39 +38,6 @@ def _fmt(value: Any) -> str:
     if isinstance(value, str):
         return f"`{value!r}`" if value == "" else f"`{value}`"
     return f"`{value}`" if value is not None else "`null`"
-
-
-def _trailing_comment(line: str) -> str:
-    """The `# comment` ending a line of code, ignoring a `#` inside a string."""
-    quote = None
-    for i, ch in enumerate(line):
-        if quote:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "#":
-            return line[i + 1:].strip()
-    return ""
-
-
-def field_comments(cls: type) -> dict[str, str]:
-    """{field: the comment beside it, or the comment lines just above it} from the class's source."""
-    try:
-        lines = inspect.getsource(cls).splitlines()
-    except (OSError, TypeError):
-        return {}
-    out, above = {}, []
-    for line in lines[1:]:
-        stripped = line.strip()
-        if stripped.startswith("#"):
-            above.append(stripped.lstrip("#").strip())
-            continue
-        m = re.match(r"^\s+(\w+)\s*:\s*[^=]+?(?:=.*)?$", line)
-        if m and not stripped.startswith(("def ", "@", "return")):
-            text = _trailing_comment(line)
-            out[m.group(1)] = text or " ".join(above)
-        above = [] if not stripped.startswith("#") else above
-    return out
 
 
 def _allowed(f: dataclasses.Field) -> str:
@@ -113,16 +82,18 @@ def entry_values(config_name: str) -> dict[str, str]:
     return out
 
 
-def key_rows(schema: type, prefix: str, skip: frozenset[str] = frozenset(), comments: dict | None = None,
+# The keys a table listed without a description: "`key` (the schema)", one per row rendered.
+UNDESCRIBED: list[str] = []
+
+
+def key_rows(schema: type, prefix: str, skip: frozenset[str] = frozenset(),
              shown: dict[str, str] | None = None) -> list[str]:
     """One table row per key of `schema` (nested dataclasses flattened as a.b); `shown`: the default
-    a key has as a command runs it, where its entry point's YAML sets one over the schema's."""
+    a key has as a command runs it, where its entry point's YAML sets one over the schema's. A key's
+    meaning is its field's help (a subclass that only changes a default keeps its parent's)."""
+    from magrpo.core.schema import help_of
+
     rows = []
-    notes = {}
-    for base in reversed(schema.__mro__):            # a subclass's comment wins over its parent's
-        if dataclasses.is_dataclass(base):
-            notes.update({k: v for k, v in field_comments(base).items() if v})
-    notes.update(comments or {})
     hints = typing.get_type_hints(schema)
     for f in dataclasses.fields(schema):
         if f.name in skip:
@@ -132,7 +103,10 @@ def key_rows(schema: type, prefix: str, skip: frozenset[str] = frozenset(), comm
             rows += key_rows(sub, f"{prefix}{f.name}.")
             continue
         default = f"`{shown[f.name]}`" if shown and f.name in shown else _fmt(_default(f))
-        rows.append(f"| `{prefix}{f.name}` | {default} | {_allowed(f)} | {_cell(notes.get(f.name, ''))} |")
+        meaning = help_of(schema, f.name)
+        if not meaning:
+            UNDESCRIBED.append(f"`{prefix}{f.name}` ({schema.__module__}.{schema.__qualname__})")
+        rows.append(f"| `{prefix}{f.name}` | {default} | {_allowed(f)} | {_cell(meaning)} |")
     return rows
 
 
@@ -403,18 +377,41 @@ def spliced(text: str, name: str, block: str) -> str:
 
 
 @functools.cache
-def render() -> dict[str, str]:
+def _rendered() -> tuple[dict[str, str], tuple[str, ...]]:
     from magrpo.validation.store import register_schemas
 
     register_schemas()
-    return {name: make() for name, make in PAGES.items()}
+    UNDESCRIBED.clear()
+    pages = {name: make() for name, make in PAGES.items()}
+    return pages, tuple(UNDESCRIBED)
+
+
+def render() -> dict[str, str]:
+    """{file name: its text} of the generated tables."""
+    return _rendered()[0]
+
+
+def undescribed() -> tuple[str, ...]:
+    """The keys the tables list without a description, each as "`key` (its schema)"."""
+    return _rendered()[1]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="write nothing; exit 1 naming each table that differs")
     p.add_argument("--out", type=Path, default=OUT, help="the folder of the tables (default docs/reference)")
+    p.add_argument("--plugins", metavar="MODULES", default="",
+                   help="comma-separated plugin modules to import first: their tasks, algorithms and feedback "
+                        "modes are listed too, each key described by its help= (docs: Extending)")
     args = p.parse_args(argv)
+    if args.plugins and args.out.resolve() == OUT.resolve():
+        p.error("--plugins lists a plugin's entries among the package's: give --out DIR (docs/reference "
+                "holds the package's own)")
+    if args.plugins:
+        from magrpo.core.plugins import import_plugin
+
+        for module in filter(None, (m.strip() for m in args.plugins.split(","))):
+            import_plugin(module, "--plugins")
     stale = []
     for name, text in render().items():
         path = args.out / name
@@ -434,10 +431,13 @@ def main(argv: list[str] | None = None) -> int:
         elif new != text:
             page.write_text(new)
             print(f"wrote {page} ({name})")
+    bare = undescribed()
+    if bare:
+        print("keys without a description (give each its field's help=..., magrpo.core.schema.option): "
+              + ", ".join(bare), file=sys.stderr)
     if stale:
         print("stale generated tables (run `make docs-tables`): " + ", ".join(stale), file=sys.stderr)
-        return 1
-    return 0
+    return 1 if stale or bare else 0
 
 
 if __name__ == "__main__":

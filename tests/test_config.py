@@ -296,6 +296,49 @@ def test_defaults_of_reads_each_schema_as_omegaconf_does():
     assert defaults_of(TrainSchema)["eval"]["num_samples"] == TrainSchema().eval.num_samples
 
 
+def test_a_keys_help_is_declared_with_it_and_a_subclass_keeps_its_parents_help_and_check():
+    # option(..., help=...) and every helper that makes a field keep the key's description in its
+    # metadata; help_of reads it along the MRO, as the checks are read: a subclass that only changes
+    # a default, or gives a help but no check, keeps what its parent declared.
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    from magrpo.config.schemas import defaults_of
+    from magrpo.core.schema import at_least, check_values, help_of, option, positive, within
+    from magrpo.tasks.data import limit_option, split_option
+
+    @dataclasses.dataclass
+    class Parent:
+        steps: int = at_least(1, 3, help="steps per round")
+        lr: float = positive(0.1, help="the step size")
+        frac: float = within(0, 1, 0.5, lo_open=True, help="a share")
+        split: str = split_option("train", help="the rows")
+        limit: int | None = limit_option(help="rows kept")
+        mode: str = option("a", choices=["a", "b"], help="which one")
+        tags: list[str] = option(default_factory=list, help="labels")
+        bare: int = 0
+
+    @dataclasses.dataclass
+    class Child(Parent):
+        steps: int = 5                                   # only its default
+        lr: float = option(0.2, help="a smaller step")   # its own help, no check of its own
+        bare: int = option(1, help="now described")
+
+    assert {f.name: help_of(Parent, f.name) for f in dataclasses.fields(Parent)} == {
+        "steps": "steps per round", "lr": "the step size", "frac": "a share", "split": "the rows",
+        "limit": "rows kept", "mode": "which one", "tags": "labels", "bare": ""}
+    assert help_of(Child, "steps") == "steps per round" and help_of(Child, "lr") == "a smaller step"
+    assert help_of(Child, "bare") == "now described" and help_of(Child, "tags") == "labels"
+    for key, value in (("steps", 0), ("lr", 0.0)):       # the parent's checks still hold
+        with pytest.raises(ConfigError, match=f"{key}="):
+            check_values({**defaults_of(Child), key: value}, Child)
+    check_values(defaults_of(Child), Child)
+    # the help is metadata only: the node OmegaConf makes and the defaults are a plain field's
+    assert OmegaConf.to_container(OmegaConf.structured(Child)) == defaults_of(Child) == {
+        "steps": 5, "lr": 0.2, "frac": 0.5, "split": "train", "limit": None, "mode": "a", "tags": [], "bare": 1}
+
+
 def test_register_schemas_again_stores_nothing_unless_something_was_registered_since(make_cfg):
     # A second call with nothing new stores nothing (a command run in this process before); after
     # an algorithm is registered, the next call stores it and it composes.

@@ -43,16 +43,22 @@ def _load_script(name: str):
 
 # -- the site and its generated tables -------------------------------------------------------------
 
-def test_generated_reference_tables_match_the_code():
-    # Rendered in an interpreter of its own, as `make docs-tables` does: a plugin that an earlier test
-    # of this worker imported has registered names (an advantage estimator, a task) the reference
-    # lists only where they are built in.
+@functools.cache
+def _rendered_in_own_process() -> tuple[dict[str, str], list[str]]:
+    """The generated tables and the keys they list without a description, rendered in an interpreter
+    of its own, as `make docs-tables` does: a plugin that an earlier test of this worker imported has
+    registered names (an advantage estimator, a task) the reference lists only where they are built in."""
     code = ("import json, runpy; ns = runpy.run_path('scripts/docs_tables.py', run_name='docs_tables'); "
-            "print(json.dumps(ns['render']()))")
+            "print(json.dumps([ns['render'](), ns['undescribed']()]))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "MAGRPO_PLUGINS": "", "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
-    tables = json.loads(done.stdout.strip().splitlines()[-1])
+    tables, bare = json.loads(done.stdout.strip().splitlines()[-1])
+    return tables, bare
+
+
+def test_generated_reference_tables_match_the_code():
+    tables, _ = _rendered_in_own_process()
     assert set(tables) == {"config.md", "algorithms.md", "tasks.md", "metrics.md"}
     for name, text in tables.items():
         committed = (ROOT / "docs" / "reference" / name).read_text()
@@ -77,24 +83,47 @@ def test_generated_tables_name_every_registered_algorithm_task_and_group_option(
 
 
 def test_every_key_in_the_reference_has_a_meaning():
-    """Each key's meaning is the comment beside its dataclass field: a key added without one fails here.
-    Read from the committed tables, which the test above holds equal to the code's (rendered in this
-    process, they would list the tasks that other tests' plugins registered)."""
-    tables = {name: (ROOT / "docs" / "reference" / name).read_text() for name in ("config.md", "algorithms.md",
-                                                                                   "tasks.md")}
-    bare = []
-    for name in ("config.md", "algorithms.md", "tasks.md"):
-        in_keys, section = False, ""
-        for line in tables[name].splitlines():
-            if line.startswith("#"):
-                section = line
-            if line == "| key | default | allowed | meaning |":
-                in_keys = True
-            elif not line.startswith("|"):
-                in_keys = False
-            elif in_keys and line.startswith("| `") and re.split(r"(?<!\\)\|", line)[-2].strip() == "":
-                bare.append(f"{name} {section}: {line.split('|')[1].strip()}")
-    assert not bare, "keys without a comment beside their dataclass field:\n" + "\n".join(bare)
+    """Each key's meaning is its field's help (`option(..., help=...)`): a key listed in the reference
+    without one is named here, read from the fields' metadata as the tables are rendered."""
+    tables, bare = _rendered_in_own_process()
+    assert not bare, "keys without a help= on their dataclass field:\n" + "\n".join(bare)
+    rows = [line for name in ("config.md", "algorithms.md", "tasks.md") for line in tables[name].splitlines()
+            if line.startswith("| `")]
+    assert len(rows) > 300
+
+
+def test_a_key_without_help_fails_the_tables_naming_it(tmp_path, capsys):
+    # A planted schema: one key described, one without help, and a subclass that only changes the
+    # described key's default (it keeps its parent's help). The script names the bare key and fails.
+    import dataclasses
+
+    from magrpo.core.schema import at_least, option
+
+    @dataclasses.dataclass
+    class PlantedConfig:
+        rounds: int = at_least(1, 3, help="rounds per item")
+        bare: int = 0
+        noted: str = option("x", help="a note")
+
+    @dataclasses.dataclass
+    class PlantedChild(PlantedConfig):
+        rounds: int = 5
+
+    spec = importlib.util.spec_from_file_location("docs_tables_planted", ROOT / "scripts" / "docs_tables.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    script.PAGES = {"planted.md": lambda: script.key_table(PlantedChild, "task.")}
+    script.BLOCKS = {}
+    assert script.main(["--out", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert "`task.bare`" in err and "PlantedChild" in err and "task.rounds" not in err and "task.noted" not in err
+    rows = {line.split(" | ")[0]: line for line in (tmp_path / "planted.md").read_text().splitlines()}
+    assert rows["| `task.rounds`"].startswith("| `task.rounds` | `5` |")
+    assert rows["| `task.rounds`"].endswith("| rounds per item |") and rows["| `task.noted`"].endswith("| a note |")
+    assert rows["| `task.bare`"].endswith("|  |")
+    script.PAGES = {"planted.md": lambda: script.key_table(PlantedConfig, "task.", frozenset({"bare"}))}
+    script._rendered.cache_clear()
+    assert script.main(["--out", str(tmp_path)]) == 0           # the bare key not listed: nothing to describe
 
 
 def test_the_stale_check_names_the_file(tmp_path):

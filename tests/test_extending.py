@@ -259,6 +259,25 @@ def test_a_plugin_algorithms_schema_is_checked_like_a_builtin(tmp_path):
     assert code == 2 and "advantage_clipp" in err and "did you mean 'advantage_clip'" in err, err
 
 
+def test_a_plugins_keys_get_their_reference_description_from_their_help(tmp_path):
+    # The Extending page's command: the reference tables with the example's task and algorithm listed,
+    # each key described by its option(..., help=...); the package's own docs/reference is left alone.
+    (tmp_path / "my_game.py").write_text(readme_block("my_game.py"))
+    script = [sys.executable, str(ROOT / "scripts" / "docs_tables.py"), "--plugins", "my_game"]
+    env = {**_env(tmp_path), "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([*script, "--out", "my_reference"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tasks = (tmp_path / "my_reference" / "tasks.md").read_text()
+    algos = (tmp_path / "my_reference" / "algorithms.md").read_text()
+    sum_game = tasks.split("## `task=sum_game`", 1)[1].split("\n## ", 1)[0]
+    assert "| `task.num_train` | `32` |  | training items |" in sum_game
+    assert "| `task.seed` | `0` |  | seed of the item generator |" in sum_game
+    assert "| `algo.advantage_clip` | `1.0` | > 0 | c: every advantage is clipped to [-c, c] |" in algos
+    refused = subprocess.run(script, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 2 and "give --out DIR" in refused.stderr
+
+
 def test_a_run_whose_plugin_is_gone_is_one_line_naming_module_and_run(plugin_run, tmp_path):
     """The run's folder without my_game.py on the path: every take-up says which plugin is missing."""
     empty = tmp_path / "elsewhere"

@@ -68,7 +68,7 @@ class IACConfig(CriticConfig, RewardKeys, CrossCreditKeys, LossKeys, ValueKeys, 
     this on-policy actor has no key for."""
 
     name: str = "iac"
-    critic_type: str = option("v", choices=["v", "q"])             # V(h_t) or Q(h_t, a_t)
+    critic_type: str = option("v", choices=["v", "q"], help="V(h_t) or Q(h_t, a_t)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -81,8 +81,9 @@ class IACConfig(CriticConfig, RewardKeys, CrossCreditKeys, LossKeys, ValueKeys, 
 @dataclass
 class MAACConfig(IACConfig):
     name: str = "maac"
-    critic: str = option("model", choices=["head", "model"])       # the paper's shared critic is its own model
-    reward: str = option("team", choices=["team"])                 # one critic of the team's return
+    critic: str = option("model", choices=["head", "model"],
+                         help="the paper's shared critic is its own model")
+    reward: str = option("team", choices=["team"], help="one critic of the team's return")
 
 
 def joint_history(prompts: list[str], answers: list[str] | None = None) -> str:

@@ -35,7 +35,7 @@ from magrpo.tasks import Task
 @dataclass
 class ATGRPOConfig(MAGRPOConfig):
     name: str = "at_grpo"
-    branch: str = option("best", choices=["best", "all"])   # best: continue each sibling set's best node
+    branch: str = option("best", choices=["best", "all"], help="best: continue each sibling set's best node")
 
 
 @register_algo("at_grpo")

@@ -53,11 +53,12 @@ class C3Config(GroupRelativeConfig):
     alternatives, so MAGRPO's cross_credit, dynamic sampling and overlong penalty are not its keys."""
 
     name: str = "c3"
-    topology: str = option("sequential", choices=["simultaneous", "sequential"])   # C3 needs: sequential
-    advantage: str = option("rloo", choices=lambda: sorted(ADVANTAGES))   # leave-one-out
-    num_iterations: int = at_least(1, 2)          # PPO-style: each rollout is reused with clipped ratios
-    # the policy loss (losses.POLICY_LOSSES): PPO's token-clipped surrogate, for the reused rollouts
-    loss: str = option("clip", choices=lambda: sorted(POLICY_LOSSES))
+    topology: str = option("sequential", choices=["simultaneous", "sequential"], help="C3 needs: sequential")
+    advantage: str = option("rloo", choices=lambda: sorted(ADVANTAGES), help="leave-one-out")
+    num_iterations: int = at_least(1, 2, help="PPO-style: each rollout is reused with clipped ratios")
+    loss: str = option("clip", choices=lambda: sorted(POLICY_LOSSES),
+                       help="the policy loss (losses.POLICY_LOSSES): PPO's "
+                            "token-clipped surrogate, for the reused rollouts")
 
 
 def first_answers(gen: Generation) -> Generation:

@@ -27,10 +27,12 @@ from magrpo.models.sampler import shares_prompt
 class CriticConfig(AlgoConfig):
     """`algo.*` keys of every algorithm with a learned critic (the PPO family, iac, maac)."""
 
-    critic: str = option("head", choices=["head", "model"])   # head: on a policy's backbone; model: separate LM
-    critic_model: str = "builtin:tiny"     # critic=model: the causal LM that carries its value head
-    # the critic's learning rate
-    critic_lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = optimizer.lr")
+    critic: str = option("head", choices=["head", "model"],
+                         help="head: on a policy's backbone; model: separate LM")
+    critic_model: str = option("builtin:tiny", help="critic=model: the causal LM that carries its value head")
+    critic_lr: float | None = option(None, check=lambda v: v is None or v > 0,
+                                     allowed="> 0, or null = optimizer.lr",
+                                     help="the critic's learning rate")
 
 
 class ValueHead(torch.nn.Module):

@@ -38,8 +38,9 @@ from magrpo.models.agents import Agent
 @dataclass
 class DrMASConfig(MAGRPOConfig, RewardKeys):
     name: str = "dr_mas"
-    scale: str = option("group", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide by the agent's own std
-    normalization: str = option("agent", choices=["agent", "global"])   # whose samples give mu and sigma
+    scale: str = option("group", choices=lambda: sorted(ADVANTAGE_SCALES),
+                        help="divide by the agent's own std")
+    normalization: str = option("agent", choices=["agent", "global"], help="whose samples give mu and sigma")
 
 
 @register_algo("dr_mas")

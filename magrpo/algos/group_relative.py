@@ -43,11 +43,12 @@ class GroupRelativeConfig(AlgoConfig, LossKeys, ClipKeys, EntropyKeys):
     """The keys of a group-relative update: its advantage within a group and its loss (`loss`:
     reinforce by default, the paper's on-policy policy gradient)."""
 
-    advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES))  # raw = MAREINFORCE, rloo = MARLOO, max = MAReMax
-    scale: str = option("none", choices=lambda: sorted(ADVANTAGE_SCALES))   # divide advantages by (std + 1e-4)
-    num_iterations: int = at_least(1, 1)         # > 1: reuse each rollout (with loss=clip or gspo)
-    # upper clip range of the ratio: 1 + epsilon_high
-    epsilon_high: float = positive(0.2)
+    advantage: str = option("mean", choices=lambda: sorted(ADVANTAGES),
+                            help="raw = MAREINFORCE, rloo = MARLOO, max = MAReMax")
+    scale: str = option("none", choices=lambda: sorted(ADVANTAGE_SCALES),
+                        help="divide advantages by (std + 1e-4)")
+    num_iterations: int = at_least(1, 1, help="> 1: reuse each rollout (with loss=clip or gspo)")
+    epsilon_high: float = positive(0.2, help="upper clip range of the ratio: 1 + epsilon_high")
 
     @staticmethod
     def check_node(node, prefix: str) -> None:

@@ -74,26 +74,32 @@ class IPPOConfig(CriticConfig, RewardKeys, CrossCreditKeys, LossKeys, ClipKeys, 
     """critic_model (critic=model) must share the actor's tokenizer: it values the actor's tokens."""
 
     name: str = "ippo"
-    # the policy loss (losses.POLICY_LOSSES): PPO's token-clipped surrogate, one symmetric epsilon
-    loss: str = option("clip", choices=lambda: sorted(POLICY_LOSSES))
-    # how token losses become one scalar (aggregation.LOSS_AGG): the mean over the mini-batch's tokens
-    loss_agg: str = option("token_mean", choices=lambda: sorted(LOSS_AGG))
-    gamma: float = within(0, 1, 1.0)     # per-token discount of GAE
-    # 1 (Monte-Carlo) by default. The reward comes once, at the last token, and the critic starts
-    # as a zero head; with lam < 1 token t gets lam^(T-t) of the return's signal and the rest from
-    # the critic's guesses. At lam = 0.95 the opening tokens of a 48-token answer (the ones that
-    # shape it) got 1/7 of the tail's advantage, and single-agent PPO stalled on the embedded
-    # default. lam < 1 pays off once a critic predicts the return (explained_variance well above 0).
-    lam: float = within(0, 1, 1.0)
-    cliprange_value: float = positive(0.2)  # clip range of the value update around V_old
-    whiten_advantages: bool = True       # normalise advantages over the batch's tokens
-    # divide by max(std, whiten_min_std) rather than std: 0 = plain whitening. A floor keeps a
-    # batch whose returns are all alike (a solved game) from turning critic noise into full steps
-    whiten_min_std: float = at_least(0, 0.0)
-    ppo_epochs: int = at_least(1, 2)     # passes over each rollout
-    num_mini_batches: int = at_least(1, 2)  # shuffled mini-batches per pass
-    # stop the epochs once an epoch's mean approx KL exceeds it
-    target_kl: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null = no early stop")
+    loss: str = option("clip", choices=lambda: sorted(POLICY_LOSSES),
+                       help="the policy loss (losses.POLICY_LOSSES): PPO's "
+                            "token-clipped surrogate, one symmetric epsilon")
+    loss_agg: str = option("token_mean", choices=lambda: sorted(LOSS_AGG),
+                           help="how token losses become one scalar (aggregation.LOSS_AGG): "
+                                "the mean over the mini-batch's tokens")
+    gamma: float = within(0, 1, 1.0, help="per-token discount of GAE")
+    lam: float = within(0, 1, 1.0,
+                        help="1 (Monte-Carlo) by default. The reward comes once, at the last "
+                             "token, and the critic starts as a zero head; with lam < 1 token t "
+                             "gets lam^(T-t) of the return's signal and the rest from the critic's "
+                             "guesses. At lam = 0.95 the opening tokens of a 48-token answer (the "
+                             "ones that shape it) got 1/7 of the tail's advantage, and "
+                             "single-agent PPO stalled on the embedded default. lam < 1 pays off "
+                             "once a critic predicts the return (explained_variance well above 0).")
+    cliprange_value: float = positive(0.2, help="clip range of the value update around V_old")
+    whiten_advantages: bool = option(True, help="normalise advantages over the batch's tokens")
+    whiten_min_std: float = at_least(0, 0.0,
+                                     help="divide by max(std, whiten_min_std) rather than std: 0 = plain "
+                                          "whitening. A floor keeps a batch whose returns are all alike "
+                                          "(a solved game) from turning critic noise into full steps")
+    ppo_epochs: int = at_least(1, 2, help="passes over each rollout")
+    num_mini_batches: int = at_least(1, 2, help="shuffled mini-batches per pass")
+    target_kl: float | None = option(None, check=lambda v: v is None or v > 0,
+                                     allowed="> 0, or null = no early stop",
+                                     help="stop the epochs once an epoch's mean approx KL exceeds it")
     # beta (AlgoConfig): per-token KL penalty to the agent's frozen reference in the reward.
 
     @staticmethod

@@ -13,32 +13,33 @@ from magrpo.core.schema import ConfigError, at_least, option, positive
 
 @dataclass
 class RewardKeys:
-    # team reward, or each agent's own share (tasks that split it)
-    reward: str = option("team", choices=["team", "individual"])
+    reward: str = option("team", choices=["team", "individual"],
+                         help="team reward, or each agent's own share (tasks that split it)")
 
 
 @dataclass
 class CrossCreditKeys:
-    # joint_mode=cross: a sample's return is the mean or sum of its joints'
-    cross_credit: str = option("mean", choices=["mean", "sum"])
+    cross_credit: str = option("mean", choices=["mean", "sum"],
+                               help="joint_mode=cross: a sample's return is the mean or sum of its joints'")
 
 
 @dataclass
 class ClipKeys:
-    # clip range of the importance ratio: [1 - epsilon, 1 + epsilon] (the group-relative update's
-    # upper bound is epsilon_high)
-    epsilon: float = positive(0.2)
+    epsilon: float = positive(0.2,
+                              help="clip range of the importance ratio: [1 - epsilon, 1 + epsilon] "
+                                   "(the group-relative update's upper bound is epsilon_high)")
 
 
 @dataclass
 class ValueKeys:
-    vf_coef: float = at_least(0, 0.5)    # weight of the value (critic) loss
+    vf_coef: float = at_least(0, 0.5, help="weight of the value (critic) loss")
 
 
 @dataclass
 class EntropyKeys:
-    # entropy bonus c_H: the loss gains -c_H * H_t per completion token (0 = off, the paper's setting)
-    ent_coef: float = at_least(0, 0.0)
+    ent_coef: float = at_least(0, 0.0,
+                               help="entropy bonus c_H: the loss gains -c_H * H_t per "
+                                    "completion token (0 = off, the paper's setting)")
 
 
 @dataclass
@@ -46,10 +47,11 @@ class LossKeys:
     """The policy loss and its aggregation, each chosen by name: every algorithm that composes these
     keys calls the registered loss and aggregation, and sets its own defaults."""
 
-    # the policy loss (losses.POLICY_LOSSES: reinforce, clip, gspo, or a plugin's register_policy_loss)
-    loss: str = option("reinforce", choices=lambda: sorted(POLICY_LOSSES))
-    # how token losses become one scalar (aggregation.LOSS_AGG)
-    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG))
+    loss: str = option("reinforce", choices=lambda: sorted(POLICY_LOSSES),
+                       help="the policy loss (losses.POLICY_LOSSES: reinforce, "
+                            "clip, gspo, or a plugin's register_policy_loss)")
+    loss_agg: str = option("seq_sum", choices=lambda: sorted(LOSS_AGG),
+                           help="how token losses become one scalar (aggregation.LOSS_AGG)")
 
 
 def check_ratio_loss(node, prefix: str, steps: int, keys: str, one_step: str) -> None:

@@ -60,7 +60,7 @@ from magrpo.algos.base import StepInput, register_algo
 from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeConfig
 from magrpo.algos.keys import CrossCreditKeys, reward_kind
 from magrpo.algos.scaffold import Episode, group_items
-from magrpo.core.schema import at_least
+from magrpo.core.schema import at_least, option
 from magrpo.models.agents import Agent
 from magrpo.rollout.turns import select_prompts
 
@@ -68,10 +68,10 @@ from magrpo.rollout.turns import select_prompts
 @dataclass
 class MAGRPOConfig(GroupRelativeConfig, CrossCreditKeys):
     name: str = "magrpo"
-    dynamic_sampling: bool = False               # DAPO: drop groups without signal, draw more
-    dynamic_sampling_rounds: int = at_least(1, 3)   # extra batches drawn at most per step
-    overlong_penalty: float = at_least(0, 0.0)   # DAPO soft overlong punishment (0 = off; DAPO: 1.0)
-    overlong_buffer: int = at_least(1, 4)        # tokens before max_new_tokens where the penalty ramps
+    dynamic_sampling: bool = option(False, help="DAPO: drop groups without signal, draw more")
+    dynamic_sampling_rounds: int = at_least(1, 3, help="extra batches drawn at most per step")
+    overlong_penalty: float = at_least(0, 0.0, help="DAPO soft overlong punishment (0 = off; DAPO: 1.0)")
+    overlong_buffer: int = at_least(1, 4, help="tokens before max_new_tokens where the penalty ramps")
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: float) -> torch.Tensor:

@@ -20,14 +20,15 @@ from magrpo.core.schema import at_least, option
 @dataclass
 class PPOConfig(IPPOConfig):
     name: str = "ppo"
-    # Initial KL coefficient; > 0 loads the frozen reference and turns the penalty on (RLHF recipes
-    # use 0.05 with kl_target 6, as the paper rows (conf/method/ppo.yaml) do). Off by default:
-    # on the tiny embedded default any penalty held some seeds at their start.
-    beta: float = at_least(0, 0.0)
-    # the KL to the reference the adaptive coefficient steers towards
+    beta: float = at_least(0, 0.0,
+                           help="Initial KL coefficient; > 0 loads the frozen reference and turns "
+                                "the penalty on (RLHF recipes use 0.05 with kl_target 6, as the "
+                                "paper rows (conf/method/ppo.yaml) do). Off by default: on the "
+                                "tiny embedded default any penalty held some seeds at their start.")
     kl_target: float | None = option(6.0, check=lambda v: v is None or v > 0,
-                                     allowed="> 0, or null for a fixed coefficient")
-    kl_horizon: int = at_least(1, 10000)  # the adaptive controller's horizon, in samples
+                                     allowed="> 0, or null for a fixed coefficient",
+                                     help="the KL to the reference the adaptive coefficient steers towards")
+    kl_horizon: int = at_least(1, 10000, help="the adaptive controller's horizon, in samples")
 
 
 @register_algo("ppo")

@@ -50,12 +50,13 @@ CPU_BF16_MODES = ("auto", "native", "widen")
 
 @dataclass
 class LoraSchema:
-    r: int = positive(16)                # the rank of each LoRA update matrix
-    lora_alpha: int = positive(32)       # LoRA scaling numerator: updates are scaled by lora_alpha / r
-    lora_dropout: float = within(0.0, 1.0, 0.05)  # dropout probability on the LoRA input
-    target_modules: Any = "all-linear"   # modules that get an adapter: a list of names, or all-linear
-    # which biases train: none, all, or only those of LoRA layers
-    bias: str = option("none", choices=["none", "all", "lora_only"])
+    r: int = positive(16, help="the rank of each LoRA update matrix")
+    lora_alpha: int = positive(32, help="LoRA scaling numerator: updates are scaled by lora_alpha / r")
+    lora_dropout: float = within(0.0, 1.0, 0.05, help="dropout probability on the LoRA input")
+    target_modules: Any = option("all-linear",
+                                 help="modules that get an adapter: a list of names, or all-linear")
+    bias: str = option("none", choices=["none", "all", "lora_only"],
+                       help="which biases train: none, all, or only those of LoRA layers")
 
 
 SCHEDULES = ["constant", "linear", "cosine"]
@@ -64,100 +65,116 @@ SCHEDULES = ["constant", "linear", "cosine"]
 @dataclass
 class AgentOptimizerSchema:
     """One agent's overrides of the `optimizer` group (agents.models.K.optimizer); null = the shared value."""
-    # this agent's learning rate
-    lr: float | None = option(None, check=lambda v: v is None or v > 0, allowed="> 0, or null for optimizer.lr")
-    weight_decay: float | None = option(None, check=lambda v: v is None or v >= 0,  # this agent's AdamW weight decay
-                                        allowed=">= 0, or null for optimizer.weight_decay")
-    # this agent's learning-rate schedule after warmup
+    lr: float | None = option(None, check=lambda v: v is None or v > 0,
+                              allowed="> 0, or null for optimizer.lr",
+                              help="this agent's learning rate")
+    weight_decay: float | None = option(None, check=lambda v: v is None or v >= 0,
+                                        allowed=">= 0, or null for optimizer.weight_decay",
+                                        help="this agent's AdamW weight decay")
     schedule: str | None = option(None, check=lambda v: v is None or v in SCHEDULES,
-                                  allowed=", ".join(SCHEDULES) + ", or null for optimizer.schedule")
-    # this agent's linear warmup, in optimizer steps
+                                  allowed=", ".join(SCHEDULES) + ", or null for optimizer.schedule",
+                                  help="this agent's learning-rate schedule after warmup")
     warmup_steps: int | None = option(None, check=lambda v: v is None or v >= 0,
-                                      allowed=">= 0, or null for optimizer.warmup_steps")
+                                      allowed=">= 0, or null for optimizer.warmup_steps",
+                                      help="this agent's linear warmup, in optimizer steps")
 
 
 @dataclass
 class AgentSamplingSchema:
     """One agent's overrides of the shared sampling keys (agents.models.K.sampling); null = algo.*."""
-    temperature: float | None = option(None, check=lambda v: v is None or v > 0,  # this agent's sampling temperature
-                                       allowed="> 0, or null for algo.temperature")
-    # this agent's nucleus-sampling mass
-    top_p: float | None = option(None, check=lambda v: v is None or 0 < v <= 1, allowed="in (0, 1], or null for algo.top_p")
-    # this agent's cap on tokens per answer
+    temperature: float | None = option(None, check=lambda v: v is None or v > 0,
+                                       allowed="> 0, or null for algo.temperature",
+                                       help="this agent's sampling temperature")
+    top_p: float | None = option(None, check=lambda v: v is None or 0 < v <= 1,
+                                 allowed="in (0, 1], or null for algo.top_p",
+                                 help="this agent's nucleus-sampling mass")
     max_new_tokens: int | None = option(None, check=lambda v: v is None or v >= 1,
-                                        allowed=">= 1, or null for algo.max_new_tokens")
+                                        allowed=">= 1, or null for algo.max_new_tokens",
+                                        help="this agent's cap on tokens per answer")
 
 
 @dataclass
 class ModelSchema:
-    name_or_path: str = MISSING          # hub id, local directory, or builtin:NAME
-    tokenizer: str | None = None         # defaults to name_or_path
-    revision: str | None = None          # hub branch, tag or commit to load; null = the default branch
-    dtype: str = option("float32", choices=DTYPE_CHOICES)  # weight dtype; auto = the checkpoint's own
-    trust_remote_code: bool = False      # run Python code shipped with the model (a warning is logged)
-    # transformers' attention kernel (e.g. sdpa, flash_attention_2); null = its default
-    attn_implementation: str | None = None
+    name_or_path: str = option(MISSING, help="hub id, local directory, or builtin:NAME")
+    tokenizer: str | None = option(None, help="defaults to name_or_path")
+    revision: str | None = option(None, help="hub branch, tag or commit to load; null = the default branch")
+    dtype: str = option("float32", choices=DTYPE_CHOICES, help="weight dtype; auto = the checkpoint's own")
+    trust_remote_code: bool = option(False,
+                                     help="run Python code shipped with the model (a warning is logged)")
+    attn_implementation: str | None = option(None,
+                                             help="transformers' attention kernel (e.g. sdpa, "
+                                                  "flash_attention_2); null = its default")
     lora: LoraSchema | None = None
-    # extra arguments to the chat template (e.g. enable_thinking: false)
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    optimizer: AgentOptimizerSchema = field(default_factory=AgentOptimizerSchema)   # this agent's lr, schedule...
-    sampling: AgentSamplingSchema = field(default_factory=AgentSamplingSchema)      # its temperature, top_p...
+    chat_template_kwargs: dict[str, Any] = option(default_factory=dict,
+                                                  help="extra arguments to the chat template "
+                                                       "(e.g. enable_thinking: false)")
+    optimizer: AgentOptimizerSchema = option(default_factory=AgentOptimizerSchema,
+                                             help="this agent's lr, schedule...")
+    sampling: AgentSamplingSchema = option(default_factory=AgentSamplingSchema,
+                                           help="its temperature, top_p...")
 
 
 @dataclass
 class AgentsSchema:
-    num_agents: int = at_least(1, 2)     # agents in the team (one role each)
-    share_base: bool = False             # one base model, one LoRA adapter per agent (a LoRA per role)
-    share_policy: bool = False           # one model and one optimizer play every role (a shared policy)
+    num_agents: int = at_least(1, 2, help="agents in the team (one role each)")
+    share_base: bool = option(False, help="one base model, one LoRA adapter per agent (a LoRA per role)")
+    share_policy: bool = option(False, help="one model and one optimizer play every role (a shared policy)")
     models: list[ModelSchema] = field(default_factory=list)
 
 
 @dataclass
 class OptimizerSchema:
-    name: str = option("adamw", choices=["adamw"])  # the optimizer (AdamW)
-    lr: float = positive(1e-3)            # suits the tiny default agents; real models want ~1e-5
-    weight_decay: float = at_least(0, 0.0)  # AdamW's decoupled weight decay
-    # AdamW's (beta1, beta2) moment decays
+    name: str = option("adamw", choices=["adamw"], help="the optimizer (AdamW)")
+    lr: float = positive(1e-3,
+                         help="the learning rate; 1e-3 suits the tiny default agents, real models want ~1e-5")
+    weight_decay: float = at_least(0, 0.0, help="AdamW's decoupled weight decay")
     betas: list[float] = option(default_factory=lambda: [0.9, 0.999], allowed="two numbers in [0, 1)",
-                                check=lambda v: len(v) == 2 and all(0 <= b < 1 for b in v))
-    eps: float = positive(1e-8)           # AdamW's denominator epsilon
-    schedule: str = option("constant", choices=SCHEDULES)  # learning-rate schedule after warmup
-    warmup_steps: int = at_least(0, 0)    # optimizer steps of linear warmup from 0 to lr
-    # clip each policy's gradient to this global L2 norm
+                                check=lambda v: len(v) == 2 and all(0 <= b < 1 for b in v),
+                                help="AdamW's (beta1, beta2) moment decays")
+    eps: float = positive(1e-8, help="AdamW's denominator epsilon")
+    schedule: str = option("constant", choices=SCHEDULES, help="learning-rate schedule after warmup")
+    warmup_steps: int = at_least(0, 0, help="optimizer steps of linear warmup from 0 to lr")
     max_grad_norm: float | None = option(1.0, check=lambda v: v is None or v > 0,
-                                         allowed="> 0, or null to turn clipping off")
+                                         allowed="> 0, or null to turn clipping off",
+                                         help="clip each policy's gradient to this global L2 norm")
 
 
 @dataclass
 class HardwareSchema:
-    name: str = "cpu"                    # the preset's name (cpu, gpu, multi_gpu); a label only
-    # the device of every agent; auto = a GPU when there is one
+    name: str = option("cpu", help="the preset's name (cpu, gpu, multi_gpu); a label only")
     device: str = option("cpu", check=lambda v: v == "auto" or bool(_DEVICE_RE.match(v)),
-                         allowed=f"one of {DEVICES}, auto")
-    # agent i runs on agent_devices[i % len]; null = all on device
-    agent_devices: list[str] | None = option(None, check=lambda v: v is None or all(_DEVICE_RE.match(d) for d in v),
-                                             allowed=f"null, or a list of {DEVICES}")
-    # torch CPU threads; null = torch's default
-    num_threads: int | None = option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null")
-    deterministic: bool = False          # torch deterministic algorithms (warns where none exists)
+                         allowed=f"one of {DEVICES}, auto",
+                         help="the device of every agent; auto = a GPU when there is one")
+    agent_devices: list[str] | None = option(
+        None, check=lambda v: v is None or all(_DEVICE_RE.match(d) for d in v),
+        allowed=f"null, or a list of {DEVICES}",
+        help="agent i runs on agent_devices[i % len]; null = all on device")
+    num_threads: int | None = option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null",
+                                     help="torch CPU threads; null = torch's default")
+    deterministic: bool = option(False, help="torch deterministic algorithms (warns where none exists)")
     # Memory: recompute activations in backward instead of storing them; bf16 autocast of every
     # forward (weights stay in their dtype); algo.micro_batch_size bounds the rows per forward.
-    gradient_checkpointing: bool = False  # recompute activations in backward (less memory, more time)
-    # bf16 = every forward under bf16 autocast (weights keep their dtype)
-    autocast: str = option("none", choices=["none", "bf16"])
-    # bf16 on a CPU (bf16 weights or autocast): auto = linear products widened to float32 where the
-    # CPU has no bf16 unit (AVX512-BF16, AMX), widen = on any CPU, native = torch's own bf16 kernels
-    # on any CPU (magrpo/models/cpu_bf16.py).
-    cpu_bf16: str = option("auto", choices=CPU_BF16_MODES)
-    # On a GPU: let torch's scaled-dot-product attention pick the cuDNN kernel. Off by default: with
-    # the KV length growing by one every decoding step it re-plans each call, and decoding a 1.7B
-    # model on an H100 ran at 59-60 ms per token with it, 20-29 ms without (torch 2.11, CUDA 13).
-    cudnn_attention: bool = False
-    # Data-parallel training (torchrun): ddp = a full copy of each agent per rank; fsdp = parameters,
-    # gradients and optimizer state sharded over the ranks (magrpo/models/distributed.py).
-    strategy: str = option("ddp", choices=["ddp", "fsdp"])
-    # how long a collective waits for the other ranks (seconds)
-    dist_timeout_s: int = at_least(1, 1800, " (seconds a collective waits for the other ranks)")
+    gradient_checkpointing: bool = option(False,
+                                          help="recompute activations in backward (less memory, more time)")
+    autocast: str = option("none", choices=["none", "bf16"],
+                           help="bf16 = every forward under bf16 autocast (weights keep their dtype)")
+    cpu_bf16: str = option("auto", choices=CPU_BF16_MODES,
+                           help="bf16 on a CPU (bf16 weights or autocast): auto = linear "
+                                "products widened to float32 where the CPU has no bf16 unit "
+                                "(AVX512-BF16, AMX), widen = on any CPU, native = torch's "
+                                "own bf16 kernels on any CPU (magrpo/models/cpu_bf16.py).")
+    cudnn_attention: bool = option(False,
+                                   help="On a GPU: let torch's scaled-dot-product attention pick "
+                                        "the cuDNN kernel. Off by default: with the KV length "
+                                        "growing by one every decoding step it re-plans each call, "
+                                        "and decoding a 1.7B model on an H100 ran at 59-60 ms per "
+                                        "token with it, 20-29 ms without (torch 2.11, CUDA 13).")
+    strategy: str = option("ddp", choices=["ddp", "fsdp"],
+                           help="Data-parallel training (torchrun): ddp = a full copy of each "
+                                "agent per rank; fsdp = parameters, gradients and optimizer "
+                                "state sharded over the ranks (magrpo/models/distributed.py).")
+    dist_timeout_s: int = at_least(1, 1800, " (seconds a collective waits for the other ranks)",
+                                   help="how long a collective waits for the other ranks (seconds)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -188,34 +205,37 @@ def _check_device_available(key: str, dev: str) -> None:
 
 @dataclass
 class LoggerSchema:
-    name: str = option("none", choices=["none", "wandb"])  # where metrics also go: none (metrics.jsonl only) or W&B
-    project: str = "magrpo"              # the W&B project
-    entity: str | None = None            # the W&B team or user; null = your default entity
-    group: str | None = None             # W&B group; null = one per sweep, or <task>-<label> for a single run
-    run_name: str | None = None          # W&B run name; null = <label>-<task>-<seed>
-    tags: list[str] = field(default_factory=list)  # W&B tags of the run
-    job_type: str = "train"              # W&B job type (magrpo-eval always logs eval)
-    # offline = files under <run_dir>/wandb to sync later; online streams
-    mode: str = option("offline", choices=["offline", "online", "disabled"])
-    log_every: int = at_least(1, 1)      # steps between console lines and logged train metrics
+    name: str = option("none", choices=["none", "wandb"],
+                       help="where metrics also go: none (metrics.jsonl only) or W&B")
+    project: str = option("magrpo", help="the W&B project")
+    entity: str | None = option(None, help="the W&B team or user; null = your default entity")
+    group: str | None = option(None,
+                               help="W&B group; null = one per sweep, or <task>-<label> for a single run")
+    run_name: str | None = option(None, help="W&B run name; null = <label>-<task>-<seed>")
+    tags: list[str] = option(default_factory=list, help="W&B tags of the run")
+    job_type: str = option("train", help="W&B job type (magrpo-eval always logs eval)")
+    mode: str = option("offline", choices=["offline", "online", "disabled"],
+                       help="offline = files under <run_dir>/wandb to sync later; online streams")
+    log_every: int = at_least(1, 1, help="steps between console lines and logged train metrics")
 
 
 @dataclass
 class EvalSchema:
-    every: int = at_least(0, 20, " (0 = only before and after training)")  # steps between evaluations during training
-    num_items: int | None = option(None, check=lambda v: v is None or v >= 1,  # eval items evaluated
-                                   allowed=">= 1, or null for the whole split")
-    # samples per item; pass@k reports every k <= num_samples
-    num_samples: int = at_least(1, 2)
-    do_sample: bool = True                                       # sample answers; false = greedy decoding
-    temperature: float = positive(1.0)                           # sampling temperature of the evaluation
-    batch_size: int = at_least(1, 64)                            # items per generate call
-    log_completions: int = at_least(0, 8)                        # sample completions shown in the log and the W&B table
+    every: int = at_least(0, 20, " (0 = only before and after training)",
+                          help="steps between evaluations during training")
+    num_items: int | None = option(None, check=lambda v: v is None or v >= 1,
+                                   allowed=">= 1, or null for the whole split", help="eval items evaluated")
+    num_samples: int = at_least(1, 2, help="samples per item; pass@k reports every k <= num_samples")
+    do_sample: bool = option(True, help="sample answers; false = greedy decoding")
+    temperature: float = positive(1.0, help="sampling temperature of the evaluation")
+    batch_size: int = at_least(1, 64, help="items per generate call")
+    log_completions: int = at_least(0, 8, help="sample completions shown in the log and the W&B table")
     # Collaboration diagnostics (magrpo.evaluation.collaboration; docs/evaluation.md, "Collaboration diagnostics"): off by default.
-    diagnostics: bool = False                                    # contribution, lazy agents, similarity, influence
-    ablation: str = option("empty", choices=["empty", "base"])   # what replaces an agent's answer
-    # an agent is lazy when its reward drop is at most this (reward units)
-    lazy_threshold: float = at_least(0, 1e-6, " (an absolute reward difference)")
+    diagnostics: bool = option(False, help="contribution, lazy agents, similarity, influence")
+    ablation: str = option("empty", choices=["empty", "base"], help="what replaces an agent's answer")
+    lazy_threshold: float = at_least(0, 1e-6, " (an absolute reward difference)",
+                                     help="an agent is lazy when its reward "
+                                          "drop is at most this (reward units)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -227,53 +247,67 @@ class EvalSchema:
 
 @dataclass
 class SandboxSchema:
-    # How model-generated code is confined (docs/security.md): `auto` takes the
-    # strongest level that works here (namespaces, then uid when root, then guards) and warns
-    # once when that is not namespaces; a named level refuses to start where it cannot run.
-    isolation: str = option("auto", choices=list(ISOLATION_CHOICES))
+    isolation: str = option("auto", choices=list(ISOLATION_CHOICES),
+                            help="How model-generated code is confined (docs/security.md): `auto` "
+                                 "takes the strongest level that works here (namespaces, then uid "
+                                 "when root, then guards) and warns once when that is not "
+                                 "namespaces; a named level refuses to start where it cannot run.")
 
 
 @dataclass
 class TrainSchema:
-    seed: int = at_least(0, 0)           # seeds torch, the data order and sampling
-    # Modules imported before anything is composed (magrpo.core.plugins); a run records every plugin it
-    # imported here, and the commands that take the run up import them again as the trust rule says.
-    plugins: list[str] = field(default_factory=list)
-    # Import the plugins and reward functions that the run or team this command takes up records,
-    # though you did not make it (magrpo.core.trust); only your own command line sets it, never a saved run.
-    trust_plugins: bool = False
-    max_steps: int = at_least(0, 120)    # optimizer steps (one step = one batch of algo.batch_size items)
-    # a checkpoint (.../checkpoints/step_N) or a run directory (its newest); null = fresh
-    resume: str | None = None
-    # steps between checkpoints; 0 = only the final one
-    save_every: int = at_least(0, 0, " (0 = final checkpoint only)")
-    save_final: bool = True              # write a checkpoint at the end of training
-    output_dir: str = "outputs/run"      # the run directory (metrics, checkpoints, summary.json)
-    label: str | None = None             # the method's name in tables and W&B (a paper row); null = the algo
-    optimized_metric: str | None = None  # final-eval metric returned to a sweeper; null = the task's primary metric
-    # Frozen partners (magrpo/team/partners.py, Fictitious Co-Play): runs, checkpoints, RUN/checkpoints (every
-    # one), exported teams or populations (magrpo-population) whose agents fill partner roles in training
-    partners: list[str] = field(default_factory=list)
-    # the roles partners fill, numbered from 1; null = one role per step, drawn (every role learns)
-    partner_roles: list[int] | None = None
-    # which member plays each step: uniform (drawn) or cycle (in order)
-    partner_sampling: str = option("uniform", choices=["uniform", "cycle"])
-    # A population's diversity term (magrpo/algos/diversity.py): earlier members (the entries partners
-    # takes); each answer's return gains diversity_coef x its -log-likelihood under their mixture
-    diversity: list[str] = field(default_factory=list)
-    # the diversity term's weight: reward per nat of -log-likelihood under the earlier members
-    diversity_coef: float = at_least(0, 0.1)
-    # A paper row's search space for `magrpo-paper --tune-trials K` (override key -> Optuna sweeper
-    # spec); inert in a run itself.
-    tune: dict[str, str] | None = None
+    seed: int = at_least(0, 0, help="seeds torch, the data order and sampling")
+    plugins: list[str] = option(default_factory=list,
+                                help="Modules imported before anything is composed (magrpo.core.plugins); "
+                                     "a run records every plugin it imported here, and the commands that "
+                                     "take the run up import them again as the trust rule says.")
+    trust_plugins: bool = option(False,
+                                 help="Import the plugins and reward functions that the "
+                                      "run or team this command takes up records, though "
+                                      "you did not make it (magrpo.core.trust); only "
+                                      "your own command line sets it, never a saved run.")
+    max_steps: int = at_least(0, 120, help="optimizer steps (one step = one batch of algo.batch_size items)")
+    resume: str | None = option(None,
+                                help="a checkpoint (.../checkpoints/step_N) or a "
+                                     "run directory (its newest); null = fresh")
+    save_every: int = at_least(0, 0, " (0 = final checkpoint only)",
+                               help="steps between checkpoints; 0 = only the final one")
+    save_final: bool = option(True, help="write a checkpoint at the end of training")
+    output_dir: str = option("outputs/run", help="the run directory (metrics, checkpoints, summary.json)")
+    label: str | None = option(None,
+                               help="the method's name in tables and W&B (a paper row); null = the algo")
+    optimized_metric: str | None = option(None,
+                                          help="final-eval metric returned to a sweeper; "
+                                               "null = the task's primary metric")
+    partners: list[str] = option(default_factory=list,
+                                 help="Frozen partners (magrpo/team/partners.py, Fictitious "
+                                      "Co-Play): runs, checkpoints, RUN/checkpoints (every "
+                                      "one), exported teams or populations (magrpo-population) "
+                                      "whose agents fill partner roles in training")
+    partner_roles: list[int] | None = option(None,
+                                             help="the roles partners fill, numbered from 1; null "
+                                                  "= one role per step, drawn (every role learns)")
+    partner_sampling: str = option("uniform", choices=["uniform", "cycle"],
+                                   help="which member plays each step: uniform (drawn) or cycle (in order)")
+    diversity: list[str] = option(default_factory=list,
+                                  help="A population's diversity term (magrpo/algos/diversity.py): earlier "
+                                       "members (the entries partners takes); each answer's return gains "
+                                       "diversity_coef x its -log-likelihood under their mixture")
+    diversity_coef: float = at_least(0, 0.1,
+                                     help="the diversity term's weight: reward per nat "
+                                          "of -log-likelihood under the earlier members")
+    tune: dict[str, str] | None = option(None,
+                                         help="A paper row's search space for `magrpo-paper "
+                                              "--tune-trials K` (override key -> Optuna "
+                                              "sweeper spec); inert in a run itself.")
     agents: AgentsSchema = field(default_factory=AgentsSchema)
     task: Any = None
     reward: Any = None
-    algo: Any = None                     # checked against the chosen algorithm's own schema
+    algo: Any = option(None, help="checked against the chosen algorithm's own schema")
     optimizer: OptimizerSchema = field(default_factory=OptimizerSchema)
     hardware: HardwareSchema = field(default_factory=HardwareSchema)
     logger: LoggerSchema = field(default_factory=LoggerSchema)
-    feedback: Any = None                 # checked against the chosen feedback mode's own schema
+    feedback: Any = option(None, help="checked against the chosen feedback mode's own schema")
     eval: EvalSchema = field(default_factory=EvalSchema)
     sandbox: SandboxSchema = field(default_factory=SandboxSchema)
 
@@ -282,10 +316,13 @@ class TrainSchema:
 class EvalRunSchema(TrainSchema):
     """magrpo-eval: the training groups plus what to evaluate."""
 
-    methods: list[str] | None = None  # methods to evaluate; null = [team] with a checkpoint, else the four baselines
-    checkpoint: str | None = None    # a training checkpoint (.../checkpoints/step_N) or a run directory
-    team: str | None = None          # an exported team (magrpo-export) or its hub repo id
-    split: str = option("eval", choices=["eval", "train"])  # the task split evaluated
+    methods: list[str] | None = option(None,
+                                       help="methods to evaluate; null = [team] with "
+                                            "a checkpoint, else the four baselines")
+    checkpoint: str | None = option(None,
+                                    help="a training checkpoint (.../checkpoints/step_N) or a run directory")
+    team: str | None = option(None, help="an exported team (magrpo-export) or its hub repo id")
+    split: str = option("eval", choices=["eval", "train"], help="the task split evaluated")
 
 
 # The top-level keys of each entry point's own config (conf/train.yaml, conf/eval.yaml): the rest of

@@ -15,6 +15,11 @@ node, such as a band whose lower bound must stay below its upper bound. (Checks 
 groups, e.g. an algorithm that needs a task's per-agent rewards, are not a schema's: they are an
 algorithm's classmethod `check_config(cfg, task_cls)`, called by validation.validate.) A subclass that only changes a default
 (`min_tokens: int = 128`) keeps the check its parent declared for that field.
+
+A field's `help=` is the key's description: the one the docs' reference tables show
+(scripts/docs_tables.py) and a plugin's keys get theirs from. `help_of(schema, name)` reads it along the
+MRO, as the checks are read: a subclass that only changes a default, or declares a field with a
+help but no checks (`option(128, help=...)`), keeps what its parent declared for that field.
 """
 
 from __future__ import annotations
@@ -55,30 +60,49 @@ def did_you_mean(bad: Any, allowed: Sequence[Any]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+_CHECK_KEYS = ("check", "allowed", "choices", "finite", "key_class")
+
+
 def option(default: Any = dataclasses.MISSING, *, check: Callable[[Any], bool] | None = None,
            allowed: str = "", choices: Choices | None = None, finite: bool = True,
-           default_factory: Callable[[], Any] | None = None, key_class: str | None = None) -> Any:
+           default_factory: Callable[[], Any] | None = None, key_class: str | None = None,
+           help: str = "") -> Any:
     """A dataclass field with a value check (see the module docstring). `None` always passes
     `check` when the default is None (an optional key left unset). `key_class`: what a plugin's key
     is to a run or team someone else made (magrpo.core.key_classes: inert, code or reach); the package's
-    own keys are classified in that module's table."""
-    meta = {"check": check, "allowed": allowed, "choices": choices, "finite": finite, "key_class": key_class}
+    own keys are classified in that module's table. `help`: the key's description (`help_of`).
+    A field given none of the checks declares none: its class's parent's, if any, still hold."""
+    meta: dict[str, Any] = {}
+    if check is not None or allowed or choices is not None or not finite or key_class is not None:
+        meta.update(check=check, allowed=allowed, choices=choices, finite=finite, key_class=key_class)
+    if help:
+        meta["help"] = help
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
-def positive(default: Any, **kw: Any) -> Any:
-    return option(default, check=lambda v: v > 0, allowed="> 0", **kw)
+def positive(default: Any, *, help: str = "", **kw: Any) -> Any:
+    return option(default, check=lambda v: v > 0, allowed="> 0", help=help, **kw)
 
 
-def at_least(lo: float, default: Any, note: str = "", **kw: Any) -> Any:
-    return option(default, check=lambda v: v >= lo, allowed=f">= {lo:g}{note}", **kw)
+def at_least(lo: float, default: Any, note: str = "", *, help: str = "", **kw: Any) -> Any:
+    return option(default, check=lambda v: v >= lo, allowed=f">= {lo:g}{note}", help=help, **kw)
 
 
-def within(lo: float, hi: float, default: Any, *, lo_open: bool = False, **kw: Any) -> Any:
+def within(lo: float, hi: float, default: Any, *, lo_open: bool = False, help: str = "", **kw: Any) -> Any:
     ok = (lambda v: lo < v <= hi) if lo_open else (lambda v: lo <= v <= hi)
-    return option(default, check=ok, allowed=f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]", **kw)
+    return option(default, check=ok, allowed=f"in {'(' if lo_open else '['}{lo:g}, {hi:g}]", help=help, **kw)
+
+
+def help_of(schema: type, name: str) -> str:
+    """The description of key `name` of `schema` (its field's `help=`), from the nearest class in
+    the MRO that gave one; "" when none did."""
+    for cls in schema.__mro__:
+        f = getattr(cls, "__dataclass_fields__", {}).get(name)
+        if f is not None and f.metadata.get("help"):
+            return f.metadata["help"]
+    return ""
 
 
 def _choices(spec: Choices) -> list[Any]:
@@ -99,10 +123,10 @@ def nested_schema(tp: Any) -> tuple[type | None, bool]:
 
 
 def _metadata(schema: type, name: str) -> Any:
-    """The field's checks, from the nearest class in the MRO that declared any."""
+    """The field's checks, from the nearest class in the MRO that declared any (a help alone is not one)."""
     for cls in schema.__mro__:
         f = getattr(cls, "__dataclass_fields__", {}).get(name)
-        if f is not None and f.metadata:
+        if f is not None and any(k in f.metadata for k in _CHECK_KEYS):
             return f.metadata
     return {}
 

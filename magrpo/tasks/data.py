@@ -70,15 +70,15 @@ def is_split_expr(expr: Any, joined: bool = False) -> bool:
     return all(_SPLIT_RE.match(part) for part in (expr.split("+") if joined else [expr]))
 
 
-def split_option(default: str, joined: bool = False) -> Any:
+def split_option(default: str, joined: bool = False, *, help: str = "") -> Any:
     """A config field holding a split expression, checked at start-up."""
     return option(default, check=lambda v: is_split_expr(v, joined),
                   allowed="NAME or NAME[lo:hi]" + (", parts joined by '+'" if joined else "")
-                  + " (quote it on the command line: key='test[:32]')")
+                  + " (quote it on the command line: key='test[:32]')", help=help)
 
 
-def limit_option() -> Any:
-    return option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null for all rows")
+def limit_option(*, help: str = "") -> Any:
+    return option(None, check=lambda v: v is None or v >= 1, allowed=">= 1, or null for all rows", help=help)
 
 
 @dataclass
@@ -86,12 +86,12 @@ class DataKeys:
     """`task.data`'s keys for a task that reads a dataset: where its rows come from and which of
     them. A task's data schema composes it and overrides a default where its dataset differs."""
 
-    path: str | None = None              # a local file or saved dataset: wins over the hub
-    hub_id: str | None = None            # the hub dataset read when no path is given
-    config_name: str | None = None       # the hub dataset's configuration
-    train_split: str = split_option("train")  # the training rows, a split expression
-    eval_split: str = split_option("test")    # the eval rows, in the same syntax
-    limit: int | None = limit_option()   # keep at most this many items per split (quick runs); null = all
+    path: str | None = option(None, help="a local file or saved dataset: wins over the hub")
+    hub_id: str | None = option(None, help="the hub dataset read when no path is given")
+    config_name: str | None = option(None, help="the hub dataset's configuration")
+    train_split: str = split_option("train", help="the training rows, a split expression")
+    eval_split: str = split_option("test", help="the eval rows, in the same syntax")
+    limit: int | None = limit_option(help="keep at most this many items per split (quick runs); null = all")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -101,15 +101,15 @@ class DataKeys:
 
 @dataclass
 class BuiltinKeys:
-    builtin: bool = True                 # the package's own offline items (no download); false = the dataset
+    builtin: bool = option(True, help="the package's own offline items (no download); false = the dataset")
 
 
 @dataclass
 class ItemCountKeys:
     """The number of items of a task whose items are generated (or drawn from a built-in list)."""
 
-    num_train: int = at_least(1, 32)     # training items
-    num_eval: int = at_least(1, 16)      # eval items
+    num_train: int = at_least(1, 32, help="training items")
+    num_eval: int = at_least(1, 16, help="eval items")
 
 
 def require_columns(task: str, data: Any, rows: list[dict[str, Any]], needs: list[tuple[str, ...]]) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magrpo.config.groups import RewardConfig, TaskConfig
-from magrpo.core.schema import ConfigError, at_least, positive
+from magrpo.core.schema import ConfigError, at_least, option, positive
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.data import ItemCountKeys
@@ -59,8 +59,8 @@ TOPICS = [
 @dataclass
 class LengthRatioTaskConfig(ItemCountKeys, TaskConfig):
     name: str = "length_ratio"
-    num_train: int = at_least(1, 32)     # training topics from the built-in list
-    num_eval: int = at_least(1, 16)      # eval topics from the built-in list
+    num_train: int = at_least(1, 32, help="training topics from the built-in list")
+    num_eval: int = at_least(1, 16, help="eval topics from the built-in list")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -72,9 +72,9 @@ class LengthRatioTaskConfig(ItemCountKeys, TaskConfig):
 
 @dataclass
 class LengthRatioRewardConfig(RewardConfig):
-    name: str = "length_ratio"           # the reward variant (its task's name)
-    min_ratio: float = at_least(0, 2.0)  # low edge of the paid band of chars(a2) / chars(a1)
-    max_ratio: float = positive(3.0)     # high edge of that band
+    name: str = option("length_ratio", help="the reward variant (its task's name)")
+    min_ratio: float = at_least(0, 2.0, help="low edge of the paid band of chars(a2) / chars(a1)")
+    max_ratio: float = positive(3.0, help="high edge of that band")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

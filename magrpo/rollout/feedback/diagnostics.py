@@ -17,7 +17,7 @@ from typing import Any
 
 from magrpo.config.groups import FeedbackConfig
 from magrpo.core.registry import Registry
-from magrpo.core.schema import at_least
+from magrpo.core.schema import at_least, option
 from magrpo.rollout.feedback import Feedback, NodeView, register_feedback
 from magrpo.tasks.coding import analysis
 from magrpo.tasks.coding.extract import HELPER_NAME, build_program
@@ -37,8 +37,9 @@ def register_diagnoser(kind: str) -> Callable[[Diagnoser], Diagnoser]:
 @dataclass
 class DiagnosticsFeedbackConfig(FeedbackConfig):
     mode: str = "diagnostics"
-    show_tests: bool = False       # show the failing assertion's source (lets an agent hard-code answers)
-    max_failures: int = at_least(1, 3)   # failing tests listed per answer
+    show_tests: bool = option(False,
+                              help="show the failing assertion's source (lets an agent hard-code answers)")
+    max_failures: int = at_least(1, 3, help="failing tests listed per answer")
 
 
 @register_feedback("diagnostics")

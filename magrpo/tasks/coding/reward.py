@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magrpo.config.groups import RewardConfig
+from magrpo.core.schema import option
 from magrpo.sandbox import run_tests_many
 from magrpo.sandbox.limits import SandboxLimits
 from magrpo.tasks.base import Scores
@@ -53,24 +54,28 @@ EXTRAS = ("passed", "tests_fraction", "aux_defined", "main_defined", "uses_aux",
 
 @dataclass
 class CodingRewardConfig(RewardConfig):
-    name: str = "humaneval"             # the reward variant (its task's name)
+    name: str = option("humaneval", help="the reward variant (its task's name)")
     # Level weights; the defaults are the paper's.
-    aux_defined: float = 0.4
-    main_defined: float = 0.6           # level 1: entry point defined with a return
-    syntax: float = 0.5                 # level 2: imports, helper and main parse together
-    tests: float = 1.0                  # level 3: paid times the fraction of tests passed
-    main_calls_aux: float = 0.5         # cooperation: main calls aux
-    not_wrapper: float = 1.0            # cooperation: main is not a thin wrapper of aux
-    ignored_result_penalty: float = 0.5  # subtracted when a call's result is thrown away
-    # Sandbox. The reference allows 10 s per test; 2 s is plenty for the tasks' tests and keeps a
-    # looping candidate from stalling a training step (3 timeouts then stop: at most ~6 s).
-    per_test_timeout_s: float = 2.0
-    max_timeouts: int = 3               # test timeouts after which a candidate's other tests are not run
-    sandbox_timeout_s: float = 30.0     # whole run of one candidate (setup + program + all tests)
-    memory_mb: int = 1024               # memory limit of one candidate's sandbox, in MB
-    max_workers: int | None = None      # parallel sandbox processes; null = the sandbox's default
-    # Quirk switch (false = the reference's behaviour).
-    fix_ignored_result: bool = False
+    aux_defined: float = option(0.4, help="level 1: the helper (aux) defined with a return")
+    main_defined: float = option(0.6, help="level 1: entry point defined with a return")
+    syntax: float = option(0.5, help="level 2: imports, helper and main parse together")
+    tests: float = option(1.0, help="level 3: paid times the fraction of tests passed")
+    main_calls_aux: float = option(0.5, help="cooperation: main calls aux")
+    not_wrapper: float = option(1.0, help="cooperation: main is not a thin wrapper of aux")
+    ignored_result_penalty: float = option(0.5, help="subtracted when a call's result is thrown away")
+    # Sandbox.
+    per_test_timeout_s: float = option(2.0,
+                                       help="seconds each test may run (the reference allows 10; 2 is "
+                                            "plenty for the tasks' tests and keeps a looping candidate from "
+                                            "stalling a training step: 3 timeouts then stop, at most ~6 s)")
+    max_timeouts: int = option(3, help="test timeouts after which a candidate's other tests are not run")
+    sandbox_timeout_s: float = option(30.0, help="whole run of one candidate (setup + program + all tests)")
+    memory_mb: int = option(1024, help="memory limit of one candidate's sandbox, in MB")
+    max_workers: int | None = option(None, help="parallel sandbox processes; null = the sandbox's default")
+    fix_ignored_result: bool = option(False,
+                                      help="quirk switch: true applies ignored_result_penalty to a bare "
+                                           "call of aux whose result main throws away; false = the "
+                                           "reference's behaviour (its check never fires: no penalty)")
 
 
 @dataclass

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from magrpo.config.groups import RewardConfig, TaskConfig
-from magrpo.core.schema import ConfigError, at_least
+from magrpo.core.schema import ConfigError, at_least, option
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.data import ItemCountKeys
@@ -83,9 +83,9 @@ def pair_agreement(moves: Sequence[Any]) -> tuple[float, list[float]]:
 @dataclass
 class CoordinationTaskConfig(ItemCountKeys, TaskConfig):
     name: str = "agree"
-    num_options: int = at_least(2, 8)      # K option labels a, b, ... (at most 16)
-    num_team: int = at_least(1, 2)         # the team size the single-model form writes for
-    seed: int = 0                          # seed of the item generator
+    num_options: int = at_least(2, 8, help="K option labels a, b, ... (at most 16)")
+    num_team: int = at_least(1, 2, help="the team size the single-model form writes for")
+    seed: int = option(0, help="seed of the item generator")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -96,7 +96,7 @@ class CoordinationTaskConfig(ItemCountKeys, TaskConfig):
 
 @dataclass
 class CoordinationRewardConfig(RewardConfig):
-    name: str = "agree"                  # the reward variant (its task's name)
+    name: str = option("agree", help="the reward variant (its task's name)")
 
 
 class _Game(Task):
@@ -192,7 +192,7 @@ class AgreeTask(_Game):
 @dataclass
 class CoverTaskConfig(CoordinationTaskConfig):
     name: str = "cover"
-    needed: str = "bdfh"                   # the parts worth taking, one per agent (the first N are used)
+    needed: str = option("bdfh", help="the parts worth taking, one per agent (the first N are used)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -269,7 +269,7 @@ SYMBOLS = ["sky", "atom", "coral", "bridge", "water", "sleep", "letter", "tides"
 @dataclass
 class SignalTaskConfig(CoordinationTaskConfig):
     name: str = "signal"
-    num_options: int = at_least(2, 2)      # objects the speaker may hold (and symbols of the channel)
+    num_options: int = at_least(2, 2, help="objects the speaker may hold (and symbols of the channel)")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

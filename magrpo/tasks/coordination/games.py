@@ -58,10 +58,12 @@ def first_letter_run(text: str, runs: int) -> int | None:
 @dataclass
 class ConventionTaskConfig(CoordinationTaskConfig):
     name: str = "convention"
-    num_options: int = at_least(2, 4)      # K named options (at most 8), each under a letter shuffled per agent
-    # how each agent's letters are dealt: rotation = the colour wheel turned by a random step per item and
-    # agent (learnable by the tiny agents); shuffle = any order (harder: the colour must be found anywhere)
-    order: str = option("rotation", choices=("rotation", "shuffle"))
+    num_options: int = at_least(2, 4,
+                                help="K named options (at most 8), each under a letter shuffled per agent")
+    order: str = option("rotation", choices=("rotation", "shuffle"),
+                        help="how each agent's letters are dealt: rotation = the colour wheel turned "
+                             "by a random step per item and agent (learnable by the tiny agents); "
+                             "shuffle = any order (harder: the colour must be found anywhere)")
 
 
 @register_task("convention")
@@ -144,8 +146,9 @@ class ConventionTask(_Game):
 class StagHuntTaskConfig(CoordinationTaskConfig):
     name: str = "stag_hunt"
     num_options: int = at_least(2, 2)
-    # a hare's pay, whatever the others do; the stag pays 1, and only when every agent hunts it
-    hare: float = option(0.6, check=lambda v: 0 < v < 1, allowed="in (0, 1)")
+    hare: float = option(0.6, check=lambda v: 0 < v < 1, allowed="in (0, 1)",
+                         help="a hare's pay, whatever the others do; the stag "
+                              "pays 1, and only when every agent hunts it")
 
 
 @register_task("stag_hunt")
@@ -215,9 +218,9 @@ class StagHuntTask(_Game):
 @dataclass
 class BudgetSignalTaskConfig(SignalTaskConfig):
     name: str = "budget_signal"
-    num_options: int = at_least(4, 4)      # objects (at least 4)
-    budget: int = at_least(1, 2)           # characters of the speaker's message that cost nothing
-    cost: float = within(0.0, 1.0, 0.1)    # pay lost per character past the budget (the pay stays >= 0)
+    num_options: int = at_least(4, 4, help="objects (at least 4)")
+    budget: int = at_least(1, 2, help="characters of the speaker's message that cost nothing")
+    cost: float = within(0.0, 1.0, 0.1, help="pay lost per character past the budget (the pay stays >= 0)")
 
 
 @register_task("budget_signal")
@@ -261,7 +264,7 @@ class BudgetSignalTask(SignalTask):
 @dataclass
 class InvestTaskConfig(CoordinationTaskConfig):
     name: str = "invest"
-    low: float = within(0.0, 1.0, 0.25)    # what agreeing at a later turn pays after a low first move
+    low: float = within(0.0, 1.0, 0.25, help="what agreeing at a later turn pays after a low first move")
 
 
 @register_task("invest")
@@ -322,8 +325,9 @@ class InvestTask(_Game):
 @dataclass
 class LeverTaskConfig(CoordinationTaskConfig):
     name: str = "lever"
-    num_options: int = at_least(3, 5)      # K levers; lever 1 is the odd one, the other K - 1 pay the same
-    odd_pay: float = within(0.0, 1.0, 0.9)  # what lever 1 pays when every agent pulls it; the others pay 1
+    num_options: int = at_least(3, 5, help="K levers; lever 1 is the odd one, the other K - 1 pay the same")
+    odd_pay: float = within(0.0, 1.0, 0.9,
+                            help="what lever 1 pays when every agent pulls it; the others pay 1")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -426,8 +430,8 @@ class LeverTask(_Game):
 @dataclass
 class CrowdTaskConfig(CoverTaskConfig):
     name: str = "crowd"
-    num_options: int = at_least(2, 16)     # K parts (at most 16)
-    needed: str = "bdfhjlnp"               # the parts worth taking, one per agent (the first N are used)
+    num_options: int = at_least(2, 16, help="K parts (at most 16)")
+    needed: str = option("bdfhjlnp", help="the parts worth taking, one per agent (the first N are used)")
     num_team: int = at_least(1, 8)
 
     @staticmethod

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from magrpo.config.groups import TaskConfig
-from magrpo.core.schema import at_least, within
+from magrpo.core.schema import at_least, option, within
 from magrpo.tasks.data import BuiltinKeys, DataKeys, ItemCountKeys, load_split, require_columns
 
 NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jo", "Kofi", "Lena", "Mateo",
@@ -35,8 +35,8 @@ THINGS = ["apples", "marbles", "stickers", "books", "pencils", "cookies", "shell
 class MaporlDataConfig(BuiltinKeys, DataKeys):
     """builtin: generated arithmetic problems; false: GSM8K from hub_id (or path)."""
 
-    hub_id: str | None = "openai/gsm8k"     # the hub dataset read when builtin is false
-    config_name: str | None = "main"        # the hub dataset's configuration
+    hub_id: str | None = option("openai/gsm8k", help="the hub dataset read when builtin is false")
+    config_name: str | None = option("main", help="the hub dataset's configuration")
 
 
 def _start(rng: random.Random, name: str, thing: str) -> tuple[str, int]:
@@ -126,7 +126,7 @@ def load_items(cfg: Any, split: str) -> list[dict[str, Any]]:
 class MaporlTaskConfig(ItemCountKeys, TaskConfig):
     name: str = "maporl_qa"
     data: MaporlDataConfig = field(default_factory=MaporlDataConfig)
-    num_train: int = at_least(1, 256)       # generated problems (builtin)
-    num_eval: int = at_least(1, 64)         # generated eval problems (builtin)
-    generator_seed: int = at_least(0, 0)    # seed of the problem generator (builtin)
-    max_steps: int = within(1, 4, 2)        # arithmetic steps per generated problem: 1..max_steps
+    num_train: int = at_least(1, 256, help="generated problems (builtin)")
+    num_eval: int = at_least(1, 64, help="generated eval problems (builtin)")
+    generator_seed: int = at_least(0, 0, help="seed of the problem generator (builtin)")
+    max_steps: int = within(1, 4, 2, help="arithmetic steps per generated problem: 1..max_steps")

@@ -43,15 +43,16 @@ _NUMBER = re.compile(r"-?\d[\d,]*\.?\d*|-?\.\d+")
 
 @dataclass
 class MaporlRewardConfig(RewardConfig):
-    name: str = "maporl_qa"                # the reward variant (its task's name)
-    # exact = compare the final number; model = a local reward model
-    verifier: str = option("exact", choices=["exact", "model"])
-    verifier_model: str | None = None      # verifier=model: a local AutoModelForSequenceClassification
-    tolerance: float = at_least(0, 1e-6)   # relative tolerance of the exact numeric match
-    correct: float = 1.0                   # weight of the verifier score
-    persuasion: float = 0.5                # weight of moving peers to one's right answer
-    correction: float = 0.5                # weight of turning wrong to right after a right peer
-    regression: float = 0.5                # penalty for right -> wrong
+    name: str = option("maporl_qa", help="the reward variant (its task's name)")
+    verifier: str = option("exact", choices=["exact", "model"],
+                           help="exact = compare the final number; model = a local reward model")
+    verifier_model: str | None = option(None,
+                                        help="verifier=model: a local AutoModelForSequenceClassification")
+    tolerance: float = at_least(0, 1e-6, help="relative tolerance of the exact numeric match")
+    correct: float = option(1.0, help="weight of the verifier score")
+    persuasion: float = option(0.5, help="weight of moving peers to one's right answer")
+    correction: float = option(0.5, help="weight of turning wrong to right after a right peer")
+    regression: float = option(0.5, help="penalty for right -> wrong")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:

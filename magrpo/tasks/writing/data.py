@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from magrpo.config.groups import TaskConfig
-from magrpo.core.schema import ConfigError
+from magrpo.core.schema import ConfigError, option
 from magrpo.tasks.data import (
     BuiltinKeys,
     DataKeys,
@@ -48,13 +48,18 @@ REFERENCE_COLUMNS = {"tldr": ("completion", "summary", "tldr", "reference"),
 class WritingDataConfig(BuiltinKeys, DataKeys):
     """builtin: the package's own offline set; the splits are the paper's, of the hub id or a local copy."""
 
-    builtin_train_split: str = split_option("train[:32]")  # the built-in file's training rows
-    builtin_eval_split: str = split_option("train[32:]")  # the built-in file's eval rows
-    hub_id: str | None = "trl-lib/tldr"  # the hub dataset read when builtin is false
-    train_split: str = split_option("train[:1000]")  # the paper's training split of the hub id or local copy
-    eval_split: str = split_option("test[:1000]")  # the paper's eval split of the hub id or local copy
-    text_column: str | None = None       # column of the text; null = the first present of the task's usual names
-    reference_column: str | None = None  # column of the reference; null = the first present of the usual names
+    builtin_train_split: str = split_option("train[:32]", help="the built-in file's training rows")
+    builtin_eval_split: str = split_option("train[32:]", help="the built-in file's eval rows")
+    hub_id: str | None = option("trl-lib/tldr", help="the hub dataset read when builtin is false")
+    train_split: str = split_option("train[:1000]",
+                                    help="the paper's training split of the hub id or local copy")
+    eval_split: str = split_option("test[:1000]", help="the paper's eval split of the hub id or local copy")
+    text_column: str | None = option(None,
+                                     help="column of the text; null = the first "
+                                          "present of the task's usual names")
+    reference_column: str | None = option(None,
+                                          help="column of the reference; null = the "
+                                               "first present of the usual names")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
@@ -72,8 +77,9 @@ class TldrDataConfig(WritingDataConfig):
 
 @dataclass
 class ArxivDataConfig(WritingDataConfig):
-    hub_id: str | None = "LovelyBuggies/arXiv_abstract"  # the hub dataset read when builtin is false
-    eval_split: str = split_option("val[:1000]")  # the paper's eval split of the hub id or local copy
+    hub_id: str | None = option("LovelyBuggies/arXiv_abstract",
+                                help="the hub dataset read when builtin is false")
+    eval_split: str = split_option("val[:1000]", help="the paper's eval split of the hub id or local copy")
 
 
 @dataclass

@@ -42,7 +42,7 @@ from typing import Any
 
 from magrpo.config.groups import RewardConfig
 from magrpo.core.checkpoint import allow_state_enum
-from magrpo.core.schema import ConfigError, at_least, positive
+from magrpo.core.schema import ConfigError, at_least, option, positive
 
 LEXICON_PATH = Path(__file__).with_name("lexicon.json")
 _WORD_RE = re.compile(r"\w+")
@@ -77,42 +77,52 @@ class TransitionSource(str, Enum):
 
 
 # Level weights and the style terms: a negative weight would pay for failing a level.
-_weight = lambda default: at_least(0, default)  # noqa: E731
+def _weight(default: float, *, help: str = "") -> Any:
+    return at_least(0, default, help=help)
 
 
 @dataclass
 class WritingRewardConfig(RewardConfig):
     """The `reward` node of the writing tasks; defaults are the reference tldr values."""
 
-    name: str = "tldr"                       # the reward variant (its task's name)
+    name: str = option("tldr", help="the reward variant (its task's name)")
     # level 1: whitespace-token count of EACH answer must lie in [min_tokens, max_tokens]
-    min_tokens: int = at_least(0, 8)
-    max_tokens: int = at_least(1, 256)       # level 1: most whitespace tokens per answer
-    structure_reward: float = _weight(0.5)   # level 1's weight
+    min_tokens: int = at_least(0, 8, help="level 1: fewest whitespace tokens per answer")
+    max_tokens: int = at_least(1, 256, help="level 1: most whitespace tokens per answer")
+    structure_reward: float = _weight(0.5, help="level 1's weight")
     # level 2: rho = chars(a2) / chars(a1)
-    length_reward: float = _weight(1.0)
-    length_ramp_low: float = at_least(0, 1.1)  # rho where level 2's lower ramp starts (below: stop)
-    length_band_low: float = at_least(0, 1.6)  # rho where level 2 starts paying in full
-    length_band_high: float = at_least(0, 3.2)  # rho where level 2 stops paying in full
-    length_ramp_high: float | None = 5.0     # rho where the upper ramp ends (above: stop); null = no limit
+    length_reward: float = _weight(1.0, help="level 2's weight; rho = chars(a2) / chars(a1)")
+    length_ramp_low: float = at_least(0, 1.1, help="rho where level 2's lower ramp starts (below: stop)")
+    length_band_low: float = at_least(0, 1.6, help="rho where level 2 starts paying in full")
+    length_band_high: float = at_least(0, 3.2, help="rho where level 2 stops paying in full")
+    length_ramp_high: float | None = option(5.0,
+                                            help="rho where the upper ramp ends "
+                                                 "(above: stop); null = no limit")
     # level 3: u = unique words(a2) / unique words(a1)
-    unique_reward: float = _weight(0.5)
-    unique_ramp_low: float = at_least(0, 1.3)  # u where level 3's lower ramp starts (below: stop)
-    unique_band_low: float = at_least(0, 2.0)  # u where level 3 starts paying in full
-    unique_band_high: float | None = None   # null: no upper limit
-    unique_ramp_high: float | None = None    # u where the upper ramp ends (above: stop); null = no limit
-    unique_without_stopwords: bool = False   # false = reference quirk (stopwords counted)
+    unique_reward: float = _weight(0.5, help="level 3's weight; u = unique words(a2) / unique words(a1)")
+    unique_ramp_low: float = at_least(0, 1.3, help="u where level 3's lower ramp starts (below: stop)")
+    unique_band_low: float = at_least(0, 2.0, help="u where level 3 starts paying in full")
+    unique_band_high: float | None = option(None,
+                                            help="u where level 3 stops paying in full; null = no limit")
+    unique_ramp_high: float | None = option(None,
+                                            help="u where the upper ramp ends "
+                                                 "(above: stop); null = no limit")
+    unique_without_stopwords: bool = option(False, help="false = reference quirk (stopwords counted)")
     # level 4: transition_weight * T + jaccard_weight * J
-    transition_weight: float = _weight(0.4)
-    transition_base: float = at_least(0, 0.4)  # T with one transition category found
-    transition_step: float = at_least(0, 0.05)  # T added per further category
-    transition_cap: float = at_least(0, 1.0)  # T's maximum
-    # where transitions are looked for: a2 = agent 2's answer, both
-    transition_source: TransitionSource = TransitionSource.a2
-    transition_whole_words: bool = False     # false = reference quirk (substring match)
-    jaccard_weight: float = _weight(0.6)     # weight of the style term J
-    jaccard_cap: float = positive(0.03)      # content-word Jaccard that pays in full: J = min(Jaccard, cap) / cap
-    lexicon: str | None = None               # null = the shipped lexicon.json
+    transition_weight: float = _weight(0.4,
+                                       help="level 4's weight of T: level 4 pays "
+                                            "transition_weight * T + jaccard_weight * J")
+    transition_base: float = at_least(0, 0.4, help="T with one transition category found")
+    transition_step: float = at_least(0, 0.05, help="T added per further category")
+    transition_cap: float = at_least(0, 1.0, help="T's maximum")
+    transition_source: TransitionSource = option(TransitionSource.a2,
+                                                 help="where transitions are looked "
+                                                      "for: a2 = agent 2's answer, both")
+    transition_whole_words: bool = option(False, help="false = reference quirk (substring match)")
+    jaccard_weight: float = _weight(0.6, help="weight of the style term J")
+    jaccard_cap: float = positive(0.03,
+                                  help="content-word Jaccard that pays in full: J = min(Jaccard, cap) / cap")
+    lexicon: str | None = option(None, help="null = the shipped lexicon.json")
 
     @staticmethod
     def check_node(node: Any, prefix: str) -> None:
