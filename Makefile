@@ -25,7 +25,7 @@ TUNE ?= 0
 TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
-.PHONY: help setup train test test-slow test-gpu bench bench-compare real-shapes sweep table paper dashboard crossplay export docs docs-check docs-serve docs-tables lint clean
+.PHONY: help setup train test typecheck test-slow test-gpu bench bench-compare real-shapes sweep table paper dashboard crossplay export docs docs-check docs-serve docs-tables lint clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
@@ -44,8 +44,11 @@ $(STAMP): pyproject.toml
 train: setup ## train with the embedded default (tiny agents, length_ratio); ARGS= for overrides
 	$(VENV)/bin/magrpo-train $(ARGS)
 
-test: setup ## the test suite, TEST_WORKERS=2 processes (pytest-xdist; 0 runs it in this one)
+test: setup typecheck ## the type check, then the test suite, TEST_WORKERS=2 processes (pytest-xdist; 0 runs it in this one)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal $(ARGS)
+
+typecheck: setup ## mypy over magrpo/ ([tool.mypy] in pyproject.toml)
+	$(PY) -m mypy
 
 test-slow: setup ## slow checks: multi-seed learning, fresh-clone set-up, the Ray launcher
 	$(PIP) install -q -e '.[dev,ray]'
