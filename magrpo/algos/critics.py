@@ -13,14 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoModel, AutoTokenizer
 
 from magrpo.algos.base import AlgoConfig
 from magrpo.algos.logprobs import RowBatch, sequence_forward
 from magrpo.core.schema import ConfigError, option
 from magrpo.models import hub
 from magrpo.models.agents import Agent, resolve_model_path
-from magrpo.models.sampler import shares_prompt
+from magrpo.models.sampler import set_kv_cache, shares_prompt
 
 
 @dataclass
@@ -50,7 +50,12 @@ class ValueHead(torch.nn.Module):
 def _backbone(critic_model: str, device):
     path = resolve_model_path(critic_model)
     with hub.quiet_bars("transformers"):        # a "Loading weights" bar per critic is noise
-        return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
+        tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
+    # The body of a causal LM runs its key/value cache, so a critic model runs each distinct prompt
+    # once (algo.share_prompt) as the actors do; transformers states that on the causal LM's class.
+    lm = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(model.config), None)
+    set_kv_cache(model, lm is not None and lm._supports_default_dynamic_cache())
+    return tokenizer, model
 
 
 class Critic(torch.nn.Module):
