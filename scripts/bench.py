@@ -1,12 +1,13 @@
 #!/usr/bin/env python
-"""Throughput benchmark: MAGRPO on the length_ratio task (or `--task humaneval`), against a bare
-loop and comlrl.
+"""Throughput benchmark: MAGRPO on the length_ratio task (or `--task humaneval`, or the 8-agent
+coordination game `--task crowd`), against a bare loop and comlrl.
 
     python scripts/bench.py --model builtin:small --agents 2 --prompts 32 --batch 8 --gens 4 --tokens 64
     python scripts/bench.py ... --mode bare        # the floor: generate + one REINFORCE update, nothing else
     python scripts/bench.py ... --mode comlrl      # comlrl's MAGRPOTrainer (pip install comlrl) on the same setup
     python scripts/bench.py ... --mode compare     # all three, each in its own process, plus the two ratios
     python scripts/bench.py ... --turns 2          # a two-turn step against a one-turn step
+    python scripts/bench.py --task crowd --agents 8 --model builtin:tiny --gens 8 --tokens 4   # crowd's step
 
 Every mode prints ONE JSON line last: prompts_per_s, tokens_per_s, the time shares of generation,
 reward and update (share_other holds what the three do not cover, so the shares sum to 1),
@@ -90,9 +91,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--feedback", default="plain", help="feedback mode between turns (conf/feedback)")
     p.add_argument("--branches", type=int, default=1,
                    help="algo.max_branches of a multi-turn step: nodes expanded per sibling set (0 = all)")
-    p.add_argument("--task", default="length_ratio", choices=["length_ratio", "humaneval"],
+    p.add_argument("--task", default="length_ratio", choices=["length_ratio", "humaneval", "crowd"],
                    help="humaneval: the coding reward, whose programs run in the sandbox, takes part "
-                        "(with an untrained model most answers stop before the tests)")
+                        "(with an untrained model most answers stop before the tests); crowd: the "
+                        "coordination game of up to 8 agents (--agents 8 --model builtin:tiny --gens 8 --tokens 4 "
+                        "is its default run's step)")
     p.add_argument("--peak-tflops", type=float, default=None,
                    help="the device's dense bf16 peak in TFLOP/s, for `mfu` (default: known for H100/H200/A100 "
                         "by the CUDA device's name; none on a CPU)")
@@ -107,8 +110,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--turns must be >= 1 and --branches >= 0")
     if args.turns > 1 and args.mode != "magrpo":
         p.error("--turns > 1 times the framework's own trainer: use it with --mode magrpo")
-    if args.agents not in (1, 2):
-        p.error("--agents must be 1 or 2: the length_ratio task is written for a team of two "
+    if args.task == "crowd" and not 1 <= args.agents <= 8:
+        p.error("--agents must be 1 to 8 for crowd (8: its default run)")
+    if args.task != "crowd" and args.agents not in (1, 2):
+        p.error(f"--agents must be 1 or 2: the {args.task} task is written for a team of two "
                 "(1 runs its single-agent form)")
     return args
 

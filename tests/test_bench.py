@@ -74,6 +74,21 @@ def test_bench_turns_compares_a_two_turn_step_with_a_one_turn_step(monkeypatch, 
     assert result["turns_over_one_turn"] == round(result["seconds"] / result["one_turn_seconds"], 3)
 
 
+def test_bench_times_the_crowd_game_with_a_team_of_up_to_eight(monkeypatch, capsys):
+    """--task crowd: the coordination game of up to 8 agents, here 3 of them under MAPPO's team critic."""
+    result = _bench_here(["--task", "crowd", "--agents", "3", "--model", "builtin:tiny", "--prompts", "2", "--batch", "2",
+                          "--gens", "2", "--tokens", "2", "--threads", "1", "--algo", "mappo",
+                          "--override", "algo.critic_view=joint", "--override", "algo.critic=model"], monkeypatch, capsys)
+    assert result["algo"] == "mappo" and result["agents"] == 3 and result["prompts_per_s"] > 0
+    # 1 step x 2 items x 2 samples x 3 agents, at most 2 tokens each
+    assert 0 < result["completion_tokens"] <= 2 * 2 * 3 * 2
+    bench = _bench_module()
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--task", "crowd", "--agents", "9"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--agents", "3"])         # length_ratio is a game of two
+
+
 def _bench_module():
     spec = importlib.util.spec_from_file_location("bench_mod", BENCH)
     module = importlib.util.module_from_spec(spec)

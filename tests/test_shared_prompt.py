@@ -206,8 +206,9 @@ def test_encoded_prompts_equal_the_tokenizer_batch(make_cfg):
         assert torch.equal(ids, enc.input_ids) and torch.equal(mask, enc.attention_mask)
 
 
-@pytest.mark.parametrize("algo_name", ["ippo", "mappo"])
-def test_actor_critic_updates_give_the_same_gradients_with_and_without_sharing(make_cfg, algo_name):
+@pytest.mark.parametrize("algo_name,extra", [("ippo", []), ("mappo", []), ("ippo", ["algo.critic=model"])],
+                         ids=["ippo", "mappo", "ippo-critic-model"])
+def test_actor_critic_updates_give_the_same_gradients_with_and_without_sharing(make_cfg, algo_name, extra):
     from magrpo.algos import ALGOS
     from magrpo.rollout.record import team_rollout
 
@@ -215,9 +216,11 @@ def test_actor_critic_updates_give_the_same_gradients_with_and_without_sharing(m
     for share in (False, True):
         cfg, agents = _agents(make_cfg, [f"algo={algo_name}", f"algo.share_prompt={str(share).lower()}",
                                          "algo.micro_batch_size=4", "algo.batch_size=3", "algo.max_new_tokens=8",
-                                         "optimizer.max_grad_norm=1e9", "algo.ppo_epochs=1"])
+                                         "optimizer.max_grad_norm=1e9", "algo.ppo_epochs=1", *extra])
         task = build_task(cfg.task, cfg.reward)
         algo = ALGOS[algo_name](cfg, agents, task)
+        if extra:       # a critic model (a headless body) runs each prompt once too
+            assert shares_prompt(algo.critics[0].backbone, True)
         torch.manual_seed(0)
         rollout = team_rollout(agents, task, task.load("train")[:3], Sampling(G, 8, share_prompt=False))
         rollout.score(task)

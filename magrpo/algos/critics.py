@@ -3,6 +3,8 @@
 - `ValueHead`: V = w . h + b on a hidden state, zero-initialised (the critic starts at V = 0).
 - `Critic`: per-token values of an agent's completion tokens (IPPO, MAPPO, PPO: GAE over tokens),
   a head on the actor's own backbone or a separate model.
+- `TeamCritic`: one separate model for the whole team with a ValueHead per agent: each agent's
+  per-token values read from one text of the joint action (MAPPO's `critic_view=joint`).
 - `TurnCritic`: one value per agent turn, read from a text (a history h_t, or h_t and an answer
   for a Q critic) at its last token (CoLLM-CC/DC, magrpo/algos/actor_critic.py); a head on a
   policy's backbone or a separate model with its own tokenizer.
@@ -13,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from transformers import AutoModel, AutoTokenizer
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoModel, AutoTokenizer
 
 from magrpo.algos.logprobs import RowBatch, sequence_forward
 from magrpo.config.groups import AlgoConfig
 from magrpo.core.schema import ConfigError, option
 from magrpo.models import hub
 from magrpo.models.agents import Agent, resolve_model_path
-from magrpo.models.sampler import shares_prompt
+from magrpo.models.sampler import set_kv_cache, shares_prompt
 
 
 @dataclass
@@ -52,7 +54,12 @@ class ValueHead(torch.nn.Module):
 def _backbone(critic_model: str, device):
     path = resolve_model_path(critic_model)
     with hub.quiet_bars("transformers"):        # a "Loading weights" bar per critic is noise
-        return AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
+        tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
+    # The body of a causal LM runs its key/value cache, so a critic model runs each distinct prompt
+    # once (algo.share_prompt) as the actors do; transformers states that on the causal LM's class.
+    lm = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(model.config), None)
+    set_kv_cache(model, lm is not None and lm._supports_default_dynamic_cache())
+    return tokenizer, model
 
 
 class Critic(torch.nn.Module):
@@ -88,6 +95,38 @@ class Critic(torch.nn.Module):
                                      rows.completion_mask, rows.prompt_index, share, with_hidden=True, lm=lm,
                                      logits=False)
         return self.head(hidden)
+
+
+class TeamCritic(torch.nn.Module):
+    """One critic for the whole team (MAPPO's shared views, magrpo/algos/mappo.py): a separate
+    backbone (`algo.critic_model`) that reads a joint action's text, and one ValueHead per agent,
+    V_i = w_i . h + b_i, on the hidden states before agent i's own tokens. It values every agent's
+    tokens as that agent generated them, so it must share every agent's tokenizer. Its own
+    optimizer steps it (`critic_lr`); the actors' updates do not touch it.
+    """
+
+    def __init__(self, agents: list[Agent], critic_model: str):
+        super().__init__()
+        self.kind = "model"
+        self.tokenizer, self.backbone = _backbone(critic_model, agents[0].device)
+        vocab = self.tokenizer.get_vocab()
+        for agent in agents:
+            if agent.tokenizer.get_vocab() != vocab:
+                raise ConfigError(f"algo.critic_model={critic_model!r} has a different tokenizer than {agent.name}; "
+                                  f"the team's critic values every agent's tokens: choose a model with the agents' "
+                                  f"tokenizer (or algo.critic_view=own_last)")
+        self.heads = torch.nn.ModuleList(ValueHead(self.backbone.config.hidden_size) for _ in agents)
+        self.heads.to(agents[0].device)
+        self.device = agents[0].device
+
+    def hidden(self, rows: RowBatch, share_prompt: bool) -> torch.Tensor:
+        """[n, T, H] the backbone's last hidden state before each tail token of the rows (the
+        state a head reads for that token), each distinct prefix run once when shared."""
+        share = shares_prompt(self.backbone, share_prompt)
+        _, hidden = sequence_forward(self.backbone, rows.prompt_ids, rows.prompt_mask, rows.completion_ids,
+                                     rows.completion_mask, rows.prompt_index, share, with_hidden=True, lm=False,
+                                     logits=False)
+        return hidden
 
 
 class TurnCritic(torch.nn.Module):

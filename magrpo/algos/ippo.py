@@ -129,7 +129,20 @@ class CriticInput:
                max_prefix: int) -> CriticInput:
         """texts[r] = (prefix, middle pieces) of row r, a piece being text or token ids; the tail
         ends with the row's own completion tokens."""
-        prefixes = list(dict.fromkeys(p for p, _ in texts))
+        lengths = gen.completion_mask.sum(-1).long().tolist()
+        rows = [(prefix, [*middle, gen.completion_ids[r, :n].tolist()])
+                for r, ((prefix, middle), n) in enumerate(zip(texts, lengths))]
+        inputs, starts = cls.of_pieces(tokenizer, rows, max_prefix)
+        inputs.offset = torch.tensor([s[-1] for s in starts])
+        return inputs
+
+    @classmethod
+    def of_pieces(cls, tokenizer, rows: list[tuple[str, list[str | list[int]]]],
+                  max_prefix: int) -> tuple[CriticInput, list[list[int]]]:
+        """rows[r] = (prefix, pieces) of row r, a piece being text (tokenized once per distinct
+        text) or token ids (read as they are); its tail is the pieces' tokens in order. Also where
+        each piece starts in its row's tail; `offset` is left at 0."""
+        prefixes = list(dict.fromkeys(p for p, _ in rows))
         where = {p: k for k, p in enumerate(prefixes)}
         side = (tokenizer.padding_side, tokenizer.truncation_side)
         tokenizer.padding_side, tokenizer.truncation_side = "left", "left"
@@ -147,15 +160,20 @@ class CriticInput:
                 return known[piece]
             return list(piece)
 
-        middles = [[t for piece in m for t in ids(piece)] for _, m in texts]
-        lengths = gen.completion_mask.sum(-1).long().tolist()
-        tails = [mid + gen.completion_ids[r, :n].tolist() for r, (mid, n) in enumerate(zip(middles, lengths))]
+        tails, starts = [], []
+        for _, pieces in rows:
+            tail, at = [], []
+            for piece in pieces:
+                at.append(len(tail))
+                tail += ids(piece)
+            tails.append(tail)
+            starts.append(at)
         T = max(max(len(t) for t in tails), 1)
         pad = tokenizer.pad_token_id
-        return cls(enc.input_ids, enc.attention_mask, torch.tensor([where[p] for p, _ in texts]),
+        return cls(enc.input_ids, enc.attention_mask, torch.tensor([where[p] for p, _ in rows]),
                    torch.tensor([t + [pad] * (T - len(t)) for t in tails]),
                    torch.tensor([[1.0] * len(t) + [0.0] * (T - len(t)) for t in tails]),
-                   torch.tensor([len(m) for m in middles]))
+                   torch.zeros(len(rows), dtype=torch.long)), starts
 
     def rows(self, rows: slice | torch.Tensor, device) -> tuple[RowBatch, torch.Tensor]:
         r = torch.arange(self.index.shape[0])[rows]
@@ -228,8 +246,13 @@ class IPPO(TeamAlgorithm):
         return self.algo.ppo_epochs * self.algo.num_mini_batches   # optimizer steps over the run
 
     def extra_parameters(self, policy: int) -> list[torch.nn.Parameter]:
-        critic = self.critics[policy]
-        return list(critic.head.parameters()) if critic.kind == "head" else []
+        critic = self.policy_critic(policy)
+        return list(critic.head.parameters()) if critic is not None and critic.kind == "head" else []
+
+    def policy_critic(self, policy: int) -> Critic | None:
+        """The critic that trains in policy `policy`'s PPO epochs (its value loss beside the
+        surrogate): its own. None: a critic that trains apart (MAPPO's team critic)."""
+        return self.critics[policy]
 
     def make_kl_controller(self) -> AdaptiveKLController:
         return AdaptiveKLController(self.algo.beta, None, 1)   # IPPO: a fixed coefficient
@@ -250,6 +273,10 @@ class IPPO(TeamAlgorithm):
             batch, stats = self._prepare(p, gen, R, texts)        # values, GAE advantages, returns
             stats.update(self._update(p, batch))                   # PPO epochs
             self.log_policy(ep, policy, stats)
+        return self.finish_step(ep)
+
+    def finish_step(self, ep: Episode) -> dict[str, float]:
+        """The KL coefficient's update from the step's penalties, then the step's metrics."""
         penalties = [ep.metrics[f"train/{p.policy_name}/kl_penalty"] for p in self.policies]
         self.kl_ctl.update(sum(penalties) / len(penalties), self.algo.batch_size)
         ep.metrics["train/kl_coef"] = self.kl_ctl.value
@@ -264,12 +291,14 @@ class IPPO(TeamAlgorithm):
 
     @update_phase
     @torch.no_grad()
-    def _prepare(self, i: int, gen: Generation, R: torch.Tensor,
-                 texts: list[str] | None) -> tuple[Batch, dict[str, float]]:
+    def _prepare(self, i: int, gen: Generation, R: torch.Tensor, texts: list[str] | None,
+                 values: torch.Tensor | None = None) -> tuple[Batch, dict[str, float]]:
         """Rollout log-probs, values, per-token rewards, GAE advantages and returns of agent i's
         completions `gen` with returns R (one per row); `texts`: what the critic reads (None: the
-        agent's own prompt)."""
-        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
+        agent's own prompt); `values`: the rollout values [rows, C] when a critic that trains
+        apart gave them (MAPPO's team critic), else the policy's critic computes them here."""
+        algo, agent = self.algo, self.policies[i]
+        critic = self.policy_critic(i) if values is None else None
         dev = agent.device
         mask = gen.completion_mask.to(dev)
         chunks = row_chunks(mask.shape[0], algo.micro_batch_size, gen.num_generations)
@@ -277,7 +306,7 @@ class IPPO(TeamAlgorithm):
         agent.model.eval()
         share = shares_prompt(agent.model, algo.share_prompt)
         temperature = agent.temperature(algo.temperature)
-        head_values = critic.kind == "head" and texts is None     # values from the actor's own hidden states
+        head_values = critic is not None and critic.kind == "head" and texts is None   # from the actor's hidden states
         if recorded(gen, temperature, head_values):
             # the decoding pass's own log-probs (and hidden states): equal to a forward's up to the
             # order of float additions (magrpo.models.sampler.sample_shared_prompt)
@@ -293,7 +322,9 @@ class IPPO(TeamAlgorithm):
         inputs = None
         if texts is not None:
             inputs = CriticInput.encode(agent.tokenizer, texts, gen, algo.max_prompt_length * max(len(self.agents), 1))
-        if not head_values:
+        if values is not None:
+            old_values = values.to(dev)
+        elif not head_values:
             old_values = torch.cat([critic_values(critic, agent, gen, inputs, mb, dev, algo.share_prompt)
                                     for mb in chunks])
         # r_t: the return at the last completion token, a KL penalty to the reference at every token
@@ -323,12 +354,15 @@ class IPPO(TeamAlgorithm):
 
     def _forward(self, i: int, b: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log pi, entropy, V) of the tokens of rows `rows` under the current actor and critic: one
-        pass for a head critic on the actor's own prompt, else the critic's own forward."""
-        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
-        shared_forward = critic.kind == "head" and not self.centralized
+        pass for a head critic on the actor's own prompt, else the critic's own forward; V is None
+        when the critic trains apart (policy_critic)."""
+        algo, agent, critic = self.algo, self.policies[i], self.policy_critic(i)
+        shared_forward = critic is not None and critic.kind == "head" and not self.centralized
         logp, entropy, *hidden = row_logprobs(agent.model, b.gen, rows, agent.temperature(algo.temperature), agent.device,
                                               shares_prompt(agent.model, algo.share_prompt), with_entropy=True,
                                               with_hidden=shared_forward, entropy_grad=algo.ent_coef > 0)
+        if critic is None:
+            return logp, entropy, None
         values = critic.head(hidden[0]) if shared_forward else critic_values(
             critic, agent, b.gen, b.critic_input, rows, agent.device, algo.share_prompt)
         return logp, entropy, values
@@ -337,16 +371,17 @@ class IPPO(TeamAlgorithm):
     def _update(self, i: int, b: Batch) -> dict[str, float]:
         """`ppo_epochs` passes over `num_mini_batches` shuffled mini-batches of agent i's rows, one
         optimizer step each (the module docstring, step 4); the policy's metrics."""
-        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
-        opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
-                                self.critic_schedulers[i])
+        algo, agent, critic = self.algo, self.policies[i], self.policy_critic(i)
+        opt, sch = self.optimizers[i], self.schedulers[i]
+        copt, csch = (self.critic_optimizers[i], self.critic_schedulers[i]) if critic is not None else (None, None)
         policy_loss, aggregate = POLICY_LOSSES[algo.loss], LOSS_AGG[algo.loss_agg]
         rows = b.mask.shape[0]
         # Shuffled rows, not whole groups: mini-batches of whole groups run each prompt once per
         # mini-batch, but they changed what IPPO learns (signal, seed 2: 0.08 instead of 0.98).
         mini = math.ceil(rows / algo.num_mini_batches)
-        # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`.
-        params = agent.trainable_parameters() + (list(critic.parameters()) if copt is None else [])
+        # The optimizer `opt` holds the actor (and a head critic); a separate critic model has `copt`;
+        # a critic that trains apart (critic None) is in neither.
+        params = agent.trainable_parameters() + (list(critic.parameters()) if critic is not None and copt is None else [])
         sums = dict.fromkeys(("loss", "policy_loss", "value_loss", "entropy", "clip_frac", "value_clip_frac",
                               "approx_kl", "grad_norm"), 0.0)
         frac = 1.0 / (algo.ppo_epochs * algo.num_mini_batches)     # each step's share of the run's metrics
@@ -367,17 +402,21 @@ class IPPO(TeamAlgorithm):
                     m = b.mask[r]
                     logp, entropy, values = self._forward(i, b, r)
                     pg, info = policy_loss(logp, b.old_logp[r], b.advantages[r], m, algo)   # ratio, surrogate
-                    vl, vclipped = clipped_value_loss(values, b.old_values[r], b.returns[r], algo.cliprange_value)
-                    loss = aggregate(pg + algo.vf_coef * vl - algo.ent_coef * entropy, m, ctx)
+                    if values is None:          # the critic trains apart: the actor's terms alone
+                        loss = aggregate(pg - algo.ent_coef * entropy, m, ctx)
+                    else:
+                        vl, vclipped = clipped_value_loss(values, b.old_values[r], b.returns[r], algo.cliprange_value)
+                        loss = aggregate(pg + algo.vf_coef * vl - algo.ent_coef * entropy, m, ctx)
                     loss.backward()
                     approx_kl = (info.approx_kl * m).sum().item()
                     epoch_kl, epoch_tokens = epoch_kl + approx_kl, epoch_tokens + m.sum().item()
                     sums["loss"] += loss.item() * frac
                     sums["policy_loss"] += aggregate(pg.detach(), m, ctx).item() * frac
-                    sums["value_loss"] += aggregate(vl.detach(), m, ctx).item() * frac
+                    if values is not None:
+                        sums["value_loss"] += aggregate(vl.detach(), m, ctx).item() * frac
+                        sums["value_clip_frac"] += ((vclipped * m).sum() / n_tok).item() * frac
                     sums["entropy"] += ((entropy.detach() * m).sum() / n_tok).item() * frac
                     sums["clip_frac"] += ((info.clipped * m).sum() / n_tok).item() * frac
-                    sums["value_clip_frac"] += ((vclipped * m).sum() / n_tok).item() * frac
                     sums["approx_kl"] += approx_kl / n_tok * frac
                 sums["grad_norm"] += clip_and_step(params, opt, sch, self.cfg.optimizer.max_grad_norm)
                 if copt is not None:

@@ -57,8 +57,8 @@ KEY_CLASSES: dict[str, str] = {
     "algo.critic_model": REACH,
     **dict.fromkeys(tuple(f"algo.{k}" for k in (
         "name", "advantage", "batch_size", "beta", "branch", "branching", "cliprange_value", "critic", "critic_lr",
-        "critic_type", "cross_credit", "decode_step", "discount", "dynamic_sampling", "dynamic_sampling_rounds",
-        "early_termination_threshold", "ent_coef", "epsilon", "epsilon_high", "gamma", "joint_mode",
+        "critic_type", "critic_view", "cross_credit", "decode_step", "discount", "dynamic_sampling",
+        "dynamic_sampling_rounds", "early_termination_threshold", "ent_coef", "epsilon", "epsilon_high", "gamma", "joint_mode",
         "kl_horizon", "kl_target", "lam", "loss", "loss_agg", "max_branches", "max_new_tokens", "max_prompt_length",
         "max_tree_nodes", "micro_batch_size", "normalization", "num_generations", "num_iterations",
         "num_mini_batches", "num_turns", "other_play", "overlong_buffer", "overlong_penalty", "ppo_epochs",

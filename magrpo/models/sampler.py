@@ -68,10 +68,21 @@ def shares_prompt(model, requested: bool) -> bool:
         _log_once(model, "trains with gradient checkpointing, which drops the key/value cache")
         return False
     supports = getattr(base, "_supports_default_dynamic_cache", None)
-    if supports is None or not supports():
+    # a headless body (a critic model) has no generating class of its own: what its loader recorded
+    if not (supports() if supports is not None else base.__dict__.get(_KV_CACHE, False)):
         _log_once(model, "has no standard key/value cache")
         return False
     return True
+
+
+_KV_CACHE = "_magrpo_kv_cache"
+
+
+def set_kv_cache(model, supports: bool) -> None:
+    """Record on a headless transformers body (a critic model, loaded without its LM head) whether it
+    runs the standard key/value cache: transformers states that on the causal LM class
+    (`_supports_default_dynamic_cache`), which the body is not, so its loader asks that class."""
+    object.__setattr__(model, _KV_CACHE, bool(supports))
 
 
 # --- the tokenizer's vocabulary ------------------------------------------------------------------

@@ -67,7 +67,9 @@ VARIANTS = {"gspo": ["algo=magrpo", "algo.loss=gspo", "algo.loss_agg=seq_mean_to
                      "algo.num_iterations=2"],
             "dapo": ["algo=magrpo", "algo.dynamic_sampling=true", "algo.overlong_penalty=1.0",
                      "algo.overlong_buffer=4", "algo.loss_agg=token_mean", "algo.epsilon_high=0.28",
-                     "algo.loss=clip", "algo.num_iterations=2"]}
+                     "algo.loss=clip", "algo.num_iterations=2"],
+            # MAPPO's team critic: one critic model reads each joint action once (algos/mappo.py)
+            "mappo_joint": ["algo=mappo", "algo.critic_view=joint", "algo.critic=model"]}
 
 
 def test_golden_numbers_of_two_steps_of_each_algorithm(make_cfg, tmp_path):
@@ -100,7 +102,7 @@ def test_grpo_equals_magrpo_with_one_agent(make_cfg, tmp_path):
 
 
 @pytest.mark.parametrize("algo,extra", [("ippo", ["algo.critic=model"]), ("ppo", ["algo.beta=0.05", "algo.kl_target=0.001"]),
-                                        ("mappo", [])])
+                                        ("mappo", []), ("mappo", ["algo.critic_view=joint", "algo.critic=model"])])
 def test_critics_optimizers_and_kl_controller_resume_exactly(make_cfg, tmp_path, algo, extra):
     common = [f"algo={algo}", "max_steps=4", "save_every=2", "eval.every=2", *FAST, *extra]
     a, b = run_and_resume(make_cfg, tmp_path, common)
