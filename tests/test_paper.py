@@ -670,9 +670,11 @@ def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsy
                    "are written for the tiny agents, so --scale tiny runs them as they are\n")
     commands = [line for line in out.splitlines() if not line.startswith("#")]
     scale = "tiny" if TABLES[table].scaled else "paper"     # the coordination recipes run as they are
-    expected = [sweep_command(entry, rows, "0,1", scale, root.name, root / entry, "joblib", 2, overrides)
-                for entry in ("eval", "train") for rows in sweeps(table, entry)] + [table_command(root)]
-    assert len(commands) == len(expected) == (5 if table == "coordination" else 3)
+    argv = [table, "--scale", "tiny", "--seeds", "0,1", "--out", str(root), *overrides]
+    expected = [sweep_command("eval", rows, "0,1", scale, root.name, root / "eval", "joblib", 2, overrides)
+                for rows in sweeps(table, "eval")] + trained_steps(argv, root, "0,1", scale, overrides) \
+        + [table_command(root)]
+    assert len(commands) == len(expected) == 4       # eval, the cell configs, the train sweep, the table
     for line, argv in zip(commands, expected):
         assert argv[0] == sys.executable and argv[1] == "-m"
         assert shlex.split(line) == argv
@@ -680,7 +682,23 @@ def test_dry_run_prints_commands_a_shell_runs_as_they_are(table, tmp_path, capsy
         assert _bash_words(line) == argv
     # the whole output is a script: the comments are comments to a shell too
     assert shlex.split(out, comments=True) == [w for argv in expected for w in argv]
-    assert "${hydra.job.num}" in commands[0] and "${task.name}_x" in commands[1]
+    assert "${hydra.job.num}" in commands[0] and "${task.name}_x" in commands[-2]
+    assert out.startswith("# magrpo-paper: estimated wall time of the train sweep: ")
+    assert f"for {len(cells(table, 'train')) * 2} job(s), 2 at a time, longest first" in out.splitlines()[0]
+
+
+def trained_steps(argv: list[str], root: Path, seeds: str, scale: str, overrides: list[str]) -> list[list[str]]:
+    """The two commands a table's trained rows take: the cell configs, then one sweep of them, the
+    longest first by the costs magrpo-paper reads or estimates."""
+    from magrpo.cli.paper import build_parser, cells_command, cells_conf_dir, costs_of, hydra_quoted
+    from magrpo.launch.costs import longest_first
+
+    args = build_parser().parse_intermixed_args(argv)
+    order = longest_first(costs_of(args, root, cells(args.table, "train")))
+    search = f"hydra.searchpath=[{hydra_quoted('file://' + str(cells_conf_dir(root).resolve()))}]"
+    return [cells_command(args, root),
+            sweep_command("train", [f"experiment={','.join(f'cell/{t}/{r}' for t, r in order)}"], seeds, scale,
+                          root.name, root / "train", "joblib", 2, overrides, [search])]
 
 
 def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_what_runs(tmp_path, capsys,
@@ -709,7 +727,11 @@ def test_a_sweep_directory_in_new_folders_is_made_and_each_printed_command_is_wh
     assert paper.main(["maporl", "--scale", "tiny", "--out", str(root), "--only", "train"]) == 0
     assert root.is_dir()   # made before any job runs
     printed = [shlex.split(line) for line in capsys.readouterr().out.splitlines() if line.startswith("  ")]
-    assert printed[0] == ran[0] and printed[1][3:] == ran[1]
+    # the cell configs are written in this process, before the sweep that reads them
+    assert printed[0][2:] == ["magrpo.cli.paper", "maporl", "--out", str(root), "--write-cells"]
+    assert sorted(p.relative_to(root).as_posix() for p in root.glob("cells/conf/experiment/cell/*/*.yaml")) == \
+        [f"cells/conf/experiment/cell/{t}/{r}.yaml" for t, r in sorted(cells("maporl", "train"))]
+    assert printed[1] == ran[0] and printed[2][3:] == ran[1]
     assert ran[0][2] == "magrpo.cli.train" and ran[1] == [str(root), "--layout", "paper", "--out", str(root / "table"), "--force"]
     # a sweep directory that cannot be made stops it before any job, in one line
     (tmp_path / "file").write_text("")
@@ -755,13 +777,14 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     assert record[1:4] == ["-m", "magrpo.cli.paper", "coordination"] and record[-1] == "--record-tuning"
     assert evals[4:6] == ["recipe=agree,cover,signal,convention,stag_hunt,budget_signal,invest,crowd",
                           "method=untrained"]
-    assert f"experiment={','.join(f'tuned/{task}/{row}' for task, row in trained)}" in seeds
+    listed = next(c for c in seeds if c.startswith("experiment=")).split("=", 1)[1].split(",")
+    assert sorted(listed) == sorted(f"tuned/{task}/{row}" for task, row in trained)     # longest first
     assert f"hydra.searchpath=['file://{(root / 'tuning' / 'conf').resolve()}']" in seeds and "seed=1" in seeds      # seed 0 is the tuning's best run, reused
     assert table[-2:] == ["--tuning", str(root / "tuning")]
     # without --tune-trials (the default 0), nothing is tuned
     assert paper_main(["coordination", "--out", str(root), "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "optuna" not in out and "--record-tuning" not in out and "tuned/" not in out
+    assert "optuna" not in out and "--record-tuning" not in out and "tuned/" not in out and "cell/" in out
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -780,7 +803,8 @@ def test_dry_run_prints_the_tuning_plan_before_the_seeds(tmp_path, capsys):
     (["--crossplay-partners", "ippo"], "--crossplay-partners names the held-out partners of --crossplay: give"),
     (["--record-crossplay"], "--record-crossplay pairs the seeds of a table run: give its --out"),
     (["--record-crossplay", "--record-tuning", "--tune-trials", "1", "--out", "x"],
-     "--record-crossplay and --record-tuning are two steps of a table run: give one at a time"),
+     "--record-crossplay, --record-tuning and --write-cells are steps of a table run: give one at a time"),
+    (["--write-cells"], "--write-cells writes the cell configs of a table run: give its --out"),
 ])
 def test_bad_paper_options_exit_2_naming_the_value_and_what_is_allowed(argv, message, capsys):
     from magrpo.cli.paper import main as paper_main
@@ -796,8 +820,9 @@ def test_crossplay_is_a_step_between_the_trained_rows_and_the_table(tmp_path, ca
     argv = ["coordination", "--tasks", "agree", "--rows", "magrpo,ippo", "--out", str(tmp_path), "--dry-run"]
     assert paper_main([*argv, "--crossplay", "--crossplay-partners", "ippo"]) == 0
     steps = [line for line in capsys.readouterr().out.splitlines() if line.startswith("# magrpo-paper:")]
-    assert [s.split(":")[1].strip() for s in steps] == ["train", "crossplay", "table"]
-    assert "held-out partners: the runs of ippo" in steps[1]
+    assert [s.split(":")[1].strip() for s in steps] == ["estimated wall time of the train sweep", "cells", "train",
+                                                         "crossplay", "table"]
+    assert "held-out partners: the runs of ippo" in steps[3]
     assert paper_main([*argv, "--crossplay", "--only", "eval"]) == 0     # no trained row: nothing to pair
     assert "--record-crossplay" not in capsys.readouterr().out
 
@@ -912,4 +937,4 @@ def test_a_dry_run_piped_into_head_stops_quietly(tmp_path):
     proc.stdout.close()
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 0, err
-    assert first.startswith(b"# magrpo-paper: tune: ") and "Traceback" not in err and err == ""
+    assert first.startswith(b"# magrpo-paper: estimated wall time") and "Traceback" not in err and err == ""

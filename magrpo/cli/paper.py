@@ -13,11 +13,15 @@ job there leaves the same run-directory layout (summary.json, metrics.jsonl, .hy
 
     multirun/paper/<table>-<scale>-<date>/
         eval/<n>_<task>_<row>_s<seed>/       prompting rows
-        train/<n>_<task>_<row>_s<seed>/      trained rows
+        cells/conf/experiment/cell/<task>/<row>.yaml   each trained cell as one experiment
+        train/<n>_<task>_<row>_s<seed>/      trained rows, in one sweep, longest first
         table/                               magrpo-table --layout paper: table.md/.csv/.tex, curves
 
 Every job joins one W&B group named after the sweep directory (with `logger=wandb`), so
-`magrpo-dashboard --group <that name>` compares them. A failed job never stops the others:
+`magrpo-dashboard --group <that name>` compares them. The trained cells run longest first, each
+cell's cost per job taken from earlier runs (`--costs DIRS`; by default the folder that holds
+`--out`) or estimated from its tokens x updates, and the command says its estimate of the sweep's
+wall time before it starts (magrpo.launch.costs). A failed job never stops the others:
 both sweeps run to the end, the table is built from what finished and names what did not, and
 the command exits non-zero.
 
@@ -67,6 +71,7 @@ from magrpo.cli import crossplay as crossplay_cli
 from magrpo.core import records
 from magrpo.core.schema import ConfigError
 from magrpo.launch import CONF_DIR, group_options, stopped, term_as_interrupt
+from magrpo.launch.costs import Cost, cell_costs, composed_tokens, longest_first, makespan, recorded_costs
 from magrpo.launch.paper_grid import METHODS, TABLES
 from magrpo.table import natural_key
 
@@ -323,21 +328,31 @@ def plan(args: argparse.Namespace, root: Path) -> list[tuple[str, str, list[str]
         if not found or args.only not in (None, entry):
             continue
         extra, seeds = [], args.seeds
-        if entry == "train" and tune:      # the seeds run each row at its tuned values
-            blocks = [[f"experiment={','.join(f'tuned/{task}/{row}' for task, row in found)}"]]
-            extra = [f"hydra.searchpath=[{hydra_quoted('file://' + str(tuned_conf_dir(root).resolve()))}]"]
-            # seed 0 at the best values already ran as the tuning's best candidate: the record
-            # step copied it into train/, so only the other seeds run
-            seeds = ",".join(x for x in args.seeds.split(",") if x.strip() != "0")
-            if not seeds:
-                continue
+        if entry == "train":
+            # One sweep, its cells longest first (magrpo.launch.costs): each cell is one experiment
+            # config, the row at its tuned values or at its own
+            found = longest_first(costs_of(args, root, found))
+            kind, conf = ("tuned", tuned_conf_dir(root)) if tune else ("cell", cells_conf_dir(root))
+            if not tune:
+                steps.append(("cells", f"cells: each trained (task, row) as one experiment config, "
+                                       f"{conf}/experiment/cell/<task>/<row>.yaml, so that one sweep runs them "
+                                       f"longest first", cells_command(args, root)))
+            blocks = [[f"experiment={','.join(f'{kind}/{task}/{row}' for task, row in found)}"]]
+            extra = [f"hydra.searchpath=[{hydra_quoted('file://' + str(conf.resolve()))}]"]
+            if tune:
+                # seed 0 at the best values already ran as the tuning's best candidate: the record
+                # step copied it into train/, so only the other seeds run
+                seeds = ",".join(x for x in args.seeds.split(",") if x.strip() != "0")
+                if not seeds:
+                    continue
         else:
             blocks = choices(found)
         for rows in blocks:
             cmd = sweep_command(entry, rows, seeds, scale, root.name, root / entry, args.launcher, args.jobs,
                                 args.overrides, extra)
-            what = (f"{entry}: {len(sweep_rows(cmd))} row(s) x seeds {seeds}" + (" at their tuned values" if extra else "")
-                    + ("" if extra else f": {' '.join(rows)}"))
+            what = (f"{entry}: {len(sweep_rows(cmd))} row(s) x seeds {seeds}"
+                    + (" at their tuned values" if tune and entry == "train" else "")
+                    + (", longest first" if entry == "train" else f": {' '.join(rows)}"))
             steps.append((entry, f"{what} -> {root / entry}", cmd))
     if args.crossplay and args.only != "eval" and runnable(args.table, "train", args):
         partners = f"; held-out partners: the runs of {', '.join(args.crossplay_partners)}" \
@@ -391,19 +406,76 @@ def read_trials(sweep_dir: Path, space: dict[str, str]) -> list[dict[str, Any]]:
     return trials
 
 
-def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any]) -> None:
-    """experiment/tuned/<task>/<row>.yaml: the row's own config with its best values on top."""
+def cells_conf_dir(root: Path) -> Path:
+    """A config search path holding experiment/cell/<task>/<row>.yaml: each trained row as it is."""
+    return root / "cells" / "conf"
+
+
+def cells_command(args: argparse.Namespace, root: Path) -> list[str]:
+    """The step that writes the cell configs (`--write-cells`): in this process, or from --dry-run's script."""
+    picked = [*(["--tasks", ",".join(args.tasks)] if args.tasks else []),
+              *(["--rows", ",".join(args.rows)] if args.rows else [])]
+    return [sys.executable, "-m", "magrpo.cli.paper", args.table, "--out", str(root), "--write-cells", *picked]
+
+
+def write_cells(table: str, found: list[tuple[str, str]], root: Path) -> None:
+    """experiment/cell/<task>/<row>.yaml for every trained cell `found`: `recipe=<task> method=<row>` as
+    one experiment, which a single sweep can list in any order (a sweep of recipe x method runs their
+    product in its own order)."""
+    for task, row in found:
+        write_tuned_config(cells_conf_dir(root) / "experiment" / "cell" / task / f"{row}.yaml", task, row, None)
+
+
+def costs_of(args: argparse.Namespace, root: Path, found: list[tuple[str, str]]) -> dict[tuple[str, str], Cost]:
+    """Each trained cell's cost per job: recorded by earlier runs under --costs (default: the folder
+    that holds --out, where earlier table runs are) and --out itself, else estimated from its tokens
+    x updates (magrpo.launch.costs)."""
+    dirs = (root, *(args.costs if args.costs is not None else [root.parent]))
+    scale = args.scale if TABLES[args.table].scaled else "paper"
+    plain = tuple(o for o in args.overrides if not o.partition("=")[0].lstrip("+~").startswith("hydra"))
+    return dict(_costs(tuple(found), dirs, (f"scale={scale}", *plain)))
+
+
+@functools.lru_cache(maxsize=8)
+def _costs(found: tuple[tuple[str, str], ...], dirs: tuple[Path, ...],
+           overrides: tuple[str, ...]) -> tuple[tuple[tuple[str, str], Cost], ...]:
+    """costs_of, read and composed once per call of the command (the plan and its estimate ask twice)."""
+    recorded = recorded_costs(dirs)
+    missing = [cell for cell in found if cell not in recorded]
+    return tuple(cell_costs(found, recorded, composed_tokens(missing, list(overrides))).items())
+
+
+def estimate_line(steps: list[tuple[str, str, list[str]]], args: argparse.Namespace, root: Path) -> str | None:
+    """What the train sweep will take, its jobs longest first on --jobs workers (None: no train sweep)."""
+    cmd = next((c for step, _, c in steps if step == "train"), None)
+    if cmd is None:
+        return None
+    found, seeds = sweep_rows(cmd), _values(cmd, "seed")
+    costs = costs_of(args, root, found)
+    parallel = args.jobs if args.launcher in JOBS_KEY else 1
+    total = makespan([costs[cell].seconds for cell in found for _ in seeds], parallel)
+    recorded = sum(costs[cell].source == "recorded" for cell in found)
+    return (f"estimated wall time of the train sweep: {_clock(total)} for {len(found) * len(seeds)} job(s), "
+            f"{parallel} at a time, longest first (cost per job: {recorded} of {len(found)} cell(s) from earlier "
+            f"runs, {len(found) - recorded} from tokens x updates)")
+
+
+def write_tuned_config(path: Path, task: str, row: str, best: dict[str, Any] | None) -> None:
+    """experiment/tuned/<task>/<row>.yaml: the row's own config with its best values on top (best
+    None: experiment/cell/<task>/<row>.yaml, the row as it is)."""
 
     values: dict[str, Any] = {}
-    for key, value in best.items():
+    for key, value in (best or {}).items():
         *parents, leaf = key.split(".")
         node = values
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    what = "at the best values of its tuning" if best else "at its own values (the best candidate, or no tuning finished)"
+    what = ("as its recipe and method say (one cell of the table as one experiment)" if best is None else
+            f"at the best values of its tuning (tuning/{task}_{row}.json)" if best else
+            f"at its own values (the best candidate, or no tuning finished: tuning/{task}_{row}.json)")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(f"# @package _global_\n# {task}/{row} {what} (tuning/{task}_{row}.json), written by {PROG}:\n"
+    path.write_text(f"# @package _global_\n# {task}/{row} {what}, written by {PROG}:\n"
                     f"# the configuration every seed of this row runs.\n"
                     + yaml.safe_dump({"defaults": [{"override /recipe": task}, {"override /method": row}, "_self_"],
                                       **values}, sort_keys=False))
@@ -414,7 +486,8 @@ def _values(cmd: list[str], key: str) -> list[str]:
 
 
 def sweep_rows(cmd: list[str]) -> list[tuple[str, str]]:
-    """The (task, row) cells a sweep command runs: its recipe x method, or its tuned experiments."""
+    """The (task, row) cells a sweep command runs: its recipe x method, or its experiments
+    (cell/<task>/<row> or tuned/<task>/<row>), in the order it runs them."""
     tuned = [tuple(e.split("/")[1:3]) for e in _values(cmd, "experiment")]
     return tuned or [(task, row) for task in _values(cmd, "recipe") for row in _values(cmd, "method")]
 
@@ -493,12 +566,13 @@ def sweep_done(cmd: list[str]) -> bool:
 def cell_command(cmd: list[str], task: str, row: str, seed: str, run_dir: Path) -> list[str]:
     """One job of a sweep command as a single run into `run_dir`: the same module and overrides,
     the one (task, row, seed), no launcher."""
-    tuned = bool(_values(cmd, "experiment"))
+    experiment = _values(cmd, "experiment")
     drop = ("recipe=", "method=", "experiment=", "seed=", "hydra.sweep.", "hydra/launcher=",
             *(f"{k}=" for k in JOBS_KEY.values()))
     head, rest = cmd[:3], cmd[3:]               # python -m magrpo.<entry>, then the sweep's arguments
     rest = [c for c in rest if c != "-m" and not c.startswith(drop)]
-    cell = [f"experiment=tuned/{task}/{row}"] if tuned else [f"recipe={task}", f"method={row}"]
+    kind = experiment[0].split("/")[0] if experiment else None       # cell/ or tuned/
+    cell = [f"experiment={kind}/{task}/{row}"] if kind else [f"recipe={task}", f"method={row}"]
     return head + cell + [f"seed={seed}", f"hydra.run.dir={run_dir}"] + rest
 
 
@@ -771,6 +845,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record-crossplay", action="store_true",
                    help="only run the cross-play of the finished trained rows under --out: the step --crossplay "
                         "adds between the training and the table")
+    p.add_argument("--costs", type=Path, nargs="+", default=None, metavar="DIR",
+                   help="earlier runs whose summary.json give each cell's cost, to run the longest first and "
+                        "estimate the wall time (default: the folder that holds --out, where earlier table runs are)")
+    p.add_argument("--write-cells", action="store_true",
+                   help="only write each trained cell's experiment config under --out (cells/conf/): the step "
+                        "before the train sweep, which lists the cells longest first")
     p.add_argument("--dry-run", action="store_true", help="print the commands and exit")
     return p
 
@@ -785,8 +865,10 @@ def check(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
             p.error(f"{option} {','.join(bad)}: not in the {args.table} table; it has: {', '.join(allowed)}")
     if args.crossplay_partners and not (args.crossplay or args.record_crossplay):
         p.error("--crossplay-partners names the held-out partners of --crossplay: give --crossplay too")
-    if args.record_crossplay and args.record_tuning:
-        p.error("--record-crossplay and --record-tuning are two steps of a table run: give one at a time")
+    if sum((args.record_crossplay, args.record_tuning, args.write_cells)) > 1:
+        p.error("--record-crossplay, --record-tuning and --write-cells are steps of a table run: give one at a time")
+    if args.write_cells and args.out is None:
+        p.error("--write-cells writes the cell configs of a table run: give its --out")
     if args.record_crossplay and args.out is None:
         p.error("--record-crossplay pairs the seeds of a table run: give its --out")
     if args.record_tuning and (args.out is None or args.tune_trials == 0):
@@ -821,6 +903,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: the {args.table} table has one scale: its recipes are written for the tiny agents, so "
               f"--scale {args.scale} runs them as they are", file=sys.stderr, flush=True)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    if args.write_cells:      # the step before the train sweep, alone
+        write_cells(args.table, runnable(args.table, "train", args), root)
+        return 0
     if args.record_tuning or args.record_crossplay:     # a step between the sweeps and the table, alone
         problems = record_tuning(args.table, runnable(args.table, "train", args), root, args.tune_trials) \
             if args.record_tuning else record_crossplay(args, root)
@@ -828,8 +913,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: error: {msg}", file=sys.stderr)
         return 1 if problems else 0
     steps = plan(args, root)
+    estimate = estimate_line(steps, args, root)
     if args.dry_run:
         try:
+            if estimate:
+                print(f"# {PROG}: {estimate}", flush=True)
             for _, what, cmd in steps:
                 # a newline in a path would end the comment and run the rest of the line
                 print(f"# {PROG}: {what.replace(chr(10), ' ')}\n{shlex.join(cmd)}", flush=True)
@@ -841,6 +929,8 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"{PROG}: error: cannot create the sweep directory {root}: {e}", file=sys.stderr)
         return 2
+    if estimate:
+        print(f"{PROG}: {estimate}", flush=True)
     failed: list[str] = []
     started = time.time()
     progress = SweepProgress(steps)
@@ -880,6 +970,9 @@ def _run_steps(steps: list, progress: SweepProgress, args: argparse.Namespace, r
             rc = main(cmd[3:])
             if rc != 0:
                 failed.append("cross-play did not cover every trained row (above)")
+            continue
+        if step == "cells":     # in this process: small files the train sweep reads
+            main(cmd[3:])
             continue
         if step == "record":    # in this process; a row whose tuning failed runs at its own values
             rc = main(cmd[3:])
