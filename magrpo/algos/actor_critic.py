@@ -53,6 +53,7 @@ from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
+from magrpo.config.run import RunConfig
 from magrpo.core.schema import ConfigError, option
 from magrpo.models import distributed
 from magrpo.models.agents import Agent
@@ -106,14 +107,14 @@ class CriticBatch:
 
 
 @register_algo("iac")
-class IAC(TeamAlgorithm):
+class IAC(TeamAlgorithm[IACConfig]):
     """CoLLM-DC: decentralized actor-critic, one turn-level critic per policy on the agent's own history."""
 
     config_schema = IACConfig
     centralized = False
 
     @classmethod
-    def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
+    def check_config(cls, cfg: RunConfig, task_cls: type[Task]) -> None:
         if cfg.algo.beta > 0:
             raise ConfigError(f"algo.beta={cfg.algo.beta} is not used by algo={cls.name}: its actor follows the TD "
                               f"error alone, with no KL term; set algo.beta=0")

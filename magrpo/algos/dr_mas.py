@@ -46,6 +46,7 @@ class DrMASConfig(MAGRPOConfig, RewardKeys):
 @register_algo("dr_mas")
 class DrMAS(MAGRPO):
     config_schema = DrMASConfig
+    algo: DrMASConfig           # its config_schema's instance (checked when built: TeamAlgorithm)
 
     def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
         if self.algo.normalization == "global":

@@ -20,6 +20,7 @@ then one clipped optimizer step per pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -56,7 +57,11 @@ class GroupRelativeConfig(AlgoConfig, LossKeys, ClipKeys, EntropyKeys):
         check_ratio_loss(node, prefix, n, f"{prefix}num_iterations={n}", f"{prefix}num_iterations=1")
 
 
-class GroupRelativeAlgorithm(TeamAlgorithm):
+# A group-relative algorithm's `algo` schema.
+G = TypeVar("G", bound=GroupRelativeConfig)
+
+
+class GroupRelativeAlgorithm(TeamAlgorithm[G]):
     """A team algorithm whose update is `_update` below (MAGRPO and its family, C3): each subclass
     adds only how it samples and how it sets the advantages."""
 

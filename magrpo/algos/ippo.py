@@ -61,6 +61,7 @@ from magrpo.algos.losses import POLICY_LOSSES, AdaptiveKLController, clipped_val
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
+from magrpo.config.run import RunConfig
 from magrpo.core.schema import at_least, option, positive, within
 from magrpo.models import distributed
 from magrpo.models.agents import Agent
@@ -204,12 +205,12 @@ def recorded(gen: Generation, temperature: float, hidden: bool) -> bool:
 
 
 @register_algo("ippo")
-class IPPO(TeamAlgorithm):
+class IPPO(TeamAlgorithm[IPPOConfig]):
     config_schema = IPPOConfig
     reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
     centralized = False
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
+    def __init__(self, cfg: RunConfig, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
         super().__init__(cfg, agents, task, specs)
         self.kl_ctl = self.make_kl_controller()
         # The decoding pass records the rollout policy's log-probs (and, for a head critic on the

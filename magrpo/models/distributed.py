@@ -38,6 +38,8 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.utils import get_total_norm
 
+from magrpo.config.schemas import HardwareSchema
+
 log = logging.getLogger(__name__)
 
 STRATEGIES = ["ddp", "fsdp"]
@@ -78,7 +80,7 @@ def _slurm_environment() -> None:
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
 
 
-def init(hw: Any) -> World:
+def init(hw: HardwareSchema) -> World:
     """Join the process group that torchrun (or SLURM) describes; world size 1 without one.
 
     `hw` is the hardware config: `strategy` (ddp | fsdp), `device` and `dist_timeout_s`.
@@ -95,14 +97,14 @@ def init(hw: Any) -> World:
     if cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        timeout = datetime.timedelta(seconds=getattr(hw, "dist_timeout_s", 1800))
+        timeout = datetime.timedelta(seconds=hw.dist_timeout_s)
         dist.init_process_group(backend, rank=rank, world_size=size, timeout=timeout)
     _WORLD = World(rank, size, local_rank, backend)
     # torchrun stops the other ranks with SIGTERM when one fails: unwind as an exception, so the
     # run is marked failed (summary.json) instead of left "running".
     signal.signal(signal.SIGTERM, _terminated)
     log.info("rank %d of %d (local rank %d, %s, strategy=%s)", rank, size, local_rank, backend,
-             getattr(hw, "strategy", "ddp"))
+             hw.strategy)
     return _WORLD
 
 
