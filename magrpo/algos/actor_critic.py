@@ -192,7 +192,8 @@ class IAC(TeamAlgorithm[IACConfig]):
         texts: dict[int, list[str]] = {c: [] for c in range(len(self.critics))}
         targets: dict[int, list[torch.Tensor]] = {c: [] for c in range(len(self.critics))}
         # V(h_t) of every group of every turn, per agent (maac: the same for every agent)
-        values, inputs = {}, {}
+        values: dict[tuple[int, int], torch.Tensor] = {}
+        inputs: dict[tuple[int, int], list[str]] = {}
         for t, lv in enumerate(levels):
             for agent in self.agents:
                 i, c = agent.index, self.critic_of(agent)
@@ -208,7 +209,7 @@ class IAC(TeamAlgorithm[IACConfig]):
                 S = lv.per_item(i)
                 G = lv.samples[i].num_generations
                 r = lv.rewards if algo.reward == "team" else ep.turn_shares(lv, i)           # [B_t, J]
-                nxt = self.next_values(lv, child, values.get((t + 1, i)), i) if child is not None else torch.zeros_like(r)
+                nxt = self.next_values(lv, child, values[t + 1, i], i) if child is not None else torch.zeros_like(r)
                 y_nodes = r + algo.discount * nxt                                                # [B_t, J]
                 y = credit(y_nodes, lv.joint, i, S, algo.cross_credit)                           # [B_t, S]
                 baseline = self.state_value(lv, values[t, i], i).view_as(y)
@@ -300,7 +301,7 @@ class IAC(TeamAlgorithm[IACConfig]):
             agent.model.train()
         stats["grad_norm"] = clip_and_step(agent.trainable_parameters() + self.extra_parameters(p), optimizer,
                                            scheduler, self.cfg.optimizer.max_grad_norm)
-        stats.update({"lr": scheduler.get_last_lr()[0], "kl": 0.0})
+        stats.update({"lr": float(scheduler.get_last_lr()[0]), "kl": 0.0})
         return stats
 
     @update_phase

@@ -45,7 +45,7 @@ class DrMASConfig(MAGRPOConfig, RewardKeys):
 
 @register_algo("dr_mas")
 class DrMAS(MAGRPO):
-    config_schema = DrMASConfig
+    config_schema: type[DrMASConfig] = DrMASConfig    # annotated: RewardKeys puts its field first, so the constructors differ
     algo: DrMASConfig           # its config_schema's instance (checked when built: TeamAlgorithm)
 
     def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:

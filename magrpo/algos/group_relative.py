@@ -124,6 +124,6 @@ class GroupRelativeAlgorithm(TeamAlgorithm[G]):
         # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.
         # approx_kl: k3 estimate of KL(pi_old || pi) over the passes that follow an update.
         return {"loss": totals["loss"] / k, "policy_loss": totals["policy_loss"] / k, "kl": totals["kl"] / k,
-                "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
+                "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": float(scheduler.get_last_lr()[0]),
                 "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
                 "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}

@@ -195,13 +195,19 @@ def critic_values(critic: Critic, agent: Agent, gen: Generation, inputs: CriticI
     return tail.gather(1, at)
 
 
-def recorded(gen: Generation, temperature: float, hidden: bool) -> bool:
-    """Whether the decoding pass recorded what the rollout pass would compute: log-probs at this
-    temperature of every row (and the hidden states, when `hidden`)."""
+def recorded(gen: Generation, temperature: float, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """What the decoding pass recorded, where it is what the rollout pass would compute: (log-probs
+    at this temperature of every row, the hidden states when `hidden`, else None); None where it
+    recorded less."""
     shape = tuple(gen.completion_ids.shape)
-    return (gen.logprobs is not None and tuple(gen.logprobs.shape) == shape
-            and gen.logprobs_temperature == temperature
-            and (not hidden or gen.hidden is not None and tuple(gen.hidden.shape[:2]) == shape))
+    logprobs, states = gen.logprobs, gen.hidden
+    if logprobs is None or tuple(logprobs.shape) != shape or gen.logprobs_temperature != temperature:
+        return None
+    if not hidden:
+        return logprobs, None
+    if states is None or tuple(states.shape[:2]) != shape:
+        return None
+    return logprobs, states
 
 
 @register_algo("ippo")
@@ -232,6 +238,13 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
         critic = self.critics[policy]
         return list(critic.head.parameters()) if critic.kind == "head" else []
 
+    def critic(self, policy: int) -> Critic:
+        """Policy `policy`'s critic: a Critic (per-token values), as build_critics builds it."""
+        critic = self.critics[policy]
+        if not isinstance(critic, Critic):
+            raise TypeError(f"{type(self).__name__}: critic {policy} is a {type(critic).__name__}, not a Critic")
+        return critic
+
     def make_kl_controller(self) -> AdaptiveKLController:
         return AdaptiveKLController(self.algo.beta, None, 1)   # IPPO: a fixed coefficient
 
@@ -246,8 +259,8 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
     def step(self, inp: StepInput) -> dict[str, float]:
         ep = self.collect(inp)
         for p, policy, gen, R in self.policy_batches(ep, lambda agent: self.role_returns(agent, ep)):
-            texts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p, ep.seat) for lv in ep.levels()]
-            texts = None if texts[0] is None else [t for part in texts for t in part]
+            parts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p, ep.seat) for lv in ep.levels()]
+            texts = None if parts[0] is None else [t for part in parts if part is not None for t in part]
             batch, stats = self._prepare(p, gen, R, texts)        # values, GAE advantages, returns
             stats.update(self._update(p, batch))                   # PPO epochs
             self.log_policy(ep, policy, stats)
@@ -266,11 +279,11 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
     @update_phase
     @torch.no_grad()
     def _prepare(self, i: int, gen: Generation, R: torch.Tensor,
-                 texts: list[str] | None) -> tuple[Batch, dict[str, float]]:
+                 texts: list[tuple[str, list[str | list[int]]]] | None) -> tuple[Batch, dict[str, float]]:
         """Rollout log-probs, values, per-token rewards, GAE advantages and returns of agent i's
         completions `gen` with returns R (one per row); `texts`: what the critic reads (None: the
         agent's own prompt)."""
-        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
+        algo, agent, critic = self.algo, self.policies[i], self.critic(i)
         dev = agent.device
         mask = gen.completion_mask.to(dev)
         chunks = row_chunks(mask.shape[0], algo.micro_batch_size, gen.num_generations)
@@ -279,12 +292,13 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
         share = shares_prompt(agent.model, algo.share_prompt)
         temperature = agent.temperature(algo.temperature)
         head_values = critic.kind == "head" and texts is None     # values from the actor's own hidden states
-        if recorded(gen, temperature, head_values):
+        if (rec := recorded(gen, temperature, head_values)) is not None:
             # the decoding pass's own log-probs (and hidden states): equal to a forward's up to the
             # order of float additions (magrpo.models.sampler.sample_shared_prompt)
-            old_logp = gen.logprobs.to(dev)
-            if head_values:
-                old_values = critic.head(gen.hidden.to(dev))
+            logprobs, states = rec
+            old_logp = logprobs.to(dev)
+            if states is not None:                       # head_values
+                old_values = critic.head(states.to(dev))
         elif head_values:                                # one pass gives the log-probs and the head's values
             outs = [row_logprobs(agent.model, gen, mb, temperature, dev, share, with_hidden=True) for mb in chunks]
             old_logp = torch.cat([o[0] for o in outs])
@@ -325,7 +339,7 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
     def _forward(self, i: int, b: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(log pi, entropy, V) of the tokens of rows `rows` under the current actor and critic: one
         pass for a head critic on the actor's own prompt, else the critic's own forward."""
-        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
+        algo, agent, critic = self.algo, self.policies[i], self.critic(i)
         shared_forward = critic.kind == "head" and not self.centralized
         logp, entropy, *hidden = row_logprobs(agent.model, b.gen, rows, agent.temperature(algo.temperature), agent.device,
                                               shares_prompt(agent.model, algo.share_prompt), with_entropy=True,
@@ -338,7 +352,7 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
     def _update(self, i: int, b: Batch) -> dict[str, float]:
         """`ppo_epochs` passes over `num_mini_batches` shuffled mini-batches of agent i's rows, one
         optimizer step each (the module docstring, step 4); the policy's metrics."""
-        algo, agent, critic = self.algo, self.policies[i], self.critics[i]
+        algo, agent, critic = self.algo, self.policies[i], self.critic(i)
         opt, sch, copt, csch = (self.optimizers[i], self.schedulers[i], self.critic_optimizers[i],
                                 self.critic_schedulers[i])
         policy_loss, aggregate = POLICY_LOSSES[algo.loss], LOSS_AGG[algo.loss_agg]
@@ -393,7 +407,7 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
         scale = (algo.ppo_epochs * algo.num_mini_batches) / max(n_updates, 1)
         out = {k: v * scale for k, v in sums.items()}
         out["grad_norm"] = sums["grad_norm"] / max(n_updates, 1)
-        out.update({"lr": sch.get_last_lr()[0], "ppo_epochs_run": float(epochs_run)})
+        out.update({"lr": float(sch.get_last_lr()[0]), "ppo_epochs_run": float(epochs_run)})
         return out
 
     # -- checkpoint state -------------------------------------------------------------------------------

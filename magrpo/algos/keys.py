@@ -4,6 +4,7 @@ means one thing, with one default and one check, wherever it appears."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from magrpo.algos.aggregation import LOSS_AGG
@@ -67,4 +68,10 @@ def reward_kind(algo: AlgoConfig) -> str:
     """The reward an algorithm's credit is computed from: `algo.reward` when its schema composes
     RewardKeys (team or individual), else "team" (an algorithm without the key trains on the team's
     reward by construction). The one place that asks whether the key is there."""
-    return algo.reward if isinstance(algo, RewardKeys) else "team"
+    if isinstance(algo, RewardKeys):
+        return algo.reward
+    if isinstance(algo, Mapping) and "reward" in algo:
+        # validation asks before the config is instances: the algorithm's typed node
+        # (magrpo.validation.checks.check_individual_reward)
+        return str(algo["reward"])
+    return "team"

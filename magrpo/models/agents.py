@@ -283,7 +283,7 @@ def _load_model(spec: ModelSchema, path: str, device: torch.device, safetensors_
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
     with hub.quiet_bars("transformers"):        # one "Loading weights" bar per agent is noise
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model.to(device)
 
 
@@ -463,7 +463,7 @@ def _saved_weights(agent: Agent, src: Path, files: list[Path]) -> list[Path]:
         allowed = {src / ADAPTER_WEIGHTS, src / (agent.adapter or "default") / ADAPTER_WEIGHTS}
         ok, what = (lambda f: f in allowed), f"a LoRA adapter's {ADAPTER_WEIGHTS}"
     else:
-        ok, what = (lambda f: f.parent == src and _MODEL_WEIGHTS.fullmatch(f.name)), "model.safetensors or its shards"
+        ok, what = (lambda f: f.parent == src and bool(_MODEL_WEIGHTS.fullmatch(f.name))), "model.safetensors or its shards"
     other = [f for f in files if not ok(f)]
     if other:
         raise CheckpointError(src, f"refused weights: {other[0].relative_to(src).as_posix()} is not a file that "
@@ -490,9 +490,9 @@ def load_agent_weights(agent: Agent, src: Path) -> None:
             return
         missing, unexpected = agent.model.load_state_dict(state, strict=False)
     except RuntimeError as e:       # a tensor of another shape
-        first = str(e).strip().splitlines()
+        lines = str(e).strip().splitlines()
         raise SetupError(f"the weights under {src} do not fit {agent.name}: "
-                         f"{' '.join(x.strip() for x in first[:3])[:300]}") from None
+                         f"{' '.join(x.strip() for x in lines[:3])[:300]}") from None
     # Tied embeddings are saved once; everything else must match.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:

@@ -31,6 +31,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import overload
 
 import torch
 from transformers import LogitsProcessorList
@@ -395,6 +396,15 @@ def with_context(base: str | list[dict[str, str]], extend: Callable[[str], str])
     if isinstance(base, str):
         return extend(base)
     return [*base[:-1], {**base[-1], "content": extend(base[-1]["content"])}]
+
+
+@overload
+def chain_prompt(task: Task, item: dict, agent: int, base: str, others: dict[int, str]) -> str: ...
+
+
+@overload
+def chain_prompt(task: Task, item: dict, agent: int, base: list[dict[str, str]],
+                 others: dict[int, str]) -> list[dict[str, str]]: ...
 
 
 def chain_prompt(task: Task, item: dict, agent: int, base: str | list[dict[str, str]],
