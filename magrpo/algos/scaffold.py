@@ -22,7 +22,7 @@ import functools
 import time
 from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, NamedTuple, TypeGuard, TypeVar
 
 import torch
 
@@ -171,9 +171,9 @@ class TeamAlgorithm(Generic[A]):
     """Set-up, collection, per-policy assembly and optimizer state shared by every algorithm.
 
     Generic over the algorithm's `algo` schema: a subclass names it (`class IPPO(TeamAlgorithm[IPPOConfig])`)
-    and sets `config_schema` to it, so `self.algo` is that schema's instance (`self.algo.vf_coef`);
-    a subclass of an algorithm whose schema adds keys declares `algo: ItsConfig` beside its
-    `config_schema` (checked when it is built). Subclasses set `form = "single"` for one model
+    and sets `config_schema` to it, so `self.algo` is that schema's instance (`self.algo.vf_coef`;
+    checked when it is built: `reads`); a subclass of an algorithm whose schema adds keys declares
+    `algo: ItsConfig` beside its `config_schema`. Subclasses set `form = "single"` for one model
     writing the whole answer, and write `step` as advantages, then update. `build_critics` (an actor-critic method's
     critics, each with its optimizer: `critic_parts`), `steps_per_update` (optimizer steps per
     training step, for the learning-rate schedule) and `extra_parameters` (what trains with a
@@ -181,7 +181,7 @@ class TeamAlgorithm(Generic[A]):
     `load_extra_state` carry what else a checkpoint must hold.
     """
 
-    config_schema: type[A]           # the `algo` schema, set by each algorithm (a class attribute)
+    config_schema: ClassVar[type[AlgoConfig]] = AlgoConfig    # the `algo` schema, set by each algorithm
     form: ClassVar[str] = "multi"
     name: ClassVar[str]
     # whether its credit comes from `Episode.returns` (so `algo.signal_bonus` and the diversity term reach it)
@@ -191,11 +191,15 @@ class TeamAlgorithm(Generic[A]):
     def team(cls, cfg: RunConfig) -> TeamSpec:
         return TeamSpec.of(cfg, cls.form)
 
+    def reads(self, algo: AlgoConfig) -> TypeGuard[A]:
+        """Whether `algo` is this algorithm's config: an instance of its `config_schema`."""
+        return isinstance(algo, type(self).config_schema)
+
     def __init__(self, cfg: RunConfig, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
         """`specs`: the step's sampling, turns and feedback as the training loop built them (None:
         built here from the config, for an algorithm used without the loop)."""
         algo = cfg.algo
-        if not isinstance(algo, self.config_schema):
+        if not self.reads(algo):
             raise TypeError(f"{type(self).__name__} reads an algo config of {self.config_schema.__name__}; this "
                             f"config's algo (algo.name={algo.name!r}) is a {type(algo).__name__}")
         self.cfg, self.algo, self.agents, self.task = cfg, algo, agents, task
