@@ -319,4 +319,5 @@ class MAAC(IAC):
     """CoLLM-CC: centralized actor-critic, one turn-level critic of the team on the joint history."""
 
     config_schema = MAACConfig
+    algo: MAACConfig           # its config_schema's instance (checked when built: TeamAlgorithm.reads)
     centralized = True

@@ -41,7 +41,7 @@ class ATGRPOConfig(MAGRPOConfig):
 @register_algo("at_grpo")
 class ATGRPO(MAGRPO):
     config_schema = ATGRPOConfig
-    algo: ATGRPOConfig          # its config_schema's instance (checked when built: TeamAlgorithm)
+    algo: ATGRPOConfig          # its config_schema's instance (checked when built: TeamAlgorithm.reads)
 
     def __init__(self, cfg: RunConfig, agents: list[Agent], task: Task, specs: StepSpecs | None = None) -> None:
         super().__init__(cfg, agents, task, specs)

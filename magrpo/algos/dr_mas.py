@@ -49,7 +49,7 @@ class DrMAS(MAGRPO):
     # annotated: DrMASConfig's constructor takes RewardKeys' key first, so mypy would not take the
     # class where MAGRPO's (inferred, as a constructor) type[MAGRPOConfig] stands
     config_schema: ClassVar[type[DrMASConfig]] = DrMASConfig
-    algo: DrMASConfig           # its config_schema's instance (checked when built: TeamAlgorithm)
+    algo: DrMASConfig           # its config_schema's instance (checked when built: TeamAlgorithm.reads)
 
     def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
         if self.algo.normalization == "global":

@@ -52,6 +52,7 @@ def joint_context(prompts: list[str], answers: list[str | list[int]], agent: int
 @register_algo("mappo")
 class MAPPO(IPPO):
     config_schema = MAPPOConfig
+    algo: MAPPOConfig          # its config_schema's instance (checked when built: TeamAlgorithm.reads)
     centralized = True
 
     def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from magrpo.config.groups import FeedbackConfig
-from magrpo.core.instances import as_data, instance, select
+from magrpo.core.instances import as_data, instance
 from magrpo.core.registry import Registry, registrar
 from magrpo.core.schema import ConfigError
 
@@ -155,7 +155,8 @@ class DiscussionFeedback(Feedback):
 def build_feedback(cfg: FeedbackConfig | Mapping[str, object] | None, task: Any) -> Feedback:
     """The mode `cfg.mode` names (none when `cfg` is empty), configured by `cfg`: the validated
     `feedback` node, or a plain dict such as {"mode": "plain"}."""
-    mode = select(cfg, "mode") or "none"
+    # a dict without a mode, or None: FeedbackConfig's own (none)
+    mode = cfg.mode if isinstance(cfg, FeedbackConfig) else str((cfg or {}).get("mode") or FeedbackConfig.mode)
     if mode not in FEEDBACKS:
         raise ValueError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
     return FEEDBACKS[mode](cfg, task)
