@@ -53,6 +53,7 @@ from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
+from magrpo.config.run import RunConfig
 from magrpo.core.schema import ConfigError, option
 from magrpo.models import distributed
 from magrpo.models.agents import Agent
@@ -106,14 +107,14 @@ class CriticBatch:
 
 
 @register_algo("iac")
-class IAC(TeamAlgorithm):
+class IAC(TeamAlgorithm[IACConfig]):
     """CoLLM-DC: decentralized actor-critic, one turn-level critic per policy on the agent's own history."""
 
     config_schema = IACConfig
     centralized = False
 
     @classmethod
-    def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
+    def check_config(cls, cfg: RunConfig, task_cls: type[Task]) -> None:
         if cfg.algo.beta > 0:
             raise ConfigError(f"algo.beta={cfg.algo.beta} is not used by algo={cls.name}: its actor follows the TD "
                               f"error alone, with no KL term; set algo.beta=0")
@@ -191,7 +192,8 @@ class IAC(TeamAlgorithm):
         texts: dict[int, list[str]] = {c: [] for c in range(len(self.critics))}
         targets: dict[int, list[torch.Tensor]] = {c: [] for c in range(len(self.critics))}
         # V(h_t) of every group of every turn, per agent (maac: the same for every agent)
-        values, inputs = {}, {}
+        values: dict[tuple[int, int], torch.Tensor] = {}
+        inputs: dict[tuple[int, int], list[str]] = {}
         for t, lv in enumerate(levels):
             for agent in self.agents:
                 i, c = agent.index, self.critic_of(agent)
@@ -207,7 +209,7 @@ class IAC(TeamAlgorithm):
                 S = lv.per_item(i)
                 G = lv.samples[i].num_generations
                 r = lv.rewards if algo.reward == "team" else ep.turn_shares(lv, i)           # [B_t, J]
-                nxt = self.next_values(lv, child, values.get((t + 1, i)), i) if child is not None else torch.zeros_like(r)
+                nxt = self.next_values(lv, child, values[t + 1, i], i) if child is not None else torch.zeros_like(r)
                 y_nodes = r + algo.discount * nxt                                                # [B_t, J]
                 y = credit(y_nodes, lv.joint, i, S, algo.cross_credit)                           # [B_t, S]
                 baseline = self.state_value(lv, values[t, i], i).view_as(y)
@@ -299,7 +301,7 @@ class IAC(TeamAlgorithm):
             agent.model.train()
         stats["grad_norm"] = clip_and_step(agent.trainable_parameters() + self.extra_parameters(p), optimizer,
                                            scheduler, self.cfg.optimizer.max_grad_norm)
-        stats.update({"lr": scheduler.get_last_lr()[0], "kl": 0.0})
+        stats.update({"lr": float(scheduler.get_last_lr()[0]), "kl": 0.0})
         return stats
 
     @update_phase
@@ -317,4 +319,5 @@ class MAAC(IAC):
     """CoLLM-CC: centralized actor-critic, one turn-level critic of the team on the joint history."""
 
     config_schema = MAACConfig
+    algo: MAACConfig           # its config_schema's instance (checked when built: TeamAlgorithm.reads)
     centralized = True

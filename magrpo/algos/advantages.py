@@ -59,8 +59,8 @@ def _batch_std(A: torch.Tensor, R: torch.Tensor) -> torch.Tensor:
 # A scale maps (advantages, returns), both [..., G], to scaled advantages (register_scale).
 ADVANTAGE_SCALES: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
     "advantage scale", "algo.scale")
-for _name, _fn in {"none": _no_scale, "group": _group_std, "batch": _batch_std}.items():
-    ADVANTAGE_SCALES.register(_name, _fn)
+for _scale_name, _scale in {"none": _no_scale, "group": _group_std, "batch": _batch_std}.items():
+    ADVANTAGE_SCALES.register(_scale_name, _scale)
 
 
 def advantages(returns: torch.Tensor, estimator: str = "mean", scale: str = "none") -> torch.Tensor:

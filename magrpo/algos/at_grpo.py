@@ -20,13 +20,13 @@ with no intermediate reward) every prefix is continued. With one turn AT-GRPO is
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 
 from magrpo.algos.base import StepSpecs, register_algo
 from magrpo.algos.magrpo import MAGRPO, MAGRPOConfig
 from magrpo.algos.scaffold import Episode
+from magrpo.config.run import RunConfig
 from magrpo.core.schema import option
 from magrpo.models.agents import Agent
 from magrpo.tasks import Task
@@ -41,8 +41,9 @@ class ATGRPOConfig(MAGRPOConfig):
 @register_algo("at_grpo")
 class ATGRPO(MAGRPO):
     config_schema = ATGRPOConfig
+    algo: ATGRPOConfig          # its config_schema's instance (checked when built: TeamAlgorithm.reads)
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None) -> None:
+    def __init__(self, cfg: RunConfig, agents: list[Agent], task: Task, specs: StepSpecs | None = None) -> None:
         super().__init__(cfg, agents, task, specs)
         self.turns = replace(self.turns, branch=self.algo.branch)     # its tree sampling (module docstring)
 

@@ -28,9 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from magrpo.algos.diversity import Diversity
+from magrpo.config.groups import AlgoConfig
+from magrpo.config.run import RunConfig
 from magrpo.core.registry import Registry, registrar
 from magrpo.models.agents import SHARED_POLICY, Agent
 from magrpo.rollout.feedback import Feedback, build_feedback
@@ -68,7 +70,7 @@ class TeamSpec:
         return [SHARED_POLICY] if self.shared else [f"agent_{i + 1}" for i in range(self.num_agents)]
 
     @classmethod
-    def of(cls, cfg: Any, form: str) -> TeamSpec:
+    def of(cls, cfg: RunConfig, form: str) -> TeamSpec:
         n = 1 if form == "single" else cfg.agents.num_agents
         return cls(num_agents=n, form=form, reference=cfg.algo.beta > 0,
                    shared=cfg.agents.share_policy and n > 1)
@@ -86,7 +88,7 @@ class StepSpecs:
     feedback: Feedback
 
     @classmethod
-    def of(cls, cfg: Any, task: Task) -> StepSpecs:
+    def of(cls, cfg: RunConfig, task: Task) -> StepSpecs:
         return cls(Sampling.from_algo(cfg.algo), TurnSpec.from_algo(cfg.algo), build_feedback(cfg.feedback, task))
 
 
@@ -107,12 +109,12 @@ class StepInput:
 
 class Algorithm(Protocol):
     name: ClassVar[str]
-    config_schema: ClassVar[type]
+    config_schema: ClassVar[type[AlgoConfig]]
 
     @classmethod
-    def team(cls, cfg: Any) -> TeamSpec: ...
+    def team(cls, cfg: RunConfig) -> TeamSpec: ...
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None) -> None: ...
+    def __init__(self, cfg: RunConfig, agents: list[Agent], task: Task, specs: StepSpecs | None = None) -> None: ...
 
     def step(self, inp: StepInput) -> dict[str, float]: ...
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 import torch
 
@@ -40,6 +39,7 @@ from magrpo.algos.group_relative import GroupRelativeAlgorithm, GroupRelativeCon
 from magrpo.algos.losses import POLICY_LOSSES
 from magrpo.algos.scaffold import Episode
 from magrpo.algos.step_metrics import reward_metrics
+from magrpo.config.run import RunConfig
 from magrpo.core.schema import ConfigError, at_least, option
 from magrpo.models.agents import Agent
 from magrpo.rollout.record import Generation, Rollout, Sampling, chain_prompt, generate, team_budget
@@ -102,20 +102,21 @@ def counterfactual_rollouts(agents: list[Agent], task: Task, items: list[dict],
 
 
 @register_algo("c3")
-class C3(GroupRelativeAlgorithm):
+class C3(GroupRelativeAlgorithm[C3Config]):
     config_schema = C3Config
 
     @classmethod
-    def check_config(cls, cfg: Any, task_cls: type[Task]) -> None:
+    def check_config(cls, cfg: RunConfig, task_cls: type[Task]) -> None:
         a = cfg.algo
-        for key, bad, why in [("topology", a.topology != "sequential",
-                               "it credits each decision of a chain by replaying the agents after it; a "
-                               "simultaneous team has no 'after' (set algo.topology=sequential)"),
-                              ("num_turns", a.num_turns != 1, "its counterfactuals replay one turn of the chain"),
-                              ("branching", a.branching is not None,
-                               "it samples algo.num_generations alternatives per decision")]:
+        for key, value, bad, why in [("topology", a.topology, a.topology != "sequential",
+                                      "it credits each decision of a chain by replaying the agents after it; a "
+                                      "simultaneous team has no 'after' (set algo.topology=sequential)"),
+                                     ("num_turns", a.num_turns, a.num_turns != 1,
+                                      "its counterfactuals replay one turn of the chain"),
+                                     ("branching", a.branching, a.branching is not None,
+                                      "it samples algo.num_generations alternatives per decision")]:
             if bad:
-                raise ConfigError(f"algo.{key}={a[key]} does not apply to algo=c3: {why}; "
+                raise ConfigError(f"algo.{key}={value} does not apply to algo=c3: {why}; "
                                   f"leave it at its default")
 
     def collect(self, inp: StepInput) -> Episode:

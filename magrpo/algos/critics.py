@@ -1,6 +1,7 @@
 """Critics: learned values for the actor-critic algorithms.
 
 - `ValueHead`: V = w . h + b on a hidden state, zero-initialised (the critic starts at V = 0).
+- `CriticModule`: what every critic is to the set-up (its kind and its head).
 - `Critic`: per-token values of an agent's completion tokens (IPPO, MAPPO, PPO: GAE over tokens),
   a head on the actor's own backbone or a separate model.
 - `TeamCritic`: one separate model for the whole team with a ValueHead per agent: each agent's
@@ -62,7 +63,16 @@ def _backbone(critic_model: str, device):
     return tokenizer, model
 
 
-class Critic(torch.nn.Module):
+class CriticModule(torch.nn.Module):
+    """What the set-up (magrpo.algos.scaffold.TeamAlgorithm) knows of every critic: its `kind` (`head`:
+    a ValueHead on a policy's backbone, trained in that policy's update; `model`: a separate backbone
+    with its own optimizer) and its ValueHead `head`."""
+
+    kind: str
+    head: ValueHead
+
+
+class Critic(CriticModule):
     """Per-token values of one agent's completion tokens.
 
     `head`: a ValueHead on the agent's own backbone (trained with the actor, LoRA adapter included).
@@ -129,7 +139,7 @@ class TeamCritic(torch.nn.Module):
         return hidden
 
 
-class TurnCritic(torch.nn.Module):
+class TurnCritic(CriticModule):
     """One value per text: V(h) (or Q(h, a) when the text holds the answer too), read by a ValueHead
     at the text's last token.
 

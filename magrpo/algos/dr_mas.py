@@ -23,6 +23,7 @@ team, whose later agents' samples of an item span several prefixes.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -45,7 +46,10 @@ class DrMASConfig(MAGRPOConfig, RewardKeys):
 
 @register_algo("dr_mas")
 class DrMAS(MAGRPO):
-    config_schema = DrMASConfig
+    # annotated: DrMASConfig's constructor takes RewardKeys' key first, so mypy would not take the
+    # class where MAGRPO's (inferred, as a constructor) type[MAGRPOConfig] stands
+    config_schema: ClassVar[type[DrMASConfig]] = DrMASConfig
+    algo: DrMASConfig           # its config_schema's instance (checked when built: TeamAlgorithm.reads)
 
     def group_advantages(self, agent: Agent, ep: Episode, returns: list[torch.Tensor]) -> torch.Tensor:
         if self.algo.normalization == "global":

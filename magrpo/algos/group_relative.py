@@ -20,6 +20,7 @@ then one clipped optimizer step per pass.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 import torch
 
@@ -56,7 +57,11 @@ class GroupRelativeConfig(AlgoConfig, LossKeys, ClipKeys, EntropyKeys):
         check_ratio_loss(node, prefix, n, f"{prefix}num_iterations={n}", f"{prefix}num_iterations=1")
 
 
-class GroupRelativeAlgorithm(TeamAlgorithm):
+# A group-relative algorithm's `algo` schema.
+G = TypeVar("G", bound=GroupRelativeConfig)
+
+
+class GroupRelativeAlgorithm(TeamAlgorithm[G]):
     """A team algorithm whose update is `_update` below (MAGRPO and its family, C3): each subclass
     adds only how it samples and how it sets the advantages."""
 
@@ -119,6 +124,6 @@ class GroupRelativeAlgorithm(TeamAlgorithm):
         # on-policy REINFORCE (k = 1) logs 0 for a key set that is the same for every run.
         # approx_kl: k3 estimate of KL(pi_old || pi) over the passes that follow an update.
         return {"loss": totals["loss"] / k, "policy_loss": totals["policy_loss"] / k, "kl": totals["kl"] / k,
-                "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": scheduler.get_last_lr()[0],
+                "entropy": totals["entropy"], "grad_norm": totals["grad_norm"] / k, "lr": float(scheduler.get_last_lr()[0]),
                 "clip_frac": totals["clip_frac"] / (k - 1) if k > 1 else 0.0,
                 "approx_kl": totals["approx_kl"] / (k - 1) if k > 1 else 0.0}

@@ -18,4 +18,5 @@ class GRPOConfig(MAGRPOConfig):
 @register_algo("grpo")
 class GRPO(MAGRPO):
     config_schema = GRPOConfig
+    algo: GRPOConfig           # its config_schema's instance (checked when built: TeamAlgorithm.reads)
     form = "single"

@@ -61,6 +61,7 @@ from magrpo.algos.losses import POLICY_LOSSES, AdaptiveKLController, clipped_val
 from magrpo.algos.optim import clip_and_step
 from magrpo.algos.scaffold import CriticParts, Episode, TeamAlgorithm
 from magrpo.algos.step_metrics import update_phase
+from magrpo.config.run import RunConfig
 from magrpo.core.schema import at_least, option, positive, within
 from magrpo.models import distributed
 from magrpo.models.agents import Agent
@@ -212,22 +213,28 @@ def critic_values(critic: Critic, agent: Agent, gen: Generation, inputs: CriticI
     return tail.gather(1, at)
 
 
-def recorded(gen: Generation, temperature: float, hidden: bool) -> bool:
-    """Whether the decoding pass recorded what the rollout pass would compute: log-probs at this
-    temperature of every row (and the hidden states, when `hidden`)."""
+def recorded(gen: Generation, temperature: float, hidden: bool) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """What the decoding pass recorded, where it is what the rollout pass would compute: (log-probs
+    at this temperature of every row, the hidden states when `hidden`, else None); None where it
+    recorded less."""
     shape = tuple(gen.completion_ids.shape)
-    return (gen.logprobs is not None and tuple(gen.logprobs.shape) == shape
-            and gen.logprobs_temperature == temperature
-            and (not hidden or gen.hidden is not None and tuple(gen.hidden.shape[:2]) == shape))
+    logprobs, states = gen.logprobs, gen.hidden
+    if logprobs is None or tuple(logprobs.shape) != shape or gen.logprobs_temperature != temperature:
+        return None
+    if not hidden:
+        return logprobs, None
+    if states is None or tuple(states.shape[:2]) != shape:
+        return None
+    return logprobs, states
 
 
 @register_algo("ippo")
-class IPPO(TeamAlgorithm):
+class IPPO(TeamAlgorithm[IPPOConfig]):
     config_schema = IPPOConfig
     reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
     centralized = False
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
+    def __init__(self, cfg: RunConfig, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
         super().__init__(cfg, agents, task, specs)
         self.kl_ctl = self.make_kl_controller()
         # The decoding pass records the rollout policy's log-probs (and, for a head critic on the
@@ -252,7 +259,14 @@ class IPPO(TeamAlgorithm):
     def policy_critic(self, policy: int) -> Critic | None:
         """The critic that trains in policy `policy`'s PPO epochs (its value loss beside the
         surrogate): its own. None: a critic that trains apart (MAPPO's team critic)."""
-        return self.critics[policy]
+        return self.critic(policy)
+
+    def critic(self, policy: int) -> Critic:
+        """Policy `policy`'s critic: a Critic (per-token values), as build_critics builds it."""
+        critic = self.critics[policy]
+        if not isinstance(critic, Critic):
+            raise TypeError(f"{type(self).__name__}: critic {policy} is a {type(critic).__name__}, not a Critic")
+        return critic
 
     def make_kl_controller(self) -> AdaptiveKLController:
         return AdaptiveKLController(self.algo.beta, None, 1)   # IPPO: a fixed coefficient
@@ -268,8 +282,8 @@ class IPPO(TeamAlgorithm):
     def step(self, inp: StepInput) -> dict[str, float]:
         ep = self.collect(inp)
         for p, policy, gen, R in self.policy_batches(ep, lambda agent: self.role_returns(agent, ep)):
-            texts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p, ep.seat) for lv in ep.levels()]
-            texts = None if texts[0] is None else [t for part in texts for t in part]
+            parts = [self.critic_prompts(lv, a.index) for a in self.trained_roles(p, ep.seat) for lv in ep.levels()]
+            texts = None if parts[0] is None else [t for part in parts if part is not None for t in part]
             batch, stats = self._prepare(p, gen, R, texts)        # values, GAE advantages, returns
             stats.update(self._update(p, batch))                   # PPO epochs
             self.log_policy(ep, policy, stats)
@@ -291,7 +305,7 @@ class IPPO(TeamAlgorithm):
 
     @update_phase
     @torch.no_grad()
-    def _prepare(self, i: int, gen: Generation, R: torch.Tensor, texts: list[str] | None,
+    def _prepare(self, i: int, gen: Generation, R: torch.Tensor, texts: list[tuple[str, list[str | list[int]]]] | None,
                  values: torch.Tensor | None = None) -> tuple[Batch, dict[str, float]]:
         """Rollout log-probs, values, per-token rewards, GAE advantages and returns of agent i's
         completions `gen` with returns R (one per row); `texts`: what the critic reads (None: the
@@ -307,12 +321,13 @@ class IPPO(TeamAlgorithm):
         share = shares_prompt(agent.model, algo.share_prompt)
         temperature = agent.temperature(algo.temperature)
         head_values = critic is not None and critic.kind == "head" and texts is None   # from the actor's hidden states
-        if recorded(gen, temperature, head_values):
+        if (rec := recorded(gen, temperature, head_values)) is not None:
             # the decoding pass's own log-probs (and hidden states): equal to a forward's up to the
             # order of float additions (magrpo.models.sampler.sample_shared_prompt)
-            old_logp = gen.logprobs.to(dev)
-            if head_values:
-                old_values = critic.head(gen.hidden.to(dev))
+            logprobs, states = rec
+            old_logp = logprobs.to(dev)
+            if states is not None:                       # head_values
+                old_values = critic.head(states.to(dev))
         elif head_values:                                # one pass gives the log-probs and the head's values
             outs = [row_logprobs(agent.model, gen, mb, temperature, dev, share, with_hidden=True) for mb in chunks]
             old_logp = torch.cat([o[0] for o in outs])
@@ -431,7 +446,7 @@ class IPPO(TeamAlgorithm):
         scale = (algo.ppo_epochs * algo.num_mini_batches) / max(n_updates, 1)
         out = {k: v * scale for k, v in sums.items()}
         out["grad_norm"] = sums["grad_norm"] / max(n_updates, 1)
-        out.update({"lr": sch.get_last_lr()[0], "ppo_epochs_run": float(epochs_run)})
+        out.update({"lr": float(sch.get_last_lr()[0]), "ppo_epochs_run": float(epochs_run)})
         return out
 
     # -- checkpoint state -------------------------------------------------------------------------------

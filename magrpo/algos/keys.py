@@ -4,10 +4,12 @@ means one thing, with one default and one check, wherever it appears."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from magrpo.algos.aggregation import LOSS_AGG
 from magrpo.algos.losses import POLICY_LOSSES
+from magrpo.config.groups import AlgoConfig
 from magrpo.core.schema import ConfigError, at_least, option, positive
 
 
@@ -62,8 +64,14 @@ def check_ratio_loss(node, prefix: str, steps: int, keys: str, one_step: str) ->
                           f"({keys}); set {prefix}loss=clip or gspo, or {one_step}")
 
 
-def reward_kind(algo) -> str:
+def reward_kind(algo: AlgoConfig) -> str:
     """The reward an algorithm's credit is computed from: `algo.reward` when its schema composes
     RewardKeys (team or individual), else "team" (an algorithm without the key trains on the team's
     reward by construction). The one place that asks whether the key is there."""
-    return getattr(algo, "reward", "team")      # an algorithm without the key trains on the team reward
+    if isinstance(algo, RewardKeys):
+        return algo.reward
+    if isinstance(algo, Mapping) and "reward" in algo:
+        # validation asks before the config is instances: the algorithm's typed node
+        # (magrpo.validation.checks.check_individual_reward)
+        return str(algo["reward"])
+    return "team"

@@ -41,9 +41,9 @@ def _concat_forward(model, prompt_ids, prompt_mask, completion_ids, completion_m
         # a value head on the LM's hidden states needs none of it (one column, dropped).
         kwargs.update(logits_to_keep=C + 1 if logits else 1, output_hidden_states=with_hidden)
     out = model(**kwargs)
-    logits = out.logits[:, :-1] if lm and logits else None
+    token_logits = out.logits[:, :-1] if lm and logits else None
     hidden = _last_hidden(out)[:, P - 1:-1] if with_hidden or not lm else None
-    return logits, hidden
+    return token_logits, hidden
 
 
 def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids, completion_mask, with_hidden,
@@ -58,7 +58,7 @@ def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids
     cache = output_cache(first)
     cache.batch_select_indices(prompt_index)          # differentiable gather: [U, ...] -> [n, ...]
     want_logits = lm and logits
-    logits = first.logits[:, -1:][prompt_index] if want_logits else None
+    token_logits = first.logits[:, -1:][prompt_index] if want_logits else None
     hidden = _last_hidden(first)[:, -1:][prompt_index] if with_hidden or not lm else None
     if completion_ids.shape[1] > 1:
         c_mask = completion_mask[:, :-1].to(prompt_mask.dtype)
@@ -68,11 +68,11 @@ def _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids
         head = {"output_hidden_states": with_hidden, **({} if want_logits else {"logits_to_keep": 1})} if lm else {}
         rest = model(input_ids=completion_ids[:, :-1], attention_mask=attn, position_ids=c_pos,
                      use_cache=True, **{cache_keyword(model): cache}, **head)
-        if want_logits:
-            logits = torch.cat([logits, rest.logits], dim=1)
+        if token_logits is not None:
+            token_logits = torch.cat([token_logits, rest.logits], dim=1)
         if hidden is not None:
             hidden = torch.cat([hidden, _last_hidden(rest)], dim=1)
-    return logits, hidden
+    return token_logits, hidden
 
 
 def sequence_forward(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import torch
 
+from magrpo.config.groups import AlgoConfig
 from magrpo.core.registry import Registry, registrar
+from magrpo.core.schema import ConfigError
 from magrpo.models import distributed
 
 
@@ -51,10 +53,32 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     return ((logp - old_logp) * mask).sum(-1) / mask.sum(-1).clamp(min=1)
 
 
-def clip_range(algo: Any) -> tuple[float, float]:
+@runtime_checkable
+class ClipRange(Protocol):
+    """An `algo` schema with a clip range: keys.ClipKeys's `epsilon` (the PPO family's, symmetric).
+    Its schemas compose ClipKeys (magrpo.algos.keys), which reads this module's registry: so the
+    losses name its keys by their shape."""
+
+    epsilon: float
+
+
+@runtime_checkable
+class ClipHigher(ClipRange, Protocol):
+    """A clip range with DAPO's clip-higher: the group-relative update's `epsilon_high`
+    (group_relative.GroupRelativeConfig)."""
+
+    epsilon_high: float
+
+
+def clip_range(algo: AlgoConfig) -> tuple[float, float]:
     """(eps_low, eps_high): `algo.epsilon`, and `algo.epsilon_high` where the algorithm has that key
     (the group-relative update's clip-higher); the PPO family clips symmetrically."""
-    return algo.epsilon, getattr(algo, "epsilon_high", algo.epsilon)
+    if isinstance(algo, ClipHigher):
+        return algo.epsilon, algo.epsilon_high
+    if isinstance(algo, ClipRange):
+        return algo.epsilon, algo.epsilon
+    raise ConfigError(f"algo={algo.name} has no clip range (algo.epsilon), and its algo.loss clips an importance "
+                      f"ratio (clip, gspo); choose algo.loss=reinforce")
 
 
 # --- policy losses ---------------------------------------------------------------------------------
@@ -91,7 +115,8 @@ def sequence_advantage(adv: torch.Tensor) -> torch.Tensor:
     return adv[:, 0]
 
 
-def _reinforce_loss(logp, old_logp, adv, mask, algo):
+def _reinforce_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+                    algo: AlgoConfig) -> tuple[torch.Tensor, PolicyLossInfo]:
     """The plain policy gradient (REINFORCE with a baseline: MAGRPO's on-policy loss, the
     actor-critic methods' -delta log pi):
         L_t = -A_t * log pi(y_t | x, y_<t),   grad L_t = -A_t * grad log pi.
@@ -99,7 +124,8 @@ def _reinforce_loss(logp, old_logp, adv, mask, algo):
     return -adv * logp, PolicyLossInfo.of(logp, old_logp)
 
 
-def _clip_loss(logp, old_logp, adv, mask, algo):
+def _clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+               algo: AlgoConfig) -> tuple[torch.Tensor, PolicyLossInfo]:
     """PPO's token-level clipped surrogate (Schulman et al., arXiv 1707.06347), with DAPO's
     clip-higher (Yu et al., arXiv 2503.14476, eq. 8-10: eps_high > eps_low keeps low-probability
     tokens free to rise):
@@ -109,7 +135,8 @@ def _clip_loss(logp, old_logp, adv, mask, algo):
     return loss, PolicyLossInfo.of(logp, old_logp, clipped)
 
 
-def _gspo_loss(logp, old_logp, adv, mask, algo):
+def _gspo_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+               algo: AlgoConfig) -> tuple[torch.Tensor, PolicyLossInfo]:
     """GSPO's sequence-level clipped loss (Zheng et al., arXiv 2507.18071, eq. 5-7): one ratio per
     completion y, the geometric mean of its token ratios,
         s(y) = exp( (1/|y|) * sum_t [log pi(y_t) - log pi_old(y_t)] ),
@@ -122,7 +149,7 @@ def _gspo_loss(logp, old_logp, adv, mask, algo):
     return seq_loss.unsqueeze(-1).expand_as(logp), PolicyLossInfo.of(logp, old_logp, clipped.unsqueeze(-1).expand_as(logp))
 
 
-PolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, Any],
+PolicyLoss = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, AlgoConfig],
                       tuple[torch.Tensor, PolicyLossInfo]]
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss", "algo.loss")
 for _name, _fn in {"reinforce": _reinforce_loss, "clip": _clip_loss, "gspo": _gspo_loss}.items():

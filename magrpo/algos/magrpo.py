@@ -62,6 +62,7 @@ from magrpo.algos.keys import CrossCreditKeys, reward_kind
 from magrpo.algos.scaffold import Episode, group_items
 from magrpo.core.schema import at_least, option
 from magrpo.models.agents import Agent
+from magrpo.rollout.record import Rollout
 from magrpo.rollout.turns import select_prompts
 
 
@@ -81,7 +82,7 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer: int, factor: f
 
 
 @register_algo("magrpo")
-class MAGRPO(GroupRelativeAlgorithm):
+class MAGRPO(GroupRelativeAlgorithm[MAGRPOConfig]):
     config_schema = MAGRPOConfig
     reads_returns = True        # algo.signal_bonus: magrpo/algos/signalling.py
 
@@ -107,7 +108,7 @@ class MAGRPO(GroupRelativeAlgorithm):
         algo = self.algo
         returns = ep.returns(agent.index, algo.discount, reward_kind(algo), algo.cross_credit)
         if algo.overlong_penalty > 0:
-            max_len = (agent.sampling or {}).get("max_new_tokens", algo.max_new_tokens)
+            max_len = agent.max_new_tokens(algo.max_new_tokens)
             returns = [R + overlong_penalty(lv.samples[agent.index].lengths, max_len, algo.overlong_buffer,
                                             algo.overlong_penalty).view_as(R)
                        for R, lv in zip(returns, ep.levels())]
@@ -161,7 +162,7 @@ class MAGRPO(GroupRelativeAlgorithm):
         return kept
 
     @staticmethod
-    def informative_items(root) -> list[int]:
+    def informative_items(root: Rollout) -> list[int]:
         """Items of a scored tree with at least one sibling set whose rewards differ."""
         out = set()
         for lv, items in zip(root.levels(), group_items(root)):

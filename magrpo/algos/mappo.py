@@ -192,6 +192,7 @@ def team_values(critic: TeamCritic, reads: TeamReads, rows: torch.Tensor, widths
 @register_algo("mappo")
 class MAPPO(IPPO):
     config_schema = MAPPOConfig
+    algo: MAPPOConfig          # its config_schema's instance (checked when built: TeamAlgorithm.reads)
     centralized = True
 
     @property

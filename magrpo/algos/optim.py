@@ -10,11 +10,13 @@ from typing import Any
 
 import torch
 
+from magrpo.config.run import RunConfig
+from magrpo.config.schemas import OptimizerSchema
 from magrpo.models import distributed
 from magrpo.models.agents import set_keys
 
 
-def agent_optimizer(cfg: Any, agent: int) -> Any:
+def agent_optimizer(cfg: RunConfig, agent: int) -> OptimizerSchema:
     """The `optimizer` settings of agent `agent` (0-based): the shared group with the non-null keys
     of agents.models[agent].optimizer on top (one models entry serves every agent)."""
     models = cfg.agents.models
@@ -22,21 +24,24 @@ def agent_optimizer(cfg: Any, agent: int) -> Any:
     return dataclasses.replace(cfg.optimizer, **own) if own else cfg.optimizer
 
 
-def agent_overrides(cfg: Any) -> dict[str, dict[str, Any]]:
+def agent_overrides(cfg: RunConfig) -> dict[str, dict[str, Any]]:
     """Who -> the per-agent settings that differ from the shared groups (for summary.json): by
     agent name, or under "all" when one models entry serves every agent."""
     models = cfg.agents.models
     out = {}
     for i, spec in enumerate(models):
-        own = {group: keys for group in ("optimizer", "sampling") if (keys := set_keys(getattr(spec, group)))}
+        groups = {"optimizer": set_keys(spec.optimizer), "sampling": set_keys(spec.sampling)}
+        own = {group: keys for group, keys in groups.items() if keys}
         if own:
             out[f"agent_{i + 1}" if len(models) > 1 else "all"] = own
     return out
 
 
-def build_optimizer(params: list[torch.nn.Parameter], opt_cfg: Any, total_steps: int, lr: float | None = None):
+def build_optimizer(params: list[torch.nn.Parameter], opt_cfg: OptimizerSchema, total_steps: int,
+                    lr: float | None = None) -> tuple[torch.optim.AdamW, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW with linear warm-up, then a constant / linear / cosine schedule to 0 over `total_steps`."""
-    optimizer = torch.optim.AdamW(params, lr=lr or opt_cfg.lr, betas=tuple(opt_cfg.betas), eps=opt_cfg.eps,
+    beta1, beta2 = opt_cfg.betas          # two numbers (OptimizerSchema checks it)
+    optimizer = torch.optim.AdamW(params, lr=lr or opt_cfg.lr, betas=(beta1, beta2), eps=opt_cfg.eps,
                                   weight_decay=opt_cfg.weight_decay)
     warmup, total = opt_cfg.warmup_steps, max(total_steps, 1)
 

@@ -34,6 +34,7 @@ class PPOConfig(IPPOConfig):
 @register_algo("ppo")
 class PPO(IPPO):
     config_schema = PPOConfig
+    algo: PPOConfig             # its config_schema's instance (checked when built: TeamAlgorithm.reads)
     form = "single"
 
     def make_kl_controller(self) -> AdaptiveKLController:

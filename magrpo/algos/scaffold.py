@@ -20,17 +20,20 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Generic, NamedTuple, TypeGuard, TypeVar
 
 import torch
 
 from magrpo.algos.base import StepInput, StepSpecs, TeamSpec
+from magrpo.algos.critics import CriticModule
 from magrpo.algos.diversity import Diversity
 from magrpo.algos.optim import agent_optimizer, build_optimizer
 from magrpo.algos.signalling import pointwise_mi, row_prompts
 from magrpo.algos.step_metrics import UpdateClock, reward_metrics, timing_metrics
+from magrpo.config.groups import AlgoConfig
+from magrpo.config.run import RunConfig
 from magrpo.models.agents import Agent, policy_agents, policy_groups
 from magrpo.rollout.record import Generation, Rollout, credit
 from magrpo.rollout.turns import TreeStats, concat_generations, grow_tree, tree_metrics, tree_returns
@@ -60,7 +63,7 @@ class Episode:
     t_gen: float
     t_reward: float
     metrics: dict[str, float] = field(default_factory=dict)
-    cache: dict[str, Any] = field(default_factory=dict)      # what an algorithm computes once per step
+    cache: dict[Hashable, Any] = field(default_factory=dict)      # what an algorithm computes once per step
     clock: UpdateClock | None = None     # the algorithm's update phase, taken by `finish`
     # positive signalling (magrpo.algos.signalling): lam, and the agents (0-based) it is added for
     signal_bonus: float = 0.0
@@ -100,6 +103,8 @@ class Episode:
         train/agent_<k>/diversity_nll."""
         key = ("novelty", id(level), agent)
         if key not in self.cache:
+            if self.diversity is None:
+                raise ValueError("Episode.novelty: this step has no diversity term (StepInput.diversity)")
             nll = self.diversity.nll(level.samples[agent], agent)
             self.cache[key] = nll
             if level is self.root:
@@ -123,7 +128,7 @@ class Episode:
         """[B_t, J] agent `agent`'s own share of each joint reward of one turn (`individual_rewards`)."""
         key = id(level)
         if key not in self.cache:
-            self.cache[key] = torch.tensor(self.task.individual_rewards(level.scores, self.num_agents))
+            self.cache[key] = torch.tensor(self.task.individual_rewards(level.scored, self.num_agents))
         return self.cache[key][:, agent].view(level.num_items, -1)
 
     def generation(self, agent: Agent) -> Generation:
@@ -153,43 +158,58 @@ class CriticParts(NamedTuple):
     what steps it. A separate critic model has its own optimizer and schedule; a head
     (`kind == "head"`) has None here and trains in its policy's optimizer (`extra_parameters`)."""
 
-    module: torch.nn.Module
+    module: CriticModule
     optimizer: Any = None
     scheduler: Any = None
 
 
-class TeamAlgorithm:
+# The `algo` config of an algorithm: its schema (`config_schema`), a subclass of AlgoConfig.
+A = TypeVar("A", bound=AlgoConfig)
+
+
+class TeamAlgorithm(Generic[A]):
     """Set-up, collection, per-policy assembly and optimizer state shared by every algorithm.
 
-    Subclasses set `config_schema` (and `form = "single"` for one model writing the whole answer),
-    and write `step` as advantages, then update. `build_critics` (an actor-critic method's
+    Generic over the algorithm's `algo` schema: a subclass names it (`class IPPO(TeamAlgorithm[IPPOConfig])`)
+    and sets `config_schema` to it, so `self.algo` is that schema's instance (`self.algo.vf_coef`;
+    checked when it is built: `reads`); a subclass of an algorithm whose schema adds keys declares
+    `algo: ItsConfig` beside its `config_schema`. Subclasses set `form = "single"` for one model
+    writing the whole answer, and write `step` as advantages, then update. `build_critics` (an actor-critic method's
     critics, each with its optimizer: `critic_parts`), `steps_per_update` (optimizer steps per
     training step, for the learning-rate schedule) and `extra_parameters` (what trains with a
     policy besides its weights, e.g. a value head) are the hooks of the set-up; `extra_state` /
     `load_extra_state` carry what else a checkpoint must hold.
     """
 
-    config_schema: ClassVar[type]
+    config_schema: ClassVar[type[AlgoConfig]] = AlgoConfig    # the `algo` schema, set by each algorithm
     form: ClassVar[str] = "multi"
     name: ClassVar[str]
     # whether its credit comes from `Episode.returns` (so `algo.signal_bonus` and the diversity term reach it)
     reads_returns: ClassVar[bool] = False
 
     @classmethod
-    def team(cls, cfg: Any) -> TeamSpec:
+    def team(cls, cfg: RunConfig) -> TeamSpec:
         return TeamSpec.of(cfg, cls.form)
 
-    def __init__(self, cfg: Any, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
+    def reads(self, algo: AlgoConfig) -> TypeGuard[A]:
+        """Whether `algo` is this algorithm's config: an instance of its `config_schema`."""
+        return isinstance(algo, type(self).config_schema)
+
+    def __init__(self, cfg: RunConfig, agents: list[Agent], task: Task, specs: StepSpecs | None = None):
         """`specs`: the step's sampling, turns and feedback as the training loop built them (None:
         built here from the config, for an algorithm used without the loop)."""
-        self.cfg, self.algo, self.agents, self.task = cfg, cfg.algo, agents, task
+        algo = cfg.algo
+        if not self.reads(algo):
+            raise TypeError(f"{type(self).__name__} reads an algo config of {self.config_schema.__name__}; this "
+                            f"config's algo (algo.name={algo.name!r}) is a {type(algo).__name__}")
+        self.cfg, self.algo, self.agents, self.task = cfg, algo, agents, task
         self.update_clock = UpdateClock()      # the step's `update` phase (@update_phase methods)
         self.policies = policy_agents(agents)
         self.roles = policy_groups(agents)
         # Critics (actor-critic methods), built before anything else draws from the random
         # generator, each with what steps it (CriticParts).
         critics = self.build_critics()
-        self.critics: list[torch.nn.Module] = [c.module for c in critics]
+        self.critics: list[CriticModule] = [c.module for c in critics]
         self.critic_optimizers: list[Any] = [c.optimizer for c in critics]
         self.critic_schedulers: list[Any] = [c.scheduler for c in critics]
         specs = specs if specs is not None else StepSpecs.of(cfg, task)
@@ -212,7 +232,7 @@ class TeamAlgorithm:
         """Optimizer steps over the run: the length of every learning-rate schedule."""
         return self.cfg.max_steps * self.steps_per_update()
 
-    def critic_parts(self, critic: torch.nn.Module, owner: Agent, lr: float | None) -> CriticParts:
+    def critic_parts(self, critic: CriticModule, owner: Agent, lr: float | None) -> CriticParts:
         """`critic` with what steps it: a separate model (`kind != "head"`) gets an optimizer with the
         settings of the policy it serves (`owner`) and its own learning rate `lr` (null: the
         policy's); a head trains in its policy's optimizer."""
@@ -286,7 +306,7 @@ class TeamAlgorithm:
         pass
 
     def state_dict(self) -> dict:
-        state = {"optimizers": [o.state_dict() for o in self.optimizers],
+        state: dict[str, Any] = {"optimizers": [o.state_dict() for o in self.optimizers],
                  "schedulers": [s.state_dict() for s in self.schedulers]}
         if self.critics:
             state.update({"critics": [c.state_dict() for c in self.critics],

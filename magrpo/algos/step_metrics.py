@@ -29,13 +29,13 @@ def reward_metrics(rollout: Rollout, prefix: str = "train") -> dict[str, float]:
     flat = torch.cat([r.std(-1, unbiased=False) for r in rewards])
     m = {f"{prefix}/reward_mean": R.mean().item(), f"{prefix}/reward_std": R.std(unbiased=False).item(),
          f"{prefix}/frac_reward_zero_std": (flat < 1e-8).float().mean().item()}
-    names = list(dict.fromkeys(k for lv in levels for k in lv.scores.components))
+    names = list(dict.fromkeys(k for lv in levels for k in lv.scored.components))
     for name in names:
-        values = [x for lv in levels for x in lv.scores.components.get(name, [])]
+        values = [x for lv in levels for x in lv.scored.components.get(name, [])]
         m[f"{prefix}/reward/{name}"] = sum(values) / max(len(values), 1)
     for lv in levels:
         m[f"{prefix}/turn_{lv.turn}/reward_mean"] = lv.rewards.mean().item()
-        for name, values in lv.scores.components.items():
+        for name, values in lv.scored.components.items():
             m[f"{prefix}/turn_{lv.turn}/reward/{name}"] = sum(values) / max(len(values), 1)
     return m
 

@@ -26,8 +26,16 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import magrpo.models.cpu_bf16
+from magrpo.config.schemas import (
+    AgentOptimizerSchema,
+    AgentSamplingSchema,
+    AgentsSchema,
+    HardwareSchema,
+    LoraSchema,
+    ModelSchema,
+)
 from magrpo.core.instances import as_data
-from magrpo.core.schema import CheckpointError, SetupError
+from magrpo.core.schema import CheckpointError, ConfigError, SetupError
 from magrpo.models import distributed, hub
 from magrpo.models.cpu_bf16 import use_float32_products
 from magrpo.models.sampler import set_vocab_limit
@@ -75,9 +83,10 @@ class Agent:
     adapter: str | None = None       # adapter name when agents share one base model
     chat_template_kwargs: dict = field(default_factory=dict)
     reference: Any = None            # frozen copy for the KL term (full fine-tuning only)
-    # This agent's sampling keys over the shared ones (agents.models.K.sampling: temperature,
-    # top_p, max_new_tokens); the updates score its samples at its own temperature.
-    sampling: dict = field(default_factory=dict)
+    # This agent's sampling keys over the shared ones: the keys its agents.models.K.sampling sets
+    # (temperature, top_p, max_new_tokens; `own_sampling`), as plain data (team.json records it);
+    # the updates score its samples at its own temperature.
+    sampling: dict[str, Any] = field(default_factory=dict)
     policy: int = -1                 # index of the policy playing this role (-1: its own, = index)
     shared: bool = False             # the policy plays every role (agents.share_policy)
     _encoded: dict = field(default_factory=dict, repr=False)   # (prompt, max_length) -> token ids
@@ -96,8 +105,16 @@ class Agent:
         return SHARED_POLICY if self.shared else self.name
 
     def temperature(self, shared: float) -> float:
-        """The temperature this agent samples at, and so the one its log-probabilities use."""
-        return self.sampling.get("temperature", shared)
+        """The temperature this agent samples at, and so the one its log-probabilities use: its own
+        (agents.models.K.sampling.temperature) where set, else the shared one (algo.temperature)."""
+        own: float | None = self.sampling.get("temperature")
+        return shared if own is None else own
+
+    def max_new_tokens(self, shared: int) -> int:
+        """This agent's cap on tokens per answer: its own (agents.models.K.sampling.max_new_tokens)
+        where set, else the shared one (algo.max_new_tokens)."""
+        own: int | None = self.sampling.get("max_new_tokens")
+        return shared if own is None else own
 
     def activate(self) -> None:
         if self.adapter is not None:
@@ -158,9 +175,8 @@ class Agent:
             raise RuntimeError(f"{self.name} has no reference model (algo.beta > 0 needs one)")
 
 
-def team_level(agents_cfg: Any) -> str:
+def team_level(agents_cfg: AgentsSchema) -> str:
     """Which of the three team levels an `agents` config builds (module docstring)."""
-    agents_cfg = agents_cfg.agents if hasattr(agents_cfg, "agents") else agents_cfg
     if agents_cfg.share_policy:
         return "shared_policy"
     return "lora_per_role" if agents_cfg.share_base else "separate"
@@ -187,14 +203,18 @@ def _peft_lib():
     return peft
 
 
-def _lora_config(lora: Any):
+def _lora_config(lora: LoraSchema | None, index: int):
+    """peft's LoraConfig of agent `index`'s `lora` node (agents.models[index].lora)."""
+    if lora is None:
+        raise ConfigError(f"agents.models[{index}].lora is null: a LoRA adapter per role (agents.share_base=true) "
+                          f"needs each agent's lora settings")
     target = lora.target_modules
     target = target if isinstance(target, str) else list(target)
     return _peft_lib().LoraConfig(r=lora.r, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
                       target_modules=target, bias=lora.bias, task_type="CAUSAL_LM")
 
 
-def _load_tokenizer(spec: Any, path: str):
+def _load_tokenizer(spec: ModelSchema, path: str):
 
     tok = AutoTokenizer.from_pretrained(resolve_model_path(spec.tokenizer) if spec.tokenizer else path,
                                         revision=spec.revision, trust_remote_code=spec.trust_remote_code)
@@ -205,7 +225,7 @@ def _load_tokenizer(spec: Any, path: str):
     return tok
 
 
-def _check_chat_template(tok: Any, spec: Any) -> None:
+def _check_chat_template(tok: Any, spec: ModelSchema) -> None:
     """Render the tokenizer's chat template once at load: a template that transformers' Jinja
     sandbox blocks (or that does not render) stops the load with one line, not a run later."""
     if not getattr(tok, "chat_template", None):
@@ -250,7 +270,7 @@ def _with_autocast(model, autocast: str):
     return model
 
 
-def _load_model(spec: Any, path: str, device: torch.device, safetensors_only: bool = False):
+def _load_model(spec: ModelSchema, path: str, device: torch.device, safetensors_only: bool = False):
     """`safetensors_only`: a shared artifact's weights (an exported team) are safetensors or nothing."""
 
     dtype = "auto" if spec.dtype == "auto" else DTYPES[spec.dtype]
@@ -263,12 +283,12 @@ def _load_model(spec: Any, path: str, device: torch.device, safetensors_only: bo
     if spec.attn_implementation:
         kwargs["attn_implementation"] = spec.attn_implementation
     with hub.quiet_bars("transformers"):        # one "Loading weights" bar per agent is noise
-        model = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(path, **kwargs)
     return model.to(device)
 
 
 @contextlib.contextmanager
-def _loading(spec: Any, index: int | str):
+def _loading(spec: ModelSchema, index: int | str):
     """Any failure to load agent `index`'s model or tokenizer is a SetupError that names the model."""
     try:
         if not looks_local(spec.name_or_path) and not str(spec.name_or_path).startswith(BUILTIN_PREFIX):
@@ -287,7 +307,7 @@ def _loading(spec: Any, index: int | str):
                          f"{type(e).__name__}: {str(e).strip().rstrip('.')}.{hint}") from e
 
 
-def agent_devices(hw: Any, n: int) -> list[torch.device]:
+def agent_devices(hw: HardwareSchema, n: int) -> list[torch.device]:
     world = distributed.world()
     if world.distributed and world.backend == "nccl":
         if hw.agent_devices:
@@ -313,17 +333,18 @@ def cuda_memory_metrics(agents: list[Agent]) -> dict[str, float]:
             "memory/peak_cuda_reserved_gb": max(torch.cuda.max_memory_reserved(d) for d in devices) / 2**30}
 
 
-def set_keys(node: Any) -> dict:
-    """The keys of a config node (or dict) that are not null; {} for a missing node."""
+def set_keys(node: AgentOptimizerSchema | AgentSamplingSchema | None) -> dict[str, Any]:
+    """The keys of an agent's settings (agents.models.K.optimizer, .sampling) that are not null; {}
+    for a missing node."""
     return {k: v for k, v in (as_data(node) if node is not None else {}).items() if v is not None}
 
 
-def own_sampling(spec: Any) -> dict:
+def own_sampling(spec: ModelSchema) -> dict[str, Any]:
     """The non-null keys of a models entry's `sampling` node."""
     return set_keys(spec.sampling)
 
 
-def load_agents(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool,
+def load_agents(agents_cfg: AgentsSchema, hw_cfg: HardwareSchema, num_agents: int, need_reference: bool,
                 safetensors_only: bool = False) -> list[Agent]:
     """Load `num_agents` agents (the first `num_agents` model entries; one entry serves all).
     With `agents.share_policy`, one model is loaded and every agent is a role it plays.
@@ -361,17 +382,16 @@ def _widen_cpu_bf16(model, device: torch.device, autocast: str, cpu_bf16: str, w
                  "kernels, far slower than float32 to train (docs/scaling.md, \"What fits where\")", who)
 
 
-def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: bool,
+def _load_models(agents_cfg: AgentsSchema, hw_cfg: HardwareSchema, num_agents: int, need_reference: bool,
                  safetensors_only: bool = False) -> list[Agent]:
     models = list(agents_cfg.models)
     specs = [models[i] if len(models) > 1 else models[0] for i in range(num_agents)]
     devices = agent_devices(hw_cfg, num_agents)
     if any(d.type == "cuda" for d in devices):
         # process-wide: torch keeps the attention backends global
-        torch.backends.cuda.enable_cudnn_sdp(bool(getattr(hw_cfg, "cudnn_attention", False)))
-    checkpointing = bool(hw_cfg.gradient_checkpointing)
-    autocast = getattr(hw_cfg, "autocast", "none")
-    cpu_bf16 = getattr(hw_cfg, "cpu_bf16", "auto")
+        torch.backends.cuda.enable_cudnn_sdp(hw_cfg.cudnn_attention)
+    checkpointing = hw_cfg.gradient_checkpointing
+    autocast, cpu_bf16 = hw_cfg.autocast, hw_cfg.cpu_bf16
     agents: list[Agent] = []
     if agents_cfg.share_base:
         spec = specs[0]
@@ -381,9 +401,9 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             base = _with_autocast(_load_model(spec, path, devices[0], safetensors_only), autocast)
         if checkpointing:
             _enable_checkpointing(base)
-        model = _peft(base, _lora_config(spec.lora), adapter_name="agent_1")
+        model = _peft(base, _lora_config(spec.lora, 0), adapter_name="agent_1")
         for i in range(1, num_agents):
-            model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora))
+            model.add_adapter(f"agent_{i + 1}", _lora_config(specs[i].lora, i if len(models) > 1 else 0))
         _widen_cpu_bf16(model, devices[0], autocast, cpu_bf16, "the shared base")
         set_vocab_limit(model, tok)
         log.info("loaded %d agent(s) as LoRA adapters on one base: %s@%s", num_agents, spec.name_or_path, devices[0])
@@ -401,7 +421,7 @@ def _load_models(agents_cfg: Any, hw_cfg: Any, num_agents: int, need_reference: 
             _enable_checkpointing(model)
         reference = None
         if spec.lora is not None:
-            model = _peft(model, _lora_config(spec.lora))
+            model = _peft(model, _lora_config(spec.lora, i))
         elif need_reference:
             reference = _with_autocast(_load_model(spec, path, devices[i], safetensors_only), autocast).eval().requires_grad_(False)
             _widen_cpu_bf16(reference, devices[i], autocast, cpu_bf16, f"agent_{i + 1}'s reference")
@@ -443,7 +463,7 @@ def _saved_weights(agent: Agent, src: Path, files: list[Path]) -> list[Path]:
         allowed = {src / ADAPTER_WEIGHTS, src / (agent.adapter or "default") / ADAPTER_WEIGHTS}
         ok, what = (lambda f: f in allowed), f"a LoRA adapter's {ADAPTER_WEIGHTS}"
     else:
-        ok, what = (lambda f: f.parent == src and _MODEL_WEIGHTS.fullmatch(f.name)), "model.safetensors or its shards"
+        ok, what = (lambda f: f.parent == src and bool(_MODEL_WEIGHTS.fullmatch(f.name))), "model.safetensors or its shards"
     other = [f for f in files if not ok(f)]
     if other:
         raise CheckpointError(src, f"refused weights: {other[0].relative_to(src).as_posix()} is not a file that "
@@ -470,9 +490,9 @@ def load_agent_weights(agent: Agent, src: Path) -> None:
             return
         missing, unexpected = agent.model.load_state_dict(state, strict=False)
     except RuntimeError as e:       # a tensor of another shape
-        first = str(e).strip().splitlines()
+        lines = str(e).strip().splitlines()
         raise SetupError(f"the weights under {src} do not fit {agent.name}: "
-                         f"{' '.join(x.strip() for x in first[:3])[:300]}") from None
+                         f"{' '.join(x.strip() for x in lines[:3])[:300]}") from None
     # Tied embeddings are saved once; everything else must match.
     missing = [k for k in missing if "lm_head" not in k]
     if missing or unexpected:

@@ -47,10 +47,10 @@ MIN_ROWS = 32
 def cpu_has_native_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX)."""
     cpu = getattr(torch, "cpu", None)
-    try:
-        return bool(cpu._is_avx512_bf16_supported() or cpu._is_amx_tile_supported())
-    except AttributeError:       # an older torch without the probes: assume the slow path is not there
+    avx512, amx = getattr(cpu, "_is_avx512_bf16_supported", None), getattr(cpu, "_is_amx_tile_supported", None)
+    if avx512 is None or amx is None:     # an older torch without the probes: assume the slow path is not there
         return True
+    return bool(avx512() or amx())
 
 
 MODES = CPU_BF16_MODES       # hardware.cpu_bf16
@@ -95,7 +95,8 @@ class Bf16Linear(nn.Linear):
     """An nn.Linear whose bf16 products run as float32 products of the widened operands (module doc)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self.weight, self.bias
+        weight: torch.Tensor = self.weight
+        bias: torch.Tensor | None = self.bias
         if x.device.type != "cpu":
             return super().forward(x)
         autocast = torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16

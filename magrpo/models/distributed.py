@@ -33,10 +33,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.checkpoint.state_dict import StateDictOptions, ValueType, get_model_state_dict
 from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 from torch.nn.utils import get_total_norm
+
+from magrpo.config.schemas import HardwareSchema
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +80,7 @@ def _slurm_environment() -> None:
     TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
 
 
-def init(hw: Any) -> World:
+def init(hw: HardwareSchema) -> World:
     """Join the process group that torchrun (or SLURM) describes; world size 1 without one.
 
     `hw` is the hardware config: `strategy` (ddp | fsdp), `device` and `dist_timeout_s`.
@@ -95,14 +97,14 @@ def init(hw: Any) -> World:
     if cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():
-        timeout = datetime.timedelta(seconds=getattr(hw, "dist_timeout_s", 1800))
+        timeout = datetime.timedelta(seconds=hw.dist_timeout_s)
         dist.init_process_group(backend, rank=rank, world_size=size, timeout=timeout)
     _WORLD = World(rank, size, local_rank, backend)
     # torchrun stops the other ranks with SIGTERM when one fails: unwind as an exception, so the
     # run is marked failed (summary.json) instead of left "running".
     signal.signal(signal.SIGTERM, _terminated)
     log.info("rank %d of %d (local rank %d, %s, strategy=%s)", rank, size, local_rank, backend,
-             getattr(hw, "strategy", "ddp"))
+             hw.strategy)
     return _WORLD
 
 
@@ -259,7 +261,7 @@ def broadcast_module(module: torch.nn.Module) -> None:
 # --- fsdp: sharded parameters, gradients and optimizer state --------------------------------------
 
 
-def _fsdp_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+def _fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
     return [m for m in model.modules() if isinstance(m, FSDPModule)]
 
 
@@ -271,7 +273,8 @@ def shard_model(model: torch.nn.Module) -> torch.nn.Module:
     already its share of the whole-batch loss (AggContext.of). The optimizer built on the sharded
     parameters then keeps only its shard of the state.
     """
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    get_base_model = getattr(model, "get_base_model", None)     # a peft model's base
+    base = get_base_model() if get_base_model is not None else model
     block_names = set(getattr(base, "_no_split_modules", None) or [])
     blocks = [m for m in model.modules() if type(m).__name__ in block_names]
     if not blocks:
@@ -308,7 +311,7 @@ class full_weights:
             m.set_reshard_after_forward(True, recurse=False)
 
 
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+def full_state_dict(model: torch.nn.Module) -> dict[str, ValueType] | None:
     """The whole (unsharded) state dict of a sharded model, on CPU, on rank 0 (a collective: every
     rank calls it); None for a model that is not sharded (its own state_dict serves)."""
     if not (_WORLD.distributed and is_sharded(model)):
@@ -323,7 +326,8 @@ def grad_norm(params: list[torch.nn.Parameter]) -> torch.Tensor:
     plain = [p.grad for p in params if p.grad is not None and not _is_sharded(p)]
     sq = torch.zeros((), dtype=torch.float32)
     if sharded:
-        sq = sq + get_total_norm(sharded).full_tensor().float().cpu() ** 2
+        norm = get_total_norm(sharded)         # a DTensor: each rank's shard's part of it
+        sq = sq + (norm.full_tensor() if isinstance(norm, DTensor) else norm).float().cpu() ** 2
     if plain:
         sq = sq + get_total_norm(plain).float().cpu() ** 2
     return sq.sqrt()

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import logging
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -110,6 +111,7 @@ def cache_keyword(model) -> str:
     """The forward keyword that passes a key/value cache to `model`: `cache` or `past_key_values`."""
     cls = type(_base(model))
     if cls not in _CACHE_KW:
+        params: Mapping[str, inspect.Parameter]
         try:
             params = inspect.signature(cls.forward).parameters
         except (TypeError, ValueError):
@@ -315,7 +317,7 @@ class LeanDecoder:
             lm = model.get_base_model()
         config = getattr(lm, "config", None)
         body = getattr(lm, "model", None)
-        if (config is None or getattr(config, "model_type", None) not in LEAN_MODEL_TYPES
+        if (config is None or body is None or getattr(config, "model_type", None) not in LEAN_MODEL_TYPES
                 or getattr(config, "_attn_implementation", None) != "sdpa"
                 or any(t != "full_attention" for t in (getattr(config, "layer_types", None) or []))
                 or getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True)
@@ -380,7 +382,8 @@ class LeanDecoder:
                 any(getattr(c, "keys", None) is None or c.keys.dim() != 4 for c in layers):
             return False
         G, P = num_generations, attention_mask.shape[1]
-        self.keys, self.values = [], []
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
         for c in layers:
             for src, out in ((c.keys, self.keys), (c.values, self.values)):
                 shape = (src.shape[0] * G, src.shape[1], P + max_new_tokens, src.shape[3])
@@ -392,7 +395,7 @@ class LeanDecoder:
         self.P, self.total = P, P + max_new_tokens
         # As transformers' sdpa path: no mask at all when no prompt is padded (a lone query token
         # sees every key), else a boolean row mask.
-        self.mask = None
+        self.mask: torch.Tensor | None = None
         if static or not bool(attention_mask.all()):
             self.mask = torch.ones(n, 1, 1, P + max_new_tokens, dtype=torch.bool, device=dev)
             self.mask[:, 0, 0, :P] = attention_mask.repeat_interleave(G, dim=0).bool()
@@ -422,6 +425,8 @@ class LeanDecoder:
             return self._static_step(tokens, t)
 
     def _static_step(self, tokens: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        if self.mask is None:
+            raise RuntimeError("LeanDecoder.static_step needs start(..., static=True) first (it builds the mask)")
         n = tokens.shape[0]
         col = self.P + t                                             # [1] the new token's column
         seen = torch.arange(self.total, device=tokens.device) <= col   # columns written so far
@@ -505,7 +510,8 @@ class GraphStep:
     (as with `capture=False`)."""
 
     def __init__(self, lean: LeanDecoder, n: int, device, capture: bool = True):
-        self.lean, self.graph = lean, None
+        self.lean = lean
+        self.graph: torch.cuda.CUDAGraph | None = None
         self.tokens = torch.zeros(n, dtype=torch.long, device=device)
         self.t = torch.zeros(1, dtype=torch.long, device=device)
         self.capture = capture and torch.device(device).type == "cuda"
@@ -570,8 +576,8 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     prompt_len = attention_mask.long().sum(-1)
     position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     lean = LeanDecoder.of(model)
-    want_logp = record is not None and "logprobs" in record
-    want_hidden = record is not None and "hidden" in record
+    recorded: dict = record if record is not None else {}      # `record`, filled in place
+    want_logp, want_hidden = "logprobs" in recorded, "hidden" in recorded
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
                   logits_to_keep=1, **({"output_hidden_states": True} if want_hidden else {}))
     out = lean.prefill(model, **inputs) if lean is not None else model(**inputs)
@@ -582,13 +588,18 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
     hidden = out.hidden_states[-1][:, -1].repeat_interleave(G, dim=0) if want_hidden else None
     n, P = logits.shape[0], input_ids.shape[1]
     static = decode_step != "lean"
+    step: Callable[[torch.Tensor, int], tuple[torch.Tensor, torch.Tensor | None]]
     if lean is not None and lean.start(cache, attention_mask, G, max_new_tokens, static=static):
         lean.keep_hidden = want_hidden
         if static:      # one decoded token needs no step at all: nothing to capture
             step = GraphStep(lean, n, dev, capture=decode_step == "graph" and max_new_tokens > 1)
         else:
-            def step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-                return lean.step(tok, t), lean.hidden
+            decoder = lean
+
+            def lean_step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+                return decoder.step(tok, t), decoder.hidden
+
+            step = lean_step
     else:
         cache.batch_repeat_interleave(G)
         # The attention mask of the whole sequence, written once; step t reads its first P + t + 1 columns.
@@ -596,13 +607,16 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
         attn[:, :P] = attention_mask.repeat_interleave(G, dim=0)
         next_pos = prompt_len.repeat_interleave(G).unsqueeze(1)       # position of the first new token
 
-        def step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        def model_step(tok: torch.Tensor, t: int) -> tuple[torch.Tensor, torch.Tensor | None]:
             o = model(input_ids=tok.unsqueeze(1), attention_mask=attn[:, :P + t + 1], position_ids=next_pos + t,
                       use_cache=True, **{cache_keyword(model): cache},
                       **({"output_hidden_states": True} if want_hidden else {}))
             return o.logits[:, -1], o.hidden_states[-1][:, -1] if want_hidden else None
+
+        step = model_step
     tokens = torch.full((n, max_new_tokens), pad_token_id, dtype=input_ids.dtype, device=dev)
-    logps, hiddens = [], []
+    logps: list[torch.Tensor] = []
+    hiddens: list[torch.Tensor] = []
     eos = torch.tensor(eos_token_ids, dtype=input_ids.dtype, device=dev)
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     steps = 0
@@ -615,6 +629,8 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
             scaled = logits.float() if temperature == 1.0 else logits.float() / temperature
             logps.append(F.log_softmax(scaled, dim=-1).gather(-1, tok.unsqueeze(-1)).squeeze(-1))
         if want_hidden:
+            if hidden is None:
+                raise RuntimeError("sample_shared_prompt: the decoding step gave no hidden state (record['hidden'])")
             hiddens.append(hidden)
         steps = t + 1
         if eos.numel():
@@ -623,7 +639,7 @@ def sample_shared_prompt(model, input_ids: torch.Tensor, attention_mask: torch.T
             break
         logits, hidden = step(tok, t)
     if want_logp:
-        record["logprobs"] = torch.stack(logps, 1)
+        recorded["logprobs"] = torch.stack(logps, 1)
     if want_hidden:
-        record["hidden"] = torch.stack(hiddens, 1)
+        recorded["hidden"] = torch.stack(hiddens, 1)
     return tokens[:, :steps]

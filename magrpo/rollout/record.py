@@ -31,11 +31,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import overload
 
 import torch
 from transformers import LogitsProcessorList
 
-from magrpo.config.groups import SamplingKeys
+from magrpo.config.groups import AlgoConfig, SamplingKeys
 from magrpo.core.registry import Registry
 from magrpo.models import distributed
 from magrpo.models.agents import Agent, transcript
@@ -66,7 +67,7 @@ class Sampling:
     decode_step: str = SamplingKeys.decode_step      # algo.decode_step (magrpo.models.sampler.sample_shared_prompt)
 
     @classmethod
-    def from_algo(cls, algo) -> Sampling:
+    def from_algo(cls, algo: AlgoConfig) -> Sampling:
         return cls(num_generations=algo.num_generations, max_new_tokens=algo.max_new_tokens,
                    temperature=algo.temperature, top_p=algo.top_p, top_k=algo.top_k,
                    max_prompt_length=algo.max_prompt_length, share_prompt=algo.share_prompt,
@@ -166,10 +167,16 @@ class Rollout:
         return [it for it in self.items for _ in range(self.num_joint)]
 
     @property
+    def scored(self) -> Scores:
+        """`scores`, which a rollout has once scored (Rollout.score)."""
+        if self.scores is None:
+            raise ValueError("score the rollout first (Rollout.score)")
+        return self.scores
+
+    @property
     def rewards(self) -> torch.Tensor:
         """[B, J] joint rewards."""
-        assert self.scores is not None, "score the rollout first (Rollout.score)"
-        return torch.tensor(list(self.scores), dtype=torch.float32).view(self.num_items, self.num_joint)
+        return torch.tensor(list(self.scored), dtype=torch.float32).view(self.num_items, self.num_joint)
 
     @property
     def output_tokens(self) -> torch.Tensor:
@@ -391,6 +398,15 @@ def with_context(base: str | list[dict[str, str]], extend: Callable[[str], str])
     return [*base[:-1], {**base[-1], "content": extend(base[-1]["content"])}]
 
 
+@overload
+def chain_prompt(task: Task, item: dict, agent: int, base: str, others: dict[int, str]) -> str: ...
+
+
+@overload
+def chain_prompt(task: Task, item: dict, agent: int, base: list[dict[str, str]],
+                 others: dict[int, str]) -> list[dict[str, str]]: ...
+
+
 def chain_prompt(task: Task, item: dict, agent: int, base: str | list[dict[str, str]],
                  others: dict[int, str]) -> str | list[dict[str, str]]:
     """Agent `agent`'s prompt (or conversation) in a chain, shown the answers `others` of the
@@ -419,7 +435,8 @@ def chain_generations(agents: list[Agent], task: Task, items: list[dict], bases:
             for row in ancestors:
                 others = {j: gens[j].texts[b * math.prod(levels[:j + 1]) + k] for j, k in enumerate(row)}
                 contexts.append(chain_prompt(task, item, i, bases[b][i], others))
-        convs = contexts if contexts and not isinstance(contexts[0], str) else None
+        conversations = [c for c in contexts if not isinstance(c, str)]    # multi-turn: every base is one
+        convs = conversations if conversations and len(conversations) == len(contexts) else None
         prompts = [c if isinstance(c, str) else transcript(c) for c in contexts]
         gens.append(generate(agent, prompts, replace(sampling, num_generations=levels[i]), convs))
     return gens

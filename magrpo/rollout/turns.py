@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 import torch
 
@@ -65,7 +64,7 @@ class TurnSpec:
     branch: str = "all"
 
     @classmethod
-    def from_algo(cls, algo: Any) -> TurnSpec:
+    def from_algo(cls, algo: TurnKeys) -> TurnSpec:
         branching = algo.branching
         return cls(num_turns=algo.num_turns, joint_mode=algo.joint_mode, discount=algo.discount,
                    threshold=algo.early_termination_threshold, max_branches=algo.max_branches,
@@ -320,7 +319,7 @@ def tree_metrics(root: Rollout, stats: TreeStats, prefix: str = "train") -> dict
     """Per-turn reward means and components, tree sizes, pruning, truncation and feedback counts."""
     m: dict[str, float] = {}
     for level in root.levels():
-        t, s = level.turn, level.scores
+        t, s = level.turn, level.scored
         m[f"{prefix}/turn_{t}/reward_mean"] = sum(s) / max(len(s), 1)
         for name, values in s.components.items():
             m[f"{prefix}/turn_{t}/reward/{name}"] = sum(values) / max(len(values), 1)
@@ -347,9 +346,10 @@ class Path:
     at: list[list[tuple[int, int]]]      # [turn][path] -> (level index, node index)
 
 
-def follow_paths(agents: list[Agent], task: Task, feedback: Feedback, first: Rollout, sampling: Sampling,
+def follow_paths(agents: list[Agent], task: Task, feedback: Feedback | None, first: Rollout, sampling: Sampling,
                  spec: TurnSpec) -> tuple[Path, TreeStats]:
-    """Continue each joint answer of a (scored or not) first turn with G = 1 for the later turns."""
+    """Continue each joint answer of a (scored or not) first turn with G = 1 for the later turns
+    (`feedback`: what is shown between them; None only for one turn)."""
     stats = TreeStats()
     if first.scores is None:
         score(first, task, stats)
@@ -361,10 +361,13 @@ def follow_paths(agents: list[Agent], task: Task, feedback: Feedback, first: Rol
         level, current = levels[-1], at[-1]
         li = len(levels) - 1
         live = [(p, node) for p, (lv, node) in enumerate(current) if lv == li
-                and (spec.threshold is None or level.scores[node] < spec.threshold)]
+                and (spec.threshold is None or level.scored[node] < spec.threshold)]
         if not live:
             at.append(list(current))
             continue
+        if feedback is None:
+            raise ValueError(f"follow_paths: turns.num_turns={spec.num_turns} needs the feedback shown between "
+                             f"the turns (a Feedback, magrpo.rollout.feedback.build_feedback); got None")
         # one answer per agent per path (a sequential team's chain has branching 1, ..., 1)
         child = expand(agents, task, feedback, level, [node for _, node in live], one, "aligned", stats,
                        spec.topology, [1] * len(level.samples))
@@ -407,7 +410,7 @@ def path_turn(path: Path, turn: int) -> tuple[list[dict], list[list[str]], list[
     items = [cache[li][0][k] for li, k in rows]
     prompts = [cache[li][1][k] for li, k in rows]
     completions = [cache[li][2][k] for li, k in rows]
-    parts = [take(path.levels[li].scores, [k]) for li, k in rows]
+    parts = [take(path.levels[li].scored, [k]) for li, k in rows]
     return items, prompts, completions, Scores.concat(parts) if parts else Scores([])
 
 

@@ -24,6 +24,7 @@ from magrpo.algos.base import StepInput, StepSpecs
 from magrpo.algos.diversity import Diversity
 from magrpo.algos.keys import reward_kind
 from magrpo.algos.optim import agent_overrides
+from magrpo.config.run import RunConfig
 from magrpo.config.schemas import optimized_metric
 from magrpo.core import checkpoint, trust
 from magrpo.core.checkpoint import STATE_FILE
@@ -111,7 +112,7 @@ def _clock(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
-def diversity_of(cfg: Any, agents: list[Agent], temperature: float) -> Diversity:
+def diversity_of(cfg: RunConfig, agents: list[Agent], temperature: float) -> Diversity:
     """The earlier members `cfg.diversity` names, each of whose agents must read this team's token
     ids as this team's agent of its role does (the same tokenizer)."""
     members = load_members(list(cfg.diversity), len(agents), cfg.task.name, str(agents[0].device), "diversity")
@@ -126,7 +127,7 @@ def diversity_of(cfg: Any, agents: list[Agent], temperature: float) -> Diversity
 
 
 class Trainer:
-    def __init__(self, cfg: Any, run_dir: Path, status_before: str = "missing", from_run: dict | None = None):
+    def __init__(self, cfg: RunConfig, run_dir: Path, status_before: str = "missing", from_run: dict | None = None):
         """`status_before`: the status run_dir's summary.json had before this run claimed it (what a
         run resumed in place reports as the status of the run it continues). `from_run`: what
         `resume=RUN` took from the run's saved overrides (magrpo.launch.run_config), for summary.json."""
@@ -342,7 +343,7 @@ class Trainer:
         """The choices a table groups runs by: the run's identity, then every algo key (flat)."""
         cfg = self.cfg
         out = {**self.identity(), "num_agents": len(self.agents), "num_policies": len(self.policies),
-               "team": team_level(cfg) if len(self.agents) > 1 else "single", "lr": cfg.optimizer.lr,
+               "team": team_level(cfg.agents) if len(self.agents) > 1 else "single", "lr": cfg.optimizer.lr,
                "max_steps": cfg.max_steps}
         if own := agent_overrides(cfg):     # per-agent settings (agents.models.K.optimizer) that differ
             out["agent_settings"] = own

@@ -19,11 +19,12 @@ Each message ends with the task's `revise_instruction` (the format its reward ex
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from magrpo.config.groups import FeedbackConfig
-from magrpo.core.instances import as_data, select
+from magrpo.core.instances import as_data, instance
 from magrpo.core.registry import Registry, registrar
 from magrpo.core.schema import ConfigError
 
@@ -53,14 +54,17 @@ class Feedback:
     """Base class: `message(view, agent)` is what `agent` reads before its next answer."""
 
     name: ClassVar[str] = ""
-    config_schema: ClassVar[type] = FeedbackConfig
+    config_schema: ClassVar[type[FeedbackConfig]] = FeedbackConfig
 
-    def __init__(self, cfg: Any, task: Any):
+    def __init__(self, cfg: FeedbackConfig | Mapping[str, object] | None, task: Any):
         from omegaconf import OmegaConf  # noqa: PLC0415  start-up: the tasks and feedback modes load without OmegaConf
 
-        # Defaults from the mode's schema under whatever was given (a config node, a dict, None).
+        # The mode's schema's instance: its defaults under whatever was given (the validated
+        # `feedback` group, a dict such as {"mode": "plain"}, None), merged (and so type-checked)
+        # by OmegaConf. A mode whose schema adds keys declares `cfg: ItsConfig`.
         given = OmegaConf.create(as_data(cfg)) if cfg else {}
-        self.cfg = OmegaConf.merge(OmegaConf.structured(self.config_schema), given)
+        merged = OmegaConf.merge(OmegaConf.structured(self.config_schema), given)
+        self.cfg: FeedbackConfig = instance(merged, self.config_schema)
         self.task = task
         self.degraded = 0              # items that fell back to plain feedback (expert), over the run
         known = self.kinds()
@@ -148,10 +152,11 @@ class DiscussionFeedback(Feedback):
                 + self.instruction(view, agent))
 
 
-def build_feedback(cfg: Any, task: Any) -> Feedback:
+def build_feedback(cfg: FeedbackConfig | Mapping[str, object] | None, task: Any) -> Feedback:
     """The mode `cfg.mode` names (none when `cfg` is empty), configured by `cfg`: the validated
     `feedback` node, or a plain dict such as {"mode": "plain"}."""
-    mode = select(cfg, "mode") or "none"
+    # a dict without a mode, or None: FeedbackConfig's own (none)
+    mode = cfg.mode if isinstance(cfg, FeedbackConfig) else str((cfg or {}).get("mode") or FeedbackConfig.mode)
     if mode not in FEEDBACKS:
         raise ValueError(f"feedback.mode={mode!r} is not allowed; choose one of: {', '.join(sorted(FEEDBACKS))}")
     return FEEDBACKS[mode](cfg, task)

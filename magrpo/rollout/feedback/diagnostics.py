@@ -22,7 +22,7 @@ from magrpo.rollout.feedback import Feedback, NodeView, register_feedback
 from magrpo.tasks.coding import analysis
 from magrpo.tasks.coding.extract import HELPER_NAME, build_program
 
-Diagnoser = Callable[[NodeView, int, Any, Any], str]
+Diagnoser = Callable[[NodeView, int, "DiagnosticsFeedbackConfig", Any], str]
 DIAGNOSERS: Registry[Diagnoser] = Registry("diagnosed task family", "task feedback_kind")
 
 
@@ -45,6 +45,7 @@ class DiagnosticsFeedbackConfig(FeedbackConfig):
 @register_feedback("diagnostics")
 class DiagnosticsFeedback(Feedback):
     config_schema = DiagnosticsFeedbackConfig
+    cfg: DiagnosticsFeedbackConfig      # its config_schema's instance (Feedback.__init__)
 
     @classmethod
     def kinds(cls) -> Mapping[str, Diagnoser]:
@@ -83,7 +84,7 @@ def _function_line(name: str, owner: str, defined: bool, returns: bool) -> str:
 
 
 @register_diagnoser("coding")
-def coding(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
+def coding(view: NodeView, agent: int, cfg: DiagnosticsFeedbackConfig, task: Any) -> str:
     item, ex = view.item, view.extras
     entry, team = item["entry_point"], len(view.answers) > 1
     program = build_program(view.answers, entry, item.get("imports") or "")
@@ -135,7 +136,7 @@ def _source_line(source: str, error: str) -> str:
 
 
 @register_diagnoser("writing")
-def writing(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
+def writing(view: NodeView, agent: int, cfg: DiagnosticsFeedbackConfig, task: Any) -> str:
     r = task.reward_cfg
     ex = view.extras
     stats, passed = ex.get("stats") or {}, int(ex.get("levels_passed") or 0)
@@ -161,7 +162,7 @@ def writing(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
 
 
 @register_diagnoser("math")
-def math_answers(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
+def math_answers(view: NodeView, agent: int, cfg: DiagnosticsFeedbackConfig, task: Any) -> str:
     parsed = view.extras.get("agent_answers") or [None] * len(view.answers)
     correct = view.extras.get("agent_correct") or [None] * len(view.answers)
     mine = parsed[agent]
@@ -171,6 +172,6 @@ def math_answers(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
 
 
 @register_diagnoser("generic")
-def generic(view: NodeView, agent: int, cfg: Any, task: Any) -> str:
+def generic(view: NodeView, agent: int, cfg: DiagnosticsFeedbackConfig, task: Any) -> str:
     parts = ", ".join(f"{k} = {v:.3f}" for k, v in view.components.items())
     return f"Diagnostics: the team's reward is {view.reward:.3f}" + (f" ({parts})." if parts else ".")

@@ -75,7 +75,7 @@ def chat_endpoint(url: str) -> str:
     return url if url.endswith("/chat/completions") else url + "/chat/completions"
 
 
-def post_review(url: str, model: str, key: str | None, text: str, cfg: Any) -> str:
+def post_review(url: str, model: str, key: str | None, text: str, cfg: ExpertConfig) -> str:
     """One chat completion with retries; raises ReviewError with the last cause."""
     body = json.dumps({"model": model, "temperature": cfg.temperature, "max_tokens": cfg.max_new_tokens,
                        "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": text}]})
@@ -120,7 +120,7 @@ def load_reviewer(path: str):
     return model, tok
 
 
-def local_reviews(path: str, texts: list[str], cfg: Any) -> list[str]:
+def local_reviews(path: str, texts: list[str], cfg: ExpertConfig) -> list[str]:
     """Greedy reviews of every text in ONE batched generate call."""
     import torch  # noqa: PLC0415  start-up: torch loads only where a model does; the tasks and feedback modes load without it
 
@@ -138,6 +138,7 @@ def local_reviews(path: str, texts: list[str], cfg: Any) -> list[str]:
 @register_feedback("expert")
 class ExpertFeedback(PlainFeedback):
     config_schema = ExpertConfig
+    cfg: ExpertConfig                   # its config_schema's instance (Feedback.__init__)
 
     def __call__(self, views: list[NodeView]) -> list[list[str]]:
         reviews, causes = self.reviews([review_request(v) for v in views])
@@ -165,11 +166,15 @@ class ExpertFeedback(PlainFeedback):
             except Exception as e:   # a broken local reviewer degrades like a dead endpoint
                 return [None] * len(texts), [f"{type(e).__name__}: {e}"] * len(texts)
             return ([g or None for g in got], ["empty review"] * sum(not g for g in got))
+        url = cfg.url
+        if url is None:
+            raise ConfigError("feedback.url and feedback.local_model are both null: set exactly one (an "
+                              "OpenAI-compatible endpoint, or a local model path)")
         key = os.environ.get(cfg.api_key_env) if cfg.api_key_env else None
 
         def one(text: str) -> str | Exception:
             try:
-                return post_review(cfg.url, cfg.model, key, text, cfg)
+                return post_review(url, cfg.model, key, text, cfg)
             except ReviewError as e:
                 return e
 
