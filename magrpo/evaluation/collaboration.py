@@ -60,10 +60,11 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
+from magrpo.config.schemas import EvalSchema
 from magrpo.models import distributed
 from magrpo.models.agents import Agent, transcript
 from magrpo.rollout.record import Generation, Rollout, Sampling, chain_generations, generate, team_budget
@@ -88,7 +89,8 @@ class CollaborationConfig:
     load_base: Callable[[], list[Agent]] | None = None
 
     @classmethod
-    def from_eval(cls, eval_cfg: Any, load_base: Callable[[], list[Agent]] | None = None) -> CollaborationConfig | None:
+    def from_eval(cls, eval_cfg: EvalSchema,
+                  load_base: Callable[[], list[Agent]] | None = None) -> CollaborationConfig | None:
         """From a config's `eval` node: None unless `eval.diagnostics` is true."""
         if not eval_cfg.diagnostics:
             return None

