@@ -135,10 +135,11 @@ def check_reward_node(node: Any, imports: bool = True) -> None:
                           "own reward")
     specs = reward_specs(node)
     if not specs:
-        for key, value in (("weights", weights), ("max", top)):
-            if value is not None:
-                raise ConfigError(f"reward.{key}={value if key == 'max' else list(value)} applies to reward "
-                                  f"functions, and neither reward.fn nor reward.fns names one")
+        unused = "applies to reward functions, and neither reward.fn nor reward.fns names one"
+        if weights is not None:
+            raise ConfigError(f"reward.weights={list(weights)} {unused}")
+        if top is not None:
+            raise ConfigError(f"reward.max={top} {unused}")
         if _completions(node) != RewardConfig.completions:
             raise ConfigError(f"reward.completions={_completions(node)!r} applies to reward functions, and neither "
                               f"reward.fn nor reward.fns names one")

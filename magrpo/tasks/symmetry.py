@@ -109,7 +109,7 @@ class OtherPlay(Task):
         return super().score(plain, canon_prompts, canon_answers)
 
 
-_CLASSES: dict[type, type] = {}
+_CLASSES: dict[type[Task], type[Task]] = {}
 
 
 def other_play(task: Task) -> Task:
@@ -123,7 +123,7 @@ def other_play(task: Task) -> Task:
         return task
     if cls not in _CLASSES:
         _CLASSES[cls] = type(f"OtherPlay{cls.__name__}", (OtherPlay, cls), {"__module__": cls.__module__})
-    out = object.__new__(_CLASSES[cls])
+    out: Task = object.__new__(_CLASSES[cls])
     out.__dict__.update(task.__dict__)
     return out
 

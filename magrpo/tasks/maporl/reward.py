@@ -122,6 +122,8 @@ def verify(answers: list[list[str]], questions: Sequence[str], golds: Sequence[s
            cfg: MaporlRewardConfig) -> list[list[float]]:
     """[k][agent] verifier score of every answer of every joint action (all in one model batch)."""
     if cfg.verifier == "model":
+        if cfg.verifier_model is None:      # the config check refuses it (MaporlRewardConfig.check_node)
+            raise ConfigError("reward.verifier='model' needs reward.verifier_model (a local reward model path)")
         flat_q = [q for q, joint in zip(questions, answers) for _ in joint]
         flat_a = [a for joint in answers for a in joint]
         flat = iter(model_scores(cfg.verifier_model, flat_q, flat_a))

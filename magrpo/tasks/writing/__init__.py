@@ -100,7 +100,7 @@ class WritingTask(Task):
             "a2_tokens_mean": sum(len(a2.split()) for _, a2 in pairs) / n,
         }
         # ROUGE-L of the joint answer against the item's reference, over the items that have one.
-        with_ref = [(a1 + "\n" + a2, it.get("reference")) for (a1, a2), it in zip(pairs, items)
+        with_ref = [(a1 + "\n" + a2, str(it["reference"])) for (a1, a2), it in zip(pairs, items)
                     if it.get("reference")]
         if with_ref:
             out["rouge_l"] = rouge_l([p for p, _ in with_ref], [r for _, r in with_ref])
