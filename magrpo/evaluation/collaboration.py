@@ -60,10 +60,11 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
+from magrpo.config.schemas import EvalSchema
 from magrpo.models import distributed
 from magrpo.models.agents import Agent, transcript
 from magrpo.rollout.record import Generation, Rollout, Sampling, chain_generations, generate, team_budget
@@ -88,7 +89,8 @@ class CollaborationConfig:
     load_base: Callable[[], list[Agent]] | None = None
 
     @classmethod
-    def from_eval(cls, eval_cfg: Any, load_base: Callable[[], list[Agent]] | None = None) -> CollaborationConfig | None:
+    def from_eval(cls, eval_cfg: EvalSchema,
+                  load_base: Callable[[], list[Agent]] | None = None) -> CollaborationConfig | None:
         """From a config's `eval` node: None unless `eval.diagnostics` is true."""
         if not eval_cfg.diagnostics:
             return None
@@ -292,9 +294,12 @@ def _followers(agents: list[Agent], task: Task, items: list[dict], rows: list[Ge
         rollout = Rollout(list(items), gens, torch.zeros((1, N), dtype=torch.long))
         out = [{(1, j): c[j] for j in range(k + 1, N)} if chain else {} for c in rollout.completions]
         if turns.num_turns > 1:
+            if feedback is None:
+                raise ValueError("collaboration diagnostics of a multi-turn evaluation need its feedback "
+                                 "(the later turns are generated after it)")
             path, _ = follow_paths(agents, task, feedback, rollout, sampling, turns)
             costs.score_calls += len(path.levels)
-            costs.reward_calls += sum(len(lv.scores) for lv in path.levels)
+            costs.reward_calls += sum(lv.num_items * lv.num_joint for lv in path.levels)   # one per joint answer
             costs.generations += sum(len(g.texts) for lv in path.levels[1:] for g in lv.samples)
             for t in range(2, turns.num_turns + 1):
                 texts = path_turn(path, t)[2]

@@ -13,11 +13,12 @@ from typing import Any
 
 from omegaconf import DictConfig
 
+from magrpo.config.run import EvalRunConfig
 from magrpo.config.schemas import ConfigError, EvalRunSchema
 from magrpo.core.checkpoint import resolve
 from magrpo.core.instances import as_data
 from magrpo.core.source import as_setup_error
-from magrpo.core.tracking import RunLogger, run_identity, write_json
+from magrpo.core.tracking import RunLogger, RunStatus, run_identity, write_json
 from magrpo.evaluation import collaboration
 from magrpo.evaluation import loop as eval_loop
 from magrpo.models import agents as models
@@ -62,14 +63,17 @@ def eval_summary(status: str, results: dict[str, dict[str, float]], identity: di
             "best": None, "steps": 0, "wall_seconds": wall_seconds, "evals": [], "config": identity}
 
 
-def validated(cfg: DictConfig) -> DictConfig:
-    """The composed config checked as magrpo-eval's (magrpo.validation.checks.validate): a checkpoint
-    resolved and verified; an exported team (`team=`) is checked whole, with this config's agents,
-    when the evaluation starts (evaluate_run)."""
-    return validation.validate(cfg, EvalRunSchema)
+def validated(composed: DictConfig) -> EvalRunConfig:
+    """The composed config (magrpo-eval's node, as the command composed it) checked as magrpo-eval's
+    (magrpo.validation.checks.validate): a checkpoint resolved and verified; an exported team
+    (`team=`) is checked whole, with this config's agents, when the evaluation starts (evaluate_run)."""
+    cfg = validation.validate(composed, EvalRunSchema)
+    if not isinstance(cfg, EvalRunConfig):      # validate hands an EvalRunSchema's config down as one
+        raise TypeError(f"validate gave a {type(cfg).__name__} for magrpo-eval's config, not an EvalRunConfig")
+    return cfg
 
 
-def evaluate_run(cfg: DictConfig, out: Path, status: Any, origin: dict[str, Any] | None = None) -> dict[str, Any]:
+def evaluate_run(cfg: EvalRunConfig, out: Path, status: RunStatus, origin: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load the team (or the base models) and evaluate every method of the validated `cfg` into the
     run directory `out`; `status` is the run's RunStatus (its phase), `origin` what the command line
     took from a run (magrpo.launch.run_config.from_run). Returns eval.json's content."""

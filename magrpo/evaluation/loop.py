@@ -24,10 +24,10 @@ computed on everything gathered from the ranks.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 import torch
 
+from magrpo.config.run import RunConfig
 from magrpo.evaluation.collaboration import CollaborationConfig, collaboration_metrics
 from magrpo.models.agents import Agent
 from magrpo.rollout.answers import collect_answers
@@ -39,7 +39,8 @@ from magrpo.tasks import Scores, Task
 log = logging.getLogger("magrpo")
 
 
-def eval_sampling(cfg: Any) -> Sampling:
+def eval_sampling(cfg: RunConfig) -> Sampling:
+    """How an evaluation samples: `eval.*` (samples, do_sample, temperature) over the run's decoding keys."""
     return Sampling(num_generations=cfg.eval.num_samples, max_new_tokens=cfg.algo.max_new_tokens,
                     do_sample=cfg.eval.do_sample, temperature=cfg.eval.temperature, top_p=cfg.algo.top_p,
                     top_k=cfg.algo.top_k, max_prompt_length=cfg.algo.max_prompt_length,

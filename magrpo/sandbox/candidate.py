@@ -142,7 +142,7 @@ def _exit_code(e: SystemExit) -> int:
 def _finish(code: int) -> int:
     """What interpreter shutdown would do: join threads, run atexit handlers, flush."""
     try:
-        threading._shutdown()
+        threading._shutdown()  # type: ignore[attr-defined]  # CPython's private shutdown hook, not in typeshed
     except BaseException:  # noqa: B036
         pass
     try:

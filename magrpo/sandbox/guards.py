@@ -91,8 +91,8 @@ def _guard_files(root: str, patches: dict) -> None:
             super().__init__(file, mode, closefd, opener)
 
     for mod in (builtins, io, _io):
-        mod.open = guarded_open
-    io.FileIO = _io.FileIO = GuardedFileIO
+        mod.open = guarded_open  # type: ignore[attr-defined]  # patching the stdlib: typeshed types open as a function of builtins only
+    io.FileIO = _io.FileIO = GuardedFileIO  # type: ignore[misc]  # patching the stdlib's class in place
 
     write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     real_os_open = os.open
@@ -194,7 +194,7 @@ def _guard_processes(own_group: int, max_processes: int, allow_subprocess: bool,
     # subprocess binds fork_exec at its import: patch both.
     _posixsubprocess.fork_exec = fork_exec
     if "subprocess" in sys.modules:
-        sys.modules["subprocess"]._fork_exec = fork_exec
+        sys.modules["subprocess"]._fork_exec = fork_exec  # type: ignore[attr-defined]  # subprocess's private binding, not in typeshed
 
 
 def _guard_rlimits() -> None:

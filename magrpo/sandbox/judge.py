@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 import json
 import os
 import select
@@ -43,7 +44,7 @@ import time
 
 from magrpo.sandbox import codec
 from magrpo.sandbox.candidate import describe, run_script, serve, source
-from magrpo.sandbox.isolation import SandboxUnavailable, launch, scratch_parent, worker_fds
+from magrpo.sandbox.isolation import MountPlan, SandboxUnavailable, launch, scratch_parent, worker_fds
 from magrpo.sandbox.procs import PR_SET_CHILD_SUBREAPER, close_fds_except, die_with_parent, prctl
 
 _LOAD_GRACE_S = 1.0  # start-up of a confined process, on top of the load timeout
@@ -70,7 +71,7 @@ class NotPlainData(BaseException):
     """The candidate returned a value that cannot cross (see codec.py): the test fails."""
 
 
-def serve_job(sock: socket.socket, level: str, plan, scratch: dict[str, str]) -> None:
+def serve_job(sock: socket.socket, level: str, plan: MountPlan, scratch: dict[str, str]) -> None:
     """Serve one job on `sock` (in a fresh process forked for it): read, run, reply.
 
     The job asks for its scratch under a directory (the caller's TMPDIR); `scratch` maps the
@@ -97,7 +98,7 @@ def serve_job(sock: socket.socket, level: str, plan, scratch: dict[str, str]) ->
 class _Launcher:
     """A child of the judge, forked before the tests are read, that (re)starts candidates."""
 
-    def __init__(self, spec: dict, level: str, plan: list):
+    def __init__(self, spec: dict, level: str, plan: MountPlan):
         self.sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         judge = os.getpid()
         pid = os.fork()
@@ -136,7 +137,7 @@ class _Launcher:
             pass
 
 
-def _launcher_main(sock: socket.socket, judge: int, spec: dict, level: str, plan: list) -> None:
+def _launcher_main(sock: socket.socket, judge: int, spec: dict, level: str, plan: MountPlan) -> None:
     try:
         die_with_parent(judge)
         prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphans of a `uid`/`guards` candidate come back here
@@ -157,7 +158,7 @@ def _launcher_main(sock: socket.socket, judge: int, spec: dict, level: str, plan
             reply_r, reply_w = os.pipe()
             devnull = os.open(os.devnull, os.O_RDWR)
             try:
-                cand = launch(level, limits, lambda r=req_r, w=reply_w: serve(spec["setup"], spec["code"], r, w),
+                cand = launch(level, limits, functools.partial(serve, spec["setup"], spec["code"], req_r, reply_w),
                               {req_r, reply_w}, (devnull, devnull, devnull), plan, spec["scratch_parent"])
             except (SandboxUnavailable, OSError) as e:
                 sock.send(f"error: {e}".encode()[:4000])
@@ -330,7 +331,7 @@ def free_names(sources: list[str]) -> set[str]:
     return names
 
 
-def _run_tests(fd: int, spec: dict, level: str, plan: list) -> dict:
+def _run_tests(fd: int, spec: dict, level: str, plan: MountPlan) -> dict:
     limits = spec["limits"]
     start = time.monotonic()
     job_deadline = start + float(limits["timeout_s"])
@@ -402,7 +403,7 @@ def _report(outcomes: list[tuple[str, str | None]], setup_error: str | None, sta
 # -- a program run as a script ---------------------------------------------------------------------
 
 
-def _run_program(spec: dict, level: str, plan: list) -> dict:
+def _run_program(spec: dict, level: str, plan: MountPlan) -> dict:
     limits = spec["limits"]
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     out_r, out_w = os.pipe()

@@ -258,7 +258,7 @@ def _choose_level(requested: str, plan, tmpdir: str) -> dict:
             return hello
         return {"error": f"sandbox isolation '{requested}' is unavailable here: {why} "
                          f"(choose one of auto, {', '.join(LEVELS)})"}
-    reasons = []
+    reasons: list[str] = []
     for level in LEVELS:
         hello, why = attempt(level)
         if hello is not None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from magrpo.config.groups import RewardConfig
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.core.registry import Registry, registrar
 from magrpo.tasks.base import Item, Scores, Task, columns, raw_reward, reward_keys, reward_schema_of
 from magrpo.tasks.reward_fns import task_class
+
+if TYPE_CHECKING:       # start-up: magrpo.config.schemas loads OmegaConf, and the tasks load without it
+    from magrpo.config.schemas import SandboxSchema
 
 # The built-in task families register on the first lookup; one whose optional dependency is
 # missing does not break the others.
@@ -23,9 +26,10 @@ def available_tasks() -> list[str]:
     return sorted(TASKS)
 
 
-def build_task(cfg: Any, reward_cfg: Any, sandbox: Any = None) -> Task:
-    """The task named by the `task` node; `sandbox` is the `sandbox` node (None = defaults). When the
-    `reward` node names reward functions (`reward.fn`, `reward.fns`), they replace its reward."""
+def build_task(cfg: TaskConfig, reward_cfg: RewardConfig, sandbox: SandboxSchema | None = None) -> Task:
+    """The task `cfg.name` names, with its `task`, `reward` and `sandbox` configs (a run's validated
+    `cfg.task`, `cfg.reward`, `cfg.sandbox`; `sandbox` None = its defaults). When the reward config
+    names reward functions (`reward.fn`, `reward.fns`), they replace the task's reward."""
     return task_class(TASKS[cfg.name], reward_cfg)(cfg, reward_cfg, sandbox)
 
 

@@ -17,12 +17,15 @@ import math
 import numbers
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from magrpo.config.groups import RewardConfig
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.core.schema import ConfigError, SetupError, field_value
 from magrpo.core.source import defined_at, first_line, is_magrpo, raised_at
-from magrpo.tasks.symmetry import Symmetry
+from magrpo.tasks.relabel import Symmetry
+
+if TYPE_CHECKING:       # start-up: magrpo.config.schemas loads OmegaConf, and the tasks load without it
+    from magrpo.config.schemas import SandboxSchema
 
 Item = dict[str, Any]
 
@@ -71,8 +74,8 @@ def _with_reward_keys(schema: type) -> type:
 class Scores(list):
     """Totals as a list of floats, plus named components (each a list aligned with the totals)."""
 
-    def __init__(self, totals: Sequence[float], components: dict[str, Sequence[float]] | None = None,
-                 extras: dict[str, Sequence[Any]] | None = None):
+    def __init__(self, totals: Sequence[float], components: Mapping[str, Sequence[float]] | None = None,
+                 extras: Mapping[str, Sequence[Any]] | None = None):
         super().__init__(float(t) for t in totals)
         self.components = {k: [float(x) for x in v] for k, v in (components or {}).items()}
         self.extras = {k: list(v) for k, v in (extras or {}).items()}
@@ -107,16 +110,25 @@ def columns(items: Sequence[Item]) -> dict[str, list[Any]]:
 class Task:
     """Base class: subclasses set `name`, `num_agents`, and implement the methods below.
 
-    `cfg` is the `task` config node, `reward_cfg` the `reward` node. Both arrive validated.
+    `cfg` is the `task` config, an instance of the task's `config_schema` (a TaskConfig holding
+    the node's keys as attributes for a task without one), `reward_cfg` the `reward` config, an
+    instance of its `reward_schema` (`reward_schema_of`; RewardConfig without one), `sandbox_cfg`
+    the `sandbox` config (None: its defaults). All arrive validated. A task narrows the first two
+    to its own schemas by declaring them (`cfg: MyTaskConfig`, `reward_cfg: MyRewardConfig`).
     """
+
+    cfg: TaskConfig
+    reward_cfg: RewardConfig
+    sandbox_cfg: SandboxSchema | None
 
     name: ClassVar[str] = ""
     num_agents: ClassVar[int] = 2        # the team the task is written for (its default)
     # Team sizes the task accepts (`agents.num_agents`); None = 1 (one model writes the whole
     # answer) or `num_agents`. A task whose prompts and reward take any team overrides `prompts`.
     agent_counts: ClassVar[tuple[int, ...] | None] = None
-    # Metric that `best` in summary.json tracks and that sweeps compare on.
-    primary_metric: ClassVar[str] = "reward_mean"
+    # Metric that `best` in summary.json tracks and that sweeps compare on (an instance's own may
+    # differ: reward functions without `reward.max` track reward_mean, RewardFnTask).
+    primary_metric: str = "reward_mean"
     # Dataclasses the `task` and `reward` config nodes are checked against at start-up, so a
     # misspelt or mistyped key stops the run before any work (see magrpo.config.schemas).
     config_schema: ClassVar[type | None] = None
@@ -137,10 +149,10 @@ class Task:
     reward_fns: Any = None
     reward_note: str | None = None
 
-    def __init__(self, cfg: Any, reward_cfg: Any, sandbox: Any = None):
+    def __init__(self, cfg: TaskConfig, reward_cfg: RewardConfig, sandbox: SandboxSchema | None = None):
         self.cfg = cfg
         self.reward_cfg = reward_cfg
-        self.sandbox_cfg = sandbox   # the `sandbox` node; None = its defaults
+        self.sandbox_cfg = sandbox   # None = its defaults
 
     def run_info(self) -> dict[str, Any]:
         """What summary.json records about how this task ran (the coding tasks: the sandbox's

@@ -27,16 +27,17 @@ import string
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from magrpo.config.groups import RewardConfig
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.config.schemas import conf_dir as _conf_dir
 from magrpo.config.schemas import typed_node
+from magrpo.core.instances import instance
 from magrpo.core.schema import ConfigError, check_values
 from magrpo.core.source import raised_at
-from magrpo.tasks import TASKS, Item, Task, columns, raw_reward, reward_keys, reward_schema_of
+from magrpo.tasks import TASKS, Item, Scores, Task, columns, raw_reward, reward_keys, reward_schema_of
 from magrpo.tasks.symmetry import Symmetry
 
 # How far a normalized return may stray outside [0, 1], and an individual reward row from the
@@ -79,18 +80,22 @@ class TaskCheck:
 
 # -- building the task ---------------------------------------------------------------------------
 
-def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any, prefix: str,
-          open_keys: bool = False) -> Any:
+def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Mapping[str, object] | None,
+          prefix: str, open_keys: bool = False) -> DictConfig:
     """A config node as a run would get it: the schema's defaults under the task's own conf/ file
     (a registered name only) and `overrides`, typed and checked as `magrpo.validation.checks.validate` does
     (`open_keys`: keys the schema does not declare are kept, as a reward node without a schema's)."""
-    raw = OmegaConf.create({"name": name} if schema is None or "name" in {f.name for f in fields(schema)} else {})
+    raw: DictConfig | ListConfig = OmegaConf.create({"name": name} if schema is None or "name" in {f.name for f in fields(schema)} else {})
     if conf_file is not None and conf_file.is_file():
         own = OmegaConf.load(conf_file)
+        if not isinstance(own, DictConfig):
+            raise ConfigError(f"{conf_file}: not a config node (a mapping of keys)")
         own.pop("defaults", None)       # the group's base file, whose keys the schema already holds
         raw = OmegaConf.merge(raw, own)
     if overrides is not None:
-        raw = OmegaConf.merge(raw, overrides if OmegaConf.is_config(overrides) else OmegaConf.create(overrides))
+        raw = OmegaConf.merge(raw, overrides if OmegaConf.is_config(overrides) else OmegaConf.create(dict(overrides)))
+    if not isinstance(raw, DictConfig):
+        raise ConfigError(f"{prefix.rstrip('.')}: not a config node (a mapping of keys)")
     if schema is None:
         return raw
     node = typed_node(raw, schema, prefix, open_keys=open_keys)
@@ -98,8 +103,11 @@ def _node(schema: type | None, name: str, conf_file: Path | None, overrides: Any
     return node
 
 
-def _build(task: Any, cfg: Any, reward_cfg: Any) -> tuple[str, Task | None, str | None]:
-    """(name, instance, problem): the task to check, or the one line why it cannot be built."""
+def _build(task: type[Task] | Task | str, cfg: Mapping[str, object] | None,
+           reward_cfg: Mapping[str, object] | None) -> tuple[str, Task | None, str | None]:
+    """(name, instance, problem): the task to check, or the one line why it cannot be built. `cfg`
+    and `reward_cfg` are keys over the task's defaults (check_task); the task gets its configs as
+    a run does: instances of its schemas (TaskConfig, RewardConfig where it declares none)."""
     if isinstance(task, Task):
         if cfg is not None or reward_cfg is not None:
             raise TypeError("check_task: cfg and reward_cfg apply to a task class or name; "
@@ -122,7 +130,8 @@ def _build(task: Any, cfg: Any, reward_cfg: Any) -> tuple[str, Task | None, str 
     except Exception as e:
         return name, None, f"building the task's config nodes from its schemas raised {_exc(e)}"
     try:
-        return name, task(task_node, reward_node), None
+        return name, task(instance(task_node, task.config_schema or TaskConfig),
+                          instance(reward_node, reward_schema or RewardConfig)), None
     except Exception as e:
         return name, None, f"{task.__name__}(cfg, reward_cfg) raised {_exc(e)}"
 
@@ -152,8 +161,14 @@ def _real(x: Any) -> bool:
     return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
-def _finite(x: Any) -> bool:
-    return _real(x) and math.isfinite(float(x))
+def _finite(x: object) -> TypeGuard[float]:
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(float(x))
+
+
+def _as_scores(scores: list[float]) -> Scores:
+    """The task's scores as a run hands them on (magrpo.tasks.base.checked_scores): a plain list of
+    floats, which the checks accept, becomes a Scores without components."""
+    return scores if isinstance(scores, Scores) else Scores(scores)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -243,11 +258,11 @@ class _Checker:
                 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)):
             self.problem(f"accepted_counts() returned {counts!r}; it must be a non-empty tuple of team sizes >= 1")
             return []
-        counts = sorted(set(counts))
-        if cls.num_agents not in counts:
+        sizes = sorted(set(counts))
+        if cls.num_agents not in sizes:
             self.problem(f"num_agents={cls.num_agents!r} (the task's default team) is not among its accepted "
-                         f"team sizes {tuple(counts)}")
-        return counts
+                         f"team sizes {tuple(sizes)}")
+        return sizes
 
     # -- data -----------------------------------------------------------------------------------
     def check_split(self, split: str) -> None:
@@ -308,6 +323,7 @@ class _Checker:
         out: list[list[str] | None] = []
         failed: list[str] = []
         for split, item in self.pool:
+            why: str | None
             try:
                 got = self.task.prompts(item, n)
             except Exception as e:
@@ -457,12 +473,15 @@ class _Checker:
         """Two more instances of the task, built once: one from its own config (`same`), one with
         shift=SHIFT and scale=SCALE (`shifted`); or the one line why they cannot be built."""
         if self._copies is None:
-            given = self.task.reward_cfg
+            # a RewardConfig as a run builds the task; one built by hand may hold a config node, or plain
+            # data, and its copies are built alike
+            given: Any = self.task.reward_cfg
+            shifted: Any
             try:
-                if OmegaConf.is_config(given):
-                    shifted = OmegaConf.merge(given, {"shift": SHIFT, "scale": SCALE})
-                elif is_dataclass(given) and not isinstance(given, type):
+                if is_dataclass(given) and not isinstance(given, type):
                     shifted = replace(given, shift=SHIFT, scale=SCALE)
+                elif OmegaConf.is_config(given):
+                    shifted = OmegaConf.merge(given, {"shift": SHIFT, "scale": SCALE})
                 else:
                     shifted = {**dict(given or {}), "shift": SHIFT, "scale": SCALE}
                 build = type(self.task)
@@ -590,8 +609,8 @@ class _Checker:
         """An all-empty joint answer must not get the maximum: with reward_max, its normalized return
         stays below 1; without, its reward stays below the best of the answers scored before."""
         if top is not None:
-            values = self.normalized(team, n, empty, got, top)
-            paid = [k for k, v in enumerate(values or []) if v is not None and v >= 1 - TOLERANCE]
+            values = self.normalized(team, n, empty, got, top) or []
+            paid = [k for k, v in enumerate(values) if v is not None and v >= 1 - TOLERANCE]
             if paid:
                 k = paid[0]
                 self.problem(f"the reward pays an all-empty answer of a {team} the maximum: normalized return "
@@ -606,7 +625,7 @@ class _Checker:
 
     def check_individual(self, team: str, n: int, batch: list, scores: list) -> None:
         try:
-            rows = self.task.individual_rewards(scores, n)
+            rows = self.task.individual_rewards(_as_scores(scores), n)
         except Exception as e:
             self.problem(f"individual_rewards(scores, {n}) raised {_exc(e)} (the task has splits_reward)")
             return
@@ -682,7 +701,7 @@ class _Checker:
     def check_metrics(self, team: str, batch: list, scores: list) -> None:
         items = copy.deepcopy(self.items_of(batch))
         try:
-            got = self.task.metrics(items, [list(a) for _, _, a in batch], scores)
+            got = self.task.metrics(items, [list(a) for _, _, a in batch], _as_scores(scores))
         except NotImplementedError:
             return
         except Exception as e:
@@ -724,7 +743,8 @@ def _item_texts(item: Item) -> list[tuple[str, str]]:
             and not isinstance(v, bool) and str(v).strip()]
 
 
-def check_task(task: type[Task] | Task | str, *, cfg: Any = None, reward_cfg: Any = None,
+def check_task(task: type[Task] | Task | str, *, cfg: Mapping[str, object] | None = None,
+               reward_cfg: Mapping[str, object] | None = None,
                splits: Sequence[str] = ("train", "eval"), num_items: int = 8, num_answers: int = 16,
                seed: int = 0) -> TaskCheck:
     """Check that `task` keeps the Task contract; return a TaskCheck (`.problems`, `.notes`, `.ok`,
@@ -775,7 +795,7 @@ def check_task(task: type[Task] | Task | str, *, cfg: Any = None, reward_cfg: An
     name, instance, why = _build(task, cfg, reward_cfg)
     report = TaskCheck(name)
     if instance is None:
-        report.problems.append(why)
+        report.problems.append(why if why is not None else "the task could not be built")
         report.notes.append("the task could not be built: nothing else was checked")
         return report
     _Checker(instance, report, splits, num_items, num_answers, seed).run()

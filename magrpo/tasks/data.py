@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from magrpo.core.schema import ConfigError, SetupError, at_least, option
 from magrpo.models import hub
@@ -93,15 +93,39 @@ class DataKeys:
     eval_split: str = split_option("test", help="the eval rows, in the same syntax")
     limit: int | None = limit_option(help="keep at most this many items per split (quick runs); null = all")
 
-    @staticmethod
-    def check_node(node: Any, prefix: str) -> None:
-        check_data_path(node, prefix)
-        check_held_out(node, prefix)
+    @classmethod
+    def check_node(cls, node: Any, prefix: str) -> None:
+        data = data_keys(node, cls)
+        check_data_path(data, prefix)
+        check_held_out(data, prefix)
 
 
 @dataclass
 class BuiltinKeys:
     builtin: bool = option(True, help="the package's own offline items (no download); false = the dataset")
+
+
+@dataclass
+class BuiltinFileKeys(BuiltinKeys):
+    """A built-in set that is a file of the package (the writing tasks'), and which of its rows
+    train and which evaluate; a task whose built-in items are generated has only `builtin`."""
+
+    builtin_train_split: str = split_option("train[:32]", help="the built-in file's training rows")
+    builtin_eval_split: str = split_option("train[32:]", help="the built-in file's eval rows")
+
+
+Keys = TypeVar("Keys", bound=DataKeys)
+
+
+def data_keys(node: Any, schema: type[Keys]) -> Keys:
+    """A `task.data` node as an instance of its schema: a schema's `check_node` is handed the typed
+    config node while the config is checked (magrpo.core.schema.check_values), the task its instance."""
+    if isinstance(node, schema):
+        return node
+    from magrpo.core.instances import instance  # noqa: PLC0415  start-up: it loads OmegaConf, and the tasks load without it
+
+    out: Keys = instance(node, schema)
+    return out
 
 
 @dataclass
@@ -112,7 +136,7 @@ class ItemCountKeys:
     num_eval: int = at_least(1, 16, help="eval items")
 
 
-def require_columns(task: str, data: Any, rows: list[dict[str, Any]], needs: list[tuple[str, ...]]) -> None:
+def require_columns(task: str, data: DataKeys, rows: list[dict[str, Any]], needs: list[tuple[str, ...]]) -> None:
     """The data has every column of one of `needs` (each a set of column names that a row of `task`
     may have), or one line names the columns it has and the ones expected, and where the data came
     from (task.data.path, or the hub id)."""
@@ -121,16 +145,16 @@ def require_columns(task: str, data: Any, rows: list[dict[str, Any]], needs: lis
     have = set(rows[0])
     if any(set(cols) <= have for cols in needs):
         return
-    path = data.get("path") if hasattr(data, "get") else getattr(data, "path", None)
-    where = f"task.data.path={str(path)!r}" if path else f"the hub dataset {getattr(data, 'hub_id', None)!r}"
+    path = data.path
+    where = f"task.data.path={str(path)!r}" if path else f"the hub dataset {data.hub_id!r}"
     wanted = " or ".join("(" + ", ".join(cols) + ")" for cols in needs)
     raise DataUnavailableError(f"task {task}: {where} has columns {', '.join(sorted(have)) or '(none)'}; a {task} row "
                                f"needs {wanted} (docs/tasks.md, \"Your own data\")")
 
 
-def check_data_path(node: Any, prefix: str) -> None:
+def check_data_path(data: DataKeys, prefix: str) -> None:
     """`task.data.path`, when set, must exist: a missing file is a config error, not a crash mid-setup."""
-    path = node.path
+    path = data.path
     if path and not Path(str(path)).expanduser().exists():
         raise ConfigError(f"{prefix}path={str(path)!r}: no such file or directory; give a local "
                           f"{'/'.join(sorted(LOCAL_SUFFIXES))} file or a directory saved with Dataset.save_to_disk")
@@ -174,28 +198,30 @@ def shared_rows(train_expr: str, eval_expr: str, one_split: bool, limit: int | N
     return None
 
 
-def check_held_out(node: Any, prefix: str, package: str | None = None) -> None:
+def check_held_out(data: DataKeys, prefix: str, package: str | None = None) -> None:
     """The train and eval splits of `task.data` select no row in common (module docstring): one line
     naming both slices, the rows they share and a disjoint pair. `package`: the words for the one-split
     source the task reads when neither a path nor a hub id is set (HumanEval from its package)."""
     keys = ("train_split", "eval_split")
-    path = node.path
+    train_expr, eval_expr = data.train_split, data.eval_split
+    path = data.path
     if path:
         p = Path(str(path)).expanduser()
         one_split = not (p / "dataset_dict.json").is_file()    # a file or a saved Dataset: one split
         where = f"{prefix}path={str(path)!r}" + (f" (it holds one split: {ONE_SPLIT})" if one_split else "")
-    elif getattr(node, "builtin", False):
-        if getattr(node, "builtin_train_split", None) is None:      # items generated, no rows to share
+    elif isinstance(data, BuiltinKeys) and data.builtin:
+        if not isinstance(data, BuiltinFileKeys):      # items generated, no rows to share
             return
         keys, one_split, where = ("builtin_train_split", "builtin_eval_split"), True, "the built-in file"
-    elif node.hub_id:
-        one_split, where = False, f"the hub dataset {node.hub_id!r}"
+        train_expr, eval_expr = data.builtin_train_split, data.builtin_eval_split
+    elif data.hub_id:
+        one_split, where = False, f"the hub dataset {data.hub_id!r}"
     elif package:
         one_split, where = True, f"{package} (one split: {ONE_SPLIT})"
     else:
         return
-    train_expr, eval_expr = str(getattr(node, keys[0])), str(getattr(node, keys[1]))
-    shared = shared_rows(train_expr, eval_expr, one_split, getattr(node, "limit", None))
+    train_expr, eval_expr = str(train_expr), str(eval_expr)
+    shared = shared_rows(train_expr, eval_expr, one_split, data.limit)
     if shared is None:
         return
     name, rows = shared
@@ -268,7 +294,7 @@ def load_hub(hub_id: str, split_expr: str, config_name: str | None = None) -> li
     return [dict(r) for r in ds]
 
 
-def load_split(data_cfg: Any, split: str) -> list[dict[str, Any]]:
+def load_split(data_cfg: DataKeys, split: str) -> list[dict[str, Any]]:
     """Rows for split "train" or "eval" as described by a `task.data` node."""
     expr = data_cfg.train_split if split == "train" else data_cfg.eval_split
     if data_cfg.path:

@@ -95,6 +95,8 @@ class LengthRatioTask(Task):
     num_agents = 2
     config_schema = LengthRatioTaskConfig
     reward_schema = LengthRatioRewardConfig
+    cfg: LengthRatioTaskConfig
+    reward_cfg: LengthRatioRewardConfig
 
     def load(self, split: str) -> list[Item]:
         n_train, n_eval = self.cfg.num_train, self.cfg.num_eval

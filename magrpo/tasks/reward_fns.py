@@ -29,14 +29,17 @@ import re
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from magrpo.config.groups import RewardConfig
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.core.plugins import check_name
 from magrpo.core.registry import Registry, registrar
 from magrpo.core.schema import ConfigError, did_you_mean
 from magrpo.core.source import defined_at, first_line, raised_at
 from magrpo.tasks.base import RewardError, Scores, Task, batch_words, columns, reward_keys, short
+
+if TYPE_CHECKING:       # start-up: magrpo.config.schemas loads OmegaConf, and the tasks load without it
+    from magrpo.config.schemas import SandboxSchema
 
 # Filled by the user's modules (`@register_reward("name")`) and the plugins (magrpo.core.plugins).
 REWARD_FNS: Registry[Callable[..., Any]] = Registry("reward function", "reward.fn")
@@ -54,9 +57,10 @@ class RewardFunctionError(RewardError):
 # -- the config -------------------------------------------------------------------------------------
 
 
-def reward_specs(reward_cfg: Any) -> list[tuple[str, str]]:
-    """(config key, spec) of each reward function the `reward` node names; [] for the task's own
-    reward. `reward.fn=x` is `reward.fns=[x]`."""
+def reward_specs(reward_cfg: RewardConfig) -> list[tuple[str, str]]:
+    """(config key, spec) of each reward function the `reward` config names; [] for the task's own
+    reward. `reward.fn=x` is `reward.fns=[x]`. (Validation asks it of the typed node too, which
+    `reward_keys` reads alike.)"""
     keys = reward_keys(reward_cfg)
     fn, fns = keys.fn, keys.fns
     if fns is not None:
@@ -131,10 +135,11 @@ def check_reward_node(node: Any, imports: bool = True) -> None:
                           "own reward")
     specs = reward_specs(node)
     if not specs:
-        for key, value in (("weights", weights), ("max", top)):
-            if value is not None:
-                raise ConfigError(f"reward.{key}={value if key == 'max' else list(value)} applies to reward "
-                                  f"functions, and neither reward.fn nor reward.fns names one")
+        unused = "applies to reward functions, and neither reward.fn nor reward.fns names one"
+        if weights is not None:
+            raise ConfigError(f"reward.weights={list(weights)} {unused}")
+        if top is not None:
+            raise ConfigError(f"reward.max={top} {unused}")
         if _completions(node) != RewardConfig.completions:
             raise ConfigError(f"reward.completions={_completions(node)!r} applies to reward functions, and neither "
                               f"reward.fn nor reward.fns names one")
@@ -162,7 +167,7 @@ def _completions(node: Any) -> str:
     return RewardConfig.completions if value is None else str(value)
 
 
-def fallback_note(task_cls: type[Task], reward_cfg: Any) -> str | None:
+def fallback_note(task_cls: type[Task], reward_cfg: RewardConfig) -> str | None:
     """Why a run whose reward functions have no `reward.max` tracks reward_mean instead of the
     task's primary metric normalized_return (None when it does not)."""
     if task_cls.primary_metric != "normalized_return" or not reward_specs(reward_cfg) \
@@ -173,7 +178,7 @@ def fallback_note(task_cls: type[Task], reward_cfg: Any) -> str | None:
             f"instead of normalized_return (set reward.max to the largest raw total of the functions to have it)")
 
 
-def primary_metric(task_cls: type[Task], reward_cfg: Any) -> str:
+def primary_metric(task_cls: type[Task], reward_cfg: RewardConfig) -> str:
     """The metric `best` and sweeps track: the task's, or reward_mean under `fallback_note`."""
     return "reward_mean" if fallback_note(task_cls, reward_cfg) else task_cls.primary_metric
 
@@ -274,7 +279,7 @@ class RewardFns:
         self.completions = completions       # "parts" or "text" (RewardConfig.completions)
 
     @classmethod
-    def from_config(cls, reward_cfg: Any) -> RewardFns | None:
+    def from_config(cls, reward_cfg: RewardConfig) -> RewardFns | None:
         specs = reward_specs(reward_cfg)
         keys = reward_keys(reward_cfg)
         return cls(specs, keys.weights, keys.max,
@@ -327,7 +332,7 @@ class RewardFnTask(Task):
     task_cls: type[Task]          # the task's own class (set by `task_class`)
     feedback_kind = "generic"     # feedback=diagnostics explains these functions' values, not the task's levels
 
-    def __init__(self, cfg: Any, reward_cfg: Any, sandbox: Any = None):
+    def __init__(self, cfg: TaskConfig, reward_cfg: RewardConfig, sandbox: SandboxSchema | None = None):
         super().__init__(cfg, reward_cfg, sandbox)
         fns = RewardFns.from_config(reward_cfg)
         assert fns is not None, "task_class gives this class only to a reward node that names functions"
@@ -369,7 +374,7 @@ class RewardFnTask(Task):
 _CLASSES: dict[type, type] = {}
 
 
-def task_class(cls: type[Task], reward_cfg: Any) -> type[Task]:
+def task_class(cls: type[Task], reward_cfg: RewardConfig) -> type[Task]:
     """The class to build a task of `cls` with: `cls` itself, or, when the `reward` node names reward
     functions, `cls` under `RewardFnTask`."""
     if not reward_specs(reward_cfg):

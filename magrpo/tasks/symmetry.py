@@ -30,83 +30,13 @@ the game as it is.
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-UNITS = ("letter", "word")
-PLACES = ("answers", "prompts", "both")
+from magrpo.tasks.base import Item, Scores, Task
+from magrpo.tasks.relabel import Symmetry
+
 # The key of an item that carries each agent's view under Other-Play (None: the game as it is).
 VIEW_KEY = "other_play_view"
-
-
-@dataclass(frozen=True)
-class Symmetry:
-    """`symbols` are interchangeable in the game: any permutation of them leaves the reward as it is.
-
-    unit     "letter": each symbol is one letter a-z, relabelled wherever it appears in the text
-             (case kept), as the suite's games read a move from any option letter; "word": whole
-             words, matched without regard to case (case kept).
-    acts_on  "answers", "prompts" or "both": where the relabelling applies. A letter relabelling
-             never applies to prompts (it would rewrite every word of them)."""
-
-    name: str
-    symbols: tuple[str, ...]
-    unit: str = "word"
-    acts_on: str = "both"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "symbols", tuple(self.symbols))
-        where = f"Symmetry {self.name!r}"
-        if self.unit not in UNITS:
-            raise ValueError(f"{where}: unit={self.unit!r} is not allowed; choose one of: {', '.join(UNITS)}")
-        if self.acts_on not in PLACES:
-            raise ValueError(f"{where}: acts_on={self.acts_on!r} is not allowed; choose one of: {', '.join(PLACES)}")
-        if len(self.symbols) < 2 or len({s.lower() for s in self.symbols}) != len(self.symbols):
-            raise ValueError(f"{where}: needs at least 2 distinct symbols, got {list(self.symbols)}")
-        if self.unit == "letter":
-            bad = [s for s in self.symbols if not re.fullmatch("[a-z]", s)]
-            if bad:
-                raise ValueError(f"{where}: a letter symmetry's symbols are single letters a-z, got {bad}")
-            if self.acts_on != "answers":
-                raise ValueError(f"{where}: a letter relabelling acts on answers only (acts_on='answers'); on a "
-                                 f"prompt it would rewrite every word")
-        elif any(not s.strip() for s in self.symbols):
-            raise ValueError(f"{where}: a word symbol is empty")
-
-    def acts(self, place: str) -> bool:
-        """Whether the relabelling applies to a "prompt" or an "answer"."""
-        return self.acts_on == "both" or self.acts_on == place + "s"
-
-    def draw(self, rng: random.Random) -> tuple[str, ...]:
-        """A random permutation: symbols[i] is relabelled perm[i]."""
-        return tuple(rng.sample(self.symbols, len(self.symbols)))
-
-    def inverse(self, perm: Sequence[str]) -> tuple[str, ...]:
-        """The permutation that undoes `perm`."""
-        back = dict(zip(perm, self.symbols))
-        return tuple(back[s] for s in self.symbols)
-
-    def apply(self, text: str, perm: Sequence[str]) -> str:
-        """`text` with symbols[i] replaced by perm[i], all at once (a swap of two symbols swaps them)."""
-        if self.unit == "letter":
-            table = {}
-            for a, b in zip(self.symbols, perm):
-                table[ord(a)], table[ord(a.upper())] = b, b.upper()
-            return text.translate(table)
-        mapping = {a.lower(): b for a, b in zip(self.symbols, perm)}
-        pattern = r"(?<![A-Za-z])(" + "|".join(re.escape(s) for s in sorted(self.symbols, key=len, reverse=True)) \
-            + r")(?![A-Za-z])"
-        return re.sub(pattern, lambda m: _cased(m.group(0), mapping[m.group(0).lower()]), text, flags=re.IGNORECASE)
-
-
-def _cased(original: str, new: str) -> str:
-    if original.isupper() and len(original) > 1:
-        return new.upper()
-    if original[:1].isupper():
-        return new[:1].upper() + new[1:]
-    return new
 
 
 # -- Other-Play views ----------------------------------------------------------------------------------
@@ -124,12 +54,13 @@ def with_views(items: Sequence[dict], symmetries: Sequence[Symmetry], num_agents
     return [{**it, VIEW_KEY: draw_views(symmetries, num_agents, rng)} for it in items]
 
 
-class OtherPlay:
-    """Mixed into a task's class by `other_play`: agent k reads its prompts in its own view and its
-    answers are read back to the game's own labels before the reward sees them. An item without a
-    view (every evaluation item) is played as it is."""
+class OtherPlay(Task):
+    """Mixed into a task's class by `other_play` (before it: its methods call the task's own through
+    `super()`): agent k reads its prompts in its own view and its answers are read back to the game's
+    own labels before the reward sees them. An item without a view (every evaluation item) is played
+    as it is."""
 
-    def _views(self, item: dict) -> list[View | None] | None:
+    def _views(self, item: Item) -> list[View | None] | None:
         return item.get(VIEW_KEY)
 
     def _map(self, text: str, view: View | None, place: str, agent: int, back: bool = False) -> str:
@@ -142,14 +73,14 @@ class OtherPlay:
                 text = self.relabel(text, sym, sym.inverse(perm) if back else tuple(perm), place, agent)
         return text
 
-    def prompts(self, item: dict, num_agents: int) -> list[str]:
+    def prompts(self, item: Item, num_agents: int) -> list[str]:
         out = super().prompts(item, num_agents)
         views = self._views(item)
         if not views or num_agents == 1:
             return out
         return [self._map(p, views[k], "prompt", k) for k, p in enumerate(out)]
 
-    def context_prompt(self, item: dict, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:
+    def context_prompt(self, item: Item, agent: int, prompt: str, own: str | None, others: dict[int, str]) -> str:
         views = self._views(item)
         if not views:
             return super().context_prompt(item, agent, prompt, own, others)
@@ -163,12 +94,14 @@ class OtherPlay:
         # the partners' answers quoted in it as the game reads them.
         return self._map(base, mine, "prompt", agent)
 
-    def score(self, items: Sequence[dict], prompts: list[list[str]], completions: list[list[str]]) -> Any:
+    def score(self, items: Sequence[Item], prompts: list[list[str]], completions: list[list[str]]) -> Scores:
         if not any(self._views(it) for it in items):
             return super().score(items, prompts, completions)
-        canon_prompts, canon_answers, plain = [], [], []
+        canon_prompts: list[list[str]] = []
+        canon_answers: list[list[str]] = []
+        plain: list[Item] = []
         for it, row_p, row_c in zip(items, prompts, completions):
-            views = self._views(it) or [None] * len(row_c)
+            views: list[View | None] = self._views(it) or [None] * len(row_c)
             views = views if len(views) == len(row_c) else [None] * len(row_c)    # the single-model form
             canon_prompts.append([self._map(p, v, "prompt", k, back=True) for k, (p, v) in enumerate(zip(row_p, views))])
             canon_answers.append([self._map(c, v, "answer", k, back=True) for k, (c, v) in enumerate(zip(row_c, views))])
@@ -176,10 +109,10 @@ class OtherPlay:
         return super().score(plain, canon_prompts, canon_answers)
 
 
-_CLASSES: dict[type, type] = {}
+_CLASSES: dict[type[Task], type[Task]] = {}
 
 
-def other_play(task: Any) -> Any:
+def other_play(task: Task) -> Task:
     """`task` (an instance) as one that honours Other-Play views: the same state, its class with
     `OtherPlay` mixed in. A task that declares no symmetry is refused (a ValueError naming it)."""
     if not task.symmetries():
@@ -190,7 +123,7 @@ def other_play(task: Any) -> Any:
         return task
     if cls not in _CLASSES:
         _CLASSES[cls] = type(f"OtherPlay{cls.__name__}", (OtherPlay, cls), {"__module__": cls.__module__})
-    out = object.__new__(_CLASSES[cls])
+    out: Task = object.__new__(_CLASSES[cls])
     out.__dict__.update(task.__dict__)
     return out
 

@@ -15,7 +15,7 @@ import huggingface_hub
 from omegaconf import DictConfig, OmegaConf
 
 from magrpo.algos import ALGOS
-from magrpo.config.run import RunConfig
+from magrpo.config.run import EvalRunConfig, RunConfig
 from magrpo.config.schemas import TrainSchema
 from magrpo.core import checkpoint, records, trust
 from magrpo.core.checkpoint import TEAM_FILE
@@ -184,11 +184,15 @@ def check_team_config(config: DictConfig, where: Path | str) -> RunConfig:
     try:
         nodes = {k: OmegaConf.to_container(config[k], resolve=True) for k in TEAM_NODES
                  if k in config and k != "sandbox"}
-        for spec in nodes["agents"].get("models") or []:
+        agents = nodes["agents"]       # a mapping: checked above
+        for spec in (agents.get("models") if isinstance(agents, dict) else None) or []:
             if isinstance(spec, dict) and isinstance(spec.get("name_or_path"), str):
                 spec["name_or_path"] = "builtin:tiny"        # where the weights are is checked elsewhere
                 spec["tokenizer"] = None
-        return validate(OmegaConf.merge(OmegaConf.structured(TrainSchema), nodes), recorded=True)
+        merged = OmegaConf.merge(OmegaConf.structured(TrainSchema), nodes)
+        if not isinstance(merged, DictConfig):      # a schema's node merged with mappings is one
+            raise TypeError(f"the config merged into a {type(merged).__name__}")
+        return validate(merged, recorded=True)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     except Exception as e:       # a node of the wrong shape that the schemas do not reach
@@ -273,10 +277,13 @@ def local_team(path_or_repo: str | Path, revision: str | None = None) -> Path:
         raise ConfigError(f"could not download the team {text!r}: {type(e).__name__}: {e}") from e
 
 
-def check_team_option(cfg: RunConfig) -> None:
+def check_team_option(cfg: EvalRunConfig) -> None:
     """magrpo-eval's `team=` names a whole exported team whose agents match the ones the (validated)
     config builds; `cfg.team` becomes the team's local directory."""
-    root = local_team(cfg.team)
+    team = cfg.team
+    if team is None:
+        raise ValueError("check_team_option: the config names no team (team=)")
+    root = local_team(team)
     info = read_team(root)
     # the team's models are its own folders; the base models they came from count only for eval.ablation=base
     base = cfg.eval.diagnostics and cfg.eval.ablation == "base"
@@ -284,12 +291,12 @@ def check_team_option(cfg: RunConfig) -> None:
     changes = checkpoint.config_changes(info["config"], as_data(cfg),
                                         only=checkpoint.AGENT_KEYS, free=free)
     if changes:
-        raise ConfigError(f"team={str(cfg.team)!r} was trained with other agents settings ({checkpoint.describe(changes)}); "
+        raise ConfigError(f"team={str(team)!r} was trained with other agents settings ({checkpoint.describe(changes)}); "
                           f"an exported team's models are its own: drop the agents overrides")
     policies = ALGOS[cfg.algo.name].team(cfg).policy_dirs
     held = [m["policy"] for m in info["models"]]
     if policies != held:
-        raise ConfigError(f"team={str(cfg.team)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
+        raise ConfigError(f"team={str(team)!r} holds {len(held)} policy(ies) ({', '.join(held)}) but "
                           f"algo={cfg.algo.name} builds {len(policies)} ({', '.join(policies)}); evaluate it with "
                           f"the algo it was trained with ({info['algorithm']})")
     cfg.team = str(root)

@@ -16,6 +16,7 @@ import yaml
 
 from magrpo import __version__
 from magrpo.algos import ALGOS
+from magrpo.config.schemas import ModelSchema
 from magrpo.core import checkpoint, trust
 from magrpo.core.checkpoint import OVERRIDES_FILE, TEAM_FILE
 from magrpo.core.instances import as_data
@@ -39,7 +40,7 @@ TEAM_NODES = ("task", "reward", "algo", "agents", "feedback", "sandbox", "eval",
 # -- writing a team (the directory magrpo-export writes) ---------------------------------------------------------------------------------
 
 
-def _base_key(spec: Any) -> tuple:
+def _base_key(spec: ModelSchema) -> tuple:
     return (spec.name_or_path, spec.revision, spec.dtype)
 
 
@@ -49,7 +50,8 @@ def _layout(team: Any) -> tuple[list[dict], dict[tuple, str]]:
     cfg = team.config.agents
     specs = list(cfg.models)
     shared_base = cfg.share_base
-    entries, bases = [], {}
+    entries: list[dict] = []
+    bases: dict[tuple, str] = {}
     for policy in policy_agents(team.agents):
         i = policy.index
         spec_index = i if len(specs) > 1 else 0
@@ -69,7 +71,7 @@ def _layout(team: Any) -> tuple[list[dict], dict[tuple, str]]:
     return entries, names
 
 
-def _write_base(spec: Any, out: Path) -> None:
+def _write_base(spec: ModelSchema, out: Path) -> None:
     """A LoRA team's base model as it was loaded for training (from its original source)."""
     with _loading(spec, 0):
         path = resolve_model_path(spec.name_or_path)

@@ -72,14 +72,14 @@ class TeamAnswer:
     reward: float | None = None
 
 
-def with_overrides(config: DictConfig, overrides: dict[str, Any] | None) -> DictConfig:
-    """`config` with the caller's own keys set (dotted key -> value): what a record you did not make
-    cannot choose, given by you."""
+def with_overrides(record: DictConfig, overrides: dict[str, Any] | None) -> DictConfig:
+    """A recorded config (a node, before it is validated) with the caller's own keys set (dotted key
+    -> value): what a record you did not make cannot choose, given by you."""
     for key, value in (overrides or {}).items():
         if not isinstance(key, str) or not key:
             raise ConfigError(f"overrides: {key!r} is not a dotted config key (e.g. 'feedback.url')")
-        OmegaConf.update(config, key, value, force_add=True)
-    return config
+        OmegaConf.update(record, key, value, force_add=True)
+    return record
 
 
 def default_hardware(device: str | None = None) -> HardwareSchema:
@@ -115,7 +115,7 @@ class Team:
     @classmethod
     @trust.one_call
     def from_run(cls, path: str | Path, step: int | None = None, device: str | None = None,
-                 hardware: Any = None, key: str = "run", trust_remote_code: bool = False,
+                 hardware: HardwareSchema | None = None, key: str = "run", trust_remote_code: bool = False,
                  trust_plugins: bool = False, overrides: dict[str, Any] | None = None) -> Team:
         """The team of a training run (its newest complete checkpoint, or `checkpoints/step_<step>`),
         or of one checkpoint directory, with the trained weights loaded. `trust_remote_code`: yours
@@ -140,7 +140,7 @@ class Team:
 
     @classmethod
     @trust.one_call
-    def from_pretrained(cls, path_or_repo: str | Path, device: str | None = None, hardware: Any = None,
+    def from_pretrained(cls, path_or_repo: str | Path, device: str | None = None, hardware: HardwareSchema | None = None,
                         revision: str | None = None, trust_remote_code: bool = False,
                         trust_plugins: bool = False, overrides: dict[str, Any] | None = None) -> Team:
         """A team exported by `magrpo-export` (`save_pretrained`): a local directory, or a hub repo id
@@ -273,7 +273,7 @@ def team_agents(root: Path, info: dict[str, Any], agents: AgentsSchema, hardware
     return loaded, agents_cfg
 
 
-def load_team_agents(cfg: Any, hardware: Any, ckpt: Path | None) -> list:
+def load_team_agents(cfg: RunConfig, hardware: HardwareSchema, ckpt: Path | None) -> list:
     """The agents a config's algorithm builds (1 for the single-model form), with the trained
     weights of `ckpt` loaded into every policy; the base models when `ckpt` is None."""
     spec = ALGOS[cfg.algo.name].team(cfg)

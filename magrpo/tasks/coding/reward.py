@@ -92,7 +92,7 @@ class Judgement:
     reached_tests: bool = False
 
 
-def judge_static(completion: Sequence[str] | str, entry_point: str, imports: str, cfg: Any,
+def judge_static(completion: Sequence[str] | str, entry_point: str, imports: str, cfg: CodingRewardConfig,
                  helper: str = HELPER_NAME) -> Judgement:
     program = build_program(completion, entry_point, imports, helper)
     single = isinstance(completion, str) or len(completion) == 1
@@ -115,7 +115,8 @@ def judge_static(completion: Sequence[str] | str, entry_point: str, imports: str
     return j
 
 
-def cooperation_bonus(main_code: str, entry_point: str, cfg: Any, helper: str = HELPER_NAME) -> tuple[float, bool]:
+def cooperation_bonus(main_code: str, entry_point: str, cfg: CodingRewardConfig,
+                      helper: str = HELPER_NAME) -> tuple[float, bool]:
     """(bonus, main calls aux) for a main that passed >= 1 test next to an existing helper."""
     fn = analysis.find_function(main_code, entry_point)
     if not analysis.calls_helper(fn, helper):
@@ -128,14 +129,14 @@ def cooperation_bonus(main_code: str, entry_point: str, cfg: Any, helper: str = 
     return bonus, True
 
 
-def sandbox_limits(cfg: Any, isolation: str = "auto") -> SandboxLimits:
+def sandbox_limits(cfg: CodingRewardConfig, isolation: str = "auto") -> SandboxLimits:
     return SandboxLimits(timeout_s=cfg.sandbox_timeout_s, cpu_s=math.ceil(cfg.sandbox_timeout_s),
                          memory_mb=cfg.memory_mb, isolation=isolation)
 
 
 def code_reward(completions: Sequence[Sequence[str] | str], entry_points: Sequence[str],
                 tests: Sequence[Sequence[str]], setups: Sequence[str], imports: Sequence[str],
-                cfg: Any, helper: str = HELPER_NAME, test_setups: Sequence[str] | None = None,
+                cfg: CodingRewardConfig, helper: str = HELPER_NAME, test_setups: Sequence[str] | None = None,
                 isolation: str = "auto") -> Scores:
     """Score a batch of joint answers; all sandbox runs of the batch go out in parallel.
 

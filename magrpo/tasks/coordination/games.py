@@ -92,6 +92,7 @@ class ConventionTask(_Game):
     splits_reward = True
     passed_metric = "all_agree"
     config_schema = ConventionTaskConfig
+    cfg: ConventionTaskConfig
 
     def item_fields(self, rng: random.Random, index: int) -> dict[str, Any]:
         return {"order_seed": rng.randrange(2**31)}
@@ -177,6 +178,7 @@ class StagHuntTask(_Game):
     splits_reward = True
     passed_metric = "all_stag"
     config_schema = StagHuntTaskConfig
+    cfg: StagHuntTaskConfig
 
     def team_prompts(self, item: Item, num_agents: int) -> list[str]:
         return [f"Team of {num_agents} hunters, {item['scene']}. The stag feeds everyone well, but only if every "
@@ -238,6 +240,7 @@ class BudgetSignalTask(SignalTask):
 
     name = "budget_signal"
     config_schema = BudgetSignalTaskConfig
+    cfg: BudgetSignalTaskConfig
 
     def reward(self, prompts: list[list[str]], completions: list[list[str]], **cols: Any) -> Scores:
         base = super().reward(prompts, completions, **cols)
@@ -286,6 +289,7 @@ class InvestTask(_Game):
     splits_reward = True
     passed_metric = "high_and_agreed"
     config_schema = InvestTaskConfig
+    cfg: InvestTaskConfig
     HIGH = "abcd"
 
     def team_prompts(self, item: Item, num_agents: int) -> list[str]:
@@ -360,6 +364,7 @@ class LeverTask(_Game):
     splits_reward = True
     passed_metric = "all_agree"
     config_schema = LeverTaskConfig
+    cfg: LeverTaskConfig
 
     def move(self, text: str) -> int | None:
         """The lever an answer pulls (0 = lever 1): its first letter's position, mod K (None: no letter)."""
@@ -453,6 +458,7 @@ class CrowdTask(CoverTask):
     num_agents = 8
     agent_counts = tuple(range(1, 9))
     config_schema = CrowdTaskConfig
+    cfg: CrowdTaskConfig
 
 
 __all__ = ["BudgetSignalTask", "ConventionTask", "CrowdTask", "InvestTask", "LeverTask", "StagHuntTask", "mutual_information",

@@ -37,6 +37,8 @@ class MaporlQATask(Task):
     feedback_kind = "math"
     config_schema = MaporlTaskConfig
     reward_schema = MaporlRewardConfig
+    cfg: MaporlTaskConfig
+    reward_cfg: MaporlRewardConfig
 
     def load(self, split: str) -> list[Item]:
         return load_items(self.cfg, split)

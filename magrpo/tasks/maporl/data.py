@@ -111,7 +111,7 @@ def gsm8k_answer(text: Any) -> str:
     return (m.group(1) if m else s).replace(",", "").replace("$", "").strip()
 
 
-def load_items(cfg: Any, split: str) -> list[dict[str, Any]]:
+def load_items(cfg: MaporlTaskConfig, split: str) -> list[dict[str, Any]]:
     data = cfg.data
     if data.builtin and not data.path:
         n = cfg.num_train if split == "train" else cfg.num_eval

@@ -118,9 +118,12 @@ def model_scores(path: str, questions: Sequence[str], answers: Sequence[str], ba
     return out
 
 
-def verify(answers: list[list[str]], questions: Sequence[str], golds: Sequence[str], cfg: Any) -> list[list[float]]:
+def verify(answers: list[list[str]], questions: Sequence[str], golds: Sequence[str],
+           cfg: MaporlRewardConfig) -> list[list[float]]:
     """[k][agent] verifier score of every answer of every joint action (all in one model batch)."""
     if cfg.verifier == "model":
+        if cfg.verifier_model is None:      # the config check refuses it (MaporlRewardConfig.check_node)
+            raise ConfigError("reward.verifier='model' needs reward.verifier_model (a local reward model path)")
         flat_q = [q for q, joint in zip(questions, answers) for _ in joint]
         flat_a = [a for joint in answers for a in joint]
         flat = iter(model_scores(cfg.verifier_model, flat_q, flat_a))
@@ -153,13 +156,13 @@ def majority(parsed: list[str | None]) -> str | None:
 
 
 def maporl_reward(completions: list[list[str]], questions: Sequence[str], golds: Sequence[str],
-                  histories: Sequence[list[list[str]] | None], cfg: Any):
+                  histories: Sequence[list[list[str]] | None], cfg: MaporlRewardConfig) -> Scores:
     """Score joint answers; returns Scores with the components above and per-agent extras."""
     v_now = verify(completions, questions, golds, cfg)
-    prev = [h[-1] if h else None for h in histories]
-    has_prev = [k for k, p in enumerate(prev) if p is not None]
-    v_prev = dict(zip(has_prev, verify([prev[k] for k in has_prev], [questions[k] for k in has_prev],
-                                       [golds[k] for k in has_prev], cfg))) if has_prev else {}
+    # the joint answer of the previous turn, where there was one
+    prev = {k: h[-1] for k, h in enumerate(histories) if h}
+    v_prev = dict(zip(prev, verify(list(prev.values()), [questions[k] for k in prev],
+                                   [golds[k] for k in prev], cfg))) if prev else {}
     totals, shares = [], []
     comps: dict[str, list[float]] = {c: [] for c in COMPONENTS}
     extras: dict[str, list[Any]] = {k: [] for k in ("agent_answers", "agent_correct", "passed", "majority",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from magrpo.tasks import register_task
 from magrpo.tasks.base import Item, Scores, Task
@@ -30,11 +30,15 @@ from magrpo.tasks.writing.reward import (
     REWARD_SCHEMAS,
     ArxivRewardConfig,
     TldrRewardConfig,
+    WritingRewardConfig,
     WritingScore,
     check_reward_config,
     load_lexicon,
     score_pair,
 )
+
+if TYPE_CHECKING:       # start-up: magrpo.config.schemas loads OmegaConf, and the tasks load without it
+    from magrpo.config.schemas import SandboxSchema
 
 COMPONENTS = ("structure", "coherence", "style")
 
@@ -65,8 +69,11 @@ class WritingTask(Task):
     num_agents = 2
     primary_metric = "normalized_return"   # the paper's headline number for the writing tasks
     feedback_kind = "writing"
+    cfg: TldrTaskConfig | ArxivTaskConfig
+    reward_cfg: WritingRewardConfig
 
-    def __init__(self, cfg: Any, reward_cfg: Any, sandbox: Any = None):
+    def __init__(self, cfg: TldrTaskConfig | ArxivTaskConfig, reward_cfg: WritingRewardConfig,
+                 sandbox: SandboxSchema | None = None):
         super().__init__(cfg, reward_cfg, sandbox)
         check_reward_config(reward_cfg)
 
@@ -93,7 +100,7 @@ class WritingTask(Task):
             "a2_tokens_mean": sum(len(a2.split()) for _, a2 in pairs) / n,
         }
         # ROUGE-L of the joint answer against the item's reference, over the items that have one.
-        with_ref = [(a1 + "\n" + a2, it.get("reference")) for (a1, a2), it in zip(pairs, items)
+        with_ref = [(a1 + "\n" + a2, str(it["reference"])) for (a1, a2), it in zip(pairs, items)
                     if it.get("reference")]
         if with_ref:
             out["rouge_l"] = rouge_l([p for p, _ in with_ref], [r for _, r in with_ref])
@@ -131,7 +138,7 @@ class ArxivTask(WritingTask):
         return arxiv_single_prompt(item["text"])
 
 
-def score_pairs(task_name: str, path: str, reward_cfg: Any = None) -> list[dict[str, Any]]:
+def score_pairs(task_name: str, path: str, reward_cfg: WritingRewardConfig | None = None) -> list[dict[str, Any]]:
     """Score a jsonl file of {"a1": str, "a2": str} lines with the training reward.
 
     One dict per non-blank line: `line`, `reward`, each component, `levels_passed`. `reward_cfg`
@@ -153,7 +160,7 @@ def score_pairs(task_name: str, path: str, reward_cfg: Any = None) -> list[dict[
     return out
 
 
-def _score_line(path: str, lineno: int, line: str, cfg: Any) -> dict[str, Any]:
+def _score_line(path: str, lineno: int, line: str, cfg: WritingRewardConfig) -> dict[str, Any]:
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:

@@ -24,11 +24,12 @@ from typing import Any
 from magrpo.config.groups import TaskConfig
 from magrpo.core.schema import ConfigError, option
 from magrpo.tasks.data import (
-    BuiltinKeys,
+    BuiltinFileKeys,
     DataKeys,
     DataUnavailableError,
     check_data_path,
     check_held_out,
+    data_keys,
     load_split,
     split_option,
 )
@@ -45,11 +46,9 @@ REFERENCE_COLUMNS = {"tldr": ("completion", "summary", "tldr", "reference"),
 
 
 @dataclass
-class WritingDataConfig(BuiltinKeys, DataKeys):
+class WritingDataConfig(BuiltinFileKeys, DataKeys):
     """builtin: the package's own offline set; the splits are the paper's, of the hub id or a local copy."""
 
-    builtin_train_split: str = split_option("train[:32]", help="the built-in file's training rows")
-    builtin_eval_split: str = split_option("train[32:]", help="the built-in file's eval rows")
     hub_id: str | None = option("trl-lib/tldr", help="the hub dataset read when builtin is false")
     train_split: str = split_option("train[:1000]",
                                     help="the paper's training split of the hub id or local copy")
@@ -61,13 +60,14 @@ class WritingDataConfig(BuiltinKeys, DataKeys):
                                           help="column of the reference; null = the "
                                                "first present of the usual names")
 
-    @staticmethod
-    def check_node(node: Any, prefix: str) -> None:
-        check_data_path(node, prefix)
-        if not node.builtin and not node.path and not node.hub_id:
+    @classmethod
+    def check_node(cls, node: Any, prefix: str) -> None:
+        data = data_keys(node, cls)
+        check_data_path(data, prefix)
+        if not data.builtin and not data.path and not data.hub_id:
             raise ConfigError(f"{prefix}builtin=false with neither {prefix}path nor {prefix}hub_id set: "
                               f"give a local file (path=...), a hub dataset (hub_id=...), or builtin=true")
-        check_held_out(node, prefix)
+        check_held_out(data, prefix)
 
 
 @dataclass
@@ -109,21 +109,13 @@ def _pick(row: dict[str, Any], explicit: str | None, candidates: tuple[str, ...]
     return next((c for c in candidates if c in row), None)
 
 
-def load_items(task: str, data_cfg: Any, split: str) -> list[dict[str, Any]]:
+def load_items(task: str, data_cfg: WritingDataConfig, split: str) -> list[dict[str, Any]]:
     """Items of `split` ("train"/"eval"): the source columns plus `id`, `text`, `reference`."""
-    from omegaconf import OmegaConf  # noqa: PLC0415  start-up: the tasks and feedback modes load without OmegaConf
-
-    if data_cfg.path or not data_cfg.builtin:
-        source = data_cfg
-    else:
-        source = OmegaConf.create({
-            "path": str(BUILTIN_FILES[task]),
-            "train_split": data_cfg.builtin_train_split,
-            "eval_split": data_cfg.builtin_eval_split,
-            "limit": data_cfg.limit,
-            "hub_id": None,
-            "config_name": None,
-        })
+    source: DataKeys = data_cfg
+    if not data_cfg.path and data_cfg.builtin:     # the built-in file, read as a local copy is
+        source = DataKeys(path=str(BUILTIN_FILES[task]), hub_id=None, config_name=None,
+                          train_split=data_cfg.builtin_train_split, eval_split=data_cfg.builtin_eval_split,
+                          limit=data_cfg.limit)
     try:
         rows = load_split(source, split)
     except DataUnavailableError as e:

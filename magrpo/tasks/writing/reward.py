@@ -154,7 +154,7 @@ class ArxivRewardConfig(WritingRewardConfig):
 REWARD_SCHEMAS: dict[str, type[WritingRewardConfig]] = {"tldr": TldrRewardConfig, "arxiv": ArxivRewardConfig}
 
 
-def check_reward_config(cfg: Any, prefix: str = "reward.") -> None:
+def check_reward_config(cfg: WritingRewardConfig, prefix: str = "reward.") -> None:
     """Raise ConfigError, naming the keys and their values, when the numbers cannot describe a
     gated reward: an inverted token range or band, a missing lexicon file."""
     problems = []
@@ -234,7 +234,7 @@ def trapezoid(x: float, ramp_low: float, band_low: float, band_high: float | Non
     return False, 0.0
 
 
-def transition_score(k: int, cfg: Any) -> float:
+def transition_score(k: int, cfg: WritingRewardConfig) -> float:
     # T = min(cap, base + step * (k - 1)) for k >= 1 categories, 0 without any.
     if k <= 0:
         return 0.0
@@ -254,9 +254,9 @@ class WritingScore:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def score_pair(a1: str, a2: str, cfg: Any) -> WritingScore:
+def score_pair(a1: str, a2: str, cfg: WritingRewardConfig) -> WritingScore:
     """The gated reward of one joint answer (a1, a2) under reward config `cfg`."""
-    lex = load_lexicon(getattr(cfg, "lexicon", None))
+    lex = load_lexicon(cfg.lexicon)
     t1, t2 = count_tokens(a1), count_tokens(a2)
     stats: dict[str, Any] = {"tokens_a1": t1, "tokens_a2": t2, "chars_a1": len(a1), "chars_a2": len(a2)}
     structure = coherence = style = 0.0
