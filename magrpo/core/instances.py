@@ -13,13 +13,16 @@ import dataclasses
 import typing
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from omegaconf import OmegaConf
 
 from magrpo.core.schema import ConfigError, nested_schema
 
-S = TypeVar("S")
+if TYPE_CHECKING:       # what the type checker knows a dataclass by (typeshed's, no module at run time)
+    from _typeshed import DataclassInstance
+
+S = TypeVar("S", bound="DataclassInstance")
 
 
 def instance(node: Any, schema: type[S], types: Mapping[str, type] | None = None) -> S:

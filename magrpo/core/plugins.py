@@ -219,10 +219,10 @@ def exits_raise() -> Iterator[None]:
     named in one line (a forked child still exits as it asked)."""
     real_exit, pid = os._exit, os.getpid()
 
-    def guarded_exit(code: int = 0) -> NoReturn:
+    def guarded_exit(status: int) -> NoReturn:      # os._exit's own signature
         if os.getpid() != pid:
-            real_exit(code)
-        raise ProcessExit(code)
+            real_exit(status)
+        raise ProcessExit(status)
 
     os._exit = guarded_exit
     try:

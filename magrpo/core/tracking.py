@@ -28,7 +28,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -385,6 +385,17 @@ def write_summary(run_dir: Path, data: dict) -> None:
         write_json(Path(run_dir) / "summary.json", data)
 
 
+_WANDB_MODES: dict[str, Literal["online", "offline", "disabled"]] = {
+    "online": "online", "offline": "offline", "disabled": "disabled"}
+
+
+def _wandb_mode(mode: str) -> Literal["online", "offline", "disabled"]:
+    """`logger.mode` as W&B takes it (the schema allows these three: LoggerSchema.mode)."""
+    if mode in _WANDB_MODES:
+        return _WANDB_MODES[mode]
+    raise ConfigError(f"logger.mode={mode!r} is not allowed; choose one of: offline, online, disabled")
+
+
 class RunLogger:
     def __init__(self, cfg: RecordedRun, run_dir: Path, identity: dict[str, Any] | None = None):
         self.run_dir = run_dir
@@ -401,7 +412,7 @@ class RunLogger:
             name = lg.run_name or f"{ident['label']}-{ident['task']}-{ident['seed']}"
             self.wandb = wandb.init(
                 project=lg.project, entity=lg.entity, group=group, name=name,
-                tags=list(lg.tags), job_type=ident["job_type"], mode=lg.mode, dir=str(run_dir),
+                tags=list(lg.tags), job_type=ident["job_type"], mode=_wandb_mode(lg.mode), dir=str(run_dir),
                 config={**ident, "run_dir": str(run_dir), "cfg": as_data(cfg)},
                 reinit="finish_previous")
             self.wandb.define_metric("step", hidden=True)

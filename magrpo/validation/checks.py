@@ -200,7 +200,7 @@ def check_signalling(cfg: RunConfig, algo_cls: type, num_agents: int) -> None:
                           f"or null for every agent")
     for k in chosen or ():
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= num_agents:
-            raise ConfigError(f"algo.signal_agents={list(chosen)}: {k!r} is not an agent of this team; "
+            raise ConfigError(f"algo.signal_agents={list(chosen or ())}: {k!r} is not an agent of this team; "
                               f"allowed: agent numbers 1..{num_agents}, or null for every agent")
     if a.signal_bonus > 0 and not getattr(algo_cls, "reads_returns", False):
         raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
@@ -350,7 +350,7 @@ def _validate_eval(cfg: EvalRunConfig) -> None:
                               f"with agents.num_agents={cfg.agents.num_agents} has {num_agents} "
                               f"(methods=[single] evaluates one model)")
     if len(set(cfg.methods or [])) != len(cfg.methods or []):
-        raise ConfigError(f"methods={list(cfg.methods)} names a method twice")
+        raise ConfigError(f"methods={list(cfg.methods or [])} names a method twice")
     if cfg.methods is not None and len(cfg.methods) == 0:
         raise ConfigError("methods=[] evaluates nothing; give at least one of: " + ", ".join(SCHEMES)
                           + " (or null for the default)")
