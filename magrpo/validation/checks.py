@@ -8,6 +8,7 @@ key, the bad value and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import overload
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -36,6 +37,14 @@ from magrpo.sandbox import SandboxUnavailable, isolation_level
 from magrpo.sandbox.limits import ISOLATION_CHOICES
 from magrpo.tasks import TASKS, Task, available_tasks, reward_schema_of
 from magrpo.tasks.reward_fns import check_reward_node, reward_specs
+
+
+@overload
+def validate(cfg: DictConfig, schema: type[EvalRunSchema], recorded: bool = False) -> EvalRunConfig: ...
+
+
+@overload
+def validate(cfg: DictConfig, schema: type[TrainSchema] = TrainSchema, recorded: bool = False) -> RunConfig: ...
 
 
 def validate(cfg: DictConfig, schema: type[TrainSchema] = TrainSchema, recorded: bool = False) -> RunConfig:
