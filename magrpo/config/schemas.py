@@ -302,8 +302,10 @@ class TrainSchema:
                                               "sweeper spec); inert in a run itself.")
     agents: AgentsSchema = field(default_factory=AgentsSchema)
     # The groups a run chooses: the composed node of whichever option, merged into that option's
-    # own schema by `validate` (a base type here would refuse the option's own keys when a node is
-    # merged into this schema); RunConfig (magrpo.config.run) holds them typed by their bases.
+    # own schema by `validate`. A base type here (TaskConfig...) would refuse the option's own keys
+    # wherever a whole config is merged into this schema (magrpo.team.checks merges a recorded one
+    # into OmegaConf.structured(TrainSchema)); RunConfig (magrpo.config.run) holds them typed by
+    # their bases (magrpo.config.groups), the instance by the chosen option's schema.
     task: Any = None
     reward: Any = None
     algo: Any = option(None, help="checked against the chosen algorithm's own schema")
