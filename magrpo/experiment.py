@@ -45,11 +45,13 @@ from typing import Any
 import yaml
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from magrpo.config.run import RunConfig
 from magrpo.config.schemas import CONF_DIR, EvalRunSchema, TrainSchema
 from magrpo.core import trust
+from magrpo.core.instances import as_data
 from magrpo.core.overrides import override_key, parse_override
 from magrpo.core.plugins import conf_dirs, import_plugin, load_plugins, plugins_in_argv
 from magrpo.core.schema import ConfigError, literal
@@ -231,7 +233,7 @@ class Experiment:
             lines.append(f"task={hydra_value(name)}")
             plugins.append(module)
             if not isinstance(task, type) and getattr(task, "cfg", None) is not None:
-                node = OmegaConf.to_container(task.cfg, resolve=True) if OmegaConf.is_config(task.cfg) else task.cfg
+                node = as_data(task.cfg)        # its schema's instance (a config node, a dict: resolved, as given)
                 lines += [f"task.{k}={hydra_value(v)}" for k, v in dict(node).items() if k != "name"]
         if reward_fn is not None:
             name, module = self._reward_name(reward_fn, lines)
@@ -279,7 +281,7 @@ class Experiment:
         return f"{module}:{fn.__qualname__}", module
 
     # -- composing -------------------------------------------------------------------------------------
-    def _compose(self) -> DictConfig:
+    def _compose(self) -> RunConfig:
         named = plugins_in_argv(self.overrides)
         trust.allow_named([*named, *reward_modules_in_argv(self.overrides)])   # yours: the run signs them
         load_plugins(named)

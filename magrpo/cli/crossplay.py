@@ -221,6 +221,11 @@ def _pm(value: float, ci: float | None, na: str | None = None) -> str:
     return f"{value:.3f}" + (f" ± n/a ({na})" if na else "")
 
 
+def _pm_of(summary: dict, key: str) -> str:
+    """`_pm` of the summary's `key` with its interval (`key_ci95`) or why it has none (`key_ci95_na`)."""
+    return _pm(summary[key], summary.get(f"{key}_ci95"), summary.get(f"{key}_ci95_na"))
+
+
 def host_partner_matrix(results: list[tuple[Pairing, dict]], num_sources: int, num_agents: int) -> list[list[float]]:
     """[row][col]: for 2 agents, agent 1 from row and agent 2 from col; for more, the host team
     `row` with slots from partner `col` (mean over the one-swap pairings; the diagonal self-play)."""
@@ -266,9 +271,9 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
         for i, a in enumerate(labels[:R]):
             cells = []
             for j in range(R):
-                r = by_slots.get((i, j))
-                cell = f"{r['mean']:.3f} ± {r['std']:.3f}" if r else ""
-                cells.append(f"**{cell}**" if i == j and r else cell)
+                got = by_slots.get((i, j))
+                cell = f"{got['mean']:.3f} ± {got['std']:.3f}" if got else ""
+                cells.append(f"**{cell}**" if i == j and got else cell)
             lines.append(f"| {a} | " + " | ".join(cells) + " |")
     else:
         lines += ["| " + " | ".join(f"agent {k + 1}" for k in range(n)) + " | mean ± std |",
@@ -281,11 +286,11 @@ def write_outputs(out: Path, labels: list[str], results: list[tuple[Pairing, dic
                   "| " + " | ".join(f"agent {k + 1}" for k in range(n)) + " | mean ± std |", "|" + "---|" * (n + 1)]
         lines += ["| " + " | ".join(labels[s] for s in p.slots) + f" | {r['mean']:.3f} ± {r['std']:.3f} |"
                   for p, r in held]
-    lines += ["", f"- self-play mean: {_pm(*(summary.get(k) for k in ('self_play', 'self_play_ci95', 'self_play_ci95_na')))}",
-              f"- cross-play mean: {_pm(*(summary.get(k) for k in ('cross_play', 'cross_play_ci95', 'cross_play_ci95_na')))}",
+    lines += ["", f"- self-play mean: {_pm_of(summary, 'self_play')}",
+              f"- cross-play mean: {_pm_of(summary, 'cross_play')}",
               f"- gap (self-play - cross-play): {summary['gap']:.3f}"]
     if "held_out" in summary:
-        lines.append(f"- held-out partner mean: {_pm(*(summary.get(k) for k in ('held_out', 'held_out_ci95', 'held_out_ci95_na')))} "
+        lines.append(f"- held-out partner mean: {_pm_of(summary, 'held_out')} "
                      f"({len(settings['partners'])} partner team(s) none of the sources trained with)")
     lines += ["", "Intervals: 95% of the mean over the sources (Student's t)." if len(settings["sources"]) > 1 else "",
               "Sources: " + "; ".join(f"{lab} = {src}" for lab, src in zip(labels, settings["sources"]))]

@@ -63,13 +63,14 @@ def build_workspace(entity: str, project: str, group: str, name: str | None = No
 
     sections = []
     for title, panels in SECTIONS:
-        built = []
+        built: list[wr.interface.PanelTypes] = []
         for panel_title, metrics, kind in panels:
-            common = dict(title=panel_title, x="step", groupby_aggfunc="mean", groupby_rangefunc="stddev")
             if kind == "regex":
-                built.append(wr.LinePlot(metric_regex=metrics, **common))
+                built.append(wr.LinePlot(title=panel_title, x="step", metric_regex=metrics,
+                                         groupby_aggfunc="mean", groupby_rangefunc="stddev"))
             else:
-                built.append(wr.LinePlot(y=list(metrics), **common))
+                built.append(wr.LinePlot(title=panel_title, x="step", y=list(metrics),
+                                         groupby_aggfunc="mean", groupby_rangefunc="stddev"))
         sections.append(ws.Section(name=title, panels=built, is_open=True))
     sections.append(ws.Section(name="Samples", panels=[wr.WeavePanelSummaryTable(table_name=SAMPLES_TABLE)],
                                is_open=True))

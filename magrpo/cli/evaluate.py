@@ -48,9 +48,9 @@ def run_eval(cfg: DictConfig, taken: dict[str, Any] | None = None) -> dict[str, 
         origin = from_run(cfg, "eval", taken)  # what checkpoint=RUN took from the run's config
         if taken:                             # what the taken-up run or team names, resolved, is trusted
             trust.check_composed(cfg, "the composed config")
-        cfg = job.validated(cfg)              # resolves and verifies the checkpoint too
-        trust.sign_run(out, cfg, bool(taken))  # made by you: magrpo-table takes up its plugins (magrpo.core.trust)
-        return job.evaluate_run(cfg, out, status, origin)
+        run_cfg = job.validated(cfg)          # an EvalRunConfig; resolves and verifies the checkpoint too
+        trust.sign_run(out, run_cfg, bool(taken))  # made by you: magrpo-table takes up its plugins (magrpo.core.trust)
+        return job.evaluate_run(run_cfg, out, status, origin)
 
 
 def eval_job(cfg: DictConfig, taken: dict[str, Any] | None) -> None:

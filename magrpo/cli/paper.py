@@ -400,8 +400,8 @@ def read_trials(sweep_dir: Path, space: dict[str, str]) -> list[dict[str, Any]]:
                 params[key.lstrip("+")] = _scalar(value)
         summary = read_summary(d / "summary.json") or {}
         final = summary.get("final_eval")
-        value = final.get(OBJECTIVE) if isinstance(final, dict) else None
-        trials.append({"number": int(d.name), "params": params, "value": value,
+        reached = final.get(OBJECTIVE) if isinstance(final, dict) else None
+        trials.append({"number": int(d.name), "params": params, "value": reached,
                        "status": summary.get("status", "missing"), "dir": d.name})
     return trials
 
@@ -488,7 +488,7 @@ def _values(cmd: list[str], key: str) -> list[str]:
 def sweep_rows(cmd: list[str]) -> list[tuple[str, str]]:
     """The (task, row) cells a sweep command runs: its recipe x method, or its experiments
     (cell/<task>/<row> or tuned/<task>/<row>), in the order it runs them."""
-    tuned = [tuple(e.split("/")[1:3]) for e in _values(cmd, "experiment")]
+    tuned = [(parts[1], parts[2]) for parts in (e.split("/") for e in _values(cmd, "experiment"))]
     return tuned or [(task, row) for task in _values(cmd, "recipe") for row in _values(cmd, "method")]
 
 
@@ -698,7 +698,9 @@ def own_run(root: Path, task: str, row: str) -> Path | None:
     """The finished run of the row at its own values on seed 0 (tuning/defaults/), if it ran."""
     for summary in sorted((tuning_dir(root) / "defaults").glob("*/summary.json")):
         data = read_summary(summary)
-        cfg = data.get("config") if data else None
+        if not data:
+            continue
+        cfg = data.get("config")
         if isinstance(cfg, dict) and cfg.get("task") == task and cfg.get("label") == row and data.get("status") == "finished":
             return summary.parent
     return None
@@ -770,7 +772,7 @@ def record_tuning(table: str, tuned: list[tuple[str, str]], root: Path, trials: 
         shown = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                           for k, v in (best["params"] if best else {}).items())
         print(f"{PROG}: {task}/{row}: " + (f"best {shown or 'its own values'} ({OBJECTIVE} {best['value']})"
-                                            if best else error),
+                                            if best else error or ""),
               flush=True)
     return problems
 

@@ -132,7 +132,8 @@ def population(args: argparse.Namespace) -> dict:
     check_args(args)
     root = Path(args.out).expanduser()
     root.mkdir(parents=True, exist_ok=True)
-    started, members = time.time(), []
+    started = time.time()
+    members: list[dict] = []
     for k in range(args.size):
         seed = args.first_seed + k
         run = root / f"seed_{seed}"

@@ -57,9 +57,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config.schemas import conf_dir, typed_node
+from magrpo.core.instances import instance
 from magrpo.core.registry import Registry
 from magrpo.sandbox import (
     SandboxCheckFailed,
@@ -69,7 +70,7 @@ from magrpo.sandbox import (
     run_tests,
     self_check,
 )
-from magrpo.tasks import TASKS
+from magrpo.tasks.coding import CodingDataConfig, CodingTaskConfig
 from magrpo.tasks.coding.data import normalize
 from magrpo.tasks.coding.samples import judge_sample
 from magrpo.tasks.data import DataUnavailableError, UnreadableDataError, load_hub, load_local, parse_split
@@ -329,15 +330,17 @@ def _coding_arguments(p: argparse.ArgumentParser) -> None:
                         "default: the task's hub dataset")
 
 
-def task_config(task: str) -> Any:
-    """`conf/task/<task>.yaml` over the task's schema: where training reads the task's problems from
-    (`data`) and how it builds their prompts, every key typed with its default."""
+def task_config(task: str) -> CodingTaskConfig:
+    """`conf/task/<task>.yaml` over the coding tasks' schema: where training reads the task's problems
+    from (`data`) and how it builds their prompts, every key typed with its default."""
     node = OmegaConf.load(conf_dir() / "task" / f"{task}.yaml")
+    if not isinstance(node, DictConfig):
+        raise ScoreError(f"conf/task/{task}.yaml holds no keys of a task")
     node.pop("defaults", None)                 # the schema's composition entry: the schema is merged here
-    return typed_node(node, TASKS[task].config_schema, "task.")
+    return instance(typed_node(node, CodingTaskConfig, "task."), CodingTaskConfig)
 
 
-def _split_names(data_cfg: Any) -> list[str]:
+def _split_names(data_cfg: CodingDataConfig) -> list[str]:
     """The split names the task trains and evaluates on (`test[:16]` -> test), each once."""
     names: list[str] = []
     for expr in (data_cfg.train_split, data_cfg.eval_split):
@@ -358,6 +361,9 @@ def load_problem_rows(task: str, data: str | None) -> tuple[list[dict], str]:
     cfg = task_config(task).data
     splits = _split_names(cfg)
     if data is None:
+        if cfg.hub_id is None:
+            raise ScoreError(f"{task}: no --data given and the task names no hub dataset (task.data.hub_id); "
+                             f"pass --data FILE with its problems")
         rows = []
         try:
             for split in splits:

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from magrpo.config.run import RunConfig
 from magrpo.config.schemas import ConfigError, optimized_metric
 from magrpo.core import plugins, trust
 from magrpo.core.checkpoint import checkpoint_step
@@ -61,36 +62,37 @@ def run(cfg: DictConfig, taken: dict | None = None) -> dict:
     if taken:       # resume= took a run up: what the composed config names, resolved, is trusted
         trust.check_composed(cfg, "the composed config")
     if int(os.environ.get("RANK", "0")) > 0:
-        cfg = validate(cfg)
-        result = _fit(cfg, out)
-        return {**result, "sweep_value": sweep_value(cfg, result["final_eval"])}
+        run_cfg = validate(cfg)
+        result = _fit(run_cfg, out)
+        return {**result, "sweep_value": sweep_value(run_cfg, result["final_eval"])}
     check_run_dir(out, OmegaConf.select(cfg, "resume"))
     keep_saved_config(out)
     before = read_status(out)[0]          # a run resumed in place: its status before this one claims it
     with RunStatus(out, kind="train") as status:
         origin = from_run(cfg, "train", taken)   # what resume=RUN took from the run's config
-        cfg = validate(cfg)
-        trust.sign_run(out, cfg, bool(taken))    # made by you: later commands take its plugins up (magrpo.core.trust)
+        run_cfg = validate(cfg)
+        trust.sign_run(out, run_cfg, bool(taken))    # made by you: later commands take its plugins up (magrpo.core.trust)
         if plugins.loaded():
             log.info("plugins: %s", plugins.imported_with_why())
-        if cfg.resume and Path(cfg.resume).resolve().is_relative_to(out.resolve()):
-            step = checkpoint_step(Path(cfg.resume))
+        if run_cfg.resume and Path(run_cfg.resume).resolve().is_relative_to(out.resolve()):
+            step = checkpoint_step(Path(run_cfg.resume))
             if moved := set_aside_after(out, step):
                 log.info("resuming in place from step %d: %d later row(s) of metrics.jsonl moved to "
                          "metrics.after_step_%d.jsonl", step, moved, step)
         status.phase = "setup"
         status.write({"status": "running", "kind": "train", "phase": "setup",
-                      "config": {"task": cfg.task.name, "algo": cfg.algo.name, "seed": cfg.seed}})
-        result = _fit(cfg, out, status, before, origin)
-        result["sweep_value"] = sweep_value(cfg, result["final_eval"])   # a failure here marks the run failed
-    metric = optimized_metric(cfg, result["primary_metric"])
+                      "config": {"task": run_cfg.task.name, "algo": run_cfg.algo.name, "seed": run_cfg.seed}})
+        result = _fit(run_cfg, out, status, before, origin)
+        result["sweep_value"] = sweep_value(run_cfg, result["final_eval"])   # a failure here marks the run failed
+    metric = optimized_metric(run_cfg, result["primary_metric"])
     first = (result["initial_eval"] or {}).get(metric)
     log.info("finished: %d steps in %.0f s; %s %s%.4f (final eval); run dir %s", result["steps"],
              result["wall_seconds"], metric, "" if first is None else f"{first:.4f} -> ", result["sweep_value"], out)
     return result
 
 
-def _fit(cfg: DictConfig, out: Path, status=None, before: str = "missing", origin: dict | None = None) -> dict:
+def _fit(cfg: RunConfig, out: Path, status: RunStatus | None = None, before: str = "missing",
+         origin: dict | None = None) -> dict:
     from magrpo.training import trainer  # noqa: PLC0415  start-up: torch loads only where a model does; --help and override errors answer without it
 
     try:
@@ -120,7 +122,7 @@ def _run_and_score(cfg: DictConfig, taken: dict | None = None) -> float:
     return run(cfg, taken)["sweep_value"]
 
 
-def sweep_value(cfg: DictConfig, final_eval: dict[str, float]) -> float:
+def sweep_value(cfg: RunConfig, final_eval: dict[str, float]) -> float:
     """The value a Hydra sweeper (Optuna...) optimises: `optimized_metric` of the final evaluation,
     by default the task's primary metric (pass@1 for coding, the normalized return for writing).
     The trainer checks at start that the evaluation reports it (Trainer.check_metrics)."""

@@ -301,6 +301,11 @@ class TrainSchema:
                                               "--tune-trials K` (override key -> Optuna "
                                               "sweeper spec); inert in a run itself.")
     agents: AgentsSchema = field(default_factory=AgentsSchema)
+    # The groups a run chooses: the composed node of whichever option, merged into that option's
+    # own schema by `validate`. A base type here (TaskConfig...) would refuse the option's own keys
+    # wherever a whole config is merged into this schema (magrpo.team.checks merges a recorded one
+    # into OmegaConf.structured(TrainSchema)); RunConfig (magrpo.config.run) holds them typed by
+    # their bases (magrpo.config.groups), the instance by the chosen option's schema.
     task: Any = None
     reward: Any = None
     algo: Any = option(None, help="checked against the chosen algorithm's own schema")
@@ -380,7 +385,7 @@ def entry_defaults(entry: str) -> dict:
     return node
 
 
-def optimized_metric(cfg: DictConfig, primary: str) -> str:
+def optimized_metric(cfg: TrainSchema, primary: str) -> str:
     """The metric a sweeper optimises and the run's closing line reports: `optimized_metric` when
     set, else the task's primary metric (`primary`)."""
     return cfg.optimized_metric or primary
@@ -402,23 +407,21 @@ def schema_node(schema: type) -> DictConfig:
     return node
 
 
-def typed_node(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = None,
+def typed_node(given: DictConfig, schema: type, prefix: str, whole: dict | None = None,
                open_keys: bool = False) -> DictConfig:
-    """Merge `cfg` into `schema`, turning OmegaConf's errors into ConfigErrors that name the key.
-    `whole`: the composed config, whose other sections an unknown key may belong to (algo.lr is
-    optimizer.lr). `open_keys`: keys the schema does not declare are kept, untyped, instead of
-    refused (the `reward` node of a task without a reward schema)."""
+    """Merge the composed node `given` into `schema`, turning OmegaConf's errors into ConfigErrors
+    that name the key. `whole`: the composed config, whose other sections an unknown key may belong
+    to (algo.lr is optimizer.lr). `open_keys`: keys the schema does not declare are kept, untyped,
+    instead of refused (the `reward` node of a task without a reward schema)."""
     base = schema_node(schema)
     if open_keys:
         base = OmegaConf.structured(schema)
         OmegaConf.set_struct(base, False)
     try:
-        node = OmegaConf.merge(base, cfg)
-        OmegaConf.set_readonly(node, None)        # the merged copy is the caller's own
-        return node
+        node = OmegaConf.merge(base, given)
     except ConfigKeyError as e:
         key = f"{prefix}{e.full_key}" if e.full_key else prefix.rstrip(".")
-        node = key.rsplit(".", 1)[0] if "." in key else "the top level"
+        where = key.rsplit(".", 1)[0] if "." in key else "the top level"
         leaf = key.rsplit(".", 1)[-1]
         allowed = _keys_at(schema, key[len(prefix):].rsplit(".", 1)[0] if "." in key[len(prefix):] else "")
         section = prefix.split(".")[0]
@@ -426,16 +429,20 @@ def typed_node(cfg: DictConfig, schema: type, prefix: str, whole: dict | None = 
                        if name != section and isinstance(sub, dict) and leaf in sub)
         hint = f"; {leaf!r} is a key of {there[0].rsplit('.', 1)[0]}: did you mean {there[0]!r}?" if there \
             else did_you_mean(leaf, allowed)
-        raise ConfigError(f"unknown config key {key!r}; keys allowed in {node}: {', '.join(allowed)}{hint}") from None
+        raise ConfigError(f"unknown config key {key!r}; keys allowed in {where}: {', '.join(allowed)}{hint}") from None
     except ValidationError as e:
         key = f"{prefix}{e.full_key}"
         raise ConfigError(f"{key}={e.value!r} has the wrong type: {str(e).splitlines()[0]}") from None
     except OmegaConfBaseException as e:
         raise ConfigError(f"bad config under {prefix.rstrip('.') or 'the top level'}: {e}") from None
+    if not isinstance(node, DictConfig):        # a list merged into a schema's node: OmegaConf refuses it above
+        raise ConfigError(f"bad config under {prefix.rstrip('.') or 'the top level'}: not a node of keys")
+    OmegaConf.set_readonly(node, None)        # the merged copy is the caller's own
+    return node
 
 
 def _keys_at(schema: type, dotted: str) -> list[str]:
-    node = schema_node(schema)
+    node: Any = schema_node(schema)         # a node of the schema, or a list of its models, or a leaf value
     for part in [p for p in dotted.split(".") if p]:
         if part.isdigit():
             node = node[int(part)] if len(node) > int(part) else OmegaConf.structured(ModelSchema)
@@ -447,4 +454,4 @@ def _keys_at(schema: type, dotted: str) -> list[str]:
             node = child
     if OmegaConf.is_list(node):
         node = OmegaConf.structured(ModelSchema)
-    return sorted(node.keys()) if OmegaConf.is_dict(node) else []
+    return sorted(str(k) for k in node.keys()) if OmegaConf.is_dict(node) else []

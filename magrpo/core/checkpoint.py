@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import importlib
 import json
 import logging
 import os
@@ -255,7 +256,8 @@ def _numpy_globals() -> list:
     """What an RNG state saved by numpy needs (arrays of plain numbers), for weights_only loading."""
     import numpy as np  # noqa: PLC0415  start-up: the run files are read without numpy; only a trainer state needs it
 
-    multiarray = np._core.multiarray if hasattr(np, "_core") else np.core.multiarray     # numpy >= 2, < 2
+    multiarray = importlib.import_module("numpy._core.multiarray" if hasattr(np, "_core")      # numpy >= 2
+                                         else "numpy.core.multiarray")                          # numpy < 2
     return [multiarray._reconstruct, np.ndarray, np.dtype, type(np.dtype(np.uint32)), type(np.dtype(np.float64))]
 
 
@@ -450,7 +452,7 @@ def describe(changes: list[tuple[str, Any, Any]], limit: int = 12) -> str:
 def check_resume(cfg: dict, ckpt: Path) -> None:
     """Refuse a resume that would not continue the checkpoint's run: a changed agent, task, reward,
     algorithm, optimizer, seed or group size, or a max_steps the checkpoint has already reached.
-    `cfg`: the validated config as a plain dict (OmegaConf.to_container), compared key by key."""
+    `cfg`: the validated config as a plain dict (magrpo.core.instances.as_data), compared key by key."""
     changes = config_changes(stored_config(ckpt), cfg)
     if changes:
         raise ConfigError(f"resume={str(cfg['resume'])!r}: the checkpoint was trained with a different config "

@@ -13,14 +13,19 @@ import dataclasses
 import typing
 from collections.abc import Mapping
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from omegaconf import OmegaConf
 
 from magrpo.core.schema import ConfigError, nested_schema
 
+if TYPE_CHECKING:       # what the type checker knows a dataclass by (typeshed's, no module at run time)
+    from _typeshed import DataclassInstance
 
-def instance(node: Any, schema: type, types: Mapping[str, type] | None = None) -> Any:
+S = TypeVar("S", bound="DataclassInstance")
+
+
+def instance(node: Any, schema: type[S], types: Mapping[str, type] | None = None) -> S:
     """`node` (a typed config node, or plain data) as an instance of the dataclass `schema`, its
     nested schemas (fields typed with a dataclass, or a list of them) instances too; `types` gives
     a field the schema of the option a run chose (`algo`: MAGRPOConfig). A key the schema does not

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from magrpo.core.overrides import override_key
 from magrpo.core.schema import ConfigError
@@ -138,13 +138,17 @@ def locate(module: str, why: str) -> list[tuple[str, Any]]:
     for i in range(len(parts)):
         name = ".".join(parts[: i + 1])
         loaded = sys.modules.get(name)
-        spec = getattr(loaded, "__spec__", None) if loaded is not None else _find(name, path)
-        if spec is None and loaded is None:
-            what = "is not installed here (no such module)" if i == 0 or name == module else \
-                f"is not installed here (no module {name!r})"
-            raise PluginError(f"the plugin {module!r} ({why}) {what}; install it, or put its folder on PYTHONPATH")
+        if loaded is not None:
+            spec, inner = getattr(loaded, "__spec__", None), getattr(loaded, "__path__", None)
+        else:
+            spec = _find(name, path)
+            if spec is None:
+                what = "is not installed here (no such module)" if i == 0 or name == module else \
+                    f"is not installed here (no module {name!r})"
+                raise PluginError(f"the plugin {module!r} ({why}) {what}; install it, or put its folder on PYTHONPATH")
+            inner = spec.submodule_search_locations
         specs.append((name, spec))
-        path = getattr(loaded, "__path__", None) if loaded is not None else spec.submodule_search_locations
+        path = inner
         if path is None and i < len(parts) - 1:
             raise PluginError(f"the plugin {module!r} ({why}): {name!r} is a module, not a package")
     return specs
@@ -215,10 +219,10 @@ def exits_raise() -> Iterator[None]:
     named in one line (a forked child still exits as it asked)."""
     real_exit, pid = os._exit, os.getpid()
 
-    def guarded_exit(code: int = 0) -> None:
+    def guarded_exit(status: int) -> NoReturn:      # os._exit's own signature
         if os.getpid() != pid:
-            real_exit(code)
-        raise ProcessExit(code)
+            real_exit(status)
+        raise ProcessExit(status)
 
     os._exit = guarded_exit
     try:

@@ -89,7 +89,7 @@ class Registry(Mapping[str, T]):
                                     f"{' (built in)' if builtin else ''} and by {_where(o)}; give "
                                     f"{'yours' if builtin else 'one of them'} another name")
             if self.set_name and isinstance(o, type):
-                o.name = name
+                setattr(o, "name", name)       # noqa: B010  (the registered class's config name; T is any class)
             self._items[name] = o
             return o
 

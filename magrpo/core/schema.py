@@ -113,11 +113,11 @@ def nested_schema(tp: Any) -> tuple[type | None, bool]:
     """(dataclass type, is_list) when `tp` is a dataclass, an Optional one, or a list of them."""
     origin = typing.get_origin(tp)
     args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return tp, False
-    if origin in (list, Sequence) and args and dataclasses.is_dataclass(args[0]):
+    if origin in (list, Sequence) and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
         return args[0], True
-    if args and len(args) == 1 and dataclasses.is_dataclass(args[0]):
+    if args and len(args) == 1 and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
         return args[0], False
     return None, False
 

@@ -30,7 +30,7 @@ def is_magrpo(obj: Any) -> bool:
     return module == "magrpo" or module.startswith("magrpo.")
 
 
-def shown_at(path: str, line: int) -> str:
+def shown_at(path: str, line: int | None) -> str:
     """`path:line`, the path relative to the working directory when it lies inside it."""
     try:
         rel = os.path.relpath(path)

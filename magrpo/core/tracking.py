@@ -26,14 +26,16 @@ import socket
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 
 from magrpo.core import records
 from magrpo.core.instances import as_data
+from magrpo.core.plugins import ProcessExit
 from magrpo.core.schema import ConfigError, SetupError
 from magrpo.core.writes import pid_alive, start_ticks
 
@@ -61,19 +63,123 @@ def write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def run_identity(cfg: Any, num_agents: int | None = None) -> dict[str, Any]:
+# -- what of a run's config a run's record reads -------------------------------------------------------
+# The validated config (magrpo.config.run.RunConfig, EvalRunConfig) lives in a layer above this one:
+# these are the parts of it this module reads, which the type checker holds every caller's config to.
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Model(Protocol):
+    @property
+    def name_or_path(self) -> str: ...
+
+
+class _Agents(Protocol):
+    @property
+    def num_agents(self) -> int: ...
+
+    @property
+    def models(self) -> Sequence[_Model]: ...
+
+
+class _Algo(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def num_turns(self) -> int: ...
+
+
+class _Feedback(Protocol):
+    @property
+    def mode(self) -> str: ...
+
+
+class _Logger(Protocol):
+    """The `logger` group (magrpo.config.schemas.LoggerSchema)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def project(self) -> str: ...
+
+    @property
+    def entity(self) -> str | None: ...
+
+    @property
+    def group(self) -> str | None: ...
+
+    @property
+    def run_name(self) -> str | None: ...
+
+    @property
+    def tags(self) -> Sequence[str]: ...
+
+    @property
+    def job_type(self) -> str: ...
+
+    @property
+    def mode(self) -> str: ...
+
+
+class RecordedRun(Protocol):
+    """A run's validated config as its record reads it (magrpo.config.run.RunConfig: a training
+    run's; an EvalRunConfig has `methods`, `checkpoint` and `team` too)."""
+
+    @property
+    def label(self) -> str | None: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def task(self) -> _Named: ...
+
+    @property
+    def algo(self) -> _Algo: ...
+
+    @property
+    def agents(self) -> _Agents: ...
+
+    @property
+    def feedback(self) -> _Feedback: ...
+
+    @property
+    def logger(self) -> _Logger: ...
+
+
+@runtime_checkable
+class EvaluatedRun(RecordedRun, Protocol):
+    """magrpo-eval's validated config (magrpo.config.run.EvalRunConfig): a run's, and what it evaluates."""
+
+    @property
+    def methods(self) -> Sequence[str] | None: ...
+
+    @property
+    def checkpoint(self) -> str | None: ...
+
+    @property
+    def team(self) -> str | None: ...
+
+
+def run_identity(cfg: RecordedRun, num_agents: int | None = None) -> dict[str, Any]:
     """The choices a run is compared by: the same keys in summary.json's config and at the top of
     the W&B config. `algo` is the trained algorithm, or for magrpo-eval the evaluated method(s);
     `num_agents`: how many agents a training run's algorithm answers with (its team,
     magrpo.algos; default agents.num_agents)."""
-    evaluating = hasattr(cfg, "methods")     # magrpo-eval's config has `methods`; a training run's does not
-    job_type = "eval" if evaluating else cfg.logger.job_type
-    if evaluating:
+    if isinstance(cfg, EvaluatedRun):     # magrpo-eval's config has `methods`; a training run's does not
+        job_type = "eval"
         methods = list(cfg.methods or [])
         trained = cfg.checkpoint or cfg.team       # a checkpoint or an exported team
         algo = ",".join(methods) if methods else ("team" if trained else "baselines")
         num_agents = 1 if methods == ["single"] else cfg.agents.num_agents
     else:
+        job_type = cfg.logger.job_type
         algo = cfg.algo.name
         num_agents = cfg.agents.num_agents if num_agents is None else num_agents
     return {"label": cfg.label or algo, "algo": algo, "task": cfg.task.name, "seed": cfg.seed,
@@ -212,7 +318,7 @@ class RunStatus:
         with self._lock:
             data = dict(self.data or {"kind": self.kind})
             reason = str(exc) or type(exc).__name__
-            if isinstance(exc, SystemExit) or type(exc).__name__ == "ProcessExit":   # code the run called ended it
+            if isinstance(exc, (SystemExit, ProcessExit)):   # code the run called ended it
                 reason = f"the run was ended by {'sys.exit' if isinstance(exc, SystemExit) else 'os._exit'}({exc.code!r})"
             data.update(status="interrupted" if interrupted else "failed", phase=self.phase,
                         error=type(exc).__name__, reason=reason)
@@ -252,7 +358,8 @@ def set_aside_after(run_dir: Path, step: int) -> int:
     if not path.exists():
         return 0
     lines = records.read_text(path, records.MAX_LOG_BYTES).splitlines()     # a regular file, bounded
-    keep, later = [], []
+    keep: list[str] = []
+    later: list[str] = []
     for line in lines:
         try:
             row = records.parse_json(line, str(path))
@@ -278,8 +385,19 @@ def write_summary(run_dir: Path, data: dict) -> None:
         write_json(Path(run_dir) / "summary.json", data)
 
 
+_WANDB_MODES: dict[str, Literal["online", "offline", "disabled"]] = {
+    "online": "online", "offline": "offline", "disabled": "disabled"}
+
+
+def _wandb_mode(mode: str) -> Literal["online", "offline", "disabled"]:
+    """`logger.mode` as W&B takes it (the schema allows these three: LoggerSchema.mode)."""
+    if mode in _WANDB_MODES:
+        return _WANDB_MODES[mode]
+    raise ConfigError(f"logger.mode={mode!r} is not allowed; choose one of: offline, online, disabled")
+
+
 class RunLogger:
-    def __init__(self, cfg: Any, run_dir: Path, identity: dict[str, Any] | None = None):
+    def __init__(self, cfg: RecordedRun, run_dir: Path, identity: dict[str, Any] | None = None):
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = run_dir / "metrics.jsonl"
@@ -294,7 +412,7 @@ class RunLogger:
             name = lg.run_name or f"{ident['label']}-{ident['task']}-{ident['seed']}"
             self.wandb = wandb.init(
                 project=lg.project, entity=lg.entity, group=group, name=name,
-                tags=list(lg.tags), job_type=ident["job_type"], mode=lg.mode, dir=str(run_dir),
+                tags=list(lg.tags), job_type=ident["job_type"], mode=_wandb_mode(lg.mode), dir=str(run_dir),
                 config={**ident, "run_dir": str(run_dir), "cfg": as_data(cfg)},
                 reinit="finish_previous")
             self.wandb.define_metric("step", hidden=True)
@@ -318,7 +436,7 @@ class RunLogger:
         if self.wandb is not None:
             import wandb  # noqa: PLC0415  optional: W&B logging (logger=wandb) only
 
-            cols = ["step", "id", "prompts", "completions", "reward"]
+            cols: list[str | int] = ["step", "id", "prompts", "completions", "reward"]
             table = wandb.Table(columns=cols, data=[[step, str(r.get("id")), json.dumps(r.get("prompts")),
                                                     json.dumps(r.get("completions")), float(r.get("reward", 0.0))]
                                                    for r in rows])

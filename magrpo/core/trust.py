@@ -49,7 +49,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from omegaconf import DictConfig
 
 from magrpo.core import records
 from magrpo.core.checkpoint import CONFIG_FILE, MANIFEST, OVERRIDES_FILE, TEAM_FILE, verify
@@ -83,6 +85,9 @@ from magrpo.core.signatures import (
     trust_root,
     write_signature,
 )
+
+if TYPE_CHECKING:       # a validated config (magrpo.config.run.RunConfig) is schema instances
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger("magrpo")
 STORE_FILE = "trusted.json"
@@ -193,12 +198,13 @@ def _values(line: str) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def _refs_of_config(cfg: Any, file: str) -> list[Ref]:
-    """The references a config (team.json's `config`, a checkpoint's config.json, .hydra/config.yaml) holds."""
-    if not isinstance(cfg, dict):
+def _refs_of_config(stored: object, file: str) -> list[Ref]:
+    """The references a config's plain data (team.json's `config`, a checkpoint's config.json,
+    .hydra/config.yaml, as read: any shape) holds."""
+    if not isinstance(stored, dict):
         return []
-    out = [Ref("plugin", str(m), f"{file} plugins") for m in _as_list(cfg.get("plugins"))]
-    reward = cfg.get("reward")
+    out = [Ref("plugin", str(m), f"{file} plugins") for m in _as_list(stored.get("plugins"))]
+    reward = stored.get("reward")
     if isinstance(reward, dict):
         for key in ("fn", "fns"):
             out += [Ref("reward", str(s), f"{file} reward.{key}") for s in _as_list(reward.get(key)) if _is_code(s)]
@@ -591,7 +597,7 @@ def own_codes(codes: Iterable[str], took_up: bool) -> list[str]:
     return [c for c in dict.fromkeys(codes) if c in named or _allowed.get(c, fallback) in OWN]
 
 
-def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
+def check_composed(cfg: DictConfig, where: str, caller_keys: bool = True) -> None:
     """The config a command composed after taking up a run or team (or a team's or checkpoint's own
     config), resolved: every module it names (plugins, reward functions, whatever an interpolation
     made of them) allowed by the trust rule, and (`caller_keys`) `trust_remote_code` and a sandbox
@@ -599,7 +605,7 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
     otherwise, before anything is imported. The entry points call it when their command line took
     a run or team up; magrpo.team.team for every team's or checkpoint's config."""
     try:
-        data = as_data(cfg)     # a config node resolved here, a RunConfig, or plain data
+        data = as_data(cfg)     # the composed node, resolved here
     except Exception:      # noqa: BLE001  (an interpolation that does not resolve: refused here, its text unsaid)
         raise ConfigError(f"{where}: an interpolation in it cannot be resolved") from None
     refs = _refs_of_config(data, where)
@@ -627,14 +633,15 @@ def check_composed(cfg: Any, where: str, caller_keys: bool = True) -> None:
                              f"sandbox.isolation={level} yourself, or leave it at auto)")
 
 
-def config_codes(cfg: Any, search: Iterable[str] = ()) -> list[str]:
-    """The references a run's config makes (its plugins, reward modules) and its config directories."""
-    data = as_data(cfg)         # a config node (resolved), a run's RunConfig, or plain data
+def config_codes(cfg: DataclassInstance, search: Iterable[str] = ()) -> list[str]:
+    """The references a run's validated config makes (its plugins, reward modules) and its config
+    directories."""
+    data = as_data(cfg)
     refs = _refs_of_config(data, "config") + [Ref("config dir", str(s), "searchpath") for s in search]
     return [r.code for r in refs if needs_trust(r)]
 
 
-def sign_run(run_dir: Path, cfg: Any, took_up: bool = False) -> None:
+def sign_run(run_dir: Path, cfg: DataclassInstance, took_up: bool = False) -> None:
     """Sign a run directory as made by you (magrpo-train and magrpo-eval, at start): its place, its
     `.hydra/` records, the checkpoints an earlier signature of yours covered (a resume in place),
     and its config's references (`took_up`: its command line took a run or team up, so only what

@@ -57,7 +57,7 @@ def quiet_progress_bars() -> None:
 
 def _file_log(level: int, msg: str) -> None:
     """Into the run's log file only: the console already got the message on stderr."""
-    record = log.makeRecord(log.name, level, __file__, 0, msg, None, None)
+    record = log.makeRecord(log.name, level, __file__, 0, msg, (), None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(record)
@@ -75,8 +75,9 @@ def _job() -> tuple[bool, str]:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN:
         return False, ""
-    overrides = OmegaConf.select(hc, "job.override_dirname", default="")
-    return True, f"job {OmegaConf.select(hc, 'job.num', default='?')}" + (f" ({overrides})" if overrides else "")
+    node = hc if isinstance(hc, DictConfig) else OmegaConf.structured(hc)   # hydra's node, typed HydraConf
+    overrides = OmegaConf.select(node, "job.override_dirname", default="")
+    return True, f"job {OmegaConf.select(node, 'job.num', default='?')}" + (f" ({overrides})" if overrides else "")
 
 
 def run_job(fn: Callable[[DictConfig], Any], cfg: DictConfig, prog: str) -> Any:

@@ -16,7 +16,7 @@ from hydra.errors import (
     MissingConfigException,
     OverrideParseException,
 )
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config.schemas import CONF_DIR
 from magrpo.core.overrides import override_key
@@ -144,12 +144,12 @@ def _other_group(group: str, value: str) -> str:
     return f"; {value!r} is an option of the group {there[0]!r}: did you mean {there[0]}={value}?" if there else ""
 
 
-def _composed(config_name: str, overrides: list[str]):
+def _composed(config_name: str, overrides: list[str]) -> DictConfig | None:
     """The config composed with `overrides` (sweep values: the first); None when it cannot be."""
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
-        single = [o.input_line if not o.is_sweep_override() else
-                  f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" for o in parsed]
+        single = [f"{o.get_key_element()}={next(iter(o.sweep_string_iterator()))}" if o.is_sweep_override()
+                  else o.input_line or line for o, line in zip(parsed, overrides)]
         GlobalHydra.instance().clear()
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
             return compose(config_name=config_name, overrides=single)
@@ -159,7 +159,7 @@ def _composed(config_name: str, overrides: list[str]):
         GlobalHydra.instance().clear()
 
 
-def _keys_at(config_name: str, overrides: list[str], dotted: str, cfg=None) -> list[str]:
+def _keys_at(config_name: str, overrides: list[str], dotted: str, cfg: DictConfig | None = None) -> list[str]:
     """Keys of the node `dotted` of the config composed with `overrides`; [] when that cannot be
     composed."""
     cfg = cfg if cfg is not None else _composed(config_name, overrides)
@@ -172,12 +172,14 @@ def _keys_at(config_name: str, overrides: list[str], dotted: str, cfg=None) -> l
     return sorted(str(k) for k in node.keys()) if OmegaConf.is_dict(node) else []
 
 
-def _elsewhere(cfg, parent: str, leaf: str) -> str:
+def _elsewhere(cfg: DictConfig | None, parent: str, leaf: str) -> str:
     """"; 'lr' is a key of optimizer: did you mean 'optimizer.lr'?" when another top-level node of
     the composed config has the key, else ""."""
     if cfg is None or not leaf:
         return ""
     top = parent.split(".")[0]
     raw = OmegaConf.to_container(cfg, resolve=False)       # keys only: nothing is resolved
+    if not isinstance(raw, dict):
+        return ""
     there = sorted(str(k) for k, v in raw.items() if str(k) != top and isinstance(v, dict) and leaf in v)
     return f"; {leaf!r} is a key of {there[0]}: did you mean '{there[0]}.{leaf}'?" if there else ""

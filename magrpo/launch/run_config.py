@@ -35,7 +35,7 @@ from typing import Any
 
 from hydra._internal.utils import get_args_parser
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from magrpo.config.schemas import CONF_DIR
 from magrpo.core import checkpoint, received, records, signatures
@@ -304,7 +304,7 @@ def inherit_argv(config_name: str, argv: list[str]) -> tuple[list[str], dict[str
                           for v, (_, r) in found.items())
         raise ConfigError(f"{lines[-1]}: these runs were trained with different configs ({shown}); take up one "
                           f"run per command, or give every key of the team on the command line")
-    runs = {run: list(run_lines) for run, run_lines in found.values() if run is not None}
+    runs = {run: list(run_lines) for run, run_lines in found.values() if run is not None and run_lines is not None}
     if not runs:
         return argv, None
     run_lines = next(iter(runs.values()))
@@ -423,7 +423,7 @@ def _saved_value(run_dir: Path, key: str) -> Any:
     return records.select(cfg, key)
 
 
-def from_run(cfg: Any, kind: str, taken: dict[str, Any] | None = None) -> dict[str, Any] | None:
+def from_run(cfg: DictConfig, kind: str, taken: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """For a job started from the command line with `resume=`/`checkpoint=`: the record of what it
     took from the run (None otherwise). `taken`: what inherit_argv read from the runs before Hydra
     started (a resume in place has Hydra rewrite the run's .hydra/ before the job); without it the
@@ -473,7 +473,7 @@ def from_run(cfg: Any, kind: str, taken: dict[str, Any] | None = None) -> dict[s
     return record
 
 
-def _check_unsaved(cfg: Any, kind: str, value: Any, job: list[str]) -> None:
+def _check_unsaved(cfg: DictConfig, kind: str, value: Any, job: list[str]) -> None:
     """A run with no saved overrides: its team is what the command line says. Refuse when the
     checkpoint's config.json says the team was trained otherwise in a key the command line leaves
     at its default."""

@@ -77,7 +77,7 @@ def check_names(runs: list[Run], metrics: Sequence[str] | None, group_by: Sequen
         if not any(r.lookup(key)[0] for r in runs):
             raise TableError(f"--group-by key {key!r} is in no run's config (use dotted keys of .hydra/config.yaml, "
                              "e.g. algo.joint_mode)")
-    return metrics
+    return list(metrics) if metrics is not None else None
 
 
 @one_command

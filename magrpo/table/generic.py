@@ -159,7 +159,7 @@ def default_columns(runs: list[Run]) -> list[str]:
     for r in runs:
         names += [k for k in r.final if k not in names]
     components = [n for n in names if n.startswith("reward/")]
-    passes = sorted((n for n in names if _pass_k(n) is not None), key=_pass_k)
+    passes = sorted((n for n in names if _pass_k(n) is not None), key=lambda n: _pass_k(n) or 0)
     others = [n for n in names if n != "reward_mean" and n not in NOT_RESULTS and not n.startswith(("reward/", "feedback/", "diagnostics/"))
               and _pass_k(n) is None and not re.match(r"turn_\d+/", n)]
     return ["reward_mean", *turn_columns(names), *components, *passes, *others]

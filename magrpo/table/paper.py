@@ -327,7 +327,9 @@ def sample_efficiency(runs: Sequence[Run], finals: dict[int, dict[str, float]]) 
         points = curves[id(r)]
         if not points:
             continue
-        finals[id(r)][AUC.key] = area_under(points, budget)
+        auc = area_under(points, budget)        # None only without points or budget: both are here
+        if auc is not None:
+            finals[id(r)][AUC.key] = auc
         reach = first_reach(points, REACH)
         if reach is not None:
             finals[id(r)][TO_90.key] = reach / 1000
@@ -480,20 +482,21 @@ def discrimination(t: RenderedTable) -> Discrimination:
     (stats.kendall_w) of the seeds as raters of the methods' final norm. return, over the seeds every
     trained method ran (a method's repeated seed counts once, its mean)."""
     trained = [row for row in t.rows if not row.eval_only]
-    means = [row.cells[NORM.key].mean for row in trained if NORM.key in row.cells]
-    means = [m for m in means if m is not None]
+    norms = [row.cells[NORM.key].mean for row in trained if NORM.key in row.cells]
+    means = [m for m in norms if m is not None]
     apart: dict[str, list[tuple[str, str]]] = {}
+    mean_of: dict[str, dict[str, float]] = {}       # column -> row label -> its mean, where it has one
     for col in (NORM, AUC):
-        have = [row for row in trained if col.key in row.cells and row.cells[col.key].mean is not None]
-        have.sort(key=lambda row: -row.cells[col.key].mean)
-        apart[col.key] = [(a.label, b.label) for i, a in enumerate(have) for b in have[i + 1:]
-                          if a.cells[col.key].mean > b.cells[col.key].mean
-                          and not intervals_overlap(a.cells[col.key], b.cells[col.key])]
+        have = [(row, m) for row in trained if col.key in row.cells and (m := row.cells[col.key].mean) is not None]
+        have.sort(key=lambda p: -p[1])
+        mean_of[col.key] = {row.label: m for row, m in have}
+        apart[col.key] = [(a.label, b.label) for i, (a, ma) in enumerate(have) for b, mb in have[i + 1:]
+                          if ma > mb and not intervals_overlap(a.cells[col.key], b.cells[col.key])]
     widest = None
     for col in (NORM, AUC):
-        cells = {row.label: row.cells.get(col.key) for row in trained}
         if apart[col.key]:
-            widest = max(apart[col.key], key=lambda p: cells[p[0]].mean - cells[p[1]].mean)
+            got = mean_of[col.key]
+            widest = max(apart[col.key], key=lambda p: got[p[0]] - got[p[1]])
             break
     per_seed: list[dict[object, float]] = []
     for row in trained:
@@ -754,8 +757,8 @@ def plot_curves(tables: list[RenderedTable], out: Path, smooth_window: int = 1) 
             lines = [(row, [smooth(r.curves[metric], smooth_window) for r in row.runs if r.curves.get(metric)])
                      for row in t.rows if not row.eval_only]
             lines = [(row, s) for row, s in lines if s]
-            levels = [(row, row.cells.get(metric[len("eval/"):])) for row in t.rows if row.eval_only]
-            levels = [(row, c) for row, c in levels if c is not None and c.mean is not None]
+            levels = [(row, c, level) for row in t.rows if row.eval_only
+                      and (c := row.cells.get(metric[len("eval/"):])) is not None and (level := c.mean) is not None]
             if not lines:   # nothing trained logged it: a plot of flat levels says nothing a table does not
                 continue
             fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=120)
@@ -767,12 +770,12 @@ def plot_curves(tables: list[RenderedTable], out: Path, smooth_window: int = 1) 
                                   **line_style(k, len(steps)))
                 ax.fill_between(steps, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
                                 color=line.get_color(), alpha=0.2, linewidth=0)
-            for j, (row, cell) in enumerate(levels):   # colours after the trained rows' (axhline does not cycle)
+            for j, (row, cell, level) in enumerate(levels):   # colours after the trained rows' (axhline does not cycle)
                 color = line_style(len(lines) + j)["color"]
-                ax.axhline(cell.mean, color=color, linestyle="--", linewidth=1.2,
+                ax.axhline(level, color=color, linestyle="--", linewidth=1.2,
                            label=f"{short_label(row.name)} (n={cell.count})")
                 if cell.std:
-                    ax.axhspan(cell.mean - cell.std, cell.mean + cell.std, color=color, alpha=0.08)
+                    ax.axhspan(level - cell.std, level + cell.std, color=color, alpha=0.08)
             ax.set_xlim(0, max(x_max, 1))
             written.append(save_curve_plot(fig, ax, t.task, metric, headers.get(metric, metric), out, legend_size=7))
     return written + plot_budget_curves(tables, out)

@@ -89,12 +89,15 @@ def smooth(series: dict[int, float], window: int) -> dict[int, float]:
 
 
 def aggregate(series: list[dict[int, float]]) -> tuple[list[int], list[float], list[float], list[int]]:
-    """Per step over the seeds that logged it: mean, sample std (0 with one seed), count."""
+    """Per step over the seeds that logged it: mean (nan where no seed logged a finite value: a gap
+    in the plotted line), sample std (0 with one seed), count."""
     steps = sorted(set().union(*series)) if series else []
-    means, stds, counts = [], [], []
+    means: list[float] = []
+    stds: list[float] = []
+    counts: list[int] = []
     for s in steps:
         cell = mean_std([run[s] for run in series if s in run])
-        means.append(cell.mean)
+        means.append(cell.mean if cell.mean is not None else math.nan)
         stds.append(cell.std or 0.0)
         counts.append(cell.count)
     return steps, means, stds, counts
@@ -133,7 +136,8 @@ def kendall_w(scores: Sequence[Sequence[float]], higher_is_better: bool = True) 
         return None
     if any(len(row) != n for row in scores):
         raise ValueError("every rater must score every object")
-    rank_rows = [ranks(list(row), higher_is_better) for row in scores]
+    # every score is a number, so every one takes a place: the rows hold no None
+    rank_rows = [[r for r in ranks(list(row), higher_is_better) if r is not None] for row in scores]
     totals = [sum(r[i] for r in rank_rows) for i in range(n)]
     s = sum((t - m * (n + 1) / 2) ** 2 for t in totals)
     ties = sum(t ** 3 - t for r in rank_rows for t in Counter(r).values())

@@ -121,8 +121,8 @@ def collect(dirs: Iterable[Path], runs: Sequence[Run],
             if FILE not in files:
                 continue
             row, result, note = read(Path(root) / FILE, by_path)
-            if note:
-                notes.append(note)
+            if row is None or result is None:        # not used: `read` says why
+                notes.append(note or f"`{Path(root) / FILE}`: not used")
                 continue
             old = results.get(row)
             if old is not None:

@@ -8,6 +8,7 @@ key, the bad value and what is allowed.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import overload
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -19,11 +20,12 @@ from magrpo.config.run import EvalRunConfig, RunConfig
 from magrpo.config.schemas import (
     EvalRunSchema,
     ModelSchema,
+    SandboxSchema,
     TrainSchema,
     typed_node,
 )
 from magrpo.core import checkpoint
-from magrpo.core.instances import instance
+from magrpo.core.instances import as_data, instance
 from magrpo.core.plugins import load_plugins, loaded
 from magrpo.core.schema import ConfigError, check_values, literal_strings
 from magrpo.models.agents import BUILTIN_PREFIX, looks_local
@@ -37,7 +39,15 @@ from magrpo.tasks import TASKS, Task, available_tasks, reward_schema_of
 from magrpo.tasks.reward_fns import check_reward_node, reward_specs
 
 
-def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False) -> RunConfig:
+@overload
+def validate(cfg: DictConfig, schema: type[EvalRunSchema], recorded: bool = False) -> EvalRunConfig: ...
+
+
+@overload
+def validate(cfg: DictConfig, schema: type[TrainSchema] = TrainSchema, recorded: bool = False) -> RunConfig: ...
+
+
+def validate(cfg: DictConfig, schema: type[TrainSchema] = TrainSchema, recorded: bool = False) -> RunConfig:
     """Check the composed config; return it as a RunConfig (an EvalRunConfig for EvalRunSchema):
     instances of the schemas, every default filled in, each chosen group its option's schema.
     Raises ConfigError.
@@ -63,7 +73,8 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     if algo_name not in ALGOS:
         raise ConfigError(f"algo.name={algo_name!r} is not allowed; choose one of: {', '.join(sorted(ALGOS))}")
     algo_schema = ALGOS[algo_name].config_schema
-    algo_node = typed_node(OmegaConf.create(raw_algo), algo_schema, "algo.", OmegaConf.to_container(cfg))
+    whole = OmegaConf.to_container(cfg)
+    algo_node = typed_node(OmegaConf.create(raw_algo), algo_schema, "algo.", whole if isinstance(whole, dict) else None)
     cfg = cfg.copy()
     with _open(cfg):
         cfg.algo = OmegaConf.to_container(algo_node)
@@ -115,37 +126,40 @@ def validate(cfg: DictConfig, schema: type = TrainSchema, recorded: bool = False
     check_values(reward_node, reward_schema, "reward.")
     check_reward_node(reward_node, imports=not recorded)
 
-    _validate_agents(typed, task_cls)
+    # Every node holds what its schema allows: from here on the config is what is handed down,
+    # instances of the schemas, each chosen group as its option's own schema; the checks across
+    # groups read it as the code below the entry points will.
+    run = instance(typed, EvalRunConfig if schema is EvalRunSchema else RunConfig,
+                   types={"algo": algo_schema, "task": task_cls.config_schema or TaskConfig, "reward": reward_schema,
+                          "feedback": feedback_schema})
+    _validate_agents(run, task_cls)
     if task_cls.uses_sandbox:
-        _validate_sandbox(typed.sandbox)
-    num_agents = ALGOS[algo_name].team(typed).num_agents
-    check_tree(typed, num_agents)
-    check_signalling(typed, ALGOS[algo_name], num_agents)
-    check_other_play(typed, task_cls, num_agents)
-    _validate_partners(typed, num_agents)
-    _validate_diversity(typed)
-    check_individual_reward(typed, task_cls)
+        _validate_sandbox(run.sandbox)
+    num_agents = ALGOS[algo_name].team(run).num_agents
+    check_tree(run, num_agents)
+    check_signalling(run, ALGOS[algo_name], num_agents)
+    check_other_play(run, task_cls, num_agents)
+    _validate_partners(run, num_agents)
+    _validate_diversity(run)
+    check_individual_reward(run, task_cls)
     # Two hooks, two scopes: a schema's static check_node(node, prefix) checks keys of its own node
     # (check_values above calls it); an algorithm's classmethod check_config(cfg, task_cls) checks the
-    # whole typed config across groups (this algorithm with that task, topology, team) where a rule
-    # is its own; the ones the algorithms share are below.
+    # whole config across groups (this algorithm with that task, topology, team) where a rule is its
+    # own; the ones the algorithms share are below.
     algo_check = getattr(ALGOS[algo_name], "check_config", None)
     if algo_check is not None:
-        algo_check(typed, task_cls)
-    if schema is EvalRunSchema:
-        _validate_eval(typed)
-    elif typed.resume:
-        _validate_resume(typed)
-    # handed down as instances of the schemas, each chosen group as its option's own schema
-    return instance(typed, EvalRunConfig if schema is EvalRunSchema else RunConfig,
-                    types={"algo": algo_schema, "task": task_cls.config_schema or TaskConfig, "reward": reward_schema,
-                           "feedback": feedback_schema})
+        algo_check(run, task_cls)
+    if isinstance(run, EvalRunConfig):
+        _validate_eval(run)
+    elif run.resume:
+        _validate_resume(run)
+    return run
 
 
 # -- the checks across groups that the algorithms share ------------------------------------------------
 
 
-def check_individual_reward(cfg: DictConfig, task_cls: type[Task]) -> None:
+def check_individual_reward(cfg: RunConfig, task_cls: type[Task]) -> None:
     """`algo.reward=individual` needs a task whose reward splits per agent. Reward functions
     (`reward.fn`) split when they return per-agent lists: the trainer checks that before training
     (magrpo.tasks.reward_fns.check_splits)."""
@@ -156,7 +170,7 @@ def check_individual_reward(cfg: DictConfig, task_cls: type[Task]) -> None:
                           f"is one team reward that does not split per agent; choose algo.reward=team")
 
 
-def check_tree(cfg: DictConfig, num_agents: int) -> None:
+def check_tree(cfg: RunConfig, num_agents: int) -> None:
     """Stop a configuration whose turn tree per item would exceed `algo.max_tree_nodes`."""
     a = cfg.algo
     topology, branching = a.topology, a.branching
@@ -185,7 +199,7 @@ def check_tree(cfg: DictConfig, num_agents: int) -> None:
             f"algo.max_branches, use fewer turns or generations, or raise algo.max_tree_nodes")
 
 
-def check_signalling(cfg: DictConfig, algo_cls: type, num_agents: int) -> None:
+def check_signalling(cfg: RunConfig, algo_cls: type, num_agents: int) -> None:
     """Stop `algo.signal_agents` naming an agent the team lacks, and `algo.signal_bonus` on an
     algorithm that does not take its returns from `Episode.returns` (where the bonus is added)."""
     a = cfg.algo
@@ -195,7 +209,7 @@ def check_signalling(cfg: DictConfig, algo_cls: type, num_agents: int) -> None:
                           f"or null for every agent")
     for k in chosen or ():
         if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= num_agents:
-            raise ConfigError(f"algo.signal_agents={list(chosen)}: {k!r} is not an agent of this team; "
+            raise ConfigError(f"algo.signal_agents={list(chosen or ())}: {k!r} is not an agent of this team; "
                               f"allowed: agent numbers 1..{num_agents}, or null for every agent")
     if a.signal_bonus > 0 and not getattr(algo_cls, "reads_returns", False):
         raise ConfigError(f"algo.signal_bonus={a.signal_bonus} is not read by algo.name={a.name} (its "
@@ -208,7 +222,7 @@ def return_readers() -> list[str]:
     return sorted(n for n, c in ALGOS.items() if getattr(c, "reads_returns", False))
 
 
-def check_other_play(cfg: DictConfig, task_cls: type, num_agents: int) -> None:
+def check_other_play(cfg: RunConfig, task_cls: type[Task], num_agents: int) -> None:
     """`algo.other_play=true` needs partners to relabel (a team of 2 or more agents) and a task that
     declares the symmetries to relabel them by (Task.symmetries)."""
     if not cfg.algo.other_play:
@@ -222,7 +236,7 @@ def check_other_play(cfg: DictConfig, task_cls: type, num_agents: int) -> None:
                           f"(Task.symmetries); tasks that do: {', '.join(having)}")
 
 
-def _declares_symmetries(cls: type) -> bool:
+def _declares_symmetries(cls: type[Task]) -> bool:
     try:
         return bool(cls(cls.config_schema() if cls.config_schema else None,
                         cls.reward_schema() if cls.reward_schema else None).symmetries())
@@ -230,7 +244,7 @@ def _declares_symmetries(cls: type) -> bool:
         return False
 
 
-def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
+def _validate_partners(cfg: RunConfig, num_agents: int) -> None:
     """`partners=` (magrpo.team.partners) on a team that has a role for a partner, `partner_roles` naming roles it has and
     leaving one to train (at validation, before anything loads)."""
     if not cfg.partners:
@@ -249,7 +263,7 @@ def _validate_partners(cfg: DictConfig, num_agents: int) -> None:
                               f"leaving at least one role to train; or null (one role per step, drawn)")
 
 
-def _validate_diversity(cfg: DictConfig) -> None:
+def _validate_diversity(cfg: RunConfig) -> None:
     """`diversity=` (magrpo.algos.diversity) only on an algorithm whose credit comes from the team's
     returns, where the term is added."""
     if not cfg.diversity:
@@ -272,7 +286,7 @@ def _resolved(node: DictConfig) -> dict:
                           f"{str(e).splitlines()[0]}") from None
 
 
-def _validate_sandbox(node: DictConfig) -> None:
+def _validate_sandbox(node: SandboxSchema) -> None:
     """A named isolation level that cannot run here stops the run before any work (`auto` falls
     back instead, with a warning, when the task first runs code)."""
     if node.isolation == "auto":
@@ -285,15 +299,16 @@ def _validate_sandbox(node: DictConfig) -> None:
                           f"{', '.join(ISOLATION_CHOICES)} (auto takes the strongest that works)") from None
 
 
-def _validate_resume(cfg: DictConfig) -> None:
+def _validate_resume(cfg: RunConfig) -> None:
     """`resume=` names a complete checkpoint (or a run directory holding one) of this very run."""
+    if not cfg.resume:
+        return
     ckpt = checkpoint.resolve(cfg.resume, "resume")
-    with _open(cfg):
-        cfg.resume = str(ckpt)
-    checkpoint.check_resume(OmegaConf.to_container(cfg, resolve=True), ckpt)
+    cfg.resume = str(ckpt)
+    checkpoint.check_resume(as_data(cfg), ckpt)
 
 
-def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
+def _validate_agents(cfg: RunConfig, task_cls: type[Task]) -> None:
     agents = cfg.agents
     n = ALGOS[cfg.algo.name].team(cfg).num_agents
     models = agents.models
@@ -331,7 +346,7 @@ def _validate_agents(cfg: DictConfig, task_cls: type) -> None:
                           f"agents.models name {sorted({m.name_or_path for m in models})}")
 
 
-def _validate_eval(cfg: DictConfig) -> None:
+def _validate_eval(cfg: EvalRunConfig) -> None:
     num_agents = ALGOS[cfg.algo.name].team(cfg).num_agents
     trained = cfg.checkpoint or cfg.team
     methods = list(cfg.methods) if cfg.methods is not None else (["team"] if trained else BASELINES)
@@ -344,7 +359,7 @@ def _validate_eval(cfg: DictConfig) -> None:
                               f"with agents.num_agents={cfg.agents.num_agents} has {num_agents} "
                               f"(methods=[single] evaluates one model)")
     if len(set(cfg.methods or [])) != len(cfg.methods or []):
-        raise ConfigError(f"methods={list(cfg.methods)} names a method twice")
+        raise ConfigError(f"methods={list(cfg.methods or [])} names a method twice")
     if cfg.methods is not None and len(cfg.methods) == 0:
         raise ConfigError("methods=[] evaluates nothing; give at least one of: " + ", ".join(SCHEMES)
                           + " (or null for the default)")
@@ -359,10 +374,8 @@ def _validate_eval(cfg: DictConfig) -> None:
             raise ConfigError(f"checkpoint={cfg.checkpoint!r} is an exported team (team.json), not a training "
                               f"checkpoint; evaluate it with team={cfg.checkpoint}")
         ckpt = checkpoint.resolve(cfg.checkpoint, "checkpoint")
-        checkpoint.check_agents_match(OmegaConf.to_container(cfg, resolve=True), ckpt,
-                                      ALGOS[cfg.algo.name].team(cfg).policy_dirs)
-        with _open(cfg):
-            cfg.checkpoint = str(ckpt)
+        checkpoint.check_agents_match(as_data(cfg), ckpt, ALGOS[cfg.algo.name].team(cfg).policy_dirs)
+        cfg.checkpoint = str(ckpt)
 
 
 class _open:

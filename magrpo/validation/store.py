@@ -91,18 +91,18 @@ def register_schemas(cached: bool = False) -> None:
             node = {**defaults_of(cls.config_schema), "name": name}
             put("schema/algo", name, node)
             _offer(put, "algo", name, node)         # algo=NAME works without a conf/algo/NAME.yaml (a plugin's)
-        for name, cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
-            node = {**defaults_of(cls.config_schema), "mode": name}
+        for name, mode_cls in FEEDBACKS.items():   # the same for conf/feedback/<mode>.yaml
+            node = {**defaults_of(mode_cls.config_schema), "mode": name}
             put("schema/feedback", name, node)
             _offer(put, "feedback", name, node)
         # The keys every task's reward node has (reward.fn, fns, weights, max: magrpo.rollout.rewards), under
         # whichever conf/reward/<task>.yaml the run picks (a plugin's too, if it does not start from its
         # schema/reward/<task>): train.yaml and eval.yaml compose it first.
         put("schema/reward_functions", "default", defaults_of(RewardConfig))
-        for name, cls in TASKS.items():        # task=NAME from its schema dataclasses alone (a plugin's task)
-            task = {"name": name, **(defaults_of(cls.config_schema) if cls.config_schema else {})}
+        for name, task_cls in TASKS.items():   # task=NAME from its schema dataclasses alone (a plugin's task)
+            task = {"name": name, **(defaults_of(task_cls.config_schema) if task_cls.config_schema else {})}
             task["name"] = name               # first, and the registered name (coophumaneval shares humaneval's schema)
-            reward_schema = reward_schema_of(cls)
+            reward_schema = reward_schema_of(task_cls)
             reward = defaults_of(reward_schema) if reward_schema else {}
             if "name" in reward:
                 reward["name"] = name
@@ -182,7 +182,7 @@ def _declare_key_classes(algos: Any) -> None:
     trust rule's table (magrpo.core.key_classes)."""
     def walk(schema: Any, prefix: str) -> None:
         for f in dataclasses.fields(schema):
-            if (f.metadata or {}).get("key_class"):
+            if f.metadata.get("key_class"):         # a field's metadata: a mapping, empty when none given
                 key_classes.declare(f"{prefix}{f.name}", f.metadata["key_class"])
             sub = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             if dataclasses.is_dataclass(sub):
