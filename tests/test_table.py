@@ -205,6 +205,38 @@ def test_grouping_default_labels_and_group_by(tmp_path, capsys):
     assert md_rows(tmp_path / "t4" / "table.md")["magrpo"][0] == "4"
 
 
+def test_the_compute_matched_view_is_the_auc_over_wall_time_and_flops(tmp_path, capsys):
+    """Two methods whose eval reward climbs 0 -> 1 over 4 steps: `mean` in 1 s and 1e9 FLOPs a step,
+    `rloo` in 0.25 s and 3e9. Wall time: B = 1 s (rloo's 4 steps); mean is at 0.25 there, AUC 0.125;
+    rloo 0.5. FLOPs: B = 4e9 (mean's 4 steps); mean 0.5; rloo reaches 1/3 at 4e9, AUC 1/6. Tokens:
+    none logged, no column."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for adv, seconds, flops in (("mean", 1.0, 1e9), ("rloo", 0.25, 3e9)):
+        for seed in range(2):
+            path = write_run(root / f"{adv}_{seed}", seed=seed, advantage=adv, final=final_eval(1.0, 1.0),
+                             initial={"reward_mean": 0.0}, evals={0: 0.0, 4: 1.0})
+            with open(path / "metrics.jsonl", "a") as f:
+                for step in range(1, 5):
+                    f.write(json.dumps({"step": step, "time/step_s": seconds, "train/flops": flops}) + "\n")
+    out = tmp_path / "table"
+    assert main([str(root), "--out", str(out), "--no-plots"]) == 0
+    text = (out / "table.md").read_text()
+    lines = text.splitlines()
+    start = lines.index("### Task: length_ratio, against what training spent (eval reward_mean)")
+    assert lines[start + 2] == "| method | n | final reward_mean | AUC over wall time | AUC over FLOPs |"
+    rows = {cells[0]: cells[1:] for line in lines[start + 4:start + 6]
+            for cells in [[c.strip() for c in line.strip("|").split(" | ")]]}
+    assert rows["magrpo advantage=mean"] == ["2", "1.000 ± 0.000", "0.125 ± 0.000", "0.500 ± 0.000"]
+    assert rows["magrpo advantage=rloo"] == ["2", "1.000 ± 0.000", "0.500 ± 0.000", "0.167 ± 0.000"]
+    assert "B: AUC over wall time 1 s, AUC over FLOPs 4e+09 FLOPs." in text
+
+
+def test_runs_without_a_per_step_budget_get_no_compute_matched_section(sweep, capsys):
+    assert main([str(sweep), "--no-plots"]) == 0
+    assert "against what training spent" not in (sweep / "table" / "table.md").read_text()
+
+
 def test_several_tasks_get_separate_tables(tmp_path, capsys):
     root = tmp_path / "runs"
     for seed in range(2):
@@ -306,6 +338,12 @@ def test_aggregates_over_tasks_against_a_hand_computed_score_matrix():
     assert 0.1 <= got["iqm"].low and got["iqm"].high <= 1.0
     # the bootstrap is seeded: the same intervals on every call, others with another seed
     assert stats.aggregate_intervals(a) == got and stats.aggregate_intervals(a, seed=1) != got
+    # every resample's IQM is the one scipy (rliable's aggregate_iqm) computes, for even and odd run counts
+    import numpy as np
+    from scipy.stats import trim_mean
+    for n in (8, 9):
+        boot = np.random.default_rng(n).random((50, n))
+        assert stats._trimmed_rows(boot) == pytest.approx(trim_mean(boot, 0.25, axis=1))
     # a score above 1 earns no less optimality gap than 1 itself
     assert stats.aggregate_intervals({"t": [1.5, 0.5]})["optimality_gap"].point == pytest.approx(0.25)
 

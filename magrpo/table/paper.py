@@ -28,8 +28,12 @@ multi-agent baselines, MAGRPO, multi-turn MAGRPO. Columns are the task's paper m
 A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; in the
 coordination table (a matched-budget comparison of every method, FAIR_FAMILIES) it is the mean ±
 the 95% confidence interval of the mean (Student's t over the seeds), the tables end in an
-overview of every method on every task with each method's mean rank (1 = best), and each task
-gets curves of the normalized return against the generated tokens and the wall time spent. The
+overview of every method on every task with each method's mean rank (1 = best), the checks of
+whether each task separates the methods, and the aggregates over its tasks (rliable's IQM, mean,
+optimality gap and probability of improvement with stratified-bootstrap intervals, and the
+performance profiles); each of its tasks gets the AUC of the eval return over the generated tokens
+(sample-matched), over the update wall time and over the training FLOPs (compute-matched), and
+curves of the normalized return against each. The
 best mean of each column is in bold (none where every row ties). Runs left out (failed,
 unfinished, without summary.json) and rows whose runs lack a metric are listed under the table,
 never dropped silently.
@@ -301,10 +305,10 @@ def cumulative(run: Run, key: str) -> dict[int, float]:
     return out
 
 
-def spent_at_evals(run: Run, key: str) -> dict[int, tuple[float, float]]:
-    """Eval step -> (the budget `key` spent by then, the eval norm. return there): the budget at the
-    last logged step at or before the eval. Empty when the run logged no eval norm. return or no `key`."""
-    returns = run.curves.get(f"eval/{NORM.key}")
+def spent_at_evals(run: Run, key: str, metric: str = NORM.key) -> dict[int, tuple[float, float]]:
+    """Eval step -> (the budget `key` spent by then, the eval `metric` there): the budget at the
+    last logged step at or before the eval. Empty when the run logged no eval `metric` or no `key`."""
+    returns = run.curves.get(f"eval/{metric}")
     if not returns or not run.curves.get(key):
         return {}
     spent = cumulative(run, key)
@@ -312,14 +316,14 @@ def spent_at_evals(run: Run, key: str) -> dict[int, tuple[float, float]]:
     return {step: (spent[[s for s in done if s <= step][-1]], value) for step, value in sorted(returns.items())}
 
 
-def budget_curve(run: Run, key: str = TOKENS) -> list[tuple[float, float]]:
-    """A trained run's eval norm. return against the budget `key` spent before each evaluation
-    (generated tokens, update seconds, training FLOPs): (spent, return) per eval step, the untrained
-    evaluation at 0. Empty when the run logged no eval norm. return or no `key`."""
-    points = list(spent_at_evals(run, key).values())
+def budget_curve(run: Run, key: str = TOKENS, metric: str = NORM.key) -> list[tuple[float, float]]:
+    """A trained run's eval `metric` (norm. return) against the budget `key` spent before each
+    evaluation (generated tokens, update seconds, training FLOPs): (spent, value) per eval step,
+    the untrained evaluation at 0. Empty when the run logged no eval `metric` or no `key`."""
+    points = list(spent_at_evals(run, key, metric).values())
     if not points:
         return []
-    initial = run.initial.get(NORM.key)
+    initial = run.initial.get(metric)
     if initial is not None and points[0][0] > 0:
         points.insert(0, (0.0, initial))
     return points

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 
 @dataclass
 class Cell:
@@ -180,14 +182,29 @@ def first_reach(points: Sequence[tuple[float, float]], level: float) -> float | 
 # numpy's global generator, where this one is seeded (`SEED`), so a table's intervals are the same on
 # every run. A task may hold a different number of runs for each method.
 #
-# numpy, scipy and rliable load only here, when a table aggregates: `magrpo-table --help` starts
-# without them.
+# rliable (and scipy, for the t quantile) load only when a table computes: `magrpo-table --help`
+# starts without them.
 
 AGGREGATES = ("iqm", "mean", "optimality_gap")      # what `aggregate_intervals` returns, in this order
 REPS = 2000          # bootstrap resamples: intervals steady to about 0.01, the section in about a second
 SEED = 0             # the bootstrap's seed
 
 Scores = Mapping[str, Sequence[float]]          # task -> the scores of a method's runs on it (one per seed)
+
+
+def _rliable_metrics() -> Any:
+    """rliable's estimators (rliable.metrics: numpy and scipy only, never rliable.library's arch)."""
+    from rliable import metrics  # noqa: PLC0415  start-up: rliable loads only when a table aggregates
+
+    return metrics
+
+
+def _trimmed_rows(boot: Any) -> Any:
+    """[reps] the interquartile mean of each row of [reps, n]: a quarter (int(n / 4)) cut at each end,
+    as scipy.stats.trim_mean(row, 0.25) (what rliable's aggregate_iqm calls) cuts, for every row at once."""
+    n = boot.shape[1]
+    cut = int(0.25 * n)
+    return np.sort(boot, axis=1)[:, cut:n - cut].mean(axis=1)
 
 
 @dataclass(frozen=True)
@@ -201,8 +218,6 @@ class Interval:
 def _tasks(scores: Scores) -> list[tuple[str, Any]]:
     """(task, its finite scores as an array) for each task with one, in sorted order (the order the
     bootstrap draws in)."""
-    import numpy as np  # noqa: PLC0415  start-up: numpy loads only when a table aggregates
-
     out = [(task, np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float))
            for task, values in sorted(scores.items())]
     return [(task, a) for task, a in out if len(a)]
@@ -214,8 +229,6 @@ def _resample(rng: Any, values: Any, reps: int) -> Any:
 
 
 def _interval(point: float, boot: Any) -> Interval:
-    import numpy as np  # noqa: PLC0415  start-up: see above
-
     low, high = np.percentile(boot, [2.5, 97.5], axis=0)
     return Interval(float(point), float(low), float(high))
 
@@ -226,10 +239,7 @@ def aggregate_intervals(scores: Scores, reps: int = REPS, seed: int = SEED) -> d
     optimality gap (how far the runs fall short of 1 on average, 1 - mean(min(score, 1)): lower is
     better) of a method's runs, each with its 95% stratified-bootstrap interval from `reps`
     resamples seeded by `seed`. Empty without a score."""
-    import numpy as np  # noqa: PLC0415  start-up: see above
-    from rliable import metrics  # noqa: PLC0415
-    from scipy import stats  # noqa: PLC0415
-
+    metrics = _rliable_metrics()
     tasks = _tasks(scores)
     if not tasks:
         return {}
@@ -239,16 +249,14 @@ def aggregate_intervals(scores: Scores, reps: int = REPS, seed: int = SEED) -> d
     points = (metrics.aggregate_iqm(pooled), metrics.aggregate_mean(pooled), metrics.aggregate_optimality_gap(pooled))
     rng = np.random.default_rng(seed)
     boot = np.concatenate([_resample(rng, a, reps) for _, a in tasks], axis=1)        # [reps, runs]
-    # the same three of every resample at once (scipy's trim_mean is what aggregate_iqm calls)
-    resampled = (stats.trim_mean(boot, 0.25, axis=1), boot.mean(axis=1), 1.0 - np.minimum(boot, 1.0).mean(axis=1))
+    # the same three of every resample at once
+    resampled = (_trimmed_rows(boot), boot.mean(axis=1), 1.0 - np.minimum(boot, 1.0).mean(axis=1))
     return {name: _interval(p, b) for name, p, b in zip(AGGREGATES, points, resampled)}
 
 
 def _improvement(xs: list[Any], ys: list[Any]) -> Any:
     """[reps]: the mean over the tasks of the share of (x, y) pairs that x wins, a tie one half,
     from each task's [reps, n] draws of X and [reps, m] of Y."""
-    import numpy as np  # noqa: PLC0415  start-up: see above
-
     per_task = [(a[:, :, None] > b[:, None, :]).mean(axis=(1, 2)) + 0.5 * (a[:, :, None] == b[:, None, :]).mean(axis=(1, 2))
                 for a, b in zip(xs, ys)]
     return np.mean(per_task, axis=0)
@@ -261,9 +269,7 @@ def probability_of_improvement(x: Scores, y: Scores, reps: int = REPS, seed: int
     often, not by how much. Its interval draws each task's runs of X and of Y with replacement, task
     by task (sorted), X's before Y's (the resampled U counted here, as scipy counts it: the
     bootstrap would call scipy 2000 times per task and pair). None when the two share no task."""
-    import numpy as np  # noqa: PLC0415  start-up: see above
-    from rliable import metrics  # noqa: PLC0415
-
+    metrics = _rliable_metrics()
     ys = dict(_tasks(y))
     both = [(a, ys[task]) for task, a in _tasks(x) if task in ys]
     if not both:
@@ -284,8 +290,6 @@ def performance_profile(scores: Scores, taus: Sequence[float], reps: int = REPS,
     pointwise 95% band of that fraction (the stratified bootstrap of `aggregate_intervals`). A curve
     above another everywhere is better whatever aggregate one picks. (fraction, low, high) at each
     of `taus`; None without a score."""
-    import numpy as np  # noqa: PLC0415  start-up: see above
-
     tasks = _tasks(scores)
     if not tasks:
         return None
