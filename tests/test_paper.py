@@ -419,9 +419,9 @@ def test_a_column_where_every_row_ties_has_no_bold_in_md_csv_and_tex(tmp_path, c
 
 
 def coordination_job(root: Path, task: str, label: str, seed: int, norm: float, entry: str = "train",
-                     tokens: float = 100.0, seqs: float = 16.0) -> Path:
+                     tokens: float = 100.0, seqs: float = 16.0, flops: float = 1e9) -> Path:
     """A coordination job: its final eval, an eval at steps 0 and 2, and two logged training steps
-    that each generated `tokens` tokens in 0.5 s and `seqs` sequences per item."""
+    that each generated `tokens` tokens in 0.5 s and `seqs` sequences per item, and cost `flops` FLOPs."""
     final = {"reward_mean": norm, "normalized_return": norm, "reward/agreement": norm, "response_time_s": 0.1}
     path = write_job(root / entry / f"{task}_{label}_s{seed}", task=task, label=label, seed=seed, job_type=entry,
                      final=final, curve=None if entry == "eval" else {0: norm / 2, 2: norm})
@@ -429,7 +429,7 @@ def coordination_job(root: Path, task: str, label: str, seed: int, norm: float, 
         with open(path / "metrics.jsonl", "a") as f:
             for step in (1, 2):
                 f.write(json.dumps({"step": step, "train/completions/tokens": tokens, "time/step_s": 0.5,
-                                    "train/sequences_per_item": seqs}) + "\n")
+                                    "train/sequences_per_item": seqs, "train/flops": flops}) + "\n")
     return path
 
 
@@ -452,19 +452,21 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
         for label, seeds in rows.items():
             for seed, v in enumerate(seeds):
                 # magrpo's seeds spend 100, 200, 300 tokens per step; dapo-like cost: 24 sequences per item
+                # magrpo's steps cost twice the FLOPs of the others'
                 coordination_job(root, task, label, seed, v, tokens=100.0 * (seed + 1) if label == "magrpo" else 100.0,
-                                 seqs=24.0 if label == "ippo" else 16.0)
+                                 seqs=24.0 if label == "ippo" else 16.0, flops=2e9 if label == "magrpo" else 1e9)
     out = root / "table"
     assert table_main([str(root), "--layout", "paper", "--out", str(out)]) == 0
     md = out / "table.md"
     header, rows = md_table(md, "### agree (coordination)")
-    assert header == ["method", "n", "norm. return", "AUC over tokens (0-1)", "k tokens to 90%", "agreement (pairs)",
+    assert header == ["method", "n", "norm. return", "AUC over tokens (0-1)", "k tokens to 90%",
+                      "AUC over wall time (0-1)", "AUC over FLOPs (0-1)", "agreement (pairs)",
                       "cost (sequences/item/update)", "response time (s/item)"]
     # [0.6, 0.7, 0.8]: mean 0.7, s = 0.1, t_{0.975, 2} = 4.3027 -> 4.3027 * 0.1 / sqrt(3) = 0.248
     assert rows["MAGRPO"][:2] == ["3", "0.700 ± 0.248"]
-    assert rows["Untrained team"][:2] == ["1", "0.100 ± n/a"] and rows["Untrained team"][2:4] == ["–"] * 2 \
-        and rows["Untrained team"][5] == "–"
-    assert rows["IPPO"][1] == "**0.900 ± 0.000**" and rows["IPPO"][5] == "24.000 ± 0.000"   # cost: never bold
+    assert rows["Untrained team"][:2] == ["1", "0.100 ± n/a"] and rows["Untrained team"][2:6] == ["–"] * 4 \
+        and rows["Untrained team"][7] == "–"
+    assert rows["IPPO"][1] == "**0.900 ± 0.000**" and rows["IPPO"][7] == "24.000 ± 0.000"   # cost: never bold
     # AUC over B = 200 tokens (the fewest any run spent: 2 steps x 100). IPPO: (0, 0.45) -> (200, 0.9),
     # mean height 0.675. MAGRPO's seeds (0.6, 0.7, 0.8 over 200, 400, 600 tokens), cut at 200:
     # (0.3 + 0.6) / 2 = 0.45, (0.35 + 0.525) / 2 = 0.4375, (0.4 + 0.5333) / 2 = 0.4667 -> 0.4514
@@ -472,6 +474,13 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
     assert rows["MAGRPO"][2].startswith("0.451 ± ")
     # 90% of the optimum: IPPO reaches 0.9 at its second eval, 200 tokens; MAGRPO never does
     assert rows["IPPO"][3] == "0.200 ± 0.000" and rows["MAGRPO"][3] == "–"
+    # The compute-matched view. Wall time: every run's steps take 0.5 s, B = 1 s, every curve ends there:
+    # MAGRPO (v/2 + v) / 2 = 0.75 v -> 0.525, IPPO 0.675. FLOPs: B = 2e9 (IPPO's two steps of 1e9); MAGRPO's
+    # seeds spent 4e9 by their last eval, cut at 2e9 (0.75 v there): (0.5 v + 0.75 v) / 2 = 0.625 v -> 0.4375.
+    assert rows["IPPO"][4:6] == ["**0.675 ± 0.000**"] * 2
+    assert rows["MAGRPO"][4].startswith("0.525 ± ") and rows["MAGRPO"][5].startswith("0.438 ± ")
+    assert "B (AUC over wall time): agree 1.0 s, cover 1.0 s, signal 1.0 s." in md.read_text()
+    assert "B (AUC over FLOPs): agree 2e+09 FLOPs, cover 2e+09 FLOPs, signal 2e+09 FLOPs." in md.read_text()
     assert "AUC over tokens = the mean eval norm. return over the first B generated tokens" in md.read_text()
     assert "B: agree 200, cover 200, signal 200." in md.read_text()
     text = md.read_text()
@@ -506,7 +515,7 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
     assert float(m["rank"]) == 2.5 and float(m["mean_rank"]) == pytest.approx(5.5 / 3)
     assert float(csv_rows[("agree", "ippo")]["sequences_per_item_mean"]) == 24.0
     tex = (out / "table.tex").read_text()
-    assert tex.count("\\begin{tabular}") == 4 and tex_problems(tex) == []
+    assert tex.count("\\begin{tabular}") == 5 and tex_problems(tex) == []     # 3 games, the overview, the aggregates
     assert "mean rank (1 = best) & 3.67 & \\textbf{1.33} & 2.75 (2/3) & 1.83" in tex
 
     # Budget curves: norm. return against the seeds' mean cumulative tokens and update time.
@@ -516,8 +525,28 @@ def test_coordination_cells_are_95_percent_intervals_with_a_rank_row_cost_and_bu
     assert used == 3 and xs == [0.0, 400.0] and ys == pytest.approx([0.35, 0.7])   # (200 + 400 + 600) / 3
     assert budget_series(magrpo, "time/step_s")[0] == [0.0, 1.0]
     for task in values:
-        for budget in ("tokens", "wall_time"):
+        for budget in ("tokens", "wall_time", "flops"):
             assert (out / f"{task}_normalized_return_vs_{budget}.png").stat().st_size > 10_000
+
+    # Aggregates over the games (rliable): the rows that ran all three. MAGRPO's nine scores, sorted:
+    # 0.3 0.3 0.3 0.6 0.7 0.8 1 1 1; the IQM cuts int(9 / 4) = 2 at each end: (0.3 + 0.6 + 0.7 + 0.8 + 1) / 5
+    # = 0.68; the mean 6 / 9; the optimality gap 1 - 6 / 9. P(MAGRPO > IPPO): 0 on agree (0.6-0.8 < 0.9),
+    # 1 on cover (1 > 0.4-0.6), 0 on signal -> 1/3; over the untrained team: 1 on every game.
+    header, rows = md_table(md, "### coordination: aggregates over 3 games (IQM, mean, optimality gap, "
+                                "probability of improvement)")
+    assert header == ["method", "runs", "IQM", "mean", "optimality gap (lower is better)", "P(MAGRPO > method)"]
+    assert list(rows) == ["Untrained team", "IPPO", "MAGRPO"]
+    assert rows["MAGRPO"][0] == "9" and rows["MAGRPO"][1].startswith("0.680 [") and rows["MAGRPO"][4] == "(base)"
+    assert rows["MAGRPO"][2].startswith("0.667 [") and rows["MAGRPO"][3].startswith("0.333 [")
+    assert rows["IPPO"][4].startswith("0.333 [") and rows["Untrained team"][4] == "1.000 [1.000, 1.000]"
+    assert "Not aggregated (ran only some of the games): IPPO, individual reward (2/3)." in md.read_text()
+    (agg,) = json.loads((out / "aggregates.json").read_text())
+    iqm = agg["aggregates"]["magrpo"]["iqm"]
+    assert iqm["point"] == pytest.approx(0.68) and iqm["low"] <= 0.68 <= iqm["high"]
+    assert agg["probability_of_improvement"]["ippo"]["point"] == pytest.approx(1 / 3)
+    assert agg["left_out"] == {"ippo_individual": 2} and agg["min_max_games"] == []
+    assert (out / "coordination_performance_profile.png").stat().st_size > 10_000
+    assert "aggregates over the games (rliable)" in tex
 
 
 def test_paper_layout_derives_normalized_return_from_each_runs_own_reward(tmp_path, capsys):

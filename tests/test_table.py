@@ -205,6 +205,38 @@ def test_grouping_default_labels_and_group_by(tmp_path, capsys):
     assert md_rows(tmp_path / "t4" / "table.md")["magrpo"][0] == "4"
 
 
+def test_the_compute_matched_view_is_the_auc_over_wall_time_and_flops(tmp_path, capsys):
+    """Two methods whose eval reward climbs 0 -> 1 over 4 steps: `mean` in 1 s and 1e9 FLOPs a step,
+    `rloo` in 0.25 s and 3e9. Wall time: B = 1 s (rloo's 4 steps); mean is at 0.25 there, AUC 0.125;
+    rloo 0.5. FLOPs: B = 4e9 (mean's 4 steps); mean 0.5; rloo reaches 1/3 at 4e9, AUC 1/6. Tokens:
+    none logged, no column."""
+    root = tmp_path / "runs"
+    root.mkdir()
+    for adv, seconds, flops in (("mean", 1.0, 1e9), ("rloo", 0.25, 3e9)):
+        for seed in range(2):
+            path = write_run(root / f"{adv}_{seed}", seed=seed, advantage=adv, final=final_eval(1.0, 1.0),
+                             initial={"reward_mean": 0.0}, evals={0: 0.0, 4: 1.0})
+            with open(path / "metrics.jsonl", "a") as f:
+                for step in range(1, 5):
+                    f.write(json.dumps({"step": step, "time/step_s": seconds, "train/flops": flops}) + "\n")
+    out = tmp_path / "table"
+    assert main([str(root), "--out", str(out), "--no-plots"]) == 0
+    text = (out / "table.md").read_text()
+    lines = text.splitlines()
+    start = lines.index("### Task: length_ratio, against what training spent (eval reward_mean)")
+    assert lines[start + 2] == "| method | n | final reward_mean | AUC over wall time | AUC over FLOPs |"
+    rows = {cells[0]: cells[1:] for line in lines[start + 4:start + 6]
+            for cells in [[c.strip() for c in line.strip("|").split(" | ")]]}
+    assert rows["magrpo advantage=mean"] == ["2", "1.000 ± 0.000", "0.125 ± 0.000", "0.500 ± 0.000"]
+    assert rows["magrpo advantage=rloo"] == ["2", "1.000 ± 0.000", "0.500 ± 0.000", "0.167 ± 0.000"]
+    assert "B: AUC over wall time 1 s, AUC over FLOPs 4e+09 FLOPs." in text
+
+
+def test_runs_without_a_per_step_budget_get_no_compute_matched_section(sweep, capsys):
+    assert main([str(sweep), "--no-plots"]) == 0
+    assert "against what training spent" not in (sweep / "table" / "table.md").read_text()
+
+
 def test_several_tasks_get_separate_tables(tmp_path, capsys):
     root = tmp_path / "runs"
     for seed in range(2):
@@ -285,9 +317,56 @@ def test_confidence_interval_is_students_t_on_hand_computed_values():
     table = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 10: 2.2281, 30: 2.0423, 120: 1.9799}
     for df, t in table.items():
         assert t_quantile_975(df) == pytest.approx(t, abs=1e-4), df
-    scipy_stats = pytest.importorskip("scipy.stats")     # with scipy (optuna's dependency): to 1e-9
-    for df in range(1, 40):
-        assert t_quantile_975(df) == pytest.approx(scipy_stats.t.ppf(0.975, df), rel=1e-9)
+    with pytest.raises(ValueError, match="degrees of freedom"):
+        t_quantile_975(0)
+
+
+def test_aggregates_over_tasks_against_a_hand_computed_score_matrix():
+    """The rliable aggregates (magrpo.table.stats) of two methods' eight runs each, over two tasks."""
+    from magrpo.table import stats
+
+    # Method A: 4 runs on each of two tasks. Pooled and sorted: 0.1 0.2 0.3 0.4 0.6 0.7 0.8 1.0; the IQM cuts
+    # 8 / 4 = 2 at each end: (0.3 + 0.4 + 0.6 + 0.7) / 4 = 0.5. The mean: 4.1 / 8 = 0.5125. The optimality gap:
+    # 1 - 4.1 / 8 = 0.4875 (nothing above 1 to cap).
+    a = {"t1": [0.1, 0.4, 0.7, 1.0], "t2": [0.2, 0.3, 0.6, 0.8]}
+    got = stats.aggregate_intervals(a)
+    assert list(got) == ["iqm", "mean", "optimality_gap"]
+    assert got["iqm"].point == pytest.approx(0.5)
+    assert got["mean"].point == pytest.approx(0.5125) and got["optimality_gap"].point == pytest.approx(0.4875)
+    for iv in got.values():
+        assert iv.low <= iv.point <= iv.high and iv.low < iv.high
+    assert 0.1 <= got["iqm"].low and got["iqm"].high <= 1.0
+    # the bootstrap is seeded: the same intervals on every call, others with another seed
+    assert stats.aggregate_intervals(a) == got and stats.aggregate_intervals(a, seed=1) != got
+    # every resample's IQM is the one scipy (rliable's aggregate_iqm) computes, for even and odd run counts
+    import numpy as np
+    from scipy.stats import trim_mean
+    for n in (8, 9):
+        boot = np.random.default_rng(n).random((50, n))
+        assert stats._trimmed_rows(boot) == pytest.approx(trim_mean(boot, 0.25, axis=1))
+    # a score above 1 earns no less optimality gap than 1 itself
+    assert stats.aggregate_intervals({"t": [1.5, 0.5]})["optimality_gap"].point == pytest.approx(0.25)
+
+    # P(A > B): on t1, A's 4 runs against B's 0.5 0.5 0.5 0.5: A wins 2 of 4 (0.7, 1.0) -> 0.5; on t2 against
+    # 0.3 0.3 0.3 0.3: A wins 2 (0.6, 0.8), ties 1 (0.3) -> (2 + 0.5) / 4 = 0.625; averaged: 0.5625.
+    b = {"t1": [0.5] * 4, "t2": [0.3] * 4}
+    p = stats.probability_of_improvement(a, b)
+    assert p.point == pytest.approx(0.5625) and p.low <= p.point <= p.high
+    assert stats.probability_of_improvement(a, a).point == pytest.approx(0.5)
+    assert stats.probability_of_improvement(a, {"other": [0.5]}) is None
+
+    # The performance profile: the fraction of the 8 runs above each tau.
+    point, low, high = stats.performance_profile(a, [0.0, 0.5, 1.0])
+    assert point == pytest.approx([1.0, 0.5, 0.0])
+    assert all(lo <= x <= hi for lo, x, hi in zip(low, point, high))
+
+
+def test_table_help_loads_neither_rliable_nor_matplotlib():
+    # (scipy and numpy load with the task registry magrpo.table reads: no cost of the aggregates')
+    code = ("import sys\nfrom magrpo.table import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('LOADED', *[m for m in ('rliable', 'arch', 'matplotlib') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip().splitlines()[-1] == "LOADED", done.stdout[-2000:] + done.stderr[-2000:]
 
 
 def test_ranks_share_tied_places_and_skip_missing_values():

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from magrpo.models import flops
 from magrpo.models.sampler import cache_keyword, limit_vocab, output_cache, vocab_limit
 
 # The G completions of an item share its prompt; with `share_prompt` the prompt runs ONCE (with
@@ -87,6 +88,10 @@ def sequence_forward(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
     LM whose hidden states alone are wanted (a value head on the actor's backbone) computes its
     vocabulary-wide head at one position only, and returns None for the logits.
     """
+    if flops.active():        # the prompt tokens this pass runs: each distinct prompt once when shared
+        prompts = prompt_mask if prompt_index is None or share_prompt else prompt_mask[prompt_index]
+        completion = completion_mask.sum().item()
+        flops.add_pass(model, prompts.sum().item() + completion, completion if lm and logits else 0)
     if prompt_index is not None and share_prompt:
         return _shared_forward(model, prompt_ids, prompt_mask, prompt_index, completion_ids, completion_mask,
                                with_hidden, lm, logits)

@@ -111,6 +111,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("time/update_s", "seconds in the update (forward, backward, optimizer)", UPDATE),
     Metric("time/other_s", "the rest of the step", UPDATE),
     Metric("time/step_s", "the whole step", UPDATE),
+    Metric("train/flops", "training FLOPs of this step, counted from the tokens each pass ran: 2N per token forward, "
+           "4N more through a full backward (magrpo.models.flops says what it leaves out)", UPDATE),
+    Metric("train/flops_total", "training FLOPs since the run began (train/flops summed; kept across a resume)", UPDATE),
     Metric("speed/prompts_per_s", "items trained per second this step", UPDATE),
     Metric("speed/tokens_per_s", "completion tokens generated per second this step", UPDATE),
     Metric("memory/peak_cuda_gb", "peak CUDA memory allocated so far (GiB; the largest over the agents' devices, the mean over torchrun ranks)",
@@ -155,6 +158,7 @@ SUMMARY_KEYS: dict[str, str] = {
     "steps": "optimizer steps taken",
     "world_size": "processes that trained (torchrun)",
     "wall_seconds": "wall time of the run",
+    "train_flops": "training FLOPs counted over the run (the last train/flops_total)",
     "evals": "every evaluation's metrics, by step",
     "resumed_from": "the checkpoint a resumed run started from, and the run's status before",
     "from_run": "the run a checkpoint= evaluation or a resume took its overrides from",

@@ -38,7 +38,7 @@ from transformers import LogitsProcessorList
 
 from magrpo.config.groups import AlgoConfig, SamplingKeys
 from magrpo.core.registry import Registry
-from magrpo.models import distributed
+from magrpo.models import distributed, flops
 from magrpo.models.agents import Agent, transcript
 from magrpo.models.sampler import VocabLimitProcessor, sample_shared_prompt, shares_prompt, vocab_limit
 from magrpo.tasks import Scores, Task
@@ -284,6 +284,8 @@ def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], 
                                    eos, pad_id, sampling.do_sample, sampling.temperature, sampling.top_k,
                                    sampling.top_p, record=record, decode_step=sampling.decode_step)
         if out is not None:
+            if flops.active():      # each distinct prompt prefilled once, then every sample's tokens
+                flops.add_generation(model, prompt_mask.sum().item(), completion_mask(out, eos).sum().item())
             return out
     kwargs = dict(max_new_tokens=sampling.max_new_tokens, num_return_sequences=sampling.num_generations,
                   pad_token_id=pad_id, eos_token_id=eos)
@@ -297,6 +299,9 @@ def _sample(model, prompt_ids, prompt_mask, sampling: Sampling, eos: list[int], 
     if limit is not None and vocab is not None and limit < vocab:   # ids past the tokenizer are no tokens
         kwargs["logits_processor"] = LogitsProcessorList([VocabLimitProcessor(limit)])
     out = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, **kwargs)[:, prompt_ids.shape[1]:]
+    if flops.active():              # generate copies each prompt once per returned sequence
+        flops.add_generation(model, prompt_mask.sum().item() * kwargs["num_return_sequences"],
+                             completion_mask(out, eos).sum().item())
     return out if sampling.do_sample else out.repeat_interleave(sampling.num_generations, dim=0)
 
 

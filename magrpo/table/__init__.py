@@ -16,6 +16,19 @@ task gets its own table. Written into OUT:
   table.tex   one booktabs tabular per task
   <task>_<metric>.png   learning curves: mean over seeds vs step, shaded ± std, one line per method
 
+Under each task's table, where its runs logged a per-step budget (`train/completions/tokens`,
+`time/step_s`, `train/flops`), a second table sets each method's final eval value beside its AUC
+over each budget (the mean eval value over the first B spent, B the least any run of the task spent):
+over tokens the sample-matched view, over update wall time and counted training FLOPs the
+compute-matched one.
+
+With --layout paper, the coordination table (paper.py) also writes the return against generated
+tokens, update wall time and training FLOPs (<task>_normalized_return_vs_{tokens,wall_time,flops}.png)
+with an AUC column over each (the sample-matched and the compute-matched view), discrimination.json,
+and the aggregates over its games (rliable's IQM, mean, optimality gap, probability of improvement,
+each with a 95% stratified-bootstrap interval) in table.md, table.tex and aggregates.json, with the
+performance profiles in <family>_performance_profile.png.
+
 OUT is never inside a run or an exported team (the default DIR/table is refused when DIR is a
 run: give --out), and an OUT that already holds any of these files is refused unless --force,
 which replaces them and touches nothing else; the files are written aside and moved in together
@@ -30,7 +43,8 @@ is one line on stderr and exit code 2.
 The package, by responsibility:
 
   runs.py     finding and reading run directories (summary.json, metrics.jsonl, .hydra/config.yaml)
-  stats.py    mean ± sample std, the 95% CI of the mean, curve aggregates, the best rows of a column, ranks
+  stats.py    mean ± sample std, the 95% CI of the mean, curve aggregates, the best rows of a column, ranks,
+              the area under a curve, the aggregates over tasks (rliable) and their bootstrap intervals
   render.py   what both layouts share when they write: cell text, escaping, notes, files, figures
   generic.py  the default layout: a method = a config minus its seed
   paper.py    --layout paper: the paper's rows and columns, best in bold

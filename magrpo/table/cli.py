@@ -53,7 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-plots", action="store_true", help="write the tables only")
     p.add_argument("--layout", choices=["generic", "paper"], default="generic",
                    help="generic (default): every config difference is a method; paper: rows = the runs' "
-                        "`label` (paper rows), columns = the task's paper metrics, best in bold")
+                        "`label` (paper rows), columns = the task's paper metrics, best in bold; the coordination "
+                        "table adds the AUC of the eval return over tokens (sample-matched), over update wall time "
+                        "and over training FLOPs (compute-matched), and the aggregates over its games (IQM, mean, "
+                        "optimality gap, P(MAGRPO > method) with stratified-bootstrap intervals, performance "
+                        "profiles: aggregates.json, <family>_performance_profile.png; docs/paper.md)")
     p.add_argument("--tuning", type=Path, default=None, metavar="DIR",
                    help="the tuning records of magrpo-paper --tune-trials (DIR/*.json): written as tuning.md "
                         "next to the table; the tuning trials under DIR are not rows of the table")

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from magrpo.table.paper import budget_curve
 from magrpo.table.render import (
     STD_NOTE,
     TEX_NOTE,
@@ -27,7 +28,7 @@ from magrpo.table.render import (
     tex_note_row,
 )
 from magrpo.table.runs import PROG, Run, warn
-from magrpo.table.stats import Cell, aggregate, mean_std, smooth
+from magrpo.table.stats import Cell, aggregate, area_under, mean_std, smooth
 
 # Config keys that never distinguish one method from another: the seed is what we average over;
 # the rest only say where the run wrote things or how it reported them (the collaboration
@@ -202,6 +203,73 @@ def build_tables(runs: list[Run], metrics: Sequence[str] | None = None,
     return tables
 
 
+# -- the compute-matched view ---------------------------------------------------------------------
+
+# (per-step training quantity, what its AUC column is called, its unit in the note)
+SPENT = (("train/completions/tokens", "AUC over tokens", "tokens"), ("time/step_s", "AUC over wall time", "s"),
+         ("train/flops", "AUC over FLOPs", "FLOPs"))
+
+
+@dataclass
+class Spending:
+    """One task's methods against what their training spent: the final eval value of `metric` and
+    its AUC over each budget some run logged (the mean eval value over the first B of it, B the
+    least any run of the task spent: paper.sample_efficiency's measure)."""
+    task: str
+    metric: str                                  # the eval curve: normalized_return where every run has it
+    budgets: dict[str, float]                    # per-step key (SPENT) -> B
+    rows: list[tuple[RunGroup, dict[str, Cell]]]  # method -> "final" and each budget key -> cell
+
+
+def spending(tables: list[Table]) -> list[Spending]:
+    """A `Spending` per task whose runs logged an eval curve and a per-step budget."""
+    out = []
+    for t in tables:
+        runs = [r for row in t.rows for r in row.method.runs]
+        metric = "normalized_return" if all(r.curves.get("eval/normalized_return") for r in runs) else "reward_mean"
+        curves = {(id(r), key): budget_curve(r, key, metric) for r in runs for key, _, _ in SPENT}
+        budgets = {}
+        for key, _, _ in SPENT:
+            ends = [c[-1][0] for (_, k), c in curves.items() if k == key and c and c[-1][0] > 0]
+            if ends:
+                budgets[key] = min(ends)
+        if not budgets:
+            continue
+        rows = []
+        for row in t.rows:
+            cells = {"final": mean_std([r.final[metric] for r in row.method.runs if metric in r.final])}
+            for key, b in budgets.items():
+                aucs = [area_under(curves[(id(r), key)], b) for r in row.method.runs]
+                cells[key] = mean_std([a for a in aucs if a is not None])
+            rows.append((row.method, cells))
+        out.append(Spending(t.task, metric, budgets, rows))
+    return out
+
+
+def spending_lines(spent: list[Spending], digits: int) -> list[str]:
+    """The markdown of the compute-matched view: a table per task, what its B were under it."""
+    out = []
+    for s in spent:
+        keys = [key for key, _, _ in SPENT if key in s.budgets]
+        names = {key: name for key, name, _ in SPENT}
+        units = {key: unit for key, _, unit in SPENT}
+        out.append(f"### Task: {md_escape(s.task)}, against what training spent (eval {md_escape(s.metric)})\n")
+        heads = ["method", "n", f"final {s.metric}", *(names[k] for k in keys)]
+        out.append("| " + " | ".join(md_escape(h) for h in heads) + " |")
+        out.append("|" + "|".join([":---", "---:"] + ["---:"] * (len(heads) - 2)) + "|")
+        for method, cells in s.rows:
+            n = len(method.runs)
+            texts = [method.label, str(n), *(cell_text(cells[k], n, digits) for k in ["final", *keys])]
+            out.append("| " + " | ".join(md_escape(c) for c in texts) + " |")
+        out += ["", f"AUC over X = the mean eval {s.metric} over the first B of X that training spent, (1/B) ∫ value dX, "
+                "linear between evaluations, from the evaluation before training at 0; B is the least any run of the "
+                "task spent, so every method is measured over the same budget: over generated tokens the "
+                "sample-matched view, over update wall time (`time/step_s`, evaluations excluded) and training FLOPs "
+                "(`train/flops`, counted: magrpo.models.flops) the compute-matched one. B: "
+                + ", ".join(f"{names[k]} {s.budgets[k]:.4g} {units[k]}" for k in keys) + ".", ""]
+    return out
+
+
 # -- writers -------------------------------------------------------------------------------------
 
 
@@ -216,7 +284,8 @@ def table_notes(tables: list[Table], notes: Sequence[str], short: bool = False) 
     return [*notes, *([codebleu_note(short)] if any("codebleu" in t.columns for t in tables) else [])]
 
 
-def to_markdown(tables: list[Table], digits: int = 3, notes: Sequence[str] = ()) -> str:
+def to_markdown(tables: list[Table], digits: int = 3, notes: Sequence[str] = (),
+                spent: list[Spending] | None = None) -> str:
     out = []
     for t in tables:
         out.append(f"### Task: {md_escape(t.task)}\n")
@@ -228,6 +297,7 @@ def to_markdown(tables: list[Table], digits: int = 3, notes: Sequence[str] = ())
             cells = [row.method.label, str(n), *(cell_text(row.cells[c], n, digits) for c in t.columns)]
             out.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
         out.append("")
+    out += spending_lines(spent if spent is not None else spending(tables), digits)
     out.append(f"Cells: {STD_NOTE}. `initial reward_mean` is the evaluation before training.")
     out += table_notes(tables, notes)
     return "\n".join(out) + "\n"

@@ -28,8 +28,12 @@ multi-agent baselines, MAGRPO, multi-turn MAGRPO. Columns are the task's paper m
 A cell is the mean ± sample standard deviation over seeds of each run's final evaluation; in the
 coordination table (a matched-budget comparison of every method, FAIR_FAMILIES) it is the mean ±
 the 95% confidence interval of the mean (Student's t over the seeds), the tables end in an
-overview of every method on every task with each method's mean rank (1 = best), and each task
-gets curves of the normalized return against the generated tokens and the wall time spent. The
+overview of every method on every task with each method's mean rank (1 = best), the checks of
+whether each task separates the methods, and the aggregates over its tasks (rliable's IQM, mean,
+optimality gap and probability of improvement with stratified-bootstrap intervals, and the
+performance profiles); each of its tasks gets the AUC of the eval return over the generated tokens
+(sample-matched), over the update wall time and over the training FLOPs (compute-matched), and
+curves of the normalized return against each. The
 best mean of each column is in bold (none where every row ties). Runs left out (failed,
 unfinished, without summary.json) and rows whose runs lack a metric are listed under the table,
 never dropped silently.
@@ -46,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from magrpo.launch.paper_grid import FAMILY, METHODS, title
+from magrpo.table import stats
 from magrpo.table import zsc as zsc_mod
 from magrpo.table.render import (
     CI_NOTE,
@@ -66,6 +71,7 @@ from magrpo.table.render import (
 from magrpo.table.runs import PROG, Run, TableError, num_answers, run_task
 from magrpo.table.stats import (
     Cell,
+    Interval,
     aggregate,
     area_under,
     best_rows,
@@ -105,6 +111,14 @@ AUC = Column("auc_tokens", "AUC over tokens (0-1)", trained_only=True)
 TO_90 = Column("ktokens_to_90", "k tokens to 90%", higher_is_better=False, trained_only=True, censored=True)
 REACH = 0.9        # "90% of the optimum": norm. return is 1 at the task's optimum
 TOKENS = "train/completions/tokens"
+# Compute efficiency (FAIR_FAMILIES): the same curve against the update wall time and the training FLOPs
+# (counted, not timed: magrpo.models.flops), beside the sample-matched AUC over tokens.
+AUC_WALL = Column("auc_wall", "AUC over wall time (0-1)", trained_only=True)
+AUC_FLOPS = Column("auc_flops", "AUC over FLOPs (0-1)", trained_only=True)
+WALL = "time/step_s"
+FLOPS = "train/flops"
+# Each AUC column and the per-step budget its curve runs over.
+AUC_BUDGETS: tuple[tuple[Column, str], ...] = ((AUC, TOKENS), (AUC_WALL, WALL), (AUC_FLOPS, FLOPS))
 FAMILY_COLUMNS: dict[str, list[Column]] = {
     "writing": [NORM, Column("reward/structure", "structure (levels 1-3)"), Column("reward/style", "style (Jaccard term)"),
                 Column("reward/coherence", "coherence (transitions)"), Column("rouge_l", "ROUGE-L")],
@@ -115,7 +129,7 @@ FAMILY_COLUMNS: dict[str, list[Column]] = {
                Column("acc/level_4_cooperates", "L4 acc (main uses helper)")],
     "maporl": [NORM, REWARD],
     # the suite's games: normalized return is the game score (1 = the team optimum)
-    "coordination": [NORM, AUC, TO_90, Column("reward/agreement", "agreement (pairs)"), Column("reward/covered", "covered"),
+    "coordination": [NORM, AUC, TO_90, AUC_WALL, AUC_FLOPS, Column("reward/agreement", "agreement (pairs)"), Column("reward/covered", "covered"),
                      Column("reward/collisions", "collisions", higher_is_better=False),
                      Column("reward/correct", "listener right"), Column("reward/leaked", "object named",
                                                                         higher_is_better=False)],
@@ -163,6 +177,12 @@ AUC_NOTE = ("AUC over tokens = the mean eval norm. return over the first B gener
             "from the start). k tokens to 90% = thousands of generated tokens until the eval norm. return first "
             "reached 0.9 (linear between evaluations); a cell marked (n=k) reached it in k seeds, its mean is over "
             "those, and an empty one never did.")
+COMPUTE_NOTE = ("AUC over wall time and AUC over FLOPs = the same mean eval norm. return, over the first B "
+                "seconds of updates (`time/step_s` summed; evaluations excluded) and over the first B training FLOPs "
+                "(`train/flops` summed: counted from the tokens each pass ran, 2N per token forward and 6N with a full "
+                "backward, magrpo.models.flops; not timed), B the least any trained run of the task spent: the "
+                "compute-matched view beside the sample-matched AUC over tokens. The final value is the norm. return "
+                "column.")
 RANK_NOTE = ("Mean rank: a method's place on each task by mean norm. return among the rows of that task (1 = best; "
              "ties share the mean of their places), averaged over the tasks it ran; (k/m) marks one that ran k of "
              "the m tasks.")
@@ -193,7 +213,8 @@ class RenderedTable:
     rows: list[PaperRow]
     best: dict[str, set[int]]          # column key -> indices of the rows in bold
     missing: list[str]                 # notes on metrics that runs lack
-    token_budget: float | None = None  # the tokens the AUC column integrates over (FAIR_FAMILIES), if any
+    budgets: dict[str, float] = field(default_factory=dict)   # AUC column key -> the budget B it integrates
+                                                              # over (FAIR_FAMILIES): tokens, seconds, FLOPs
 
     @property
     def family(self) -> str:
@@ -284,10 +305,10 @@ def cumulative(run: Run, key: str) -> dict[int, float]:
     return out
 
 
-def spent_at_evals(run: Run, key: str) -> dict[int, tuple[float, float]]:
-    """Eval step -> (the budget `key` spent by then, the eval norm. return there): the budget at the
-    last logged step at or before the eval. Empty when the run logged no eval norm. return or no `key`."""
-    returns = run.curves.get(f"eval/{NORM.key}")
+def spent_at_evals(run: Run, key: str, metric: str = NORM.key) -> dict[int, tuple[float, float]]:
+    """Eval step -> (the budget `key` spent by then, the eval `metric` there): the budget at the
+    last logged step at or before the eval. Empty when the run logged no eval `metric` or no `key`."""
+    returns = run.curves.get(f"eval/{metric}")
     if not returns or not run.curves.get(key):
         return {}
     spent = cumulative(run, key)
@@ -295,45 +316,56 @@ def spent_at_evals(run: Run, key: str) -> dict[int, tuple[float, float]]:
     return {step: (spent[[s for s in done if s <= step][-1]], value) for step, value in sorted(returns.items())}
 
 
-def token_curve(run: Run) -> list[tuple[float, float]]:
-    """A trained run's eval norm. return against the generated tokens spent before each evaluation:
-    (tokens, return) per eval step, the untrained evaluation at 0 tokens. Empty when the run logged
-    no eval norm. return or no token counts."""
-    points = list(spent_at_evals(run, TOKENS).values())
+def budget_curve(run: Run, key: str = TOKENS, metric: str = NORM.key) -> list[tuple[float, float]]:
+    """A trained run's eval `metric` (norm. return) against the budget `key` spent before each
+    evaluation (generated tokens, update seconds, training FLOPs): (spent, value) per eval step,
+    the untrained evaluation at 0. Empty when the run logged no eval `metric` or no `key`."""
+    points = list(spent_at_evals(run, key, metric).values())
     if not points:
         return []
-    initial = run.initial.get(NORM.key)
+    initial = run.initial.get(metric)
     if initial is not None and points[0][0] > 0:
         points.insert(0, (0.0, initial))
     return points
 
 
-def sample_efficiency(runs: Sequence[Run], finals: dict[int, dict[str, float]]) -> float | None:
-    """Add each trained run's sample efficiency to its final metrics, and return the token budget B:
+def sample_efficiency(runs: Sequence[Run], finals: dict[int, dict[str, float]]) -> dict[str, float]:
+    """Add each trained run's sample and compute efficiency to its final metrics, and return the
+    budget B of each AUC column (column key -> B; a column no run logged the budget of is absent):
 
       auc_tokens     (1 / B) * integral_0^B of the eval norm. return over the generated tokens
                      (stats.area_under), B the fewest tokens any trained run of the task spent, so
                      every run is measured over the same budget; 1 = at the optimum from the start
       ktokens_to_90  thousands of generated tokens until the eval norm. return first reached 0.9
                      (90% of the optimum; linear between evaluations); absent where a run never did
+      auc_wall       the same over the update wall time (`time/step_s` summed; evaluations excluded),
+                     B the least any trained run of the task spent
+      auc_flops      the same over the training FLOPs (`train/flops` summed: counted, not timed),
+                     B the fewest any trained run of the task spent
 
-    Returns None (and adds nothing) when no run logged both curves."""
-    curves = {id(r): token_curve(r) for r in runs}
-    ends = [c[-1][0] for c in curves.values() if c and c[-1][0] > 0]
-    if not ends:
-        return None
-    budget = min(ends)
-    for r in runs:
-        points = curves[id(r)]
-        if not points:
+    The AUCs over wall time and FLOPs are the compute-matched view: a cheap method's speed shows there,
+    a sample-efficient method's efficiency in the AUC over tokens."""
+    budgets: dict[str, float] = {}
+    for col, key in AUC_BUDGETS:
+        curves = {id(r): budget_curve(r, key) for r in runs}
+        ends = [c[-1][0] for c in curves.values() if c and c[-1][0] > 0]
+        if not ends:
             continue
-        auc = area_under(points, budget)        # None only without points or budget: both are here
-        if auc is not None:
-            finals[id(r)][AUC.key] = auc
-        reach = first_reach(points, REACH)
-        if reach is not None:
-            finals[id(r)][TO_90.key] = reach / 1000
-    return budget
+        budget = budgets[col.key] = min(ends)
+        for r in runs:
+            points = curves[id(r)]
+            if not points:
+                continue
+            if (auc := area_under(points, budget)) is not None:
+                finals[id(r)][col.key] = auc
+            if col is AUC and (reach := first_reach(points, REACH)) is not None:
+                finals[id(r)][TO_90.key] = reach / 1000
+    return budgets
+
+
+def budget_text(b: float) -> str:
+    """A budget as the notes print it: FLOPs in scientific notation, seconds and tokens as they are."""
+    return f"{b:.3g}" if b >= 1e6 else f"{b:,.1f}" if b < 100 else f"{b:,.0f}"
 
 
 def columns_for(task: str, finals: list[dict[str, float]]) -> list[Column]:
@@ -378,7 +410,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
     for task, task_runs in by_task.items():
         derived_notes: list[str] = []
         finals = {id(r): with_derived(r, derived_notes) for r in task_runs}
-        budget = sample_efficiency(task_runs, finals) if FAMILY.get(task) in FAIR_FAMILIES else None
+        budgets = sample_efficiency(task_runs, finals) if FAMILY.get(task) in FAIR_FAMILIES else {}
         columns = columns_for(task, list(finals.values()))
         if metrics:
             known = {c.key: c for c in columns}
@@ -415,7 +447,7 @@ def build(runs: Sequence[Run], metrics: Sequence[str] | None = None, extra: Sequ
                     missing.append(f"`{row.name}`: no `{col.key}` in any of its {len(row.runs)} run(s)")
         best = {col.key: best_rows([row.cells[col.key].mean for row in rows], col.higher_is_better)
                 for col in columns if col.ranked}
-        tables.append(RenderedTable(task, columns, rows, best, missing, budget))
+        tables.append(RenderedTable(task, columns, rows, best, missing, budgets))
     return tables
 
 
@@ -536,6 +568,157 @@ def discrimination_lines(tables: Sequence[RenderedTable]) -> list[str]:
     return out + ["", DISCRIMINATION_NOTE, ""]
 
 
+# -- aggregates over the games (rliable) ----------------------------------------------------------
+
+BASE_ROW = "magrpo"        # the row whose probability of improvement over every other row is shown
+TAUS = [k / 50 for k in range(51)]       # the performance profile's thresholds over [0, 1]
+
+
+@dataclass
+class Aggregates:
+    """A FAIR family's methods over its games as the field reports a benchmark (Agarwal et al. 2021,
+    magrpo.table.stats): each row's IQM, mean and optimality gap of its runs' normalized scores
+    with stratified-bootstrap intervals, the base row's probability of improvement over each, and
+    the performance profiles. Rows that did not run every game are left out (`partial`)."""
+    family: str
+    tasks: list[str]
+    labels: list[str]                                  # the rows that ran every game, in the paper's order
+    partial: dict[str, int]                            # label -> the games it ran, of a row left out
+    scores: dict[str, dict[str, list[float]]]          # label -> game -> its runs' scores in [0, 1]
+    minmax: list[str]                                  # games scored min-max over the runs (no norm. return)
+    intervals: dict[str, dict[str, Interval]]          # label -> "iqm" / "mean" / "optimality_gap"
+    base: str | None                                   # the row compared with every other
+    improvement: dict[str, Interval]                   # label -> P(base > label)
+
+    def as_dict(self) -> dict:
+        def iv(i: Interval) -> dict[str, float]:
+            return {"point": i.point, "low": i.low, "high": i.high}
+        return {"family": self.family, "games": self.tasks, "methods": self.labels, "left_out": self.partial,
+                "min_max_games": self.minmax, "reps": stats.REPS, "seed": stats.SEED,
+                "aggregates": {lab: {k: iv(v) for k, v in d.items()} for lab, d in self.intervals.items()},
+                "base": self.base, "probability_of_improvement": {lab: iv(v) for lab, v in self.improvement.items()},
+                "scores": self.scores}
+
+
+def game_scores(t: RenderedTable) -> tuple[dict[str, list[float]], bool]:
+    """Each row's runs' scores on one game, in [0, 1]: the final norm. return (0 = nothing paid, 1 = the
+    game's optimum: what the table knows of the game's bounds) when every run has it; else min-max of
+    the final reward over every run of the game. And whether it was min-max."""
+    if all(NORM.key in f for row in t.rows for f in row.finals):
+        return {row.label: [f[NORM.key] for f in row.finals] for row in t.rows}, False
+    rewards = [f[REWARD.key] for row in t.rows for f in row.finals if REWARD.key in f]
+    lo, hi = (min(rewards), max(rewards)) if rewards else (0.0, 0.0)
+    return {row.label: [(f[REWARD.key] - lo) / (hi - lo) if hi > lo else 0.0 for f in row.finals if REWARD.key in f]
+            for row in t.rows}, True
+
+
+def aggregates(tables: Sequence[RenderedTable], reps: int = stats.REPS) -> list[Aggregates]:
+    """One `Aggregates` per FAIR family with tables here."""
+    out = []
+    for family in sorted({t.family for t in tables} & FAIR_FAMILIES):
+        mine = [t for t in tables if t.family == family]
+        per_game: dict[str, dict[str, list[float]]] = {}
+        minmax = []
+        for t in mine:
+            per_game[t.task], scaled = game_scores(t)
+            if scaled:
+                minmax.append(t.task)
+        found: list[str] = []
+        for t in mine:
+            found += [row.label for row in t.rows if row.label not in found]
+        order = sorted(found, key=lambda lab: _row_key(lab, found.index(lab)))
+        ran = {lab: [t.task for t in mine if per_game[t.task].get(lab)] for lab in order}
+        labels = [lab for lab in order if len(ran[lab]) == len(mine)]
+        partial = {lab: len(ran[lab]) for lab in order if lab not in labels}
+        scores = {lab: {task: per_game[task][lab] for task in ran[lab]} for lab in labels}
+        intervals = {lab: stats.aggregate_intervals(scores[lab], reps) for lab in labels}
+        base = BASE_ROW if BASE_ROW in labels else next((lab for t in mine for row in t.rows if not row.eval_only
+                                                         for lab in [row.label] if lab in labels), None)
+        improvement = {}
+        for lab in labels:
+            if base is not None and lab != base and (p := stats.probability_of_improvement(scores[base], scores[lab], reps)):
+                improvement[lab] = p
+        out.append(Aggregates(family, [t.task for t in mine], labels, partial, scores, minmax, intervals, base,
+                              improvement))
+    return out
+
+
+AGGREGATE_NOTE = ("Aggregates over the games (Agarwal et al. 2021, \"Deep RL at the Edge of the Statistical Precipice\"; "
+                  "the rliable library's estimators): every run's final score on every game, normalized to [0, 1] "
+                  "(the norm. return: 0 = nothing paid, 1 = the game's optimum), pooled. IQM = the mean of the middle "
+                  "50% of the runs' scores (a quarter cut at each end), robust to a few outlying runs; mean; optimality "
+                  "gap = how far the runs fall short of 1 on average (lower is better). P(base > method) = the chance "
+                  "a run of the base row scores more than a run of that method on the same game (ties half), averaged "
+                  "over the games: 0.5 = neither is better. [low, high]: 95% stratified-bootstrap interval ({reps} "
+                  "resamples of each game's runs with replacement, seed {seed}). The performance profile "
+                  "(<family>_performance_profile.png): the fraction of a method's runs scoring above each threshold.")
+
+
+def interval_text(i: Interval | None, digits: int, dash: str = "–") -> str:
+    return dash if i is None else f"{i.point:.{digits}f} [{i.low:.{digits}f}, {i.high:.{digits}f}]"
+
+
+def aggregate_body(a: Aggregates, digits: int, dash: str) -> list[list[str]]:
+    """The aggregates' rows: method, runs, IQM, mean, optimality gap, P(base > method)."""
+    body = []
+    for lab in a.labels:
+        iv = a.intervals[lab]
+        runs = sum(len(v) for v in a.scores[lab].values())
+        poi = "(base)" if lab == a.base else interval_text(a.improvement.get(lab), digits, dash)
+        body.append([row_name(lab), str(runs), *(interval_text(iv.get(k), digits, dash) for k in stats.AGGREGATES), poi])
+    return body
+
+
+def aggregate_notes(a: Aggregates) -> list[str]:
+    notes = [AGGREGATE_NOTE.format(reps=stats.REPS, seed=stats.SEED)]
+    if a.minmax:
+        notes.append(f"Scored min-max over the runs of the game (no norm. return for every run): {', '.join(a.minmax)}.")
+    if a.partial:
+        notes.append("Not aggregated (ran only some of the games): "
+                     + ", ".join(f"{row_name(lab)} ({k}/{len(a.tasks)})" for lab, k in a.partial.items()) + ".")
+    return notes
+
+
+def aggregate_lines(aggs: Sequence[Aggregates], digits: int) -> list[str]:
+    out = []
+    for a in aggs:
+        base = row_name(a.base) if a.base else "base"
+        out += [f"### {md_escape(a.family)}: aggregates over {len(a.tasks)} games (IQM, mean, optimality gap, "
+                "probability of improvement)\n",
+                "| " + " | ".join(md_escape(h) for h in ["method", "runs", "IQM", "mean", "optimality gap (lower is better)",
+                                                       f"P({base} > method)"]) + " |",
+                "|" + "|".join([":---", "---:", "---:", "---:", "---:", "---:"]) + "|"]
+        out += ["| " + " | ".join(md_escape(c) for c in cells) + " |" for cells in aggregate_body(a, digits, "–")]
+        out += ["", *aggregate_notes(a), ""]
+    return out
+
+
+def plot_performance_profiles(aggs: Sequence[Aggregates], out: Path) -> list[Path]:
+    """Per FAIR family, the performance profile of every aggregated row (stats.performance_profile):
+    the fraction of its runs scoring above tau against tau in [0, 1], its 95% band shaded."""
+    plt = pyplot()
+    written = []
+    for a in aggs:
+        if not a.labels:
+            continue
+        fig, ax = plt.subplots(figsize=(7.5, 4.4), dpi=120)
+        for k, lab in enumerate(a.labels):
+            profile = stats.performance_profile(a.scores[lab], TAUS)
+            if profile is None:
+                continue
+            point, low, high = profile
+            runs = sum(len(v) for v in a.scores[lab].values())
+            (line,) = ax.plot(TAUS, point, linewidth=1.6, label=f"{short_label(row_name(lab))} (n={runs})",
+                              **line_style(k, len(TAUS)))
+            ax.fill_between(TAUS, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1.02)
+        written.append(save_curve_plot(fig, ax, a.family, "performance_profile", "fraction of runs with score > tau",
+                                       out, legend_size=7, xlabel="normalized score tau",
+                                       spread="95% stratified-bootstrap band", title="performance profile"))
+    return written
+
+
 def rank_text(o: Overview, label: str) -> str:
     if label not in o.mean_rank:
         return ""
@@ -590,7 +773,8 @@ def row_cells(t: RenderedTable, i: int, digits: int, pm: str, dash: str, bold: C
     return [bold(x) if i in t.best.get(c.key, ()) else x for c, x in zip(t.columns, texts)]
 
 
-def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] = ()) -> str:
+def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] = (),
+                aggs: Sequence[Aggregates] | None = None) -> str:
     out = []
     for t in tables:
         family = t.family
@@ -612,6 +796,7 @@ def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] =
             out.append("| " + " | ".join(md_escape(c) for c in cells) + " |")
         out += ["", RANK_NOTE, ""]
     out += discrimination_lines(tables)
+    out += aggregate_lines(aggs if aggs is not None else aggregates(tables), digits)
     std = [t.task for t in tables if t.interval == "std"]
     ci = [t.task for t in tables if t.interval == "ci95"]
     if std and ci:
@@ -622,9 +807,15 @@ def to_markdown(tables: list[RenderedTable], digits: int, notes: Sequence[str] =
                "evaluations of the base models; the others are trained.")
     if any(COST in t.columns for t in tables):
         out.append(COST_NOTE)
-    budgets = [(t.task, t.token_budget) for t in tables if AUC in t.columns and t.token_budget]
+    budgets = [(t.task, t.budgets[AUC.key]) for t in tables if AUC in t.columns and AUC.key in t.budgets]
     if budgets:
         out.append(AUC_NOTE + " B: " + ", ".join(f"{task} {b:,.0f}" for task, b in budgets) + ".")
+    compute = [(col, what, [(t.task, t.budgets[col.key]) for t in tables if col in t.columns and col.key in t.budgets])
+               for col, what in ((AUC_WALL, "s"), (AUC_FLOPS, "FLOPs"))]
+    if any(b for _, _, b in compute):
+        out.append(COMPUTE_NOTE + " " + " ".join(
+            f"B ({col.header.split(' (')[0]}): " + ", ".join(f"{task} {budget_text(b)} {what}" for task, b in b) + "."
+            for col, what, b in compute if b))
     if shows_codebleu(tables):
         out.append(codebleu_note())
     if any(c in ZSC_COLUMNS for t in tables for c in t.columns):
@@ -659,7 +850,7 @@ def write_csv(tables: list[RenderedTable], path: Path) -> None:
                             "" if mean_rank is None else repr(mean_rank)])
 
 
-def to_latex(tables: list[RenderedTable], digits: int) -> str:
+def to_latex(tables: list[RenderedTable], digits: int, aggs: Sequence[Aggregates] | None = None) -> str:
     out = [f"% written by {PROG} --layout paper; needs \\usepackage{{booktabs}}"]
     for t in tables:
         ncols = 2 + len(t.columns)
@@ -687,13 +878,23 @@ def to_latex(tables: list[RenderedTable], digits: int) -> str:
             out.append(" & ".join([tex_escape(cells[0]), *cells[1:]]) + " \\\\")
         out += ["\\bottomrule", tex_note_row(ncols, "Norm. return, mean $\\pm$ 95\\% CI (n/a: one seed); mean rank over the tasks "
                                                     "(1 = best; (k/m): ran k of m tasks)."), "\\end{tabular}", ""]
+    for a in aggs if aggs is not None else aggregates(tables):
+        base = row_name(a.base) if a.base else "base"
+        out += [f"% {tex_escape(a.family)}: aggregates over the games (rliable)", "\\begin{tabular}{lrrrrr}", "\\toprule",
+                " & ".join(tex_escape(h) for h in ["method", "runs", "IQM", "mean", "optimality gap",
+                                                   f"P({base} > method)"]) + " \\\\", "\\midrule"]
+        out += [" & ".join(tex_escape(c) for c in cells) + " \\\\" for cells in aggregate_body(a, digits, "--")]
+        out += ["\\bottomrule", tex_note_row(6, f"Normalized final scores pooled over {len(a.tasks)} games; [low, high]: 95\\% "
+                                               f"stratified-bootstrap interval ({stats.REPS} resamples); optimality gap: "
+                                               "lower is better."), "\\end{tabular}", ""]
     return "\n".join(out)
 
 
 # (per-step key, x-axis label, file-name suffix, what the title calls it)
 BUDGETS = (("train/completions/tokens", "generated tokens (cumulative)", "tokens", "generated tokens"),
            ("time/step_s", "wall time of the updates (s, cumulative; evaluations excluded)", "wall_time",
-            "wall time"))
+            "wall time"),
+           ("train/flops", "training FLOPs (cumulative; counted, not timed)", "flops", "training FLOPs"))
 
 
 def budget_series(row: PaperRow, key: str) -> tuple[list[float], list[float], int]:
@@ -788,11 +989,14 @@ def write(runs: list[Run], skipped: Sequence[tuple[Path, str]], out: Path, digit
     """Write table.md, table.csv, table.tex and the curves into `out`; print the markdown."""
     tables = build(runs, metrics, extra, zsc)
     checks = [discrimination(t).as_dict() for t in tables if t.family in FAIR_FAMILIES]
+    aggs = aggregates(tables)
     if checks:
         out.mkdir(parents=True, exist_ok=True)
         (out / "discrimination.json").write_text(json.dumps(checks, indent=1) + "\n")
-    save_and_report(out, to_markdown(tables, digits, notes), skipped, lambda path: write_csv(tables, path),
-                    to_latex(tables, digits), lambda: plot_curves(tables, out, smooth_window) if plots else [],
+        (out / "aggregates.json").write_text(json.dumps([a.as_dict() for a in aggs], indent=1) + "\n")
+    save_and_report(out, to_markdown(tables, digits, notes, aggs), skipped, lambda path: write_csv(tables, path),
+                    to_latex(tables, digits, aggs),
+                    lambda: plot_curves(tables, out, smooth_window) + plot_performance_profiles(aggs, out) if plots else [],
                     f"{len(runs)} run(s), {sum(len(t.rows) for t in tables)} row(s), {len(tables)} task(s)"
                     + (f"; {len(skipped)} run(s) not in the table" if skipped else ""))
     return 0

@@ -1,14 +1,20 @@
 """The statistics of `magrpo-table`: mean ± sample std over seeds, the 95% confidence interval
 of the mean, per-step curve aggregates, smoothing, which rows of a column are best, ranks, the area
-under a curve, and how well seeds agree on a ranking (Kendall's W)."""
+under a curve, how well seeds agree on a ranking (Kendall's W), and the aggregates over tasks of
+Agarwal et al. 2021 (interquartile mean, optimality gap, probability of improvement, performance
+profiles) with their stratified-bootstrap intervals."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 
 @dataclass
@@ -20,36 +26,15 @@ class Cell:
     na: str | None = None       # why the spread cannot be estimated (shown "± n/a"); None where it can
 
 
+@functools.cache
 def t_quantile_975(df: int) -> float:
-    """t_{0.975, df}: the two-sided 95% quantile of Student's t with `df` degrees of freedom.
-
-    Exact for integer df (no scipy: it is not a dependency): P(|T| <= t) in closed form
-    (Abramowitz & Stegun 26.7.3-4, with theta = atan(t / sqrt(df))) solved for 0.95 by bisection."""
+    """t_{0.975, df}: the two-sided 95% quantile of Student's t with `df` degrees of freedom
+    (scipy.stats.t.ppf)."""
     if df < 1:
         raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    from scipy import stats  # noqa: PLC0415  start-up: scipy loads only when a table computes an interval
 
-    def central(t: float) -> float:       # P(|T| <= t)
-        theta = math.atan(t / math.sqrt(df))
-        c2 = math.cos(theta) ** 2
-        if df % 2:                       # odd: (2/pi) (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 ...))
-            term, total = 1.0, 1.0 if df > 1 else 0.0
-            for k in range(1, (df - 1) // 2):
-                term *= 2 * k / (2 * k + 1) * c2
-                total += term
-            return 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
-        term, total = 1.0, 1.0           # even: sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 ...)
-        for k in range(1, df // 2):
-            term *= (2 * k - 1) / (2 * k) * c2
-            total += term
-        return math.sin(theta) * total
-
-    lo, hi = 0.0, 1.0
-    while central(hi) < 0.95:
-        hi *= 2
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if central(mid) < 0.95 else (lo, mid)
-    return (lo + hi) / 2
+    return float(stats.t.ppf(0.975, df))
 
 
 ONE_VALUE = "one value has no spread"      # why a cell of one seed shows "± n/a"
@@ -186,3 +171,136 @@ def first_reach(points: Sequence[tuple[float, float]], level: float) -> float | 
             x0, y0 = pts[k - 1]
             return x0 + (x - x0) * (level - y0) / (y - y0)
     return None
+
+
+# -- aggregates over tasks (Agarwal et al. 2021, the rliable library) ------------------------------
+#
+# "Deep Reinforcement Learning at the Edge of the Statistical Precipice" (Agarwal, Schwarzer, Castro,
+# Courville, Bellemare; NeurIPS 2021, arXiv:2108.13264) reports a method over a suite of tasks by
+# aggregates of its runs' normalized scores, each with a stratified-bootstrap interval, as BenchMARL
+# reports its benchmarks. The aggregates are rliable's own (rliable.metrics); the bootstrap is written
+# here, the scheme of rliable's StratifiedBootstrap (each task's runs drawn with replacement, as many
+# as it has, task by task; the 2.5 and 97.5 percentiles of the resampled statistic), because
+# rliable.library's goes through `arch`, whose releases rliable 1.2 accepts (< 8) no longer import
+# under pandas 3 and whose 8.0 refuses the random_state rliable hands it; and because it draws from
+# numpy's global generator, where this one is seeded (`SEED`), so a table's intervals are the same on
+# every run. A task may hold a different number of runs for each method.
+#
+# rliable (and scipy, for the t quantile) load only when a table computes: `magrpo-table --help`
+# starts without them.
+
+AGGREGATES = ("iqm", "mean", "optimality_gap")      # what `aggregate_intervals` returns, in this order
+REPS = 2000          # bootstrap resamples: intervals steady to about 0.01, the section in about a second
+SEED = 0             # the bootstrap's seed
+
+Scores = Mapping[str, Sequence[float]]          # task -> the scores of a method's runs on it (one per seed)
+
+
+def _rliable_metrics() -> Any:
+    """rliable's estimators (rliable.metrics: numpy and scipy only, never rliable.library's arch)."""
+    from rliable import metrics  # noqa: PLC0415  start-up: rliable loads only when a table aggregates
+
+    return metrics
+
+
+def _trimmed_rows(boot: Any) -> Any:
+    """[reps] the interquartile mean of each row of [reps, n]: a quarter (int(n / 4)) cut at each end,
+    as scipy.stats.trim_mean(row, 0.25) (what rliable's aggregate_iqm calls) cuts, for every row at once."""
+    n = boot.shape[1]
+    cut = int(0.25 * n)
+    return np.sort(boot, axis=1)[:, cut:n - cut].mean(axis=1)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate and its 95% stratified-bootstrap interval."""
+    point: float
+    low: float
+    high: float
+
+
+def _tasks(scores: Scores) -> list[tuple[str, Any]]:
+    """(task, its finite scores as an array) for each task with one, in sorted order (the order the
+    bootstrap draws in)."""
+    out = [(task, np.array([v for v in values if v is not None and math.isfinite(v)], dtype=float))
+           for task, values in sorted(scores.items())]
+    return [(task, a) for task, a in out if len(a)]
+
+
+def _resample(rng: Any, values: Any, reps: int) -> Any:
+    """[reps, n]: `reps` draws of n of the n `values` with replacement."""
+    return values[rng.integers(0, len(values), size=(reps, len(values)))]
+
+
+def _interval(point: float, boot: Any) -> Interval:
+    low, high = np.percentile(boot, [2.5, 97.5], axis=0)
+    return Interval(float(point), float(low), float(high))
+
+
+def aggregate_intervals(scores: Scores, reps: int = REPS, seed: int = SEED) -> dict[str, Interval]:
+    """The interquartile mean (the mean of the middle 50% of the runs' scores pooled over the tasks:
+    rliable.metrics.aggregate_iqm, scipy's trim_mean cutting a quarter at each end), the mean, and the
+    optimality gap (how far the runs fall short of 1 on average, 1 - mean(min(score, 1)): lower is
+    better) of a method's runs, each with its 95% stratified-bootstrap interval from `reps`
+    resamples seeded by `seed`. Empty without a score."""
+    metrics = _rliable_metrics()
+    tasks = _tasks(scores)
+    if not tasks:
+        return {}
+    pooled = np.concatenate([a for _, a in tasks])[:, None]
+    # rliable's aggregates over a [runs, tasks] matrix, here of one column: the runs pooled (the same
+    # as rliable's mean when every task has as many runs; else each run weighs the same, not each task)
+    points = (metrics.aggregate_iqm(pooled), metrics.aggregate_mean(pooled), metrics.aggregate_optimality_gap(pooled))
+    rng = np.random.default_rng(seed)
+    boot = np.concatenate([_resample(rng, a, reps) for _, a in tasks], axis=1)        # [reps, runs]
+    # the same three of every resample at once
+    resampled = (_trimmed_rows(boot), boot.mean(axis=1), 1.0 - np.minimum(boot, 1.0).mean(axis=1))
+    return {name: _interval(p, b) for name, p, b in zip(AGGREGATES, points, resampled)}
+
+
+def _improvement(xs: list[Any], ys: list[Any]) -> Any:
+    """[reps]: the mean over the tasks of the share of (x, y) pairs that x wins, a tie one half,
+    from each task's [reps, n] draws of X and [reps, m] of Y."""
+    per_task = [(a[:, :, None] > b[:, None, :]).mean(axis=(1, 2)) + 0.5 * (a[:, :, None] == b[:, None, :]).mean(axis=(1, 2))
+                for a, b in zip(xs, ys)]
+    return np.mean(per_task, axis=0)
+
+
+def probability_of_improvement(x: Scores, y: Scores, reps: int = REPS, seed: int = SEED) -> Interval | None:
+    """P(X > Y): the chance that a run of method X scores more than a run of method Y on the same
+    task, averaged over the tasks both ran (rliable.metrics.probability_of_improvement: on each task
+    the Mann-Whitney U over n_x n_y, a tie counting one half). 0.5: neither is better; it says how
+    often, not by how much. Its interval draws each task's runs of X and of Y with replacement, task
+    by task (sorted), X's before Y's (the resampled U counted here, as scipy counts it: the
+    bootstrap would call scipy 2000 times per task and pair). None when the two share no task."""
+    metrics = _rliable_metrics()
+    ys = dict(_tasks(y))
+    both = [(a, ys[task]) for task, a in _tasks(x) if task in ys]
+    if not both:
+        return None
+    point = float(np.mean([metrics.probability_of_improvement(a[:, None], b[:, None]) for a, b in both]))
+    rng = np.random.default_rng(seed)
+    xs, bs = [], []
+    for a, b in both:
+        xs.append(_resample(rng, a, reps))
+        bs.append(_resample(rng, b, reps))
+    return _interval(point, _improvement(xs, bs))
+
+
+def performance_profile(scores: Scores, taus: Sequence[float], reps: int = REPS,
+                        seed: int = SEED) -> tuple[list[float], list[float], list[float]] | None:
+    """The score distribution of a method's runs (rliable's run-score performance profile): at each
+    threshold tau, the fraction of its runs, pooled over the tasks, that score above tau, and the
+    pointwise 95% band of that fraction (the stratified bootstrap of `aggregate_intervals`). A curve
+    above another everywhere is better whatever aggregate one picks. (fraction, low, high) at each
+    of `taus`; None without a score."""
+    tasks = _tasks(scores)
+    if not tasks:
+        return None
+    grid = np.asarray(taus, dtype=float)
+    pooled = np.concatenate([a for _, a in tasks])
+    point = (pooled[:, None] > grid[None, :]).mean(axis=0)
+    rng = np.random.default_rng(seed)
+    boot = np.concatenate([_resample(rng, a, reps) for _, a in tasks], axis=1)
+    low, high = np.percentile((boot[:, :, None] > grid[None, None, :]).mean(axis=1), [2.5, 97.5], axis=0)
+    return [float(v) for v in point], [float(v) for v in low], [float(v) for v in high]

@@ -34,7 +34,7 @@ from magrpo.core.tracking import RunLogger, read_status, run_identity
 from magrpo.core.writes import disk_full_is_one_line
 from magrpo.evaluation.collaboration import CollaborationConfig
 from magrpo.evaluation.loop import eval_sampling, evaluate, metric_names
-from magrpo.models import distributed
+from magrpo.models import distributed, flops
 from magrpo.models.agents import (
     Agent,
     cuda_memory_metrics,
@@ -190,6 +190,7 @@ class Trainer:
         self.evals: list[dict[str, Any]] = []
         self.started = time.time()
         self.elapsed_before = 0.0   # wall seconds spent before a resume
+        self.flops_total = 0.0      # training FLOPs counted so far, every rank's (magrpo.models.flops)
         self.resumed_from: dict[str, Any] | None = None
         self.from_run = from_run
         self._base_agents: list[Agent] | None = None
@@ -291,7 +292,8 @@ class Trainer:
             torch.save({"step": self.step, "algo": None if self.sharded else self.algo.state_dict(),
                         "rng": rng_ranks[0], "rng_ranks": rng_ranks, "world_size": self.world.size,
                         "initial_eval": self.initial_eval, "best": self.best, "evals": self.evals,
-                        "elapsed": self.elapsed(), "config": checkpoint.json_data(config)}, out / STATE_FILE)
+                        "elapsed": self.elapsed(), "flops": self.flops_total,
+                        "config": checkpoint.json_data(config)}, out / STATE_FILE)
 
         if self.world.is_main:
             # your run's signature covers it before it is in place (a run stopped at any moment is whole)
@@ -323,6 +325,7 @@ class Trainer:
         set_rng_state(state["rng_ranks"][self.world.rank] if "rng_ranks" in state else state["rng"])
         self.step, self.initial_eval, self.best = state["step"], state["initial_eval"], state["best"]
         self.evals, self.elapsed_before = state.get("evals", []), state.get("elapsed", 0.0)
+        self.flops_total = state.get("flops", 0.0)      # a checkpoint saved before the count: from here
         # The run that wrote it, if its directory is the usual <run>/checkpoints/step_N; resumed in
         # place, that run's summary.json is this run's now, so its status is the one read before.
         origin = Path(path).parent.parent
@@ -360,6 +363,7 @@ class Trainer:
             "steps": self.step,
             "world_size": self.world.size,
             "wall_seconds": self.elapsed(),
+            "train_flops": self.flops_total,
             "evals": self.evals,
             "resumed_from": self.resumed_from,
             "from_run": self.from_run,
@@ -386,8 +390,12 @@ class Trainer:
                 idx = batch_for_step(len(self.train_items), cfg.algo.batch_size, self.step, cfg.seed)
                 idx = idx[distributed.shard(len(idx))]                  # this rank's block of the batch
                 seat, seated = self.partners.seat(self.step) if self.partners is not None else ({}, {})
-                metrics = {**self.algo.step(self.step_input([self.train_items[i] for i in idx], seat)), **seated}
+                with flops.counting() as counted:
+                    metrics = {**self.algo.step(self.step_input([self.train_items[i] for i in idx], seat)), **seated}
                 metrics = distributed.mean_metrics({**metrics, **cuda_memory_metrics(self.agents)})
+                (step_flops,) = distributed.sum_floats(counted.flops)      # every rank's passes: a sum
+                self.flops_total += step_flops
+                metrics.update({"train/flops": step_flops, "train/flops_total": self.flops_total})
                 self.step += 1
                 if (notice := spread.see(metrics)) and self.world.is_main:
                     log.warning(notice)                 # a reward that teaches nothing, said once
