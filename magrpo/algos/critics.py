@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoModel, AutoTokenizer
@@ -58,7 +59,7 @@ def _backbone(critic_model: str, device):
         tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModel.from_pretrained(path).to(device)
     # The body of a causal LM runs its key/value cache, so a critic model runs each distinct prompt
     # once (algo.share_prompt) as the actors do; transformers states that on the causal LM's class.
-    lm = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(model.config), None)
+    lm: Any = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(model.config), None)     # a model class (its stubs say otherwise)
     set_kv_cache(model, lm is not None and lm._supports_default_dynamic_cache())
     return tokenizer, model
 
@@ -107,13 +108,15 @@ class Critic(CriticModule):
         return self.head(hidden)
 
 
-class TeamCritic(torch.nn.Module):
+class TeamCritic(CriticModule):
     """One critic for the whole team (MAPPO's shared views, magrpo/algos/mappo.py): a separate
     backbone (`algo.critic_model`) that reads a joint action's text, and one ValueHead per agent,
     V_i = w_i . h + b_i, on the hidden states before agent i's own tokens. It values every agent's
     tokens as that agent generated them, so it must share every agent's tokenizer. Its own
     optimizer steps it (`critic_lr`); the actors' updates do not touch it.
     """
+
+    device: torch.device
 
     def __init__(self, agents: list[Agent], critic_model: str):
         super().__init__()

@@ -163,7 +163,8 @@ class CriticInput:
 
         tails, starts = [], []
         for _, pieces in rows:
-            tail, at = [], []
+            tail: list[int] = []
+            at: list[int] = []
             for piece in pieces:
                 at.append(len(tail))
                 tail += ids(piece)
@@ -326,9 +327,9 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
             # order of float additions (magrpo.models.sampler.sample_shared_prompt)
             logprobs, states = rec
             old_logp = logprobs.to(dev)
-            if states is not None:                       # head_values
+            if states is not None and critic is not None:      # head_values
                 old_values = critic.head(states.to(dev))
-        elif head_values:                                # one pass gives the log-probs and the head's values
+        elif head_values and critic is not None:         # one pass gives the log-probs and the head's values
             outs = [row_logprobs(agent.model, gen, mb, temperature, dev, share, with_hidden=True) for mb in chunks]
             old_logp = torch.cat([o[0] for o in outs])
             old_values = torch.cat([critic.head(o[2]) for o in outs])
@@ -340,6 +341,8 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
         if values is not None:
             old_values = values.to(dev)
         elif not head_values:
+            if critic is None:
+                raise RuntimeError(f"{type(self).__name__}: agent {i}'s critic trains apart and gave no values")
             old_values = torch.cat([critic_values(critic, agent, gen, inputs, mb, dev, algo.share_prompt)
                                     for mb in chunks])
         # r_t: the return at the last completion token, a KL penalty to the reference at every token
@@ -367,7 +370,7 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
         agent.model.train()
         return Batch(gen, inputs, old_logp, old_values, adv, returns, mask), stats
 
-    def _forward(self, i: int, b: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _forward(self, i: int, b: Batch, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """(log pi, entropy, V) of the tokens of rows `rows` under the current actor and critic: one
         pass for a head critic on the actor's own prompt, else the critic's own forward; V is None
         when the critic trains apart (policy_critic)."""
@@ -434,7 +437,7 @@ class IPPO(TeamAlgorithm[IPPOConfig]):
                     sums["clip_frac"] += ((info.clipped * m).sum() / n_tok).item() * frac
                     sums["approx_kl"] += approx_kl / n_tok * frac
                 sums["grad_norm"] += clip_and_step(params, opt, sch, self.cfg.optimizer.max_grad_norm)
-                if copt is not None:
+                if copt is not None and critic is not None:
                     clip_and_step(list(critic.parameters()), copt, csch, self.cfg.optimizer.max_grad_norm)
                 n_updates += 1
             epochs_run += 1

@@ -64,7 +64,7 @@ import torch
 
 from magrpo.algos.aggregation import LOSS_AGG, AggContext
 from magrpo.algos.base import StepInput, register_algo
-from magrpo.algos.critics import TeamCritic
+from magrpo.algos.critics import Critic, TeamCritic
 from magrpo.algos.ippo import IPPO, Batch, CriticInput, IPPOConfig
 from magrpo.algos.losses import clipped_value_loss
 from magrpo.algos.optim import clip_and_step
@@ -206,8 +206,15 @@ class MAPPO(IPPO):
         algo = self.algo
         return [self.critic_parts(TeamCritic(self.agents, algo.critic_model), self.policies[0], algo.critic_lr)]
 
-    def policy_critic(self, policy: int):
+    def policy_critic(self, policy: int) -> Critic | None:
         return None if self.team_critic else super().policy_critic(policy)
+
+    def the_team_critic(self) -> TeamCritic:
+        """The team's one critic (critic_view joint or others_first), as build_critics built it."""
+        critic = self.critics[0]
+        if not isinstance(critic, TeamCritic):
+            raise TypeError(f"{type(self).__name__}: the team critic is a {type(critic).__name__}, not a TeamCritic")
+        return critic
 
     def critic_prompts(self, rollout: Rollout, i: int) -> list[tuple[str, list[str | list[int]]]]:
         """own_last: one critic input per completion row of agent i: the joint action it is part of
@@ -232,7 +239,7 @@ class MAPPO(IPPO):
         """The team critic's texts of a step and where each trained completion row is read: under
         `joint` one text per joint action that is some sample's (its first leaf in a chain), under
         `others_first` one per (joint action, agent)."""
-        critic: TeamCritic = self.critics[0]
+        critic = self.the_team_critic()
         vocab = critic.tokenizer.get_vocab()
         players = self.players(ep.seat)
         # a team member's tokens are read as generated; a seated partner's with another tokenizer as text
@@ -278,7 +285,7 @@ class MAPPO(IPPO):
     @torch.no_grad()
     def _team_values(self, reads: TeamReads, widths: dict[int, int]) -> dict[int, torch.Tensor]:
         """Per policy, [rows, C] the rollout values of its completion rows under the team critic."""
-        critic: TeamCritic = self.critics[0]
+        critic = self.the_team_critic()
         values = {p: torch.zeros(len(crow), widths[p], device=critic.device) for p, crow in reads.row.items()}
         for rows in torch.arange(reads.num_rows).split(self.algo.micro_batch_size):
             for p, (sel, v) in team_values(critic, reads, rows, widths, self.algo.share_prompt).items():
@@ -292,7 +299,7 @@ class MAPPO(IPPO):
         clipped value loss of every agent's tokens read in them (the module docstring); the critic's
         metrics, and each policy's share of the value loss and its clipping (token means over the
         passes)."""
-        algo, critic = self.algo, self.critics[0]
+        algo, critic = self.algo, self.the_team_critic()
         copt, csch = self.critic_optimizers[0], self.critic_schedulers[0]
         aggregate = LOSS_AGG[algo.loss_agg]
         widths = {p: b.mask.shape[1] for p, b in batches.items()}

@@ -18,8 +18,10 @@ from typing import Any
 
 from omegaconf import OmegaConf
 
+from magrpo.config.groups import RewardConfig, TaskConfig
 from magrpo.config.schemas import typed_node
 from magrpo.core import received, records, trust
+from magrpo.core.instances import instance
 from magrpo.core.schema import ConfigError
 from magrpo.core.tracking import effective_status
 from magrpo.launch.sweep import natural_key
@@ -321,7 +323,7 @@ def run_task(run: Run):
         task = OmegaConf.create({**(saved.get("task") or {}), "name": run.task})
         if cls.config_schema is not None:
             task = typed_node(task, cls.config_schema, "task.")
-        return build_task(task, reward)
+        return build_task(instance(task, cls.config_schema or TaskConfig), instance(reward, schema or RewardConfig))
     except Exception as e:   # an older config whose keys the task no longer has, a bad value...
         raise TableError(f"cannot rebuild its {run.task} reward from {file}: "
                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None

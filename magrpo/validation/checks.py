@@ -238,8 +238,8 @@ def check_other_play(cfg: RunConfig, task_cls: type[Task], num_agents: int) -> N
 
 def _declares_symmetries(cls: type[Task]) -> bool:
     try:
-        return bool(cls(cls.config_schema() if cls.config_schema else None,
-                        cls.reward_schema() if cls.reward_schema else None).symmetries())
+        return bool(cls(cls.config_schema() if cls.config_schema else TaskConfig(),
+                        cls.reward_schema() if cls.reward_schema else RewardConfig()).symmetries())
     except Exception:
         return False
 
