@@ -147,15 +147,6 @@ def test_a_raise_inside_a_library_is_placed_at_the_users_call(edge, tmp_path):
     assert str(info.value).endswith(f"(at {edge}:{_line(edge, 'JSON LINE')})")
 
 
-def test_a_raising_task_reward_on_the_command_line(edge, tmp_path, capsys):
-    code, lines, summary = _train(tmp_path, capsys, ["task.mode=raises_on_3"])
-    assert code == 2 and len(lines) == 1, lines
-    # the set-up scores empty answers to eval/0 and the eval has 2 items: item 3 is a training item
-    assert lines[0] == (f"magrpo-train: reward error: task 'edge_game': its reward raised ZeroDivisionError on "
-                        f"item 'train/3': float division by zero (at {edge}:{_line(edge, 'RAISES ON 3')})")
-    assert summary["error"] == "RewardError" and summary["phase"] == "training"
-
-
 def test_a_good_task_reward_passes_and_a_plain_list_becomes_scores(edge, tmp_path):
     task = _task(tmp_path, "ok")
     items = task.load("eval")[:2]
@@ -177,12 +168,21 @@ def test_a_builtin_tasks_own_failure_is_not_relabelled(tmp_path):
 # -- the user's file and line ----------------------------------------------------------------------------
 
 
-def test_load_that_raises_is_one_setup_line_with_the_users_line(edge, tmp_path, capsys):
-    code, lines, summary = _train(tmp_path, capsys, ["task.mode=load_raises"])
-    assert code == 1 and len(lines) == 1, lines
-    assert lines[0] == (f"magrpo-train: setup error: FileNotFoundError: edge_data.jsonl: no such file "
-                        f"(at {edge}:{_line(edge, 'LOAD RAISES')})")
-    assert summary["status"] == "failed" and summary["phase"] == "setup"
+@pytest.mark.parametrize("mode,exit_code,message,marker,expected", [
+    # the set-up scores empty answers to eval/0 and the eval has 2 items: item 3 is a training item
+    ("raises_on_3", 2, "reward error: task 'edge_game': its reward raised ZeroDivisionError on item 'train/3': "
+                       "float division by zero", "RAISES ON 3", {"error": "RewardError", "phase": "training"}),
+    ("load_raises", 1, "setup error: FileNotFoundError: edge_data.jsonl: no such file", "LOAD RAISES",
+     {"status": "failed", "phase": "setup"}),
+])
+def test_a_raise_in_the_users_task_is_one_line_with_the_users_line(edge, tmp_path, capsys, mode, exit_code, message,
+                                                                   marker, expected):
+    """A task's reward raising on the command line (a reward error) and its load raising (a setup
+    error): one line, ending at the user's file and line."""
+    code, lines, summary = _train(tmp_path, capsys, [f"task.mode={mode}"])
+    assert code == exit_code and len(lines) == 1, lines
+    assert lines[0] == f"magrpo-train: {message} (at {edge}:{_line(edge, marker)})"
+    assert {k: summary.get(k) for k in expected} == expected
 
 
 def test_a_raising_reward_function_names_the_line_it_raised_on(tmp_path, capsys):

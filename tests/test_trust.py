@@ -349,6 +349,17 @@ def test_a_list_of_ten_thousand_plugins_is_one_line_and_imports_none(made, recei
 # -- the "never from inside the directory" guard, trusted ---------------------------------------------------------
 
 
+INSIDE = "from inside|on sys.path is inside it|on sys.path holds it"
+
+
+def _refused_trusted(load, path: Path, receiver: Path, match: str = INSIDE) -> None:
+    """Loading `path` with trust_plugins=True (load: Team.from_pretrained or Team.from_run) is a
+    ConfigError matching `match`, and no code the receiver got ran."""
+    with pytest.raises(ConfigError, match=match):
+        load(path, device="cpu", trust_plugins=True)
+    assert not ran(receiver)
+
+
 def test_a_parent_package_inside_the_team_is_never_run(made, receiver, monkeypatch):
     from magrpo.team.team import Team
 
@@ -357,9 +368,7 @@ def test_a_parent_package_inside_the_team_is_never_run(made, receiver, monkeypat
     (team / "team_pkg" / "__init__.py").write_text(PAYLOAD)
     (team / "team_pkg" / "sub.py").write_text("")
     monkeypatch.syspath_prepend(str(team))
-    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
-        Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_pretrained, team, receiver)
 
 
 def test_the_team_folder_itself_is_no_package(made, receiver, monkeypatch):
@@ -368,9 +377,7 @@ def test_the_team_folder_itself_is_no_package(made, receiver, monkeypatch):
     team = _team_recording(made, receiver, plugins=["team"])
     (team / "__init__.py").write_text(PAYLOAD)
     monkeypatch.syspath_prepend(str(team.parent))
-    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
-        Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_pretrained, team, receiver)
 
 
 def test_a_symlink_inside_the_team_is_inside(made, receiver, monkeypatch):
@@ -382,9 +389,7 @@ def test_a_symlink_inside_the_team_is_inside(made, receiver, monkeypatch):
     team = _team_recording(made, receiver, plugins=["team_linked"])
     (team / "team_linked.py").symlink_to(elsewhere / "team_linked.py")
     monkeypatch.syspath_prepend(str(team))
-    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
-        Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_pretrained, team, receiver)
 
 
 def test_a_checkpoint_path_answers_for_its_whole_run(made, receiver, monkeypatch):
@@ -396,9 +401,7 @@ def test_a_checkpoint_path_answers_for_its_whole_run(made, receiver, monkeypatch
     _edit_json(ckpt / "config.json", lambda c: {**c, "plugins": ["run_root_mod"]})
     rehash(ckpt)
     monkeypatch.syspath_prepend(str(run))
-    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
-        Team.from_run(ckpt, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_run, ckpt, receiver)
 
 
 def test_a_module_beside_a_received_team_is_refused(made, receiver, monkeypatch):
@@ -408,9 +411,7 @@ def test_a_module_beside_a_received_team_is_refused(made, receiver, monkeypatch)
     team = _team_recording(made, receiver, plugins=["beside_mod"])
     (team.parent / "beside_mod.py").write_text(PAYLOAD)
     monkeypatch.syspath_prepend(str(team.parent))
-    with pytest.raises(ConfigError, match="from beside|on sys.path holds it"):
-        Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_pretrained, team, receiver, match="from beside|on sys.path holds it")
 
 
 def test_a_reward_module_inside_the_team_is_refused_as_a_plugin_is(made, receiver, monkeypatch):
@@ -419,9 +420,7 @@ def test_a_reward_module_inside_the_team_is_refused_as_a_plugin_is(made, receive
     team = _team_recording(made, receiver, reward_fn="team_reward:score")
     (team / "team_reward.py").write_text(PAYLOAD + "def score(prompts, completions, **c):\n    return [1.0] * len(completions)\n")
     monkeypatch.syspath_prepend(str(team))
-    with pytest.raises(ConfigError, match="from inside|on sys.path is inside it|on sys.path holds it"):
-        Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_pretrained, team, receiver)
 
 
 def test_a_damaged_team_is_refused_before_its_plugin(made, receiver):
@@ -429,9 +428,7 @@ def test_a_damaged_team_is_refused_before_its_plugin(made, receiver):
 
     team = _team_recording(made, receiver, plugins=["payload_mod"])
     (team / "README.md").write_text("edited after the manifest\n")
-    with pytest.raises(ConfigError, match="README.md"):
-        Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_pretrained, team, receiver, match="README.md")
 
 
 # -- a plugin's own failures, one line each -----------------------------------------------------------------------
@@ -524,9 +521,7 @@ def test_a_reward_function_made_by_an_interpolation_is_refused(made, receiver):
     from magrpo.team.team import Team
 
     team = _team_recording(made, receiver, reward_fn="${agents.models.0.chat_template_kwargs.x}")
-    with pytest.raises(ConfigError, match="never an interpolation|never resolve"):
-        Team.from_pretrained(team, device="cpu", trust_plugins=True)
-    assert not ran(receiver)
+    _refused_trusted(Team.from_pretrained, team, receiver, match="never an interpolation|never resolve")
 
 
 @pytest.mark.parametrize("line,words", [("experiment=../../../../../../../../tmp/evil", "by a path outside"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,35 +63,32 @@ class LoraSchema:
 SCHEDULES = ["constant", "linear", "cosine"]
 
 
+def _agent_override(shared: str, test: Callable[[Any], bool], allowed: str, *, help: str) -> Any:
+    """One agent's override of the shared key `shared`: null (the default) = the shared value."""
+    return option(None, check=lambda v: v is None or test(v), allowed=f"{allowed}, or null for {shared}", help=help)
+
+
 @dataclass
 class AgentOptimizerSchema:
     """One agent's overrides of the `optimizer` group (agents.models.K.optimizer); null = the shared value."""
-    lr: float | None = option(None, check=lambda v: v is None or v > 0,
-                              allowed="> 0, or null for optimizer.lr",
-                              help="this agent's learning rate")
-    weight_decay: float | None = option(None, check=lambda v: v is None or v >= 0,
-                                        allowed=">= 0, or null for optimizer.weight_decay",
-                                        help="this agent's AdamW weight decay")
-    schedule: str | None = option(None, check=lambda v: v is None or v in SCHEDULES,
-                                  allowed=", ".join(SCHEDULES) + ", or null for optimizer.schedule",
-                                  help="this agent's learning-rate schedule after warmup")
-    warmup_steps: int | None = option(None, check=lambda v: v is None or v >= 0,
-                                      allowed=">= 0, or null for optimizer.warmup_steps",
-                                      help="this agent's linear warmup, in optimizer steps")
+    lr: float | None = _agent_override("optimizer.lr", lambda v: v > 0, "> 0", help="this agent's learning rate")
+    weight_decay: float | None = _agent_override("optimizer.weight_decay", lambda v: v >= 0, ">= 0",
+                                                 help="this agent's AdamW weight decay")
+    schedule: str | None = _agent_override("optimizer.schedule", lambda v: v in SCHEDULES, ", ".join(SCHEDULES),
+                                           help="this agent's learning-rate schedule after warmup")
+    warmup_steps: int | None = _agent_override("optimizer.warmup_steps", lambda v: v >= 0, ">= 0",
+                                               help="this agent's linear warmup, in optimizer steps")
 
 
 @dataclass
 class AgentSamplingSchema:
     """One agent's overrides of the shared sampling keys (agents.models.K.sampling); null = algo.*."""
-    temperature: float | None = option(None, check=lambda v: v is None or v > 0,
-                                       allowed="> 0, or null for algo.temperature",
-                                       help="this agent's sampling temperature")
-    top_p: float | None = option(None, check=lambda v: v is None or 0 < v <= 1,
-                                 allowed="in (0, 1], or null for algo.top_p",
-                                 help="this agent's nucleus-sampling mass")
-    max_new_tokens: int | None = option(None, check=lambda v: v is None or v >= 1,
-                                        allowed=">= 1, or null for algo.max_new_tokens",
-                                        help="this agent's cap on tokens per answer")
+    temperature: float | None = _agent_override("algo.temperature", lambda v: v > 0, "> 0",
+                                                help="this agent's sampling temperature")
+    top_p: float | None = _agent_override("algo.top_p", lambda v: 0 < v <= 1, "in (0, 1]",
+                                          help="this agent's nucleus-sampling mass")
+    max_new_tokens: int | None = _agent_override("algo.max_new_tokens", lambda v: v >= 1, ">= 1",
+                                                 help="this agent's cap on tokens per answer")
 
 
 @dataclass

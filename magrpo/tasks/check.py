@@ -20,14 +20,16 @@ because an earlier one failed (no items loaded) is left out and said so in `note
 from __future__ import annotations
 
 import copy
+import enum
+import functools
 import math
 import numbers
 import random
 import string
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, TypeGuard
+from typing import Any, Literal, TypeGuard, TypeVar
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
@@ -47,6 +49,16 @@ TOLERANCE = 1e-6
 SHIFT, SCALE = 0.5, 2.0
 # Every problem line names at most this many offenders (items, answers) before "and N more".
 _SHOWN = 3
+
+_T = TypeVar("_T")
+
+
+class _Raised(enum.Enum):
+    """What `_Checker.attempt` gives for a call that raised (the problem already reported)."""
+    RAISED = enum.auto()
+
+
+RAISED = _Raised.RAISED
 
 
 class TaskCheckError(AssertionError):
@@ -228,6 +240,14 @@ class _Checker:
     def note(self, line: str) -> None:
         self.report.notes.append(line)
 
+    def attempt(self, what: str, call: Callable[[], _T], note: str = "") -> _T | Literal[_Raised.RAISED]:
+        """`call()`; where it raises, the problem `WHAT raised Type: message (at file:line)NOTE` and RAISED."""
+        try:
+            return call()
+        except Exception as e:
+            self.problem(f"{what} raised {_exc(e)}{note}")
+            return RAISED
+
     def run(self) -> None:
         counts = self.check_counts()
         for split in self.splits:
@@ -249,10 +269,8 @@ class _Checker:
     # -- team sizes -----------------------------------------------------------------------------
     def check_counts(self) -> list[int]:
         cls = type(self.task)
-        try:
-            counts = cls.accepted_counts()
-        except Exception as e:
-            self.problem(f"accepted_counts() raised {_exc(e)}")
+        counts = self.attempt("accepted_counts()", cls.accepted_counts)
+        if counts is RAISED:
             return []
         if (not isinstance(counts, Sequence) or not counts
                 or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)):
@@ -267,10 +285,8 @@ class _Checker:
     # -- data -----------------------------------------------------------------------------------
     def check_split(self, split: str) -> None:
         where = f"load({split!r})"
-        try:
-            items = self.task.load(split)
-        except Exception as e:
-            self.problem(f"{where} raised {_exc(e)}")
+        items = self.attempt(where, lambda: self.task.load(split))
+        if items is RAISED:
             return
         if not isinstance(items, list):
             self.problem(f"{where} returned {type(items).__name__}, not a list of items")
@@ -391,10 +407,9 @@ class _Checker:
 
     def check_assemble(self, n: int, batch: list) -> None:
         p, kinds, answer = batch[0]
-        try:
-            got = self.task.assemble(self.pool[p][1], answer)
-        except Exception as e:
-            self.problem(f"assemble({_where(*self.pool[p])}, {n} answers) raised {_exc(e)}")
+        got = self.attempt(f"assemble({_where(*self.pool[p])}, {n} answers)",
+                           lambda: self.task.assemble(self.pool[p][1], answer))
+        if got is RAISED:
             return
         if not isinstance(got, str):
             self.problem(f"assemble({_where(*self.pool[p])}, {n} answers) returned a {type(got).__name__}, "
@@ -531,10 +546,8 @@ class _Checker:
                          f"RewardConfig), which normalized_return and the tables undo")
 
     def reward_max(self, n: int) -> float | None:
-        try:
-            top = self.task.reward_max(n)
-        except Exception as e:
-            self.problem(f"reward_max({n}) raised {_exc(e)}")
+        top = self.attempt(f"reward_max({n})", lambda: self.task.reward_max(n))
+        if top is RAISED:
             return None
         if top is not None and (not _finite(top) or top < 0):
             self.problem(f"reward_max({n}) returned {top!r}; it must be a finite number > 0, or None")
@@ -550,10 +563,9 @@ class _Checker:
             if not _finite(s):
                 out.append(None)
                 continue
-            try:
-                v = self.task.normalized_return(s, n)
-            except Exception as e:
-                self.problem(f"normalized_return({s!r}, {n}) raised {_exc(e)} ({self.describe(batch, k)})")
+            v = self.attempt(f"normalized_return({s!r}, {n})", functools.partial(self.task.normalized_return, s, n),
+                             f" ({self.describe(batch, k)})")
+            if v is RAISED:
                 return None
             if not _finite(v):
                 self.problem(f"normalized_return({s!r}, {n}) returned {v!r} though reward_max({n}) = {top!r}; "
@@ -624,10 +636,10 @@ class _Checker:
                          f"{max(others)!r} (the task has no reward_max)")
 
     def check_individual(self, team: str, n: int, batch: list, scores: list) -> None:
-        try:
-            rows = self.task.individual_rewards(_as_scores(scores), n)
-        except Exception as e:
-            self.problem(f"individual_rewards(scores, {n}) raised {_exc(e)} (the task has splits_reward)")
+        rows = self.attempt(f"individual_rewards(scores, {n})",
+                            lambda: self.task.individual_rewards(_as_scores(scores), n),
+                            " (the task has splits_reward)")
+        if rows is RAISED:
             return
         rows = rows.tolist() if hasattr(rows, "tolist") else rows       # an array or a tensor
         if not isinstance(rows, Sequence) or len(rows) != len(scores):
@@ -658,10 +670,8 @@ class _Checker:
         """Each declared symmetry leaves the reward as it is: the answers above and answers written
         in its own symbols, scored as they are and with a random permutation of the symbols applied
         to every agent's answer and prompt alike (where it acts), get the same rewards."""
-        try:
-            declared = tuple(self.task.symmetries())
-        except Exception as e:
-            self.problem(f"symmetries() raised {_exc(e)}")
+        declared = self.attempt("symmetries()", lambda: tuple(self.task.symmetries()))
+        if declared is RAISED:
             return
         bad = [s for s in declared if not isinstance(s, Symmetry)]
         if bad:

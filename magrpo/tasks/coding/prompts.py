@@ -15,33 +15,38 @@ from magrpo.tasks.coding.extract import HELPER_NAME
 _FORMAT = "Reply with Python code only (imports allowed): no explanations, no tests, no example calls."
 
 
-def helper_prompt(item: Item, helper: str = HELPER_NAME) -> str:
-    entry = item["entry_point"]
+def _agent_prompt(item: Item, agent: int, role: str, other_role: str, rules: list[str]) -> str:
+    """Agent `agent`'s prompt (1 or 2): its role, the other agent's, the problem, its rules."""
     return (
-        f"You are agent 1 of a two-agent Python team.\n"
-        f"Your role: write ONE helper function named `{helper}` that does a useful part of the work "
-        f"for the problem below.\n"
-        f"Agent 2's role: write the main function `{entry}`, which will call `{helper}`.\n\n"
+        f"You are agent {agent} of a two-agent Python team.\n"
+        f"Your role: {role}\n"
+        f"Agent {3 - agent}'s role: {other_role}\n\n"
         f"Problem:\n{item['prompt'].strip()}\n\n"
         f"Rules:\n"
-        f"- Define `def {helper}(...)` and make it return its result.\n"
-        f"- Do not write `{entry}`; agent 2 does that.\n"
-        f"- {_FORMAT}\n"
+        + "".join(f"- {rule}\n" for rule in [*rules, _FORMAT])
+    )
+
+
+def helper_prompt(item: Item, helper: str = HELPER_NAME) -> str:
+    entry = item["entry_point"]
+    return _agent_prompt(
+        item, 1,
+        f"write ONE helper function named `{helper}` that does a useful part of the work for the problem below.",
+        f"write the main function `{entry}`, which will call `{helper}`.",
+        [f"Define `def {helper}(...)` and make it return its result.",
+         f"Do not write `{entry}`; agent 2 does that."],
     )
 
 
 def main_prompt(item: Item, helper: str = HELPER_NAME) -> str:
     entry = item["entry_point"]
-    return (
-        f"You are agent 2 of a two-agent Python team.\n"
-        f"Your role: write the main function `{entry}` for the problem below.\n"
-        f"Agent 1's role: write a helper function `{helper}(...)` for this problem. It will be "
-        f"defined when your code runs, but you cannot see it.\n\n"
-        f"Problem:\n{item['prompt'].strip()}\n\n"
-        f"Rules:\n"
-        f"- Define `def {entry}(...)` with the signature above and make it return the answer.\n"
-        f"- You may call `{helper}` and use its return value; do NOT define `{helper}` yourself.\n"
-        f"- {_FORMAT}\n"
+    return _agent_prompt(
+        item, 2,
+        f"write the main function `{entry}` for the problem below.",
+        f"write a helper function `{helper}(...)` for this problem. It will be defined when your code runs, "
+        f"but you cannot see it.",
+        [f"Define `def {entry}(...)` with the signature above and make it return the answer.",
+         f"You may call `{helper}` and use its return value; do NOT define `{helper}` yourself."],
     )
 
 

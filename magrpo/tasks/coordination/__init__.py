@@ -21,7 +21,7 @@ from __future__ import annotations
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +136,13 @@ class _Game(Task):
         so the N shares of a joint answer add up to its composed team reward."""
         return [[s * self.reward_cfg.scale + self.reward_cfg.shift / len(row) for s in row] for row in shares]
 
+    def team_scores(self, raw: Sequence[float], components: Mapping[str, Sequence[float]], passed: Sequence[bool],
+                    shares: Sequence[Sequence[float]]) -> Scores:
+        """The Scores of a game that splits its reward: the team reward composed from `raw`, the
+        `components` beside it, and as extras `passed` (the joint answers at the optimum) and each
+        agent's raw share on the reward's scale (`individual`)."""
+        return Scores(self.compose(raw), components, {"passed": passed, "individual": self.compose_shares(shares)})
+
     # the metric (beside the reward) each game reports: the share of joint answers at the optimum
     passed_metric = "accuracy"
 
@@ -187,8 +194,7 @@ class AgreeTask(_Game):
             shares.append(s)
             agreed.append(len(set(m)) == 1 and None not in m)
             valid.append(sum(x is not None for x in m) / len(m))
-        return Scores(self.compose(raw), {"agreement": raw, "valid": valid},
-                      {"passed": agreed, "individual": self.compose_shares(shares)})
+        return self.team_scores(raw, {"agreement": raw, "valid": valid}, agreed, shares)
 
 
 @dataclass
@@ -254,8 +260,7 @@ class CoverTask(_Game):
             shares.append([1 / (n * counts[x]) if x in need else 0.0 for x in m])
             collided.append(sum(c - 1 for x, c in counts.items() if x in need) / n)
             covered_all.append(need <= set(counts))
-        return Scores(self.compose(raw), {"covered": raw, "collisions": collided},
-                      {"passed": covered_all, "individual": self.compose_shares(shares)})
+        return self.team_scores(raw, {"covered": raw, "collisions": collided}, covered_all, shares)
 
 
 OBJECTS = ["moon", "tree", "bread", "star", "coffee", "glass", "chess", "honey"]

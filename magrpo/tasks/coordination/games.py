@@ -137,8 +137,7 @@ class ConventionTask(_Game):
             raw.append(r)
             shares.append(s)
             agreed.append(None not in names and len(set(names)) == 1)
-        return Scores(self.compose(raw), {"agreement": raw},
-                      {"passed": agreed, "individual": self.compose_shares(shares)})
+        return self.team_scores(raw, {"agreement": raw}, agreed, shares)
 
 
 # -- stag hunt ------------------------------------------------------------------------------------
@@ -211,8 +210,7 @@ class StagHuntTask(_Game):
             shares.append([p / len(pay) for p in pay])          # the team reward is the mean pay
             stag.append(all_stag)
             share_of_stag.append(sum(x is True for x in m) / len(m))
-        return Scores(self.compose(raw), {"stag_share": share_of_stag},
-                      {"passed": stag, "individual": self.compose_shares(shares)})
+        return self.team_scores(raw, {"stag_share": share_of_stag}, stag, shares)
 
 
 # -- communication under a budget -----------------------------------------------------------------
@@ -320,8 +318,7 @@ class InvestTask(_Game):
             raw.append(cap * r)
             shares.append([cap * x for x in s])
             passed.append(cap == 1.0 and r == 1.0)
-        return Scores(self.compose(raw), {"paid": raw},
-                      {"passed": passed, "individual": self.compose_shares(shares)})
+        return self.team_scores(raw, {"paid": raw}, passed, shares)
 
 
 # -- zero-shot coordination: the lever game -------------------------------------------------------
@@ -426,8 +423,7 @@ class LeverTask(_Game):
             shares.append(mine)
             agreed.append(None not in levers and len(set(levers)) == 1)
             odd.append(sum(c == 0 for c in levers) / n)
-        return Scores(self.compose(raw), {"agreement": raw, "odd_lever": odd},
-                      {"passed": agreed, "individual": self.compose_shares(shares)})
+        return self.team_scores(raw, {"agreement": raw, "odd_lever": odd}, agreed, shares)
 
 
 # -- a large team ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ abstracts), two agents each, the paper's gated writing reward (see `reward.py`).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,6 +71,9 @@ class WritingTask(Task):
     feedback_kind = "writing"
     cfg: TldrTaskConfig | ArxivTaskConfig
     reward_cfg: WritingRewardConfig
+    # the task's prompts from an item's text (magrpo.tasks.writing.prompts): one per agent, and the single model's
+    prompts_of_text: Callable[[str], list[str]]
+    single_prompt_of_text: Callable[[str], str]
 
     def __init__(self, cfg: TldrTaskConfig | ArxivTaskConfig, reward_cfg: WritingRewardConfig,
                  sandbox: SandboxSchema | None = None):
@@ -79,6 +82,12 @@ class WritingTask(Task):
 
     def load(self, split: str) -> list[Item]:
         return load_items(self.name, self.cfg.data, split)
+
+    def agent_prompts(self, item: Item) -> list[str]:
+        return self.prompts_of_text(item["text"])
+
+    def single_prompt(self, item: Item) -> str:
+        return self.single_prompt_of_text(item["text"])
 
     def reward_max(self, num_answers: int) -> float:
         """Every level paid: 3.0 with the reference weights (0.5 + 1.0 + 0.5 + 0.4 + 0.6), whether
@@ -114,12 +123,8 @@ class TldrTask(WritingTask):
 
     config_schema = TldrTaskConfig
     reward_schema = TldrRewardConfig
-
-    def agent_prompts(self, item: Item) -> list[str]:
-        return tldr_prompts(item["text"])
-
-    def single_prompt(self, item: Item) -> str:
-        return tldr_single_prompt(item["text"])
+    prompts_of_text = staticmethod(tldr_prompts)
+    single_prompt_of_text = staticmethod(tldr_single_prompt)
 
 
 @register_task("arxiv")
@@ -130,12 +135,8 @@ class ArxivTask(WritingTask):
 
     config_schema = ArxivTaskConfig
     reward_schema = ArxivRewardConfig
-
-    def agent_prompts(self, item: Item) -> list[str]:
-        return arxiv_prompts(item["text"])
-
-    def single_prompt(self, item: Item) -> str:
-        return arxiv_single_prompt(item["text"])
+    prompts_of_text = staticmethod(arxiv_prompts)
+    single_prompt_of_text = staticmethod(arxiv_single_prompt)
 
 
 def score_pairs(task_name: str, path: str, reward_cfg: WritingRewardConfig | None = None) -> list[dict[str, Any]]:
