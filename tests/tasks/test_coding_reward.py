@@ -43,35 +43,22 @@ def parts(s: Scores, i: int) -> tuple[float, float, float, float]:
 
 
 def test_levels_and_cooperation_hand_computed():
-    cases = [
-        # (agent 1, agent 2) -> (structure, syntax, tests, cooperation)
-        ("Sorry.", "I do not know."),                                   # nothing defined
-        (AUX, "I do not know."),                                         # main missing: only the helper pays
-        (AUX, "def sum_sq(xs):\n    print(xs)\n"),                        # main without a return: stop
-        (AUX, "def sum_sq(xs):\n    return sum(x * x for x in xs\n"),     # syntax error in main: stop after level 1
-        ("def aux(x):\n    return x *\n", MAIN_ALONE),                    # syntax error in the helper
-        ("No helper from me.", MAIN_ALONE),                               # helper missing, tests pass
-        ("No helper from me.", MAIN_COOP),                                # helper missing: only [] passes
-        (AUX, MAIN_ALONE),                                                # main ignores the helper
-        (AUX, MAIN_COOP),                                                 # full cooperation: 4.0
-        ("def aux(xs):\n    return sum(x * x for x in xs)\n", "def sum_sq(xs):\n    return aux(xs)\n"),  # thin wrapper
-        (AUX, "def sum_sq(xs):\n    total = 0\n    for x in xs[:1]:\n        total += aux(x)\n    return total\n"),  # 2 of 4
-        (AUX, "def sum_sq(xs):\n    return -1 + 0 * aux(0)\n"),           # no test passes: no bonus
+    table = [
+        # (agent 1, agent 2), (structure, syntax, tests, cooperation)
+        (("Sorry.", "I do not know."), (0.0, 0.0, 0.0, 0.0)),  # nothing defined
+        ((AUX, "I do not know."), (0.4, 0.0, 0.0, 0.0)),  # main missing: only the helper pays
+        ((AUX, "def sum_sq(xs):\n    print(xs)\n"), (0.4, 0.0, 0.0, 0.0)),  # main without a return: stop
+        ((AUX, "def sum_sq(xs):\n    return sum(x * x for x in xs\n"), (1.0, 0.0, 0.0, 0.0)),  # syntax error in main: stop after level 1
+        (("def aux(x):\n    return x *\n", MAIN_ALONE), (1.0, 0.0, 0.0, 0.0)),  # syntax error in the helper
+        (("No helper from me.", MAIN_ALONE), (0.6, 0.5, 1.0, 0.0)),  # helper missing, tests pass
+        (("No helper from me.", MAIN_COOP), (0.6, 0.5, 0.25, 0.0)),  # helper missing: only [] passes
+        ((AUX, MAIN_ALONE), (1.0, 0.5, 1.0, 0.0)),  # main ignores the helper
+        ((AUX, MAIN_COOP), (1.0, 0.5, 1.0, 1.5)),  # full cooperation: 4.0
+        (("def aux(xs):\n    return sum(x * x for x in xs)\n", "def sum_sq(xs):\n    return aux(xs)\n"), (1.0, 0.5, 1.0, 0.5)),  # thin wrapper
+        ((AUX, "def sum_sq(xs):\n    total = 0\n    for x in xs[:1]:\n        total += aux(x)\n    return total\n"), (1.0, 0.5, 0.5, 1.5)),  # 2 of 4
+        ((AUX, "def sum_sq(xs):\n    return -1 + 0 * aux(0)\n"), (1.0, 0.5, 0.0, 0.0)),  # no test passes: no bonus
     ]
-    expected = [
-        (0.0, 0.0, 0.0, 0.0),
-        (0.4, 0.0, 0.0, 0.0),
-        (0.4, 0.0, 0.0, 0.0),
-        (1.0, 0.0, 0.0, 0.0),
-        (1.0, 0.0, 0.0, 0.0),
-        (0.6, 0.5, 1.0, 0.0),
-        (0.6, 0.5, 0.25, 0.0),
-        (1.0, 0.5, 1.0, 0.0),
-        (1.0, 0.5, 1.0, 1.5),
-        (1.0, 0.5, 1.0, 0.5),
-        (1.0, 0.5, 0.5, 1.5),
-        (1.0, 0.5, 0.0, 0.0),
-    ]
+    cases, expected = [c for c, _ in table], [e for _, e in table]
     s = score([list(c) for c in cases])
     for i, exp in enumerate(expected):
         assert parts(s, i) == exp, (i, cases[i])
