@@ -47,6 +47,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     Method("ippo", "IPPO", "train"),
     Method("ippo_individual", "IPPO, individual reward", "train"),
     Method("mappo", "MAPPO", "train"),
+    Method("mappo_joint", "MAPPO, team critic", "train"),
     Method("maac", "MAAC", "train"),
     Method("iac", "IAC", "train"),
     Method("c3", "C3", "train"),
@@ -93,7 +94,8 @@ TABLES: dict[str, TablePlan] = {
     # C3's counterfactual tree does not fit two turns (invest: 4,160 nodes per item) or 8 agents (crowd: 16.7M)
     # under algo.max_tree_nodes.
     "coordination": TablePlan(("agree", "cover", "signal", *HARDER_GAMES),
-                              ("untrained", "magrpo", "ippo", "ippo_individual", "mappo", "grpo", *NEWER, "c3"),
+                              ("untrained", "magrpo", "ippo", "ippo_individual", "mappo", "mappo_joint", "grpo", *NEWER,
+                               "c3"),
                               skip=frozenset({(game, row) for game in ("signal", "budget_signal")
                                               for row in ("ippo_individual", "maac")}
                                              | {("invest", "c3"), ("crowd", "c3")}), scaled=False),
