@@ -4,7 +4,6 @@ means one thing, with one default and one check, wherever it appears."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from magrpo.algos.aggregation import LOSS_AGG
@@ -70,8 +69,4 @@ def reward_kind(algo: AlgoConfig) -> str:
     reward by construction). The one place that asks whether the key is there."""
     if isinstance(algo, RewardKeys):
         return algo.reward
-    if isinstance(algo, Mapping) and "reward" in algo:
-        # validation asks before the config is instances: the algorithm's typed node
-        # (magrpo.validation.checks.check_individual_reward)
-        return str(algo["reward"])
     return "team"
