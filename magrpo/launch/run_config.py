@@ -468,7 +468,7 @@ def from_run(cfg: DictConfig, kind: str, taken: dict[str, Any] | None = None) ->
     changes = [f"{k} ({v['run']!r} -> {v['given']!r})" if "dropped_by" not in v else f"{k} (dropped by {v['dropped_by']})"
                for k, v in overridden.items()]
     log.info("%s=%s: took up the run's %s%s", key, value,
-             " ".join(f"{k}={v}" for k, v in inherited.items()) or "config (it overrode no key this takes up)",
+             " ".join(f"{k}={v}" for k, v in inherited.items()) or "config (the run gave no override that this takes up)",
              "; the command line overrides " + ", ".join(changes) if changes else "")
     return record
 

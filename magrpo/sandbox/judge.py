@@ -41,6 +41,7 @@ import select
 import signal
 import socket
 import time
+import warnings
 
 from magrpo.sandbox import codec
 from magrpo.sandbox.candidate import describe, run_script, serve, source
@@ -319,12 +320,22 @@ def _timed_exec(code: str, filename: str, ns: dict, deadline: float) -> tuple[st
     return "passed", None
 
 
+def parse_code(src: str) -> ast.Module:
+    """`ast.parse` of code someone else wrote (a completion, a data set's program): the warnings its
+    text raises (`1if x` is an "invalid decimal literal", a bad escape) are that code's, not the
+    user's, and are not printed; a SyntaxError is raised as ast.parse raises it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return ast.parse(src)
+
+
 def free_names(sources: list[str]) -> set[str]:
     """Every name read in these sources (ones that do not parse are skipped)."""
     names: set[str] = set()
     for src in sources:
         try:
-            tree = ast.parse(src)
+            tree = parse_code(src)
         except SyntaxError:
             continue
         names |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}

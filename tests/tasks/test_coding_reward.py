@@ -177,3 +177,19 @@ def test_fixed_ignored_result_check_catches_any_spacing(call):
     assert list(fixed) == pytest.approx([3.5, 4.0])
     assert fixed.components["cooperation"] == pytest.approx([1.0, 1.5])
     assert list(score([[AUX, dropped], [AUX, used]])) == pytest.approx([4.0, 4.0])  # the reference's quirk
+
+
+def test_a_completions_own_syntax_warnings_are_not_printed(recwarn):
+    """`1if xs else 0` parses with a SyntaxWarning ("invalid decimal literal"): the completion's, not
+    the user's; scoring it prints nothing (the reward's parses go through sandbox.judge.parse_code)."""
+    import ast
+    import warnings
+
+    code = "def sum_sq(xs):\n    return 1if xs else 0\n"
+    warnings.simplefilter("always")
+    ast.parse(code)                                   # the warning is there to be hidden
+    assert [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
+    recwarn.clear()
+    s = score([[AUX, code]])
+    assert parts(s, 0)[0] == 1.0                      # both defined, with a return
+    assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import re
 
+from magrpo.sandbox.judge import parse_code
 from magrpo.tasks.coding.extract import top_level_chunks
 
 _RETURN_LINE = re.compile(r"^\s*return\b(?!\s*$)")
@@ -27,7 +28,7 @@ def _function_name(chunk: str) -> str | None:
 def find_function(code: str, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The last top-level definition of `name` in parseable `code` (the one Python keeps)."""
     try:
-        tree = ast.parse(code)
+        tree = parse_code(code)
     except SyntaxError:
         return None
     found = None
@@ -52,7 +53,7 @@ def function_status(code: str, name: str) -> tuple[bool, bool]:
             continue
         defined = True  # the last definition decides, as it is the one Python keeps
         try:
-            fn = ast.parse(chunk)
+            fn = parse_code(chunk)
             has_return = any(isinstance(n, ast.Return) and n.value is not None for n in ast.walk(fn))
         except SyntaxError:
             has_return = any(_RETURN_LINE.match(ln) for ln in chunk.splitlines()[1:]
@@ -120,7 +121,7 @@ def ignored_helper_calls(fn: ast.AST | None, helper: str) -> list[int]:
 def syntax_error(code: str) -> str | None:
     """None if `code` parses, else "line L, column C: message"."""
     try:
-        ast.parse(code)
+        parse_code(code)
     except SyntaxError as e:
         return f"line {e.lineno}, column {e.offset}: {e.msg}"
     return None

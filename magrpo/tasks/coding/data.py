@@ -31,6 +31,7 @@ import tokenize
 from collections.abc import Callable
 from typing import Any
 
+from magrpo.sandbox.judge import parse_code
 from magrpo.tasks.data import DataKeys, DataUnavailableError, load_hub, load_local, parse_split
 
 # -- source segments ---------------------------------------------------------------------------
@@ -88,7 +89,7 @@ def split_check(test_src: str, entry_point: str) -> tuple[list[str], str]:
     `check` plus the call `check(entry_point)` is ONE test. A test file with no `check` at all
     is run whole as one test.
     """
-    tree, segment = ast.parse(test_src), source_segments(test_src)
+    tree, segment = parse_code(test_src), source_segments(test_src)
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     header = "\n".join(segment(n) for n in tree.body if n is not check).strip()
     if check is None:
@@ -112,7 +113,7 @@ def split_prompt(prompt: str, entry_point: str) -> tuple[str, str]:
     """(imports, other definitions) given at module level in a HumanEval-style prompt, besides the
     entry point's stub. A prompt that does not parse yields its import lines only."""
     try:
-        tree = ast.parse(prompt)
+        tree = parse_code(prompt)
     except SyntaxError:
         imports = [ln for ln in prompt.splitlines() if ln.startswith(("import ", "from "))]
         return "\n".join(imports), ""
@@ -160,9 +161,9 @@ def normalize_humaneval(row: dict[str, Any], helpers_in_setup: bool = True) -> d
 
 def _mbpp_entry_point(code: str, tests: list[str]) -> str:
     """The function the tests call that the reference code defines (first one found)."""
-    defined = [n.name for n in ast.parse(code).body if isinstance(n, ast.FunctionDef)]
+    defined = [n.name for n in parse_code(code).body if isinstance(n, ast.FunctionDef)]
     for t in tests:
-        for n in ast.walk(ast.parse(t)):
+        for n in ast.walk(parse_code(t)):
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in defined:
                 return n.func.id
     if not defined:
@@ -177,7 +178,7 @@ def normalize_mbpp(row: dict[str, Any], show_tests: int = 1) -> dict[str, Any]:
     text = (row.get("prompt") or row.get("text") or "").strip()
     code, tests = row["code"], list(row["test_list"])
     entry = _mbpp_entry_point(code, tests)
-    fn = next(n for n in ast.parse(code).body if isinstance(n, ast.FunctionDef) and n.name == entry)
+    fn = next(n for n in parse_code(code).body if isinstance(n, ast.FunctionDef) and n.name == entry)
     signature = f"def {entry}({ast.unparse(fn.args)}):"
     doc = textwrap.fill(text, width=88, initial_indent="    ", subsequent_indent="    ")
     examples = "".join(f"\n    >>> {t.strip()}" for t in tests[:show_tests])

@@ -31,6 +31,8 @@ import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from magrpo.sandbox.judge import parse_code
+
 HELPER_NAME = "aux"
 
 _FENCE_RE = re.compile(r"^[ \t]*```[ \t]*([\w+.-]*)[^\n]*\n", re.MULTILINE)
@@ -76,7 +78,7 @@ def top_level_chunks(code: str) -> list[str]:
     at column 0 starts a new chunk and indented or blank lines belong to the current one, with
     decorators attached to the definition below them."""
     try:
-        tree = ast.parse(code)
+        tree = parse_code(code)
     except SyntaxError:
         tree = None
     lines = code.splitlines()
@@ -121,7 +123,7 @@ def keep_definitions(code: str, drop: tuple[str, ...] = ()) -> str:
     parsed: list[tuple[str, ast.Module | None]] = []
     for ch in chunks:
         try:
-            parsed.append((ch, ast.parse(ch)))
+            parsed.append((ch, parse_code(ch)))
         except SyntaxError:
             parsed.append((ch, None))
     defined = {defined_name(ch) for ch, _ in parsed} - {None}
