@@ -433,7 +433,7 @@ def costs_of(args: argparse.Namespace, root: Path, found: list[tuple[str, str]])
     dirs = (root, *(args.costs if args.costs is not None else [root.parent]))
     scale = args.scale if TABLES[args.table].scaled else "paper"
     plain = tuple(o for o in args.overrides if not o.partition("=")[0].lstrip("+~").startswith("hydra"))
-    return dict(_costs(tuple(found), dirs, (f"scale={scale}", *plain)))
+    return dict(_costs(tuple(sorted(found)), dirs, (f"scale={scale}", *plain)))     # one key for any order
 
 
 @functools.lru_cache(maxsize=8)
