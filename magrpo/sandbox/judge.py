@@ -326,7 +326,6 @@ def parse_code(src: str) -> ast.Module:
     user's, and are not printed; a SyntaxError is raised as ast.parse raises it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
-        warnings.simplefilter("ignore", DeprecationWarning)
         return ast.parse(src)
 
 
