@@ -418,7 +418,7 @@ def cells_command(args: argparse.Namespace, root: Path) -> list[str]:
     return [sys.executable, "-m", "magrpo.cli.paper", args.table, "--out", str(root), "--write-cells", *picked]
 
 
-def write_cells(table: str, found: list[tuple[str, str]], root: Path) -> None:
+def write_cells(found: list[tuple[str, str]], root: Path) -> None:
     """experiment/cell/<task>/<row>.yaml for every trained cell `found`: `recipe=<task> method=<row>` as
     one experiment, which a single sweep can list in any order (a sweep of recipe x method runs their
     product in its own order)."""
@@ -906,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
               f"--scale {args.scale} runs them as they are", file=sys.stderr, flush=True)
     root = args.out or Path("multirun") / "paper" / f"{args.table}-{args.scale}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     if args.write_cells:      # the step before the train sweep, alone
-        write_cells(args.table, runnable(args.table, "train", args), root)
+        write_cells(runnable(args.table, "train", args), root)
         return 0
     if args.record_tuning or args.record_crossplay:     # a step between the sweeps and the table, alone
         problems = record_tuning(args.table, runnable(args.table, "train", args), root, args.tune_trials) \

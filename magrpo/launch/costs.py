@@ -131,10 +131,9 @@ def cell_costs(cells: Iterable[tuple[str, str]], recorded: Mapping[tuple[str, st
     for cell in cells:
         if cell in recorded and recorded[cell]:
             out[cell] = Cost(statistics.median(r.seconds for r in recorded[cell]), "recorded")
-        elif tokens.get(cell):
+        elif count := tokens.get(cell):
             rates = by_row.get(cell[1])
-            out[cell] = Cost(float(tokens[cell] or 0) * (statistics.median(rates) if rates else SECONDS_PER_TOKEN),
-                             "estimated")
+            out[cell] = Cost(count * (statistics.median(rates) if rates else SECONDS_PER_TOKEN), "estimated")
         else:
             unknown.append(cell)
     fill = statistics.median(c.seconds for c in out.values()) if out else 1.0
